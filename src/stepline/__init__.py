@@ -1,0 +1,76 @@
+"""Stepline: durable workflows for Python.
+
+Write a workflow as ordinary ``async`` code made of named steps; stepline records every step's
+result, retries failures with backoff, sleeps and waits for events without holding memory, rolls
+back finished steps when a later one fails, and resumes after any crash from the last finished
+step, on SQLite (embedded, zero set-up) or PostgreSQL (many workers, many machines).
+"""
+
+from .client import Instance, WorkflowBinding
+from .clock import ManualClock, SystemClock
+from .config import RetryConfig, StepConfig
+from .durations import parse_duration
+from .engine import Engine
+from .errors import (
+    ConfigError,
+    DefinitionError,
+    IllegalStateError,
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+    InvalidPayloadError,
+    LeaseLostError,
+    NonDeterminismError,
+    NonRetryableError,
+    SteplineError,
+    StepFailedError,
+    StepTimeoutError,
+    StoreError,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
+)
+from .records import EventRecord, InstancePage, InstanceRecord, InstanceStatus, StepRecord
+from .step import StepContext, WorkflowStep
+from .sync import SyncEngine, SyncInstance, SyncWorkflowBinding
+from .workflow import Workflow, WorkflowEvent, workflow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DefinitionError",
+    "Engine",
+    "EventRecord",
+    "IllegalStateError",
+    "Instance",
+    "InstanceAlreadyExistsError",
+    "InstanceNotFoundError",
+    "InstancePage",
+    "InstanceRecord",
+    "InstanceStatus",
+    "InvalidPayloadError",
+    "LeaseLostError",
+    "ManualClock",
+    "NonDeterminismError",
+    "NonRetryableError",
+    "RetryConfig",
+    "StepConfig",
+    "StepContext",
+    "StepFailedError",
+    "StepRecord",
+    "StepTimeoutError",
+    "SteplineError",
+    "StoreError",
+    "SyncEngine",
+    "SyncInstance",
+    "SyncWorkflowBinding",
+    "SystemClock",
+    "Workflow",
+    "WorkflowBinding",
+    "WorkflowEvent",
+    "WorkflowFailedError",
+    "WorkflowNotFoundError",
+    "WorkflowStep",
+    "__version__",
+    "parse_duration",
+    "workflow",
+]

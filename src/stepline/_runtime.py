@@ -1,0 +1,702 @@
+"""One activation of one instance: replay the recorded steps, run the next ones, suspend.
+
+``run()`` is called from the top. Each step call is identified by (name, occurrence count); a
+recorded step returns its stored result without running. When ``run()`` reaches a sleep that has
+not elapsed, an event that has not arrived or a retry delay, that step *parks*. Once nothing is
+running any more (no step callback in flight, no write pending) every parked step is released with
+:class:`~stepline.errors.SuspendInstance`, ``run()`` unwinds, and the instance is stored as
+``waiting`` until the earliest wake-up time. Nothing of the instance stays in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from . import _json
+from .config import StepConfig, parse_step_config
+from .durations import Duration, parse_duration
+from .errors import (
+    InstanceFatalError,
+    InvalidPayloadError,
+    LeaseLostError,
+    NonDeterminismError,
+    NonRetryableError,
+    StepFailedError,
+    StepTimeoutError,
+    SuspendInstance,
+    WorkflowFailedError,
+    _EngineSignal,
+)
+from .records import Attempt, EventRecord, PendingEvent, StepKind, StepRecord
+from .step import StepCallback, StepContext, WorkflowStep
+from .store.base import Claim, Finish, History, NewInstance, StepWrite, Store
+from .workflow import Workflow, WorkflowEvent, validate_name
+
+log = logging.getLogger("stepline.runtime")
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_ROLLBACK_SUFFIX = ":rollback"
+
+
+class ActivationAborted(_EngineSignal):
+    """The activation must stop at once (lease lost, or the worker is shutting down)."""
+
+
+class _Terminating(_EngineSignal):
+    """Raised at the first step that is not recorded when a terminate-with-rollback runs."""
+
+
+def validate_step_name(name: object) -> str:
+    if not isinstance(name, str) or not 1 <= len(name) <= 256:
+        raise ValueError(f"invalid step name {name!r}: use 1 to 256 characters")
+    if _CONTROL_CHARS.search(name):
+        raise ValueError(f"invalid step name {name!r}: control characters are not allowed")
+    if name.endswith(_ROLLBACK_SUFFIX):
+        raise ValueError(f"invalid step name {name!r}: the suffix ':rollback' is reserved")
+    return name
+
+
+def error_info(exc: BaseException) -> dict[str, str]:
+    """``{name, message}`` of an error; a :class:`StepFailedError` reports the step's error."""
+    if isinstance(exc, StepFailedError):
+        return {"name": exc.error_name, "message": exc.message}
+    if isinstance(exc, InstanceFatalError):
+        return {"name": exc.name, "message": exc.message}
+    return {"name": type(exc).__name__, "message": str(exc)}
+
+
+_ARITY: dict[Any, tuple[bool, int]] = {}
+
+
+def _callback_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
+    """(is_async, number of positional arguments it wants: 0 or 1), cached per code object."""
+    key = getattr(fn, "__code__", None)
+    if key is not None and key in _ARITY:
+        return _ARITY[key]
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+    )
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+            and p.default is p.empty
+        ]
+        wants = 0 if not params else 1
+    except (TypeError, ValueError):
+        wants = 0
+    shape = (is_async, wants)
+    if key is not None:
+        _ARITY[key] = shape
+    return shape
+
+
+async def invoke(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Call a user callback: async ones on the loop, sync ones in the default thread pool.
+
+    A single argument (the step context) is passed only to callbacks that take one; rollbacks
+    always receive ``(error, output)``.
+    """
+    is_async, wants = _callback_shape(fn)
+    call_args = args if len(args) != 1 or wants else ()
+    if is_async:
+        return await fn(*call_args)
+    loop = asyncio.get_running_loop()
+    result = await loop.run_in_executor(None, lambda: fn(*call_args))
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+@dataclass
+class _Rollback:
+    seq: int
+    name: str
+    count: int
+    fn: Callable[..., Any]
+    config: StepConfig
+    output: Any
+
+
+@dataclass(frozen=True)
+class ActivationSettings:
+    max_payload: int
+    listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = ()
+
+
+class Activation:
+    """Runs one instance from its recorded history to its next suspension or its end."""
+
+    def __init__(
+        self,
+        store: Store,
+        claim: Claim,
+        history: History,
+        workflow: Workflow,
+        settings: ActivationSettings,
+    ) -> None:
+        self.store = store
+        self.claim = claim
+        self.lease = claim.lease
+        self.instance = claim.instance
+        self.workflow = workflow
+        self.settings = settings
+        self._recorded: dict[tuple[str, int], StepRecord] = {
+            (s.name, s.count): s for s in history.steps
+        }
+        self._next_seq = max((s.seq for s in history.steps), default=0) + 1
+        self._events: list[PendingEvent] = list(history.events)
+        self._counts: dict[str, int] = {}
+        self._in_flight = 0
+        self._progress = 0
+        self._parked: list[tuple[float | None, asyncio.Future[None]]] = []
+        self._settling = False
+        self._suspend_wake: float | None = None
+        self._stop_reason: str | None = None
+        self._terminating = claim.control == "terminate_rollback"
+        self._rollbacks: list[_Rollback] = []
+        self.step = WorkflowStep(self)
+
+    # -- control from the worker -----------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        """Start no new step (pause requested, or shutdown); running steps finish."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+            self._check_quiescent()
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._stop_reason
+
+    # -- the activation as a whole ---------------------------------------------------------------
+
+    async def execute(self) -> Finish:
+        """Run to the next suspension or the end; return how the activation ends."""
+        self._emit("instance_start", {})
+        try:
+            return await self._execute()
+        except SuspendInstance:
+            return Finish("waiting", wake_at=self._suspend_wake, event_seq=self.claim.event_seq)
+
+    async def _execute(self) -> Finish:
+        try:
+            output = await self.workflow.run(self._event(), self.step)
+        except SuspendInstance:
+            raise
+        except (ActivationAborted, LeaseLostError, asyncio.CancelledError):
+            raise
+        except _Terminating:
+            rollback = await self._run_rollbacks(None)
+            return Finish("terminated", rollback=rollback)
+        except InstanceFatalError as exc:
+            return await self._errored(exc)
+        except Exception as exc:  # noqa: BLE001 - any error escaping run() ends the instance
+            return await self._errored(exc)
+        if self._terminating:
+            rollback = await self._run_rollbacks(None)
+            return Finish("terminated", rollback=rollback)
+        try:
+            encoded = self._encode(output, "the output of run()")
+        except InvalidPayloadError as exc:
+            return await self._errored(InstanceFatalError("InvalidPayloadError", str(exc)))
+        return Finish("complete", output=encoded)
+
+    async def _errored(self, exc: BaseException) -> Finish:
+        info = error_info(exc)
+        log.info(
+            "instance %s/%s failed: %s: %s",
+            self.instance.workflow,
+            self.instance.id,
+            info["name"],
+            info["message"],
+        )
+        rollback = await self._run_rollbacks(exc)
+        return Finish("errored", error=info, rollback=rollback)
+
+    def _event(self) -> WorkflowEvent:
+        return WorkflowEvent(
+            payload=self.instance.params,
+            timestamp=datetime.fromtimestamp(self.instance.created_at, UTC),
+            instance_id=self.instance.id,
+            workflow_name=self.instance.workflow,
+        )
+
+    def _emit(self, kind: str, data: dict[str, Any]) -> None:
+        if self.settings.listeners:
+            payload = {"workflow": self.instance.workflow, "instance": self.instance.id, **data}
+            for listener in self.settings.listeners:
+                listener(kind, payload)
+
+    # -- quiescence and suspension ---------------------------------------------------------------
+
+    async def _park(self, wake_at: float | None) -> NoReturn:
+        if self._terminating:
+            raise _Terminating()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._parked.append((wake_at, fut))
+        self._progress += 1
+        self._check_quiescent()
+        await fut
+        raise SuspendInstance()  # pragma: no cover - the future only ever fails
+
+    def _check_quiescent(self) -> None:
+        if self._in_flight == 0 and self._parked and not self._settling:
+            self._settling = True
+            asyncio.get_running_loop().create_task(self._settle())
+
+    async def _settle(self) -> None:
+        """Suspend once run() is stuck on parked steps only (a few idle loop turns)."""
+        try:
+            while self._in_flight == 0 and self._parked:
+                mark = self._progress
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                if self._in_flight == 0 and mark == self._progress:
+                    wakes = [w for w, _ in self._parked if w is not None]
+                    self._suspend_wake = min(wakes) if wakes else None
+                    parked, self._parked = self._parked, []
+                    for _, fut in parked:
+                        if not fut.done():
+                            fut.set_exception(SuspendInstance())
+                    return
+        finally:
+            self._settling = False
+
+    def _begin(self) -> None:
+        self._in_flight += 1
+        self._progress += 1
+
+    def _end(self) -> None:
+        self._in_flight -= 1
+        self._progress += 1
+        if self._in_flight == 0:
+            self._check_quiescent()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _key(self, name: str) -> tuple[str, int]:
+        count = self._counts.get(name, 0) + 1
+        self._counts[name] = count
+        return name, count
+
+    def _lookup(self, key: tuple[str, int], kind: StepKind) -> StepRecord | None:
+        record = self._recorded.get(key)
+        if record is not None and record.kind != kind:
+            raise InstanceFatalError(
+                "NonDeterminismError",
+                str(
+                    NonDeterminismError(
+                        f"step '{key[0]}-{key[1]}' was recorded as {record.kind!r} but run() now "
+                        f"calls it as {kind!r}; run() must call the same steps on every replay"
+                    )
+                ),
+            )
+        return record
+
+    def _seq_for(self, record: StepRecord | None) -> int:
+        if record is not None:
+            return record.seq
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _encode(self, value: Any, what: str) -> str:
+        return _json.dumps(value, what=what, limit=self.settings.max_payload)
+
+    async def _write(self, write: StepWrite) -> None:
+        """Record a step (fenced). Sees a pause request; aborts if the lease is gone."""
+        try:
+            status = await self.store.record_step(self.lease, write, self.store.now())
+        except LeaseLostError as exc:
+            raise ActivationAborted(str(exc)) from exc
+        self._recorded[(write.name, write.count)] = StepRecord(
+            name=write.name,
+            count=write.count,
+            seq=write.seq,
+            kind=write.kind,
+            status=write.status,
+            output=_json.loads(write.output),
+            error=write.error,
+            attempts=write.attempts,
+            wake_at=write.wake_at,
+            started_at=write.started_at,
+            ended_at=write.ended_at,
+            info=write.info,
+        )
+        if status == "waitingForPause":
+            self.request_stop("pause")
+
+    async def _gate(self, wake_at: float | None = None) -> None:
+        """Before new work: park if the activation is stopping or terminating."""
+        if self._terminating:
+            raise _Terminating()
+        if self._stop_reason is not None:
+            await self._park(None)
+        if wake_at is not None and wake_at > self.store.now():
+            await self._park(wake_at)
+
+    # -- step.do ---------------------------------------------------------------------------------
+
+    async def do(
+        self,
+        name: str,
+        config: Any,
+        callback: StepCallback,
+        rollback: Callable[..., Any] | None,
+        rollback_config: Any,
+    ) -> Any:
+        validate_step_name(name)
+        cfg = parse_step_config(config)
+        if not callable(callback):
+            raise TypeError(f"step {name!r}: the callback must be callable, got {callback!r}")
+        rb_cfg = parse_step_config(rollback_config) if rollback is not None else cfg
+        self._progress += 1
+        key = self._key(name)
+        record = self._lookup(key, "do")
+        seq = self._seq_for(record)
+        if record is not None and record.status == "complete":
+            if rollback is not None:
+                self._rollbacks.append(
+                    _Rollback(seq, key[0], key[1], rollback, rb_cfg, record.output)
+                )
+            return record.output
+        output = await self._run_attempts(key, seq, "do", record, cfg, callback, ())
+        if rollback is not None:
+            self._rollbacks.append(_Rollback(seq, key[0], key[1], rollback, rb_cfg, output))
+        return output
+
+    async def _run_attempts(
+        self,
+        key: tuple[str, int],
+        seq: int,
+        kind: StepKind,
+        record: StepRecord | None,
+        cfg: StepConfig,
+        callback: Callable[..., Any],
+        extra_args: tuple[Any, ...],
+    ) -> Any:
+        name, count = key
+        label = f"{name}-{count}"
+        if record is not None and record.status == "errored":
+            error = record.error or {"name": "Error", "message": ""}
+            raise StepFailedError(label, error["name"], error["message"])
+        attempts = list(record.attempts) if record is not None else []
+        await self._gate(record.wake_at if record is not None else None)
+        started_at = record.started_at if record is not None else None
+        while True:
+            number = len(attempts) + 1
+            now = self.store.now()
+            if started_at is None:
+                started_at = now
+            self._begin()
+            try:
+                self._emit("step_start", {"step": label, "attempt": number})
+                ctx = StepContext(
+                    name, count, number, cfg, self.instance.id, self.instance.workflow
+                )
+                args = extra_args or (ctx,)
+                try:
+                    result = await asyncio.wait_for(invoke(callback, args), cfg.timeout)
+                except TimeoutError:
+                    raise StepTimeoutError(
+                        f"step {label!r} attempt {number} timed out after {cfg.timeout:g} seconds"
+                    ) from None
+            except (_EngineSignal, asyncio.CancelledError):
+                self._end()
+                raise
+            except Exception as exc:  # noqa: BLE001 - a failed attempt, retried or recorded
+                try:
+                    ended = self.store.now()
+                    info = error_info(exc)
+                    attempts.append(Attempt(number, now, ended, info))
+                    retryable = not isinstance(exc, NonRetryableError)
+                    if not retryable or number > cfg.retries.limit:
+                        self._emit("step_failed", {"step": label, "attempt": number, **info})
+                        await self._write(
+                            StepWrite(
+                                name, count, seq, kind, "errored", None, info,
+                                tuple(attempts), None, started_at, ended,
+                            )
+                        )
+                        raise StepFailedError(label, info["name"], info["message"]) from exc
+                    delay = cfg.retries.delay_after(number, exc)
+                    wake_at = ended + delay
+                    self._emit(
+                        "step_retry", {"step": label, "attempt": number, "delay": delay, **info}
+                    )
+                    await self._write(
+                        StepWrite(
+                            name, count, seq, kind, "waiting", None, None,
+                            tuple(attempts), wake_at, started_at, None,
+                        )
+                    )
+                finally:
+                    self._end()
+                if delay > 0:
+                    await self._gate(wake_at)
+                continue
+            try:
+                ended = self.store.now()
+                attempts.append(Attempt(number, now, ended, None))
+                try:
+                    encoded = self._encode(result, f"the result of step {label!r}")
+                except InvalidPayloadError as exc:
+                    info = {"name": "InvalidPayloadError", "message": str(exc)}
+                    await self._write(
+                        StepWrite(
+                            name, count, seq, kind, "errored", None, info,
+                            tuple(attempts), None, started_at, ended,
+                        )
+                    )
+                    raise InstanceFatalError("InvalidPayloadError", str(exc)) from exc
+                await self._write(
+                    StepWrite(
+                        name, count, seq, kind, "complete", encoded, None,
+                        tuple(attempts), None, started_at, ended,
+                    )
+                )
+                self._emit("step_complete", {"step": label, "attempt": number})
+                return _json.loads(encoded)
+            finally:
+                self._end()
+
+    # -- sleeps ----------------------------------------------------------------------------------
+
+    async def sleep(self, name: str, duration: Duration) -> None:
+        seconds = parse_duration(duration, what=f"duration of sleep {name!r}")
+        await self._sleep(name, lambda now: now + seconds)
+
+    async def sleep_until(self, name: str, when: datetime | float | int) -> None:
+        if isinstance(when, datetime):
+            target = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+        elif isinstance(when, int | float) and not isinstance(when, bool):
+            target = float(when)
+        else:
+            raise ValueError(f"sleep_until {name!r}: expected a datetime or epoch seconds")
+        await self._sleep(name, lambda _now: target)
+
+    async def _sleep(self, name: str, wake: Callable[[float], float]) -> None:
+        validate_step_name(name)
+        self._progress += 1
+        key = self._key(name)
+        record = self._lookup(key, "sleep")
+        if record is not None and record.status == "complete":
+            return
+        seq = self._seq_for(record)
+        await self._gate()
+        now = self.store.now()
+        wake_at = record.wake_at if record is not None and record.wake_at else wake(now)
+        started = record.started_at if record is not None else now
+        if now >= wake_at:
+            self._begin()
+            try:
+                await self._write(
+                    StepWrite(key[0], key[1], seq, "sleep", "complete", None, None, (),
+                              wake_at, started, wake_at)
+                )
+            finally:
+                self._end()
+            return
+        if record is None:
+            self._emit("step_sleep", {"step": f"{name}-{key[1]}", "until": wake_at})
+            self._begin()
+            try:
+                await self._write(
+                    StepWrite(key[0], key[1], seq, "sleep", "waiting", None, None, (),
+                              wake_at, started, None)
+                )
+            finally:
+                self._end()
+        await self._park(wake_at)
+
+    # -- events ----------------------------------------------------------------------------------
+
+    async def wait_for_event(self, name: str, event_type: str, timeout: Duration) -> EventRecord:
+        validate_step_name(name)
+        validate_name(event_type, what="event type")
+        seconds = parse_duration(timeout, what=f"timeout of wait_for_event {name!r}")
+        self._progress += 1
+        key = self._key(name)
+        label = f"{name}-{key[1]}"
+        record = self._lookup(key, "wait_for_event")
+        if record is not None and record.status == "complete":
+            out = record.output
+            return EventRecord(out["type"], out["payload"], out["timestamp"])
+        if record is not None and record.status == "errored":
+            raise StepTimeoutError(f"wait_for_event {label!r} timed out waiting for {event_type!r}")
+        seq = self._seq_for(record)
+        await self._gate()
+        now = self.store.now()
+        deadline = record.wake_at if record is not None and record.wake_at else now + seconds
+        started = record.started_at if record is not None else now
+        info = {"type": event_type}
+        for index, pending in enumerate(self._events):
+            if pending.type == event_type:
+                del self._events[index]
+                event = EventRecord(pending.type, pending.payload, pending.timestamp)
+                self._begin()
+                try:
+                    await self._write(
+                        StepWrite(key[0], key[1], seq, "wait_for_event", "complete",
+                                  _json.dumps(event.to_json(), what="event", limit=1 << 62),
+                                  None, (), deadline, started, now, info, pending.pk)
+                    )
+                finally:
+                    self._end()
+                self._emit("event_received", {"step": label, "type": event_type})
+                return event
+        if now >= deadline:
+            error = {
+                "name": "StepTimeoutError",
+                "message": f"no {event_type!r} event within {seconds:g} seconds",
+            }
+            self._begin()
+            try:
+                await self._write(
+                    StepWrite(key[0], key[1], seq, "wait_for_event", "errored", None, error, (),
+                              deadline, started, now, info)
+                )
+            finally:
+                self._end()
+            raise StepTimeoutError(f"wait_for_event {label!r} timed out waiting for {event_type!r}")
+        if record is None:
+            self._emit("step_wait", {"step": label, "type": event_type, "until": deadline})
+            self._begin()
+            try:
+                await self._write(
+                    StepWrite(key[0], key[1], seq, "wait_for_event", "waiting", None, None, (),
+                              deadline, started, None, info)
+                )
+            finally:
+                self._end()
+        await self._park(deadline)
+
+    # -- child workflows -------------------------------------------------------------------------
+
+    async def start_workflow(self, workflow: str, params: Any, child_id: str | None) -> str:
+        validate_name(workflow, what="workflow name")
+        name = f"start {workflow}"
+        self._progress += 1
+        key = self._key(name)
+        record = self._lookup(key, "start_workflow")
+        if record is not None and record.status == "complete":
+            return str(record.output)
+        seq = self._seq_for(record)
+        await self._gate()
+        if child_id is None:
+            child_id = f"{self.instance.id[:60]}-{workflow[:30]}-{key[1]}"
+        validate_name(child_id, what="instance id")
+        encoded = self._encode(params, f"params of child workflow {workflow!r}")
+        parent = _json.dumps(
+            {"workflow": self.instance.workflow, "id": self.instance.id, "step": f"{name}-{key[1]}"},
+            what="parent",
+        )
+        now = self.store.now()
+        self._begin()
+        try:
+            await self.store.create_instances(
+                workflow, [NewInstance(child_id, encoded, parent)], trigger="workflow",
+                skip_existing=True,
+            )
+            await self._write(
+                StepWrite(key[0], key[1], seq, "start_workflow", "complete",
+                          _json.dumps(child_id, what="id"), None, (), None, now,
+                          self.store.now(), {"workflow": workflow, "id": child_id})
+            )
+        finally:
+            self._end()
+        return child_id
+
+    async def wait_for_workflow(self, workflow: str, child_id: str, timeout: Duration) -> Any:
+        seconds = parse_duration(timeout, what="timeout of wait_for_workflow")
+        name = f"wait {workflow} {child_id}"
+        self._progress += 1
+        key = self._key(name)
+        record = self._lookup(key, "wait_for_workflow")
+        info = {"workflow": workflow, "id": child_id}
+        if record is not None and record.status in ("complete", "errored"):
+            if record.status == "complete":
+                return record.output
+            error = record.error or {}
+            if error.get("name") == "StepTimeoutError":
+                raise StepTimeoutError(error.get("message", ""))
+            raise WorkflowFailedError(workflow, child_id, error.get("status", "errored"),
+                                      error.get("error"))
+        seq = self._seq_for(record)
+        await self._gate()
+        now = self.store.now()
+        deadline = record.wake_at if record is not None and record.wake_at else now + seconds
+        started = record.started_at if record is not None else now
+        self._begin()
+        try:
+            child = await self.store.get_instance(workflow, child_id)
+            if child.status in ("complete", "errored", "terminated"):
+                if child.status == "complete":
+                    await self._write(
+                        StepWrite(key[0], key[1], seq, "wait_for_workflow", "complete",
+                                  self._encode(child.output, "child output"), None, (), None,
+                                  started, now, info)
+                    )
+                    return child.output
+                err = {"name": "WorkflowFailedError", "status": child.status,
+                       "message": f"{workflow} {child_id} ended {child.status}",
+                       "error": child.error}
+                await self._write(
+                    StepWrite(key[0], key[1], seq, "wait_for_workflow", "errored", None,
+                              err, (), None, started, now, info)  # type: ignore[arg-type]
+                )
+                raise WorkflowFailedError(workflow, child_id, child.status, child.error)
+            if now >= deadline:
+                err = {"name": "StepTimeoutError",
+                       "message": f"{workflow} {child_id} did not end within {seconds:g} seconds"}
+                await self._write(
+                    StepWrite(key[0], key[1], seq, "wait_for_workflow", "errored", None, err, (),
+                              deadline, started, now, info)
+                )
+                raise StepTimeoutError(err["message"])
+            if record is None:
+                await self._write(
+                    StepWrite(key[0], key[1], seq, "wait_for_workflow", "waiting", None, None, (),
+                              deadline, started, None, info)
+                )
+        finally:
+            self._end()
+        await self._park(deadline)
+
+    # -- rollbacks -------------------------------------------------------------------------------
+
+    async def _run_rollbacks(self, error: BaseException | None) -> dict[str, Any] | None:
+        """Run the registered rollbacks, latest-started first; each is a durable step."""
+        if not self._rollbacks:
+            return None
+        self._terminating = False  # rollbacks themselves must be allowed to run
+        failures: list[dict[str, str]] = []
+        for rb in sorted(self._rollbacks, key=lambda r: r.seq, reverse=True):
+            key = (rb.name + _ROLLBACK_SUFFIX, rb.count)
+            record = self._lookup(key, "rollback")
+            if record is not None and record.status == "complete":
+                continue
+            seq = self._seq_for(record)
+            try:
+                await self._run_attempts(
+                    key, seq, "rollback", record, rb.config, rb.fn, (error, rb.output)
+                )
+            except StepFailedError as exc:
+                failures.append({"step": f"{rb.name}-{rb.count}", **error_info(exc)})
+        if failures:
+            first = failures[0]
+            return {
+                "outcome": "failed",
+                "error": {"name": first["name"], "message": first["message"]},
+                "failed": failures,
+            }
+        return {"outcome": "complete", "error": None}

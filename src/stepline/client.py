@@ -1,0 +1,164 @@
+"""Client side: workflow bindings and instance handles (what the CLI and HTTP API sit on)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from . import _json
+from .records import (
+    FINISHED_STATUSES,
+    InstancePage,
+    InstanceRecord,
+    InstanceStatus,
+    StepRecord,
+)
+from .store.base import NewInstance, Store
+from .workflow import validate_name
+
+CheckWorkflow = Callable[[str], Awaitable[None]]
+
+
+class Instance:
+    """A handle on one instance. Cheap to create; every call reads or writes the store."""
+
+    def __init__(self, store: Store, workflow: str, instance_id: str) -> None:
+        self._store = store
+        self.workflow = workflow
+        self.id = instance_id
+
+    def __repr__(self) -> str:
+        return f"<Instance {self.workflow}/{self.id}>"
+
+    async def record(self) -> InstanceRecord:
+        """Everything stored about the instance (params, timestamps, ...)."""
+        return await self._store.get_instance(self.workflow, self.id)
+
+    async def status(self) -> InstanceStatus:
+        """``InstanceStatus(status, output, error, rollback)``."""
+        rec = await self.record()
+        return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback)
+
+    async def steps(self) -> list[StepRecord]:
+        """The full step history in start order, with every attempt."""
+        return await self._store.get_steps(self.workflow, self.id)
+
+    async def pause(self) -> None:
+        """Pause: at once if queued or waiting; when the running step ends if running."""
+        await self._store.control(self.workflow, self.id, "pause")
+
+    async def resume(self) -> None:
+        """Resume a paused instance (or cancel a pending pause)."""
+        await self._store.control(self.workflow, self.id, "resume")
+
+    async def terminate(self, *, rollback: bool = False) -> None:
+        """End the instance ``terminated``; with ``rollback`` its rollbacks run first.
+
+        Raises :class:`~stepline.IllegalStateError` if it is already complete, errored or
+        terminated.
+        """
+        await self._store.control(self.workflow, self.id, "terminate", rollback=rollback)
+
+    async def restart(self, from_step: str | None = None, *, count: int = 1) -> None:
+        """Run again from the start, or from step ``from_step`` (occurrence ``count``), keeping
+        the results recorded before it."""
+        target = (from_step, count) if from_step is not None else None
+        await self._store.control(self.workflow, self.id, "restart", from_step=target)
+
+    async def send_event(self, type: str, payload: Any = None) -> None:
+        """Deliver an event to ``wait_for_event(type=...)``; kept until a wait consumes it."""
+        validate_name(type, what="event type")
+        encoded = _json.dumps(payload, what=f"payload of event {type!r}")
+        await self._store.send_event(self.workflow, self.id, type, encoded)
+
+    async def wait(self, timeout: float | None = None) -> InstanceStatus:
+        """Wait until the instance is complete, errored or terminated; return its status.
+
+        Raises :class:`TimeoutError` after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = 0.005
+        while True:
+            status = await self.status()
+            if status.status in FINISHED_STATUSES:
+                return status
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(
+                    f"instance {self.id!r} of {self.workflow!r} is still {status.status} "
+                    f"after {timeout} seconds"
+                )
+            pause = interval if remaining is None else min(interval, remaining)
+            await self._store.wait_changed(self.workflow, self.id, pause)
+            interval = min(interval * 2, 0.25)
+
+
+class WorkflowBinding:
+    """What ``engine.workflow(name)`` returns: create and look up instances of one workflow."""
+
+    def __init__(self, store: Store, name: str, check: CheckWorkflow) -> None:
+        self._store = store
+        self.name = name
+        self._check_known = check
+
+    def __repr__(self) -> str:
+        return f"<WorkflowBinding {self.name}>"
+
+    async def _check(self) -> None:
+        await self._check_known(self.name)
+
+    async def create(
+        self, id: str | None = None, params: Any = None, *, trigger: str = "api"
+    ) -> Instance:
+        """Create an instance (queued, durable when this returns).
+
+        ``id`` defaults to a random UUID; an existing id raises
+        :class:`~stepline.InstanceAlreadyExistsError`.
+        """
+        await self._check()
+        instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
+        encoded = _json.dumps(params, what="instance params")
+        await self._store.create_instances(
+            self.name, [NewInstance(instance_id, encoded)], trigger=trigger, skip_existing=False
+        )
+        return Instance(self._store, self.name, instance_id)
+
+    async def create_batch(
+        self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
+    ) -> list[Instance]:
+        """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...}, ...]``.
+
+        Idempotent: ids that already exist are skipped. Returns a handle for every item, in order.
+        """
+        await self._check()
+        new: list[NewInstance] = []
+        for index, item in enumerate(items):
+            unknown = set(item) - {"id", "params"}
+            if unknown:
+                raise ValueError(f"create_batch item {index}: unknown key {sorted(unknown)[0]!r}")
+            raw_id = item.get("id")
+            instance_id = (
+                str(uuid.uuid4()) if raw_id is None else validate_name(raw_id, what="instance id")
+            )
+            new.append(
+                NewInstance(
+                    instance_id,
+                    _json.dumps(item.get("params"), what=f"params of batch item {index}"),
+                )
+            )
+        await self._store.create_instances(self.name, new, trigger=trigger, skip_existing=True)
+        return [Instance(self._store, self.name, item.id) for item in new]
+
+    async def get(self, id: str) -> Instance:
+        """A handle on an existing instance; unknown ids raise ``InstanceNotFoundError``."""
+        await self._store.get_instance(self.name, id)
+        return Instance(self._store, self.name, id)
+
+    async def list(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> InstancePage:
+        """Instances of this workflow, newest first."""
+        return await self._store.list_instances(self.name, status, limit, cursor)
+

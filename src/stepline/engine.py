@@ -1,0 +1,213 @@
+"""The :class:`Engine`: owns the registry, the store and the settings; opened explicitly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any
+
+from ._json import DEFAULT_MAX_PAYLOAD
+from .client import Instance, WorkflowBinding
+from .clock import SystemClock
+from .durations import Duration, parse_duration
+from .errors import DefinitionError, WorkflowNotFoundError
+from .records import InstancePage, WorkflowInfo
+from .store import Store, create_store
+from .store.base import WorkflowMeta
+from .worker import Worker, WorkerSettings
+from .workflow import WorkflowDefinition, definition_of
+
+log = logging.getLogger("stepline")
+
+DEFAULT_URL = "sqlite:///stepline.db"
+Listener = Callable[[str, dict[str, Any]], None]
+
+
+class Engine:
+    """Stepline's entry point.
+
+    ``url`` selects the database (default: ``$STEPLINE_DATABASE_URL``, else
+    ``sqlite:///stepline.db``). ``async with Engine(...) as engine:`` opens the store (creating
+    and migrating the schema) and, unless ``worker=False``, runs an in-process worker for the
+    registered ``workflows`` until the block exits.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        workflows: Iterable[Any] = (),
+        *,
+        worker: bool = True,
+        concurrency: int = 100,
+        lease: Duration = 30,
+        poll_interval: Duration = 0.5,
+        grace_period: Duration = 10,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        clock: Callable[[], float] | None = None,
+        worker_id: str | None = None,
+        listeners: Iterable[Listener] = (),
+    ) -> None:
+        self.url = url or os.environ.get("STEPLINE_DATABASE_URL") or DEFAULT_URL
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if max_payload < 1:
+            raise ValueError(f"max_payload must be positive, got {max_payload}")
+        lease_seconds = parse_duration(lease, what="lease")
+        if lease_seconds < 0.1:
+            raise ValueError(f"lease must be at least 0.1 seconds, got {lease!r}")
+        self.settings = WorkerSettings(
+            concurrency=concurrency,
+            lease=lease_seconds,
+            poll_interval=parse_duration(poll_interval, what="poll_interval"),
+            grace_period=parse_duration(grace_period, what="grace_period"),
+            max_payload=max_payload,
+        )
+        self.clock = clock or SystemClock()
+        self.store: Store = create_store(self.url, self.clock)
+        self._registry: dict[str, WorkflowDefinition] = {}
+        self._opened = False
+        for wf in workflows:
+            self.register(wf)
+        self._run_worker = worker
+        self._worker_id = worker_id
+        self._listeners = tuple(listeners)
+        self._worker: Worker | None = None
+        self._worker_task: asyncio.Task[None] | None = None
+        self._db_workflows: set[str] = set()
+
+    # -- registry --------------------------------------------------------------------------------
+
+    def register(self, workflow: Any) -> WorkflowDefinition:
+        """Register a workflow class, ``@workflow`` function, Pipeline or Dag."""
+        if self._opened:
+            raise DefinitionError("register workflows before the engine is opened")
+        definition = definition_of(workflow)
+        existing = self._registry.get(definition.name)
+        if existing is not None and existing.cls is not definition.cls:
+            raise DefinitionError(
+                f"two workflows are named {definition.name!r}: {existing.class_name} and "
+                f"{definition.class_name}; give one of them another name"
+            )
+        self._registry[definition.name] = definition
+        return definition
+
+    @property
+    def workflows(self) -> dict[str, WorkflowDefinition]:
+        """The registered workflows by name."""
+        return dict(self._registry)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the store and register the workflows in it. Idempotent."""
+        if self._opened:
+            return
+        await self.store.open()
+        self._opened = True
+        if self._registry:
+            await self.store.register_workflows(
+                [
+                    WorkflowMeta(d.name, d.class_name, d.describe())
+                    for d in self._registry.values()
+                ]
+            )
+
+    async def close(self) -> None:
+        """Stop the in-process worker (gracefully) and close the store."""
+        if self._worker_task is not None:
+            assert self._worker is not None
+            self._worker.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker_task
+            self._worker_task = None
+        if self._opened:
+            await self.store.close()
+            self._opened = False
+
+    async def __aenter__(self) -> Engine:
+        await self.open()
+        if self._run_worker and self._registry:
+            self._worker_task = asyncio.create_task(self.worker.run(), name="stepline-worker")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def worker(self) -> Worker:
+        """This engine's worker (created on first use; started by ``async with`` or
+        :meth:`run_worker`, or driven step by step with ``worker.run_once()``)."""
+        if self._worker is None:
+            self._worker = Worker(
+                self.store,
+                self._registry,
+                self.settings,
+                worker_id=self._worker_id,
+                listeners=self._listeners,
+            )
+        return self._worker
+
+    async def run_worker(self, *, handle_signals: bool = True) -> None:
+        """Run a worker until SIGINT/SIGTERM (or ``engine.worker.stop()``), then shut down
+        gracefully: stop claiming, let running steps finish within the grace period, release
+        leases."""
+        await self.open()
+        worker = self.worker
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, worker.stop)
+                    installed.append(sig)
+        try:
+            await worker.run()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    # -- client ----------------------------------------------------------------------------------
+
+    def workflow(self, workflow: str | Any) -> WorkflowBinding:
+        """A binding to create and look up instances: by name, class, Pipeline or Dag."""
+        name = workflow if isinstance(workflow, str) else definition_of(workflow).name
+        return WorkflowBinding(self.store, name, self._check_workflow)
+
+    async def _check_workflow(self, name: str) -> None:
+        if name in self._registry or name in self._db_workflows:
+            return
+        known = {info.name for info in await self.store.list_workflows()}
+        self._db_workflows = known
+        if name not in known:
+            raise WorkflowNotFoundError(name, sorted(known | set(self._registry)))
+
+    async def get_instance(self, workflow: str, instance_id: str) -> Instance:
+        """A handle on an existing instance of ``workflow``."""
+        return await self.workflow(workflow).get(instance_id)
+
+    async def list_instances(
+        self,
+        workflow: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> InstancePage:
+        """Page through instances, newest first; pass ``page.cursor`` back for the next page."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        return await self.store.list_instances(workflow, status, limit, cursor)
+
+    async def list_workflows(self) -> list[WorkflowInfo]:
+        """Workflows known to the database, with instance counts by status."""
+        return await self.store.list_workflows()
+

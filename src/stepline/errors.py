@@ -1,0 +1,147 @@
+"""Stepline's exceptions.
+
+Every error stepline raises derives from :class:`SteplineError`, and every message says what
+happened and what to do about it. Control flow that user code must never swallow (an instance
+being suspended or cancelled by the engine) derives from :class:`BaseException` instead, so a
+plain ``except Exception`` inside ``Workflow.run`` cannot catch it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SteplineError(Exception):
+    """Root of every exception stepline raises on purpose."""
+
+
+class NonRetryableError(SteplineError):
+    """Raise from a step callback to fail the step at once, without further retries."""
+
+
+class StepTimeoutError(SteplineError):
+    """A step attempt ran past its ``timeout``, or ``wait_for_event`` timed out."""
+
+
+class StepFailedError(SteplineError):
+    """A step failed for good (retries exhausted, or a :class:`NonRetryableError`).
+
+    It is raised inside ``Workflow.run`` at the ``await step.do(...)`` that failed, both the first
+    time and on every replay afterwards, so ``try/except StepFailedError`` behaves the same way each
+    time. ``error_name`` and ``message`` describe the last error the callback raised; on the first
+    run that exception is also chained as ``__cause__``.
+    """
+
+    def __init__(self, step: str, error_name: str, message: str) -> None:
+        super().__init__(f"step {step!r} failed: {error_name}: {message}")
+        self.step = step
+        self.error_name = error_name
+        self.message = message
+
+
+class WorkflowFailedError(SteplineError):
+    """A child workflow awaited with ``step.wait_for_workflow`` ended errored or terminated."""
+
+    def __init__(self, workflow: str, instance_id: str, status: str, error: Any) -> None:
+        detail = f": {error.get('name')}: {error.get('message')}" if isinstance(error, dict) else ""
+        super().__init__(f"workflow {workflow!r} instance {instance_id!r} ended {status}{detail}")
+        self.workflow = workflow
+        self.instance_id = instance_id
+        self.status = status
+        self.error = error
+
+
+class InvalidPayloadError(SteplineError, ValueError):
+    """A value that has to be stored is not JSON, or is larger than the configured limit."""
+
+
+class InstanceAlreadyExistsError(SteplineError):
+    """``create`` was given an instance id that already exists for that workflow."""
+
+    def __init__(self, workflow: str, instance_id: str) -> None:
+        super().__init__(
+            f"workflow {workflow!r} already has an instance {instance_id!r}; "
+            "pick another id, or use create_batch to skip existing ids"
+        )
+        self.workflow = workflow
+        self.instance_id = instance_id
+
+
+class InstanceNotFoundError(SteplineError, LookupError):
+    """No instance with that id exists for that workflow."""
+
+    def __init__(self, workflow: str, instance_id: str) -> None:
+        super().__init__(f"workflow {workflow!r} has no instance {instance_id!r}")
+        self.workflow = workflow
+        self.instance_id = instance_id
+
+
+class WorkflowNotFoundError(SteplineError, LookupError):
+    """No workflow of that name is registered with the engine or known to the database."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        choices = ", ".join(sorted(known)) if known else "none"
+        super().__init__(f"unknown workflow {name!r}; known workflows: {choices}")
+        self.name = name
+        self.known = sorted(known)
+
+
+class IllegalStateError(SteplineError):
+    """The requested change is not allowed in the instance's current status."""
+
+    def __init__(self, workflow: str, instance_id: str, status: str, action: str) -> None:
+        super().__init__(
+            f"cannot {action} instance {instance_id!r} of workflow {workflow!r}: it is {status}"
+        )
+        self.workflow = workflow
+        self.instance_id = instance_id
+        self.status = status
+        self.action = action
+
+
+class NonDeterminismError(SteplineError):
+    """Replay met a step that does not match the recorded history.
+
+    ``run()`` must call the same steps in the same order on every replay; branch only on step
+    results, the event payload, and other recorded values.
+    """
+
+
+class DefinitionError(SteplineError, ValueError):
+    """A workflow, pipeline or DAG definition is invalid."""
+
+
+class StoreError(SteplineError):
+    """The database failed in a way stepline could not recover from."""
+
+
+class LeaseLostError(SteplineError):
+    """This worker no longer holds the lease of the instance it was running.
+
+    Another worker has claimed it, or it was terminated or restarted. The activation stops at once;
+    the instance is safe because every write is fenced on the lease.
+    """
+
+
+class ConfigError(SteplineError, ValueError):
+    """The project configuration (stepline.toml, pyproject.toml or the environment) is invalid."""
+
+
+class _EngineSignal(BaseException):  # noqa: N818 - control flow, not an error
+    """Base for engine control flow travelling through user code. Never catch it."""
+
+
+class SuspendInstance(_EngineSignal):
+    """Raised inside ``run()`` when the instance must stop and wait (sleep, event, retry delay)."""
+
+
+class InstanceFatalError(_EngineSignal):
+    """Raised inside ``run()`` when the instance must end ``errored`` whatever user code does.
+
+    Used for results that cannot be stored (not JSON or too large) and for non-determinism.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message

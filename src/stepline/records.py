@@ -1,0 +1,201 @@
+"""Frozen records passed between the store, the runtime and the client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+InstanceStatusName = Literal[
+    "queued",
+    "running",
+    "paused",
+    "errored",
+    "terminated",
+    "complete",
+    "waiting",
+    "waitingForPause",
+]
+INSTANCE_STATUSES: tuple[InstanceStatusName, ...] = (
+    "queued",
+    "running",
+    "paused",
+    "errored",
+    "terminated",
+    "complete",
+    "waiting",
+    "waitingForPause",
+)
+FINISHED_STATUSES: frozenset[str] = frozenset({"errored", "terminated", "complete"})
+
+StepKind = Literal["do", "sleep", "wait_for_event", "rollback", "start_workflow", "wait_for_workflow"]
+StepStatus = Literal["running", "waiting", "complete", "errored"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a ``step.do``: its number (from 1), start, end, and error if it failed."""
+
+    number: int
+    started_at: float
+    ended_at: float | None = None
+    error: dict[str, str] | None = None
+
+    @property
+    def state(self) -> str:
+        if self.ended_at is None:
+            return "running"
+        return "failed" if self.error is not None else "success"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "state": self.state,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Attempt:
+        return cls(data["number"], data["started_at"], data.get("ended_at"), data.get("error"))
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A recorded step of an instance, identified by ``name`` and occurrence ``count``."""
+
+    name: str
+    count: int
+    seq: int
+    kind: StepKind
+    status: StepStatus
+    output: Any = None
+    error: dict[str, str] | None = None
+    attempts: tuple[Attempt, ...] = ()
+    wake_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    info: dict[str, Any] | None = None
+
+    @property
+    def display_name(self) -> str:
+        return f"{self.name}-{self.count}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.display_name,
+            "step": self.name,
+            "count": self.count,
+            "seq": self.seq,
+            "type": self.kind,
+            "status": self.status,
+            "output": self.output,
+            "error": self.error,
+            "wake_at": self.wake_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "info": self.info,
+            "attempts": [a.to_json() for a in self.attempts],
+        }
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """An event sent to an instance, as ``wait_for_event`` returns it."""
+
+    type: str
+    payload: Any
+    timestamp: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "payload": self.payload, "timestamp": self.timestamp}
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """An event that no ``wait_for_event`` has consumed yet (store-internal id included)."""
+
+    pk: int
+    type: str
+    payload: Any
+    timestamp: float
+
+
+@dataclass(frozen=True)
+class InstanceRecord:
+    """An instance as stored."""
+
+    pk: int
+    workflow: str
+    id: str
+    status: InstanceStatusName
+    params: Any
+    output: Any
+    error: dict[str, str] | None
+    rollback: dict[str, Any] | None
+    trigger: str
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    ended_at: float | None
+    ready_at: float | None = None
+    lease_owner: str | None = None
+    parent: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workflow": self.workflow,
+            "id": self.id,
+            "status": self.status,
+            "params": self.params,
+            "output": self.output,
+            "error": self.error,
+            "rollback": self.rollback,
+            "trigger": self.trigger,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "wake_at": self.ready_at if self.status == "waiting" else None,
+            "parent": self.parent,
+        }
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    """What ``instance.status()`` returns (the fields Cloudflare Workflows reports)."""
+
+    status: InstanceStatusName
+    output: Any = None
+    error: dict[str, str] | None = None
+    rollback: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class InstancePage:
+    """One page of ``list_instances``; pass ``cursor`` back to get the next page."""
+
+    instances: list[InstanceRecord]
+    cursor: str | None
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    """A workflow known to the database, with its instance counts by status."""
+
+    name: str
+    class_name: str
+    created_at: float
+    updated_at: float
+    definition: dict[str, Any] | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "class_name": self.class_name,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "definition": self.definition,
+            "counts": self.counts,
+        }

@@ -1,0 +1,109 @@
+"""Row <-> record conversion shared by every SQL store (same column order in every dialect)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Any, cast
+
+from .._json import loads
+from ..errors import IllegalStateError
+from ..records import Attempt, InstanceRecord, InstanceStatusName, StepKind, StepRecord, StepStatus
+
+INSTANCE_COLUMNS = (
+    "pk, workflow, id, status, params, output, error, rollback, trigger, created_at, updated_at,"
+    " started_at, ended_at, ready_at, lease_owner, parent"
+)
+STEP_COLUMNS = (
+    "name, count, seq, kind, status, output, error, attempts, wake_at, started_at, ended_at, info"
+)
+
+UNFINISHED = ("queued", "running", "paused", "waiting", "waitingForPause")
+
+
+def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
+    return InstanceRecord(
+        pk=row[0],
+        workflow=row[1],
+        id=row[2],
+        status=cast(InstanceStatusName, row[3]),
+        params=loads(row[4]),
+        output=loads(row[5]),
+        error=loads(row[6]),
+        rollback=loads(row[7]),
+        trigger=row[8],
+        created_at=row[9],
+        updated_at=row[10],
+        started_at=row[11],
+        ended_at=row[12],
+        ready_at=row[13],
+        lease_owner=row[14],
+        parent=loads(row[15]),
+    )
+
+
+def step_from_row(row: Sequence[Any]) -> StepRecord:
+    attempts = loads(row[7]) or []
+    return StepRecord(
+        name=row[0],
+        count=row[1],
+        seq=row[2],
+        kind=cast(StepKind, row[3]),
+        status=cast(StepStatus, row[4]),
+        output=loads(row[5]),
+        error=loads(row[6]),
+        attempts=tuple(Attempt.from_json(a) for a in attempts),
+        wake_at=row[8],
+        started_at=row[9],
+        ended_at=row[10],
+        info=loads(row[11]),
+    )
+
+
+def encode_cursor(pk: int) -> str:
+    return base64.urlsafe_b64encode(str(pk).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> int | None:
+    if not cursor:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        return int(base64.urlsafe_b64decode(padded.encode()).decode())
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError(f"invalid cursor {cursor!r}: pass back a cursor from a previous page") from None
+
+
+def control_transition(
+    workflow: str, instance_id: str, status: str, leased: bool, action: str, rollback: bool
+) -> dict[str, Any]:
+    """The column changes a control action makes, or ``IllegalStateError``.
+
+    One state machine for every store. Keys of the result: ``status``, and optionally
+    ``ready`` ("now" or None), ``fence`` (bump the lease token and drop the lease), ``control``,
+    ``end`` (set ``ended_at``). Restart is handled by the stores (it also deletes steps).
+    """
+    if action == "pause":
+        if status in ("queued", "waiting"):
+            return {"status": "paused", "ready": None}
+        if status == "running":
+            return {"status": "waitingForPause"}
+        raise IllegalStateError(workflow, instance_id, status, "pause")
+    if action == "resume":
+        if status == "paused":
+            return {"status": "queued", "ready": "now"}
+        if status == "waitingForPause":
+            return {"status": "running"}
+        raise IllegalStateError(workflow, instance_id, status, "resume")
+    if action == "terminate":
+        if status not in UNFINISHED:
+            raise IllegalStateError(workflow, instance_id, status, "terminate")
+        if rollback:
+            return {
+                "status": "running" if status in ("running", "waitingForPause") else "queued",
+                "ready": "now",
+                "fence": leased,
+                "control": "terminate_rollback",
+            }
+        return {"status": "terminated", "ready": None, "fence": leased, "end": True}
+    raise ValueError(f"unknown action {action!r}")

@@ -1,0 +1,320 @@
+"""The store interface: every domain operation the engine needs from a database.
+
+One narrow abstract class; SQLite and PostgreSQL implement it (one file each) and both pass the
+same contract test suite. Every operation documents its contract. Driver errors never escape: an
+implementation translates them into stepline's exceptions at this boundary, chained with ``from``.
+
+Times are float seconds since the epoch. Operations that depend on the current time take it as
+``now`` from :meth:`Store.now`, the store's clock (the engine's clock, corrected to the database
+server's clock where the server has one), so all workers agree on timers and lease expiry.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..records import (
+    Attempt,
+    InstancePage,
+    InstanceRecord,
+    PendingEvent,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    WorkflowInfo,
+)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof that a worker holds an instance: every fenced write checks ``token``."""
+
+    pk: int
+    token: int
+    owner: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed instance, ready to be activated."""
+
+    instance: InstanceRecord
+    lease: Lease
+    control: str | None
+    """``"terminate"`` or ``"terminate_rollback"`` when a termination is waiting to be carried out."""
+    event_seq: int
+    """Count of events sent so far; passed back to :meth:`Store.finish` to catch late events."""
+
+
+@dataclass(frozen=True)
+class History:
+    """Everything an activation needs to replay: recorded steps and unconsumed events."""
+
+    steps: list[StepRecord]
+    events: list[PendingEvent]
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    """An instance to create: ``params`` is already-encoded JSON text (or None)."""
+
+    id: str
+    params: str | None
+    parent: str | None = None
+    """JSON text ``{"workflow", "id", "step"}`` for child instances started by a parent's step."""
+
+
+@dataclass(frozen=True)
+class StepWrite:
+    """A step's new state, written by :meth:`Store.record_step` (insert or replace)."""
+
+    name: str
+    count: int
+    seq: int
+    kind: StepKind
+    status: StepStatus
+    output: str | None = None
+    """Encoded JSON text."""
+    error: dict[str, str] | None = None
+    attempts: tuple[Attempt, ...] = ()
+    wake_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    info: dict[str, Any] | None = None
+    consume_event: int | None = None
+    """The pk of a pending event this step consumes, atomically with the write."""
+
+
+FinishStatus = Literal["complete", "errored", "terminated", "waiting"]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How an activation ends.
+
+    ``waiting`` means suspended: the instance becomes ready again at ``wake_at`` (or when an event
+    arrives if ``wake_at`` is None). If events arrived since ``event_seq`` was read, it is made
+    ready at once instead, so no event is ever missed. A pause requested meanwhile
+    (``waitingForPause``) turns ``waiting`` into ``paused``.
+    """
+
+    status: FinishStatus
+    output: str | None = None
+    error: dict[str, str] | None = None
+    rollback: dict[str, Any] | None = None
+    wake_at: float | None = None
+    event_seq: int = 0
+
+
+@dataclass(frozen=True)
+class WorkflowMeta:
+    """What a worker registers about a workflow it can run."""
+
+    name: str
+    class_name: str
+    definition: dict[str, Any] | None = None
+
+
+ControlAction = Literal["pause", "resume", "terminate", "restart"]
+
+
+class Store(abc.ABC):
+    """Abstract store. Subclasses: :class:`~stepline.store.sqlite.SqliteStore`, PostgreSQL."""
+
+    url: str
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._ready_listeners: list[Callable[[], None]] = []
+        self._change_waiters: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
+
+    # -- clock and in-process signals ------------------------------------------------------------
+
+    def now(self) -> float:
+        """The store's notion of the current time (seconds since the epoch)."""
+        return self._clock()
+
+    def add_ready_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the store's loop) whenever an instance may have become runnable."""
+        self._ready_listeners.append(callback)
+
+    def remove_ready_listener(self, callback: Callable[[], None]) -> None:
+        if callback in self._ready_listeners:
+            self._ready_listeners.remove(callback)
+
+    def _notify_ready(self) -> None:
+        for callback in list(self._ready_listeners):
+            callback()
+
+    def _notify_changed(self, workflow: str, instance_id: str) -> None:
+        for fut in self._change_waiters.pop((workflow, instance_id), ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_changed(self, workflow: str, instance_id: str, timeout: float) -> None:
+        """Return when this process changed the instance, or after ``timeout`` seconds.
+
+        Changes made by other processes are seen by polling (callers loop); stores with a
+        notification channel (PostgreSQL) also resolve the wait for those.
+        """
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._change_waiters.setdefault((workflow, instance_id), [])
+        waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            if fut in waiters:
+                waiters.remove(fut)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect, then create or upgrade the schema through the numbered migrations."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Finish pending writes and release every connection. Idempotent."""
+
+    # -- workflows ---------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
+        """Insert or update the workflows a worker or client knows (``created_at`` is kept)."""
+
+    @abc.abstractmethod
+    async def list_workflows(self) -> list[WorkflowInfo]:
+        """Every registered workflow, sorted by name, with instance counts by status."""
+
+    # -- instances (client side) -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_instances(
+        self,
+        workflow: str,
+        items: Sequence[NewInstance],
+        *,
+        trigger: str,
+        skip_existing: bool,
+    ) -> list[InstanceRecord]:
+        """Create queued instances durably (on disk before returning).
+
+        With ``skip_existing`` ids that exist are skipped and only new instances are returned;
+        otherwise an existing id raises ``InstanceAlreadyExistsError`` and nothing is created.
+        """
+
+    @abc.abstractmethod
+    async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
+        """The instance, or ``InstanceNotFoundError``."""
+
+    @abc.abstractmethod
+    async def list_instances(
+        self,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        *,
+        oldest_first: bool = False,
+    ) -> InstancePage:
+        """A page of instances, newest first (or oldest first), optionally filtered."""
+
+    @abc.abstractmethod
+    async def get_steps(self, workflow: str, instance_id: str) -> list[StepRecord]:
+        """The instance's step history in start order (``seq``), or ``InstanceNotFoundError``."""
+
+    @abc.abstractmethod
+    async def control(
+        self,
+        workflow: str,
+        instance_id: str,
+        action: ControlAction,
+        *,
+        rollback: bool = False,
+        from_step: tuple[str, int] | None = None,
+    ) -> InstanceRecord:
+        """Pause, resume, terminate or restart an instance durably; return its new state.
+
+        - pause: queued/waiting become ``paused``; running becomes ``waitingForPause`` (the
+          activation stops at the next step boundary). Other states: ``IllegalStateError``.
+        - resume: paused becomes queued; waitingForPause becomes running again.
+        - terminate: any unfinished instance. Without rollback it becomes ``terminated`` at once
+          and a running activation is fenced out. With rollback it is marked for termination and
+          queued, so that a worker runs the rollbacks and then ends it ``terminated``.
+        - restart: any instance. Steps are deleted (all of them, or from ``from_step`` = (name,
+          count) on, in start order), the output/error cleared, and the instance queued; a
+          running activation is fenced out. Unknown ``from_step``: ``ValueError``.
+        """
+
+    @abc.abstractmethod
+    async def send_event(
+        self, workflow: str, instance_id: str, event_type: str, payload: str | None
+    ) -> None:
+        """Store an event durably and wake the instance if it is waiting.
+
+        Events to finished instances raise ``IllegalStateError``.
+        """
+
+    @abc.abstractmethod
+    async def delete_instances(self, workflow: str, instance_ids: Sequence[str]) -> int:
+        """Delete instances with their steps and events; return how many existed."""
+
+    @abc.abstractmethod
+    async def purge_instances(
+        self, workflow: str | None, statuses: Sequence[str], older_than: float
+    ) -> int:
+        """Delete finished instances in ``statuses`` that ended before ``older_than``."""
+
+    # -- activations (worker side) ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def claim(
+        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+    ) -> list[Claim]:
+        """Atomically take up to ``limit`` runnable instances of ``workflows``.
+
+        Runnable: ``ready_at <= now`` and no live lease. Each claimed instance gets a fresh lease
+        token and ``lease_expires = now + lease_seconds``; queued and waiting instances become
+        ``running``. Two concurrent claims never return the same instance.
+        """
+
+    @abc.abstractmethod
+    async def load_history(self, lease: Lease) -> History:
+        """All recorded steps (start order) and unconsumed events (send order), in one read."""
+
+    @abc.abstractmethod
+    async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+        """Insert or replace a step record, fenced on the lease; return the instance status.
+
+        The returned status lets the activation see a pause request (``waitingForPause``) at the
+        next step boundary. Raises ``LeaseLostError`` if the lease is no longer held (nothing is
+        written then). If ``write.consume_event`` is set the event is marked consumed atomically.
+        """
+
+    @abc.abstractmethod
+    async def renew(
+        self, leases: Sequence[Lease], lease_seconds: float, now: float
+    ) -> dict[int, str]:
+        """Extend the leases still held; return ``{pk: status}`` for those (lost ones absent)."""
+
+    @abc.abstractmethod
+    async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
+        """End an activation, fenced on the lease, and release the lease; return the new status.
+
+        See :class:`Finish` for how ``waiting`` interacts with late events and pause requests.
+        Raises ``LeaseLostError`` if the lease is no longer held.
+        """
+
+    @abc.abstractmethod
+    async def release(self, lease: Lease, now: float) -> None:
+        """Give an instance back unfinished (graceful shutdown): runnable again at once."""
+
+    @abc.abstractmethod
+    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
+        """The earliest ``ready_at`` among unleased instances of ``workflows``, if any."""

@@ -1,0 +1,757 @@
+"""SQLite store: one file, WAL mode, shared safely by several worker processes.
+
+Design:
+
+- One connection per process, used on the event loop's thread. SQLite calls on a local file in
+  WAL mode take microseconds; a thread hop per call would cost more than the call.
+- Writes are queued and committed together: every write enqueued during one turn of the event
+  loop goes into one ``BEGIN IMMEDIATE ... COMMIT`` (group commit), each inside a savepoint so one
+  failing operation does not undo the others.
+- Step checkpoints commit with ``synchronous=NORMAL`` (durable across process crashes; a power
+  loss may lose the last few, which then re-run). Writes acknowledged to callers (create, events,
+  control actions) commit with ``synchronous=FULL``.
+- Lock contention with other processes never blocks the loop for long and never surfaces as
+  "database is locked": the busy timeout is short and the store retries with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .._json import dumps, loads
+from ..errors import (
+    IllegalStateError,
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+    LeaseLostError,
+    SteplineError,
+    StoreError,
+)
+from ..records import InstancePage, InstanceRecord, StepRecord, WorkflowInfo
+from ._rows import (
+    INSTANCE_COLUMNS,
+    STEP_COLUMNS,
+    control_transition,
+    decode_cursor,
+    encode_cursor,
+    instance_from_row,
+    step_from_row,
+)
+from .base import (
+    Claim,
+    ControlAction,
+    Finish,
+    History,
+    Lease,
+    NewInstance,
+    PendingEvent,
+    StepWrite,
+    Store,
+    WorkflowMeta,
+)
+from .migrations import load_migrations
+
+T = TypeVar("T")
+Op = Callable[[sqlite3.Connection], Any]
+
+_BUSY_TIMEOUT_MS = 20
+_LOCK_GIVE_UP_SECONDS = 120.0
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration script into statements (comments may contain ';')."""
+    statements: list[str] = []
+    current = ""
+    for line in script.splitlines():
+        if line.strip().startswith("--") and not current:
+            continue
+        current += line + "\n"
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    if current.strip():
+        statements.append(current.strip())
+    return statements
+
+
+def path_from_url(url: str) -> str:
+    """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite://:memory:``."""
+    if not url.startswith("sqlite://"):
+        raise ValueError(f"not a SQLite URL: {url!r} (expected sqlite:///path/to/file.db)")
+    rest = url[len("sqlite://") :]
+    if rest in (":memory:", "/:memory:"):
+        return ":memory:"
+    if not rest.startswith("/"):
+        raise ValueError(f"invalid SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////abs.db")
+    return rest[1:]
+
+
+class SqliteStore(Store):
+    """The embedded store. ``url`` is ``sqlite:///path/to/file.db``."""
+
+    def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        self.url = url
+        self.path = path_from_url(url)
+        self._conn: sqlite3.Connection | None = None
+        self._pending: list[tuple[Op, asyncio.Future[Any], bool]] = []
+        self._flush_scheduled = False
+        self._retry_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._conn is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=0
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        self._conn = conn
+        await self._retry_locked(lambda: conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}"))
+        mode = await self._retry_locked(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone())
+        if self.path != ":memory:" and mode and str(mode[0]).lower() != "wal":
+            raise StoreError(f"cannot switch {self.path!r} to WAL mode (got {mode[0]!r})")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        await self._migrate()
+
+    async def close(self) -> None:
+        if self._conn is None:
+            return
+        while self._pending or self._retry_task is not None:
+            if self._retry_task is not None:
+                await asyncio.shield(self._retry_task)
+            else:
+                self._flush()
+        conn, self._conn = self._conn, None
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA optimize")
+        conn.close()
+
+    async def _migrate(self) -> None:
+        migrations = load_migrations("sqlite")
+
+        def apply(c: sqlite3.Connection) -> None:
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
+            done = {row[0] for row in c.execute("SELECT version FROM schema_migrations")}
+            for migration in migrations:
+                if migration.version in done:
+                    continue
+                for statement in _statements(migration.sql):
+                    c.execute(statement)
+                c.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (migration.version, migration.name, time.time()),
+                )
+
+        await self._write(apply, durable=True)
+
+    def _require(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError("the SQLite store is not open; use 'async with Engine(...)'")
+        return self._conn
+
+    # -- plumbing: group commit and lock retries -------------------------------------------------
+
+    async def _retry_locked(self, fn: Callable[[], T]) -> T:
+        delay = 0.001
+        deadline = time.monotonic() + _LOCK_GIVE_UP_SECONDS
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc) or time.monotonic() > deadline:
+                    raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        conn = self._require()
+        return await self._retry_locked(lambda: conn.execute(sql, params).fetchall())
+
+    def _write(self, op: Op, *, durable: bool = False) -> asyncio.Future[Any]:
+        """Queue ``op`` for the next group commit; the future resolves after COMMIT."""
+        self._require()
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((op, fut, durable))
+        if not self._flush_scheduled and self._retry_task is None:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._pending or self._retry_task is not None:
+            return
+        try:
+            self._commit_batch()
+        except sqlite3.OperationalError as exc:
+            if not _is_locked(exc):
+                self._fail_pending(exc)
+                return
+            loop = self._loop or asyncio.get_running_loop()
+            self._retry_task = loop.create_task(self._flush_when_unlocked())
+
+    async def _flush_when_unlocked(self) -> None:
+        delay = 0.0005
+        deadline = time.monotonic() + _LOCK_GIVE_UP_SECONDS
+        try:
+            while self._pending:
+                await asyncio.sleep(delay)
+                try:
+                    self._commit_batch()
+                    delay = 0.0005
+                except sqlite3.OperationalError as exc:
+                    if not _is_locked(exc) or time.monotonic() > deadline:
+                        self._fail_pending(exc)
+                        return
+                    delay = min(delay * 2, 0.02)
+        finally:
+            self._retry_task = None
+
+    def _fail_pending(self, exc: Exception) -> None:
+        batch, self._pending = self._pending, []
+        error = StoreError(f"SQLite error on {self.path!r}: {exc}")
+        error.__cause__ = exc
+        for _, fut, _ in batch:
+            if not fut.done():
+                fut.set_exception(error)
+
+    def _commit_batch(self) -> None:
+        """Run every pending op in one transaction. Raises OperationalError if locked."""
+        conn = self._require()
+        batch = self._pending
+        durable = any(d for _, _, d in batch)
+        if durable:
+            conn.execute("PRAGMA synchronous=FULL")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            if durable:
+                conn.execute("PRAGMA synchronous=NORMAL")
+            raise
+        self._pending = []
+        outcomes: list[tuple[asyncio.Future[Any], BaseException | None, Any]] = []
+        single = len(batch) == 1
+        try:
+            for op, fut, _ in batch:
+                if not single:
+                    conn.execute("SAVEPOINT op")
+                try:
+                    result = op(conn)
+                except (SteplineError, ValueError) as exc:
+                    conn.execute("ROLLBACK" if single else "ROLLBACK TO op")
+                    if not single:
+                        conn.execute("RELEASE op")
+                    outcomes.append((fut, exc, None))
+                else:
+                    if not single:
+                        conn.execute("RELEASE op")
+                    outcomes.append((fut, None, result))
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
+                self._pending = batch + self._pending
+                raise
+            error = StoreError(f"SQLite error on {self.path!r}: {exc}")
+            error.__cause__ = exc
+            outcomes = [(fut, error, None) for _, fut, _ in batch]
+        finally:
+            if durable:
+                conn.execute("PRAGMA synchronous=NORMAL")
+        for fut, exc2, result in outcomes:
+            if fut.done():
+                continue
+            if exc2 is not None:
+                fut.set_exception(exc2)
+            else:
+                fut.set_result(result)
+
+    # -- workflows -------------------------------------------------------------------------------
+
+    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
+        now = self.now()
+
+        def op(c: sqlite3.Connection) -> None:
+            for meta in metas:
+                definition = dumps(meta.definition, what="workflow definition", limit=1 << 24)
+                c.execute(
+                    "INSERT INTO workflows (name, class_name, definition, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+                    " class_name = excluded.class_name, definition = excluded.definition,"
+                    " updated_at = CASE WHEN workflows.class_name IS excluded.class_name AND"
+                    " workflows.definition IS excluded.definition THEN workflows.updated_at"
+                    " ELSE excluded.updated_at END",
+                    (meta.name, meta.class_name, definition, now, now),
+                )
+
+        await self._write(op, durable=True)
+
+    async def list_workflows(self) -> list[WorkflowInfo]:
+        rows = await self._read(
+            "SELECT name, class_name, created_at, updated_at, definition FROM workflows"
+            " ORDER BY name"
+        )
+        counts: dict[str, dict[str, int]] = {}
+        for workflow, status, n in await self._read(
+            "SELECT workflow, status, count(*) FROM instances GROUP BY workflow, status"
+        ):
+            counts.setdefault(workflow, {})[status] = n
+        return [
+            WorkflowInfo(r[0], r[1], r[2], r[3], loads(r[4]), counts.get(r[0], {})) for r in rows
+        ]
+
+    # -- instances -------------------------------------------------------------------------------
+
+    async def create_instances(
+        self,
+        workflow: str,
+        items: Sequence[NewInstance],
+        *,
+        trigger: str,
+        skip_existing: bool,
+    ) -> list[InstanceRecord]:
+        now = self.now()
+
+        def op(c: sqlite3.Connection) -> list[InstanceRecord]:
+            ids = [item.id for item in items]
+            existing: set[str] = set()
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                existing.update(
+                    row[0]
+                    for row in c.execute(
+                        f"SELECT id FROM instances WHERE workflow = ? AND id IN ({marks})",
+                        (workflow, *chunk),
+                    )
+                )
+            if existing and not skip_existing:
+                raise InstanceAlreadyExistsError(workflow, sorted(existing)[0])
+            created: list[InstanceRecord] = []
+            seen: set[str] = set()
+            for item in items:
+                if item.id in existing or item.id in seen:
+                    continue
+                seen.add(item.id)
+                row = c.execute(
+                    "INSERT INTO instances (workflow, id, status, params, trigger, parent,"
+                    " ready_at, created_at, updated_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?)"
+                    f" RETURNING {INSTANCE_COLUMNS}",
+                    (workflow, item.id, item.params, trigger, item.parent, now, now, now),
+                ).fetchone()
+                created.append(instance_from_row(row))
+            return created
+
+        created: list[InstanceRecord] = await self._write(op, durable=True)
+        if created:
+            self._notify_ready()
+        return created
+
+    async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
+        rows = await self._read(
+            f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE workflow = ? AND id = ?",
+            (workflow, instance_id),
+        )
+        if not rows:
+            raise InstanceNotFoundError(workflow, instance_id)
+        return instance_from_row(rows[0])
+
+    async def list_instances(
+        self,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        *,
+        oldest_first: bool = False,
+    ) -> InstancePage:
+        after = decode_cursor(cursor)
+        clauses: list[str] = []
+        params: list[Any] = []
+        if workflow is not None:
+            clauses.append("workflow = ?")
+            params.append(workflow)
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(status)
+        if after is not None:
+            clauses.append("pk > ?" if oldest_first else "pk < ?")
+            params.append(after)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = "ASC" if oldest_first else "DESC"
+        rows = await self._read(
+            f"SELECT {INSTANCE_COLUMNS} FROM instances {where} ORDER BY pk {order} LIMIT ?",
+            (*params, limit + 1),
+        )
+        records = [instance_from_row(r) for r in rows[:limit]]
+        next_cursor = encode_cursor(records[-1].pk) if len(rows) > limit else None
+        return InstancePage(records, next_cursor)
+
+    async def get_steps(self, workflow: str, instance_id: str) -> list[StepRecord]:
+        instance = await self.get_instance(workflow, instance_id)
+        rows = await self._read(
+            f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq",
+            (instance.pk,),
+        )
+        return [step_from_row(r) for r in rows]
+
+    def _lookup(self, c: sqlite3.Connection, workflow: str, instance_id: str) -> tuple[Any, ...]:
+        row = c.execute(
+            "SELECT pk, status, lease_owner FROM instances WHERE workflow = ? AND id = ?",
+            (workflow, instance_id),
+        ).fetchone()
+        if row is None:
+            raise InstanceNotFoundError(workflow, instance_id)
+        return tuple(row)
+
+    async def control(
+        self,
+        workflow: str,
+        instance_id: str,
+        action: ControlAction,
+        *,
+        rollback: bool = False,
+        from_step: tuple[str, int] | None = None,
+    ) -> InstanceRecord:
+        now = self.now()
+
+        def op(c: sqlite3.Connection) -> InstanceRecord:
+            pk, status, owner = self._lookup(c, workflow, instance_id)
+            if action == "restart":
+                self._restart(c, pk, from_step, now)
+            else:
+                change = control_transition(
+                    workflow, instance_id, status, owner is not None, action, rollback
+                )
+                sets = ["status = ?", "updated_at = ?"]
+                params: list[Any] = [change["status"], now]
+                if "ready" in change:
+                    sets.append("ready_at = ?")
+                    params.append(now if change["ready"] == "now" else None)
+                if change.get("fence"):
+                    sets.append("lease_token = lease_token + 1, lease_owner = NULL")
+                    sets.append("lease_expires_at = NULL")
+                if "control" in change:
+                    sets.append("control = ?")
+                    params.append(change["control"])
+                if change.get("end"):
+                    sets.append("ended_at = ?, control = NULL")
+                    params.append(now)
+                c.execute(f"UPDATE instances SET {', '.join(sets)} WHERE pk = ?", (*params, pk))
+            row = c.execute(
+                f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE pk = ?", (pk,)
+            ).fetchone()
+            return instance_from_row(row)
+
+        record: InstanceRecord = await self._write(op, durable=True)
+        self._notify_changed(workflow, instance_id)
+        if record.ready_at is not None:
+            self._notify_ready()
+        return record
+
+    def _restart(
+        self, c: sqlite3.Connection, pk: int, from_step: tuple[str, int] | None, now: float
+    ) -> None:
+        if from_step is None:
+            c.execute("DELETE FROM steps WHERE instance_pk = ?", (pk,))
+            c.execute("UPDATE events SET consumed_by = NULL WHERE instance_pk = ?", (pk,))
+        else:
+            row = c.execute(
+                "SELECT seq FROM steps WHERE instance_pk = ? AND name = ? AND count = ?",
+                (pk, from_step[0], from_step[1]),
+            ).fetchone()
+            if row is None:
+                raise ValueError(
+                    f"instance has no recorded step {from_step[0]!r} (count {from_step[1]}) "
+                    "to restart from"
+                )
+            removed = c.execute(
+                "DELETE FROM steps WHERE instance_pk = ? AND seq >= ? RETURNING name, count",
+                (pk, row[0]),
+            ).fetchall()
+            for name, count in removed:
+                c.execute(
+                    "UPDATE events SET consumed_by = NULL WHERE instance_pk = ? AND consumed_by = ?",
+                    (pk, f"{name}-{count}"),
+                )
+        c.execute(
+            "UPDATE instances SET status = 'queued', output = NULL, error = NULL, rollback = NULL,"
+            " control = NULL, ready_at = ?, lease_token = lease_token + 1, lease_owner = NULL,"
+            " lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = ?"
+            " WHERE pk = ?",
+            (now, now, pk),
+        )
+
+    async def send_event(
+        self, workflow: str, instance_id: str, event_type: str, payload: str | None
+    ) -> None:
+        now = self.now()
+
+        def op(c: sqlite3.Connection) -> None:
+            pk, status, _owner = self._lookup(c, workflow, instance_id)
+            if status in ("complete", "errored", "terminated"):
+                raise IllegalStateError(workflow, instance_id, status, "send an event to")
+            c.execute(
+                "INSERT INTO events (instance_pk, type, payload, created_at) VALUES (?, ?, ?, ?)",
+                (pk, event_type, payload, now),
+            )
+            c.execute(
+                "UPDATE instances SET event_seq = event_seq + 1, ready_at = CASE"
+                " WHEN status = 'waiting' THEN ? ELSE ready_at END WHERE pk = ?",
+                (now, pk),
+            )
+
+        await self._write(op, durable=True)
+        self._notify_ready()
+
+    async def delete_instances(self, workflow: str, instance_ids: Sequence[str]) -> int:
+        def op(c: sqlite3.Connection) -> int:
+            deleted = 0
+            for instance_id in instance_ids:
+                row = c.execute(
+                    "DELETE FROM instances WHERE workflow = ? AND id = ? RETURNING pk",
+                    (workflow, instance_id),
+                ).fetchone()
+                if row is not None:
+                    deleted += 1
+                    c.execute("DELETE FROM steps WHERE instance_pk = ?", (row[0],))
+                    c.execute("DELETE FROM events WHERE instance_pk = ?", (row[0],))
+            return deleted
+
+        count: int = await self._write(op, durable=True)
+        return count
+
+    async def purge_instances(
+        self, workflow: str | None, statuses: Sequence[str], older_than: float
+    ) -> int:
+        def op(c: sqlite3.Connection) -> int:
+            marks = ",".join("?" * len(statuses))
+            clause = "AND workflow = ?" if workflow is not None else ""
+            params: list[Any] = [*statuses, older_than]
+            if workflow is not None:
+                params.append(workflow)
+            pks = [
+                r[0]
+                for r in c.execute(
+                    f"DELETE FROM instances WHERE status IN ({marks}) AND ended_at < ? {clause}"
+                    " RETURNING pk",
+                    params,
+                )
+            ]
+            for pk in pks:
+                c.execute("DELETE FROM steps WHERE instance_pk = ?", (pk,))
+                c.execute("DELETE FROM events WHERE instance_pk = ?", (pk,))
+            return len(pks)
+
+        count: int = await self._write(op, durable=True)
+        return count
+
+    # -- activations -----------------------------------------------------------------------------
+
+    async def claim(
+        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+    ) -> list[Claim]:
+        if not workflows or limit <= 0:
+            return []
+        marks = ",".join("?" * len(workflows))
+
+        def op(c: sqlite3.Connection) -> list[Claim]:
+            rows = c.execute(
+                "SELECT pk, status FROM instances WHERE ready_at <= ?"
+                f" AND workflow IN ({marks}) ORDER BY ready_at LIMIT ?",
+                (now, *workflows, limit),
+            ).fetchall()
+            claims: list[Claim] = []
+            for pk, status in rows:
+                if status == "waitingForPause":
+                    # Its worker died while a pause was pending: the pause takes effect now.
+                    c.execute(
+                        "UPDATE instances SET status = 'paused', ready_at = NULL,"
+                        " lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE pk = ?",
+                        (now, pk),
+                    )
+                    continue
+                expires = now + lease_seconds
+                row = c.execute(
+                    "UPDATE instances SET lease_owner = ?, lease_token = lease_token + 1,"
+                    " lease_expires_at = ?, ready_at = ?, updated_at = ?,"
+                    " status = CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
+                    " ELSE status END, started_at = COALESCE(started_at, ?)"
+                    f" WHERE pk = ? RETURNING {INSTANCE_COLUMNS}, lease_token, control, event_seq",
+                    (owner, expires, expires, now, now, pk),
+                ).fetchone()
+                record = instance_from_row(row)
+                claims.append(Claim(record, Lease(pk, row[16], owner), row[17], row[18]))
+            return claims
+
+        claims: list[Claim] = await self._write(op)
+        return claims
+
+    async def load_history(self, lease: Lease) -> History:
+        steps = await self._read(
+            f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq", (lease.pk,)
+        )
+        events = await self._read(
+            "SELECT pk, type, payload, created_at FROM events"
+            " WHERE instance_pk = ? AND consumed_by IS NULL ORDER BY pk",
+            (lease.pk,),
+        )
+        return History(
+            [step_from_row(r) for r in steps],
+            [PendingEvent(r[0], r[1], loads(r[2]), r[3]) for r in events],
+        )
+
+    @staticmethod
+    def _fence(c: sqlite3.Connection, lease: Lease) -> tuple[Any, ...]:
+        row = c.execute(
+            "SELECT status, event_seq, workflow, id FROM instances"
+            " WHERE pk = ? AND lease_token = ? AND lease_owner = ?",
+            (lease.pk, lease.token, lease.owner),
+        ).fetchone()
+        if row is None:
+            raise LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
+        return tuple(row)
+
+    async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+        def op(c: sqlite3.Connection) -> str:
+            status: str = self._fence(c, lease)[0]
+            c.execute(
+                f"INSERT OR REPLACE INTO steps ({STEP_COLUMNS}, instance_pk)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    write.name,
+                    write.count,
+                    write.seq,
+                    write.kind,
+                    write.status,
+                    write.output,
+                    dumps(write.error, what="step error") if write.error is not None else None,
+                    dumps([a.to_json() for a in write.attempts], what="attempts")
+                    if write.attempts
+                    else None,
+                    write.wake_at,
+                    write.started_at,
+                    write.ended_at,
+                    dumps(write.info, what="step info") if write.info is not None else None,
+                    lease.pk,
+                ),
+            )
+            if write.consume_event is not None:
+                c.execute(
+                    "UPDATE events SET consumed_by = ? WHERE pk = ?",
+                    (f"{write.name}-{write.count}", write.consume_event),
+                )
+            return status
+
+        status: str = await self._write(op)
+        return status
+
+    async def renew(
+        self, leases: Sequence[Lease], lease_seconds: float, now: float
+    ) -> dict[int, str]:
+        expires = now + lease_seconds
+
+        def op(c: sqlite3.Connection) -> dict[int, str]:
+            held: dict[int, str] = {}
+            for lease in leases:
+                row = c.execute(
+                    "UPDATE instances SET lease_expires_at = ?, ready_at = ?"
+                    " WHERE pk = ? AND lease_token = ? AND lease_owner = ? RETURNING status",
+                    (expires, expires, lease.pk, lease.token, lease.owner),
+                ).fetchone()
+                if row is not None:
+                    held[lease.pk] = row[0]
+            return held
+
+        held: dict[int, str] = await self._write(op)
+        return held
+
+    async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
+        def op(c: sqlite3.Connection) -> tuple[str, str, str]:
+            status, event_seq, workflow, instance_id = self._fence(c, lease)
+            output = finish.output
+            error = dumps(finish.error, what="error") if finish.error is not None else None
+            rollback = (
+                dumps(finish.rollback, what="rollback") if finish.rollback is not None else None
+            )
+            if finish.status == "waiting":
+                if status == "waitingForPause":
+                    new_status, ready = "paused", None
+                elif event_seq != finish.event_seq:
+                    new_status, ready = "waiting", now
+                else:
+                    new_status, ready = "waiting", finish.wake_at
+                c.execute(
+                    "UPDATE instances SET status = ?, ready_at = ?, lease_owner = NULL,"
+                    " lease_expires_at = NULL, updated_at = ? WHERE pk = ?",
+                    (new_status, ready, now, lease.pk),
+                )
+            else:
+                new_status = finish.status
+                c.execute(
+                    "UPDATE instances SET status = ?, output = ?, error = ?, rollback = ?,"
+                    " ready_at = NULL, lease_owner = NULL, lease_expires_at = NULL, control = NULL,"
+                    " ended_at = ?, updated_at = ? WHERE pk = ?",
+                    (new_status, output, error, rollback, now, now, lease.pk),
+                )
+            return new_status, workflow, instance_id
+
+        new_status, workflow, instance_id = await self._write(op)
+        self._notify_changed(workflow, instance_id)
+        if new_status == "waiting":
+            self._notify_ready()
+        return new_status
+
+    async def release(self, lease: Lease, now: float) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "UPDATE instances SET lease_owner = NULL, lease_expires_at = NULL, ready_at = ?,"
+                " status = CASE WHEN status = 'waitingForPause' THEN 'paused' ELSE status END"
+                " WHERE pk = ? AND lease_token = ? AND lease_owner = ?",
+                (now, lease.pk, lease.token, lease.owner),
+            )
+            c.execute(
+                "UPDATE instances SET ready_at = NULL WHERE pk = ? AND status = 'paused'",
+                (lease.pk,),
+            )
+
+        await self._write(op)
+        self._notify_ready()
+
+    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
+        if not workflows:
+            return None
+        marks = ",".join("?" * len(workflows))
+        rows = await self._read(
+            f"SELECT min(ready_at) FROM instances WHERE ready_at IS NOT NULL"
+            f" AND workflow IN ({marks})",
+            tuple(workflows),
+        )
+        value = rows[0][0] if rows else None
+        return float(value) if value is not None else None

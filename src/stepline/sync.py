@@ -1,0 +1,131 @@
+"""A thin synchronous facade over the async client, for scripts and sync web frameworks.
+
+It runs one event loop in a background thread and forwards each call to the async
+implementation; there is no second implementation.
+
+    with SyncEngine("sqlite:///stepline.db") as engine:
+        instance = engine.workflow("greeting").create(params={"name": "Ada"})
+        print(instance.status())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from .client import Instance, WorkflowBinding
+from .engine import Engine
+from .records import InstancePage, InstanceStatus, StepRecord, WorkflowInfo
+
+T = TypeVar("T")
+
+
+class _Portal:
+    """An event loop in a daemon thread; :meth:`call` runs a coroutine there and waits."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                        name="stepline-sync")
+        self._thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class SyncInstance:
+    """Synchronous twin of :class:`~stepline.client.Instance` (same methods, blocking)."""
+
+    def __init__(self, portal: _Portal, instance: Instance) -> None:
+        self._portal = portal
+        self._instance = instance
+        self.id = instance.id
+        self.workflow = instance.workflow
+
+    def status(self) -> InstanceStatus:
+        return self._portal.call(self._instance.status())
+
+    def steps(self) -> list[StepRecord]:
+        return self._portal.call(self._instance.steps())
+
+    def pause(self) -> None:
+        self._portal.call(self._instance.pause())
+
+    def resume(self) -> None:
+        self._portal.call(self._instance.resume())
+
+    def terminate(self, *, rollback: bool = False) -> None:
+        self._portal.call(self._instance.terminate(rollback=rollback))
+
+    def restart(self, from_step: str | None = None, *, count: int = 1) -> None:
+        self._portal.call(self._instance.restart(from_step, count=count))
+
+    def send_event(self, type: str, payload: Any = None) -> None:
+        self._portal.call(self._instance.send_event(type, payload))
+
+    def wait(self, timeout: float | None = None) -> InstanceStatus:
+        return self._portal.call(self._instance.wait(timeout))
+
+
+class SyncWorkflowBinding:
+    """Synchronous twin of :class:`~stepline.client.WorkflowBinding`."""
+
+    def __init__(self, portal: _Portal, binding: WorkflowBinding) -> None:
+        self._portal = portal
+        self._binding = binding
+        self.name = binding.name
+
+    def create(self, id: str | None = None, params: Any = None) -> SyncInstance:
+        return SyncInstance(self._portal, self._portal.call(self._binding.create(id, params)))
+
+    def create_batch(self, items: Iterable[Mapping[str, Any]]) -> list[SyncInstance]:
+        made = self._portal.call(self._binding.create_batch(list(items)))
+        return [SyncInstance(self._portal, i) for i in made]
+
+    def get(self, id: str) -> SyncInstance:
+        return SyncInstance(self._portal, self._portal.call(self._binding.get(id)))
+
+
+class SyncEngine:
+    """Blocking client over an :class:`~stepline.Engine` (no worker unless ``worker=True``)."""
+
+    def __init__(self, url: str | None = None, workflows: Iterable[Any] = (), *,
+                 worker: bool = False, **options: Any) -> None:
+        self._portal = _Portal()
+        self.engine = Engine(url, workflows, worker=worker, **options)
+        try:
+            self._portal.call(self.engine.__aenter__())
+        except BaseException:
+            self._portal.close()
+            raise
+
+    def workflow(self, workflow: str | Any) -> SyncWorkflowBinding:
+        return SyncWorkflowBinding(self._portal, self.engine.workflow(workflow))
+
+    def list_instances(self, workflow: str | None = None, status: str | None = None,
+                       limit: int = 50, cursor: str | None = None) -> InstancePage:
+        return self._portal.call(self.engine.list_instances(workflow, status, limit, cursor))
+
+    def list_workflows(self) -> list[WorkflowInfo]:
+        return self._portal.call(self.engine.list_workflows())
+
+    def close(self) -> None:
+        try:
+            self._portal.call(self.engine.close())
+        finally:
+            self._portal.close()
+
+    def __enter__(self) -> SyncEngine:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,242 @@
+"""The worker: claims runnable instances under a lease and runs their activations.
+
+One :meth:`Worker.run` with named side tasks (lease renewal) under a stop event and a graceful
+shutdown timeout. :meth:`Worker.run_once` is one iteration of the claim loop at the store's
+current time, so tests drive time with a manual clock instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._runtime import Activation, ActivationAborted, ActivationSettings
+from .errors import LeaseLostError, StoreError
+from .store.base import Claim, Store
+from .workflow import WorkflowDefinition
+
+log = logging.getLogger("stepline.worker")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Tuning of a worker. Defaults suit most deployments."""
+
+    concurrency: int = 100
+    """Activations run at once."""
+    lease: float = 30.0
+    """Seconds a claim is valid without renewal; a dead worker's instances move after this."""
+    poll_interval: float = 0.5
+    """Longest idle wait between looks at the database (other processes' work, timers)."""
+    min_poll_interval: float = 0.002
+    """First idle wait after activity; doubles up to ``poll_interval``."""
+    grace_period: float = 10.0
+    """On shutdown, how long running steps may take to finish before they are cancelled."""
+    claim_batch: int = 50
+    max_payload: int = 1024 * 1024
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    """Runs activations of the registered workflows found in ``store``."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Mapping[str, WorkflowDefinition],
+        settings: WorkerSettings | None = None,
+        *,
+        worker_id: str | None = None,
+        listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = (),
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.settings = settings or WorkerSettings()
+        self.id = worker_id or default_worker_id()
+        self._activation_settings = ActivationSettings(self.settings.max_payload, listeners)
+        self._active: dict[int, tuple[Activation, asyncio.Task[None]]] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._workflows = sorted(registry)
+
+    # -- public ----------------------------------------------------------------------------------
+
+    @property
+    def active_count(self) -> int:
+        return len(self._active)
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to stop claiming and shut down gracefully."""
+        self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Something may be runnable: look at the database now instead of at the next poll."""
+        self._wake.set()
+
+    async def run_once(self) -> int:
+        """Claim every instance runnable now and run each to its next suspension or end.
+
+        Returns how many activations ran. Repeated until it returns 0, it drives every instance
+        as far as the store's current time allows: the test harness for a manual clock.
+        """
+        total = 0
+        while True:
+            claims = await self._claim(self.settings.concurrency)
+            if not claims:
+                return total
+            total += len(claims)
+            tasks = [self._start(claim) for claim in claims]
+            await asyncio.gather(*tasks)
+
+    async def run(self) -> None:
+        """Run until :meth:`stop` is called, then shut down gracefully."""
+        self.store.add_ready_listener(self.wake)
+        renewer = asyncio.create_task(self._renew_loop(), name=f"stepline-renew-{self.id}")
+        idle_wait = self.settings.min_poll_interval
+        log.info("worker %s started for %s", self.id, ", ".join(self._workflows) or "nothing")
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                free = self.settings.concurrency - len(self._active)
+                if free > 0:
+                    try:
+                        claims = await self._claim(min(free, self.settings.claim_batch))
+                    except StoreError as exc:
+                        log.warning("claim failed, retrying: %s", exc)
+                        claims = []
+                        await self._idle(1.0)
+                    for claim in claims:
+                        self._start(claim)
+                    if claims:
+                        idle_wait = self.settings.min_poll_interval
+                        continue
+                    timeout = await self._until_next_timer(idle_wait)
+                    if timeout <= 0:
+                        continue
+                    await self._idle(timeout)
+                    idle_wait = min(idle_wait * 2, self.settings.poll_interval)
+                else:
+                    await self._idle(self.settings.poll_interval)
+        finally:
+            self.store.remove_ready_listener(self.wake)
+            await self._shutdown()
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            log.info("worker %s stopped", self.id)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    async def _claim(self, limit: int) -> list[Claim]:
+        if not self._workflows:
+            return []
+        return await self.store.claim(
+            self.id, self._workflows, limit, self.settings.lease, self.store.now()
+        )
+
+    async def _until_next_timer(self, idle_wait: float) -> float:
+        try:
+            nxt = await self.store.next_wakeup(self._workflows)
+        except StoreError:
+            return idle_wait
+        if nxt is None:
+            return idle_wait
+        return min(idle_wait, max(nxt - self.store.now(), 0.0))
+
+    async def _idle(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _start(self, claim: Claim) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._activate(claim))
+        return task
+
+    async def _activate(self, claim: Claim) -> None:
+        record = claim.instance
+        definition = self.registry.get(record.workflow)
+        lease = claim.lease
+        try:
+            if definition is None:  # pragma: no cover - claims are filtered by workflow name
+                raise StoreError(f"no definition for workflow {record.workflow!r}")
+            history = await self.store.load_history(lease)
+            activation = Activation(
+                self.store, claim, history, definition.make(), self._activation_settings
+            )
+            task = asyncio.current_task()
+            assert task is not None
+            self._active[lease.pk] = (activation, task)
+            if self._stopping.is_set():
+                activation.request_stop("shutdown")
+            finish = await activation.execute()
+            if finish.status == "waiting" and activation.stop_reason == "shutdown":
+                await self.store.release(lease, self.store.now())
+                return
+            status = await self.store.finish(lease, finish, self.store.now())
+            log.log(
+                logging.INFO if status in ("complete", "errored", "terminated") else logging.DEBUG,
+                "instance %s/%s -> %s",
+                record.workflow,
+                record.id,
+                status,
+            )
+        except (ActivationAborted, LeaseLostError) as exc:
+            log.warning("instance %s/%s abandoned: %s", record.workflow, record.id, exc)
+        except asyncio.CancelledError:
+            with contextlib.suppress(StoreError, LeaseLostError):
+                await asyncio.shield(self.store.release(lease, self.store.now()))
+            raise
+        except StoreError as exc:
+            log.error("instance %s/%s: store error: %s", record.workflow, record.id, exc)
+        finally:
+            self._active.pop(lease.pk, None)
+            self._wake.set()
+
+    async def _renew_loop(self) -> None:
+        interval = max(self.settings.lease / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            await self.renew_now()
+
+    async def renew_now(self) -> None:
+        """Extend every held lease; cancel activations whose lease is gone; see pause requests."""
+        if not self._active:
+            return
+        active = dict(self._active)
+        leases = [activation.lease for activation, _ in active.values()]
+        try:
+            held = await self.store.renew(leases, self.settings.lease, self.store.now())
+        except StoreError as exc:
+            log.warning("lease renewal failed: %s", exc)
+            return
+        for pk, (activation, task) in active.items():
+            status = held.get(pk)
+            if status is None:
+                log.warning("lease lost on %s/%s", activation.instance.workflow, activation.instance.id)
+                task.cancel()
+            elif status == "waitingForPause":
+                activation.request_stop("pause")
+
+    async def _shutdown(self) -> None:
+        if not self._active:
+            return
+        log.info("worker %s: waiting for %d running activations", self.id, len(self._active))
+        for activation, _ in self._active.values():
+            activation.request_stop("shutdown")
+        tasks = [task for _, task in self._active.values()]
+        _done, pending = await asyncio.wait(tasks, timeout=self.settings.grace_period)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+

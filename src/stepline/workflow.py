@@ -1,0 +1,152 @@
+"""Defining workflows: the :class:`Workflow` base class, the ``@workflow`` decorator, events."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .errors import DefinitionError
+
+if TYPE_CHECKING:
+    from .step import WorkflowStep
+
+_NAME_RE = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class WorkflowEvent:
+    """What ``run()`` receives: the params it was created with, and where it runs."""
+
+    payload: Any
+    timestamp: datetime
+    instance_id: str
+    workflow_name: str
+
+    @property
+    def params(self) -> Any:
+        """Alias of ``payload`` (Cloudflare's name for it)."""
+        return self.payload
+
+
+class Workflow:
+    """Base class of code-first workflows. Override :meth:`run`.
+
+    ``name`` defaults to the class name in kebab-case (``SendWelcome`` -> ``send-welcome``).
+    ``run`` is called from the top on every activation and replays recorded steps, so it must be
+    deterministic: branch only on step results, ``event.payload`` and other recorded values.
+    """
+
+    name: ClassVar[str] = ""
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.run() is not implemented")
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """A JSON description of the definition shown by ``stepline workflows describe``."""
+        return {"kind": "workflow", "doc": (cls.__doc__ or "").strip() or None}
+
+
+RunFunction = Callable[[WorkflowEvent, "WorkflowStep"], Awaitable[Any]]
+
+
+def kebab_case(name: str) -> str:
+    """``SendWelcomeEmail`` -> ``send-welcome-email``; ``send_welcome`` -> ``send-welcome``."""
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", name)
+    return text.replace("_", "-").lower()
+
+
+def validate_name(name: str, *, what: str) -> str:
+    """Workflow names, instance ids and event types share one pattern."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(
+            f"invalid {what} {name!r}: use 1-100 letters, digits, '_' or '-', "
+            "not starting with '-'"
+        )
+    return name
+
+
+def workflow(
+    name: str | None = None,
+) -> Callable[[RunFunction], type[Workflow]]:
+    """Decorator form: ``@workflow(name="greeting")`` on ``async def fn(event, step)``.
+
+    Returns a :class:`Workflow` subclass, usable everywhere a workflow class is.
+    """
+
+    def decorate(fn: RunFunction) -> type[Workflow]:
+        if not callable(fn):
+            raise DefinitionError(f"@workflow decorates an async function, not {fn!r}")
+        wf_name = validate_name(name or kebab_case(fn.__name__), what="workflow name")
+
+        async def run(self: Workflow, event: WorkflowEvent, step: WorkflowStep) -> Any:
+            return await fn(event, step)
+
+        cls = type(
+            fn.__name__,
+            (Workflow,),
+            {
+                "name": wf_name,
+                "run": run,
+                "__doc__": fn.__doc__,
+                "__module__": fn.__module__,
+                "__qualname__": fn.__qualname__,
+                "__wrapped__": fn,
+            },
+        )
+        return cls
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    """A workflow as the engine knows it."""
+
+    name: str
+    cls: type[Workflow]
+
+    @property
+    def class_name(self) -> str:
+        target = getattr(self.cls, "__wrapped__", self.cls)
+        return f"{target.__module__}:{target.__qualname__}"
+
+    def make(self) -> Workflow:
+        return self.cls()
+
+    def describe(self) -> dict[str, Any]:
+        return self.cls.describe()
+
+
+def definition_of(obj: Any) -> WorkflowDefinition:
+    """Accept a :class:`Workflow` subclass or instance (pipelines and DAGs are instances)."""
+    if isinstance(obj, type) and issubclass(obj, Workflow):
+        name = obj.__dict__.get("name") or kebab_case(obj.__name__)
+        return WorkflowDefinition(validate_name(name, what="workflow name"), obj)
+    if isinstance(obj, Workflow):
+        name = obj.name or kebab_case(type(obj).__name__)
+        return _InstanceDefinition(validate_name(name, what="workflow name"), type(obj), obj)
+    raise DefinitionError(
+        f"{obj!r} is not a workflow: pass a Workflow subclass, a @workflow function, "
+        "a Pipeline or a Dag"
+    )
+
+
+@dataclass(frozen=True)
+class _InstanceDefinition(WorkflowDefinition):
+    """A workflow given as an object (Pipeline, Dag): every activation uses that object."""
+
+    instance: Workflow
+
+    @property
+    def class_name(self) -> str:
+        return f"{type(self.instance).__module__}:{type(self.instance).__qualname__}"
+
+    def make(self) -> Workflow:
+        return self.instance
+
+    def describe(self) -> dict[str, Any]:
+        return self.instance.describe()
