@@ -199,7 +199,7 @@ class Activation:
             return Finish("terminated", rollback=rollback)
         except InstanceFatalError as exc:
             return await self._errored(exc)
-        except Exception as exc:  # noqa: BLE001 - any error escaping run() ends the instance
+        except Exception as exc:
             return await self._errored(exc)
         if self._terminating:
             rollback = await self._run_rollbacks(None)
@@ -413,7 +413,7 @@ class Activation:
             except (_EngineSignal, asyncio.CancelledError):
                 self._end()
                 raise
-            except Exception as exc:  # noqa: BLE001 - a failed attempt, retried or recorded
+            except Exception as exc:
                 try:
                     ended = self.store.now()
                     info = error_info(exc)
@@ -423,8 +423,17 @@ class Activation:
                         self._emit("step_failed", {"step": label, "attempt": number, **info})
                         await self._write(
                             StepWrite(
-                                name, count, seq, kind, "errored", None, info,
-                                tuple(attempts), None, started_at, ended,
+                                name,
+                                count,
+                                seq,
+                                kind,
+                                "errored",
+                                None,
+                                info,
+                                tuple(attempts),
+                                None,
+                                started_at,
+                                ended,
                             )
                         )
                         raise StepFailedError(label, info["name"], info["message"]) from exc
@@ -435,8 +444,17 @@ class Activation:
                     )
                     await self._write(
                         StepWrite(
-                            name, count, seq, kind, "waiting", None, None,
-                            tuple(attempts), wake_at, started_at, None,
+                            name,
+                            count,
+                            seq,
+                            kind,
+                            "waiting",
+                            None,
+                            None,
+                            tuple(attempts),
+                            wake_at,
+                            started_at,
+                            None,
                         )
                     )
                 finally:
@@ -453,15 +471,33 @@ class Activation:
                     info = {"name": "InvalidPayloadError", "message": str(exc)}
                     await self._write(
                         StepWrite(
-                            name, count, seq, kind, "errored", None, info,
-                            tuple(attempts), None, started_at, ended,
+                            name,
+                            count,
+                            seq,
+                            kind,
+                            "errored",
+                            None,
+                            info,
+                            tuple(attempts),
+                            None,
+                            started_at,
+                            ended,
                         )
                     )
                     raise InstanceFatalError("InvalidPayloadError", str(exc)) from exc
                 await self._write(
                     StepWrite(
-                        name, count, seq, kind, "complete", encoded, None,
-                        tuple(attempts), None, started_at, ended,
+                        name,
+                        count,
+                        seq,
+                        kind,
+                        "complete",
+                        encoded,
+                        None,
+                        tuple(attempts),
+                        None,
+                        started_at,
+                        ended,
                     )
                 )
                 self._emit("step_complete", {"step": label, "attempt": number})
@@ -500,8 +536,19 @@ class Activation:
             self._begin()
             try:
                 await self._write(
-                    StepWrite(key[0], key[1], seq, "sleep", "complete", None, None, (),
-                              wake_at, started, wake_at)
+                    StepWrite(
+                        key[0],
+                        key[1],
+                        seq,
+                        "sleep",
+                        "complete",
+                        None,
+                        None,
+                        (),
+                        wake_at,
+                        started,
+                        wake_at,
+                    )
                 )
             finally:
                 self._end()
@@ -511,8 +558,19 @@ class Activation:
             self._begin()
             try:
                 await self._write(
-                    StepWrite(key[0], key[1], seq, "sleep", "waiting", None, None, (),
-                              wake_at, started, None)
+                    StepWrite(
+                        key[0],
+                        key[1],
+                        seq,
+                        "sleep",
+                        "waiting",
+                        None,
+                        None,
+                        (),
+                        wake_at,
+                        started,
+                        None,
+                    )
                 )
             finally:
                 self._end()
@@ -546,9 +604,21 @@ class Activation:
                 self._begin()
                 try:
                     await self._write(
-                        StepWrite(key[0], key[1], seq, "wait_for_event", "complete",
-                                  _json.dumps(event.to_json(), what="event", limit=1 << 62),
-                                  None, (), deadline, started, now, info, pending.pk)
+                        StepWrite(
+                            key[0],
+                            key[1],
+                            seq,
+                            "wait_for_event",
+                            "complete",
+                            _json.dumps(event.to_json(), what="event", limit=1 << 62),
+                            None,
+                            (),
+                            deadline,
+                            started,
+                            now,
+                            info,
+                            pending.pk,
+                        )
                     )
                 finally:
                     self._end()
@@ -562,8 +632,20 @@ class Activation:
             self._begin()
             try:
                 await self._write(
-                    StepWrite(key[0], key[1], seq, "wait_for_event", "errored", None, error, (),
-                              deadline, started, now, info)
+                    StepWrite(
+                        key[0],
+                        key[1],
+                        seq,
+                        "wait_for_event",
+                        "errored",
+                        None,
+                        error,
+                        (),
+                        deadline,
+                        started,
+                        now,
+                        info,
+                    )
                 )
             finally:
                 self._end()
@@ -573,8 +655,20 @@ class Activation:
             self._begin()
             try:
                 await self._write(
-                    StepWrite(key[0], key[1], seq, "wait_for_event", "waiting", None, None, (),
-                              deadline, started, None, info)
+                    StepWrite(
+                        key[0],
+                        key[1],
+                        seq,
+                        "wait_for_event",
+                        "waiting",
+                        None,
+                        None,
+                        (),
+                        deadline,
+                        started,
+                        None,
+                        info,
+                    )
                 )
             finally:
                 self._end()
@@ -597,20 +691,37 @@ class Activation:
         validate_name(child_id, what="instance id")
         encoded = self._encode(params, f"params of child workflow {workflow!r}")
         parent = _json.dumps(
-            {"workflow": self.instance.workflow, "id": self.instance.id, "step": f"{name}-{key[1]}"},
+            {
+                "workflow": self.instance.workflow,
+                "id": self.instance.id,
+                "step": f"{name}-{key[1]}",
+            },
             what="parent",
         )
         now = self.store.now()
         self._begin()
         try:
             await self.store.create_instances(
-                workflow, [NewInstance(child_id, encoded, parent)], trigger="workflow",
+                workflow,
+                [NewInstance(child_id, encoded, parent)],
+                trigger="workflow",
                 skip_existing=True,
             )
             await self._write(
-                StepWrite(key[0], key[1], seq, "start_workflow", "complete",
-                          _json.dumps(child_id, what="id"), None, (), None, now,
-                          self.store.now(), {"workflow": workflow, "id": child_id})
+                StepWrite(
+                    key[0],
+                    key[1],
+                    seq,
+                    "start_workflow",
+                    "complete",
+                    _json.dumps(child_id, what="id"),
+                    None,
+                    (),
+                    None,
+                    now,
+                    self.store.now(),
+                    {"workflow": workflow, "id": child_id},
+                )
             )
         finally:
             self._end()
@@ -629,8 +740,10 @@ class Activation:
             error = record.error or {}
             if error.get("name") == "StepTimeoutError":
                 raise StepTimeoutError(error.get("message", ""))
-            raise WorkflowFailedError(workflow, child_id, error.get("status", "errored"),
-                                      error.get("error"))
+            recorded = record.info or {}
+            raise WorkflowFailedError(
+                workflow, child_id, recorded.get("status", "errored"), recorded.get("child_error")
+            )
         seq = self._seq_for(record)
         await self._gate()
         now = self.store.now()
@@ -642,31 +755,82 @@ class Activation:
             if child.status in ("complete", "errored", "terminated"):
                 if child.status == "complete":
                     await self._write(
-                        StepWrite(key[0], key[1], seq, "wait_for_workflow", "complete",
-                                  self._encode(child.output, "child output"), None, (), None,
-                                  started, now, info)
+                        StepWrite(
+                            key[0],
+                            key[1],
+                            seq,
+                            "wait_for_workflow",
+                            "complete",
+                            self._encode(child.output, "child output"),
+                            None,
+                            (),
+                            None,
+                            started,
+                            now,
+                            info,
+                        )
                     )
                     return child.output
-                err = {"name": "WorkflowFailedError", "status": child.status,
-                       "message": f"{workflow} {child_id} ended {child.status}",
-                       "error": child.error}
+                err = {
+                    "name": "WorkflowFailedError",
+                    "message": f"{workflow} {child_id} ended {child.status}",
+                }
+                failed_info = {**info, "status": child.status, "child_error": child.error}
                 await self._write(
-                    StepWrite(key[0], key[1], seq, "wait_for_workflow", "errored", None,
-                              err, (), None, started, now, info)  # type: ignore[arg-type]
+                    StepWrite(
+                        key[0],
+                        key[1],
+                        seq,
+                        "wait_for_workflow",
+                        "errored",
+                        None,
+                        err,
+                        (),
+                        None,
+                        started,
+                        now,
+                        failed_info,
+                    )
                 )
                 raise WorkflowFailedError(workflow, child_id, child.status, child.error)
             if now >= deadline:
-                err = {"name": "StepTimeoutError",
-                       "message": f"{workflow} {child_id} did not end within {seconds:g} seconds"}
+                err = {
+                    "name": "StepTimeoutError",
+                    "message": f"{workflow} {child_id} did not end within {seconds:g} seconds",
+                }
                 await self._write(
-                    StepWrite(key[0], key[1], seq, "wait_for_workflow", "errored", None, err, (),
-                              deadline, started, now, info)
+                    StepWrite(
+                        key[0],
+                        key[1],
+                        seq,
+                        "wait_for_workflow",
+                        "errored",
+                        None,
+                        err,
+                        (),
+                        deadline,
+                        started,
+                        now,
+                        info,
+                    )
                 )
                 raise StepTimeoutError(err["message"])
             if record is None:
                 await self._write(
-                    StepWrite(key[0], key[1], seq, "wait_for_workflow", "waiting", None, None, (),
-                              deadline, started, None, info)
+                    StepWrite(
+                        key[0],
+                        key[1],
+                        seq,
+                        "wait_for_workflow",
+                        "waiting",
+                        None,
+                        None,
+                        (),
+                        deadline,
+                        started,
+                        None,
+                        info,
+                    )
                 )
         finally:
             self._end()

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from . import _json
+from ._json import DEFAULT_MAX_PAYLOAD
 from .records import (
     FINISHED_STATUSES,
     InstancePage,
@@ -24,8 +25,11 @@ CheckWorkflow = Callable[[str], Awaitable[None]]
 class Instance:
     """A handle on one instance. Cheap to create; every call reads or writes the store."""
 
-    def __init__(self, store: Store, workflow: str, instance_id: str) -> None:
+    def __init__(
+        self, store: Store, workflow: str, instance_id: str, max_payload: int = DEFAULT_MAX_PAYLOAD
+    ) -> None:
         self._store = store
+        self._max_payload = max_payload
         self.workflow = workflow
         self.id = instance_id
 
@@ -70,7 +74,7 @@ class Instance:
     async def send_event(self, type: str, payload: Any = None) -> None:
         """Deliver an event to ``wait_for_event(type=...)``; kept until a wait consumes it."""
         validate_name(type, what="event type")
-        encoded = _json.dumps(payload, what=f"payload of event {type!r}")
+        encoded = _json.dumps(payload, what=f"payload of event {type!r}", limit=self._max_payload)
         await self._store.send_event(self.workflow, self.id, type, encoded)
 
     async def wait(self, timeout: float | None = None) -> InstanceStatus:
@@ -98,8 +102,11 @@ class Instance:
 class WorkflowBinding:
     """What ``engine.workflow(name)`` returns: create and look up instances of one workflow."""
 
-    def __init__(self, store: Store, name: str, check: CheckWorkflow) -> None:
+    def __init__(
+        self, store: Store, name: str, check: CheckWorkflow, max_payload: int = DEFAULT_MAX_PAYLOAD
+    ) -> None:
         self._store = store
+        self._max_payload = max_payload
         self.name = name
         self._check_known = check
 
@@ -119,11 +126,11 @@ class WorkflowBinding:
         """
         await self._check()
         instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
-        encoded = _json.dumps(params, what="instance params")
+        encoded = _json.dumps(params, what="instance params", limit=self._max_payload)
         await self._store.create_instances(
             self.name, [NewInstance(instance_id, encoded)], trigger=trigger, skip_existing=False
         )
-        return Instance(self._store, self.name, instance_id)
+        return Instance(self._store, self.name, instance_id, self._max_payload)
 
     async def create_batch(
         self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
@@ -145,20 +152,23 @@ class WorkflowBinding:
             new.append(
                 NewInstance(
                     instance_id,
-                    _json.dumps(item.get("params"), what=f"params of batch item {index}"),
+                    _json.dumps(
+                        item.get("params"),
+                        what=f"params of batch item {index}",
+                        limit=self._max_payload,
+                    ),
                 )
             )
         await self._store.create_instances(self.name, new, trigger=trigger, skip_existing=True)
-        return [Instance(self._store, self.name, item.id) for item in new]
+        return [Instance(self._store, self.name, item.id, self._max_payload) for item in new]
 
     async def get(self, id: str) -> Instance:
         """A handle on an existing instance; unknown ids raise ``InstanceNotFoundError``."""
         await self._store.get_instance(self.name, id)
-        return Instance(self._store, self.name, id)
+        return Instance(self._store, self.name, id, self._max_payload)
 
     async def list(
         self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> InstancePage:
         """Instances of this workflow, newest first."""
         return await self._store.list_instances(self.name, status, limit, cursor)
-

@@ -30,13 +30,14 @@ class RetryConfig:
 
     def delay_after(self, attempt: int, error: BaseException) -> float:
         """Seconds to wait after failed attempt number ``attempt`` before the next one."""
-        if callable(self.delay):
+        if not isinstance(self.delay, int | float):
             return parse_duration(self.delay(attempt, error), what="retries.delay result")
+        base = float(self.delay)
         if self.backoff == "constant":
-            return self.delay
+            return base
         if self.backoff == "linear":
-            return self.delay * attempt
-        return self.delay * 2 ** (attempt - 1)
+            return base * attempt
+        return base * 2.0 ** (attempt - 1)
 
 
 @dataclass(frozen=True)

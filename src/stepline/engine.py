@@ -111,10 +111,7 @@ class Engine:
         self._opened = True
         if self._registry:
             await self.store.register_workflows(
-                [
-                    WorkflowMeta(d.name, d.class_name, d.describe())
-                    for d in self._registry.values()
-                ]
+                [WorkflowMeta(d.name, d.class_name, d.describe()) for d in self._registry.values()]
             )
 
     async def close(self) -> None:
@@ -181,7 +178,7 @@ class Engine:
     def workflow(self, workflow: str | Any) -> WorkflowBinding:
         """A binding to create and look up instances: by name, class, Pipeline or Dag."""
         name = workflow if isinstance(workflow, str) else definition_of(workflow).name
-        return WorkflowBinding(self.store, name, self._check_workflow)
+        return WorkflowBinding(self.store, name, self._check_workflow, self.settings.max_payload)
 
     async def _check_workflow(self, name: str) -> None:
         if name in self._registry or name in self._db_workflows:
@@ -210,4 +207,3 @@ class Engine:
     async def list_workflows(self) -> list[WorkflowInfo]:
         """Workflows known to the database, with instance counts by status."""
         return await self.store.list_workflows()
-

@@ -127,7 +127,7 @@ class ConfigError(SteplineError, ValueError):
     """The project configuration (stepline.toml, pyproject.toml or the environment) is invalid."""
 
 
-class _EngineSignal(BaseException):  # noqa: N818 - control flow, not an error
+class _EngineSignal(BaseException):
     """Base for engine control flow travelling through user code. Never catch it."""
 
 

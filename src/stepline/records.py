@@ -27,7 +27,9 @@ INSTANCE_STATUSES: tuple[InstanceStatusName, ...] = (
 )
 FINISHED_STATUSES: frozenset[str] = frozenset({"errored", "terminated", "complete"})
 
-StepKind = Literal["do", "sleep", "wait_for_event", "rollback", "start_workflow", "wait_for_workflow"]
+StepKind = Literal[
+    "do", "sleep", "wait_for_event", "rollback", "start_workflow", "wait_for_workflow"
+]
 StepStatus = Literal["running", "waiting", "complete", "errored"]
 
 

@@ -28,8 +28,9 @@ class _Portal:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True,
-                                        name="stepline-sync")
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, daemon=True, name="stepline-sync"
+        )
         self._thread.start()
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -97,8 +98,14 @@ class SyncWorkflowBinding:
 class SyncEngine:
     """Blocking client over an :class:`~stepline.Engine` (no worker unless ``worker=True``)."""
 
-    def __init__(self, url: str | None = None, workflows: Iterable[Any] = (), *,
-                 worker: bool = False, **options: Any) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        workflows: Iterable[Any] = (),
+        *,
+        worker: bool = False,
+        **options: Any,
+    ) -> None:
         self._portal = _Portal()
         self.engine = Engine(url, workflows, worker=worker, **options)
         try:
@@ -110,8 +117,13 @@ class SyncEngine:
     def workflow(self, workflow: str | Any) -> SyncWorkflowBinding:
         return SyncWorkflowBinding(self._portal, self.engine.workflow(workflow))
 
-    def list_instances(self, workflow: str | None = None, status: str | None = None,
-                       limit: int = 50, cursor: str | None = None) -> InstancePage:
+    def list_instances(
+        self,
+        workflow: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> InstancePage:
         return self._portal.call(self.engine.list_instances(workflow, status, limit, cursor))
 
     def list_workflows(self) -> list[WorkflowInfo]:
@@ -126,6 +138,10 @@ class SyncEngine:
     def __enter__(self) -> SyncEngine:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()

@@ -222,7 +222,9 @@ class Worker:
         for pk, (activation, task) in active.items():
             status = held.get(pk)
             if status is None:
-                log.warning("lease lost on %s/%s", activation.instance.workflow, activation.instance.id)
+                log.warning(
+                    "lease lost on %s/%s", activation.instance.workflow, activation.instance.id
+                )
                 task.cancel()
             elif status == "waitingForPause":
                 activation.request_stop("pause")
@@ -239,4 +241,3 @@ class Worker:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
-

@@ -63,8 +63,7 @@ def validate_name(name: str, *, what: str) -> str:
     """Workflow names, instance ids and event types share one pattern."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(
-            f"invalid {what} {name!r}: use 1-100 letters, digits, '_' or '-', "
-            "not starting with '-'"
+            f"invalid {what} {name!r}: use 1-100 letters, digits, '_' or '-', not starting with '-'"
         )
     return name
 

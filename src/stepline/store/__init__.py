@@ -15,7 +15,7 @@ def create_store(url: str, clock: Callable[[], float]) -> Store:
     if url.startswith("sqlite:"):
         return SqliteStore(url, clock)
     if url.startswith(("postgresql:", "postgres:")):
-        from .postgres import PostgresStore  # noqa: PLC0415 - optional backend, loaded on use
+        from .postgres import PostgresStore
 
         return PostgresStore(url, clock)
     raise ValueError(

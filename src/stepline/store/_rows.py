@@ -71,7 +71,9 @@ def decode_cursor(cursor: str | None) -> int | None:
         padded = cursor + "=" * (-len(cursor) % 4)
         return int(base64.urlsafe_b64decode(padded.encode()).decode())
     except (ValueError, UnicodeDecodeError):
-        raise ValueError(f"invalid cursor {cursor!r}: pass back a cursor from a previous page") from None
+        raise ValueError(
+            f"invalid cursor {cursor!r}: pass back a cursor from a previous page"
+        ) from None
 
 
 def control_transition(

@@ -45,7 +45,7 @@ class Claim:
     instance: InstanceRecord
     lease: Lease
     control: str | None
-    """``"terminate"`` or ``"terminate_rollback"`` when a termination is waiting to be carried out."""
+    """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out."""
     event_seq: int
     """Count of events sent so far; passed back to :meth:`Store.finish` to catch late events."""
 

@@ -33,7 +33,7 @@ from ..errors import (
     SteplineError,
     StoreError,
 )
-from ..records import InstancePage, InstanceRecord, StepRecord, WorkflowInfo
+from ..records import InstancePage, InstanceRecord, PendingEvent, StepRecord, WorkflowInfo
 from ._rows import (
     INSTANCE_COLUMNS,
     STEP_COLUMNS,
@@ -50,7 +50,6 @@ from .base import (
     History,
     Lease,
     NewInstance,
-    PendingEvent,
     StepWrite,
     Store,
     WorkflowMeta,
@@ -93,7 +92,9 @@ def path_from_url(url: str) -> str:
     if rest in (":memory:", "/:memory:"):
         return ":memory:"
     if not rest.startswith("/"):
-        raise ValueError(f"invalid SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////abs.db")
+        raise ValueError(
+            f"invalid SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////abs.db"
+        )
     return rest[1:]
 
 
@@ -497,7 +498,8 @@ class SqliteStore(Store):
             ).fetchall()
             for name, count in removed:
                 c.execute(
-                    "UPDATE events SET consumed_by = NULL WHERE instance_pk = ? AND consumed_by = ?",
+                    "UPDATE events SET consumed_by = NULL"
+                    " WHERE instance_pk = ? AND consumed_by = ?",
                     (pk, f"{name}-{count}"),
                 )
         c.execute(
@@ -722,7 +724,8 @@ class SqliteStore(Store):
                 )
             return new_status, workflow, instance_id
 
-        new_status, workflow, instance_id = await self._write(op)
+        result: tuple[str, str, str] = await self._write(op)
+        new_status, workflow, instance_id = result
         self._notify_changed(workflow, instance_id)
         if new_status == "waiting":
             self._notify_ready()
@@ -732,7 +735,8 @@ class SqliteStore(Store):
         def op(c: sqlite3.Connection) -> None:
             c.execute(
                 "UPDATE instances SET lease_owner = NULL, lease_expires_at = NULL, ready_at = ?,"
-                " status = CASE WHEN status = 'waitingForPause' THEN 'paused' ELSE status END"
+                " status = CASE WHEN status = 'waitingForPause' THEN 'paused'"
+                " WHEN status = 'running' THEN 'queued' ELSE status END"
                 " WHERE pk = ? AND lease_token = ? AND lease_owner = ?",
                 (now, lease.pk, lease.token, lease.owner),
             )

@@ -1,0 +1,79 @@
+"""Shared fixtures. Every contract test runs against each store: SQLite and PostgreSQL.
+
+``STEPLINE_TEST_STORES`` (default ``sqlite,postgres``) selects the stores. PostgreSQL tests use
+the server named by ``STEPLINE_TEST_DATABASE_URL`` (default: 127.0.0.1:5432, database ``test``),
+each test in a fresh schema.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from stepline import Engine, ManualClock
+
+from ._pg import drop_schema, pg_admin_url
+
+STORES = [s.strip() for s in os.environ.get("STEPLINE_TEST_STORES", "sqlite,postgres").split(",")]
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(s, marks=[pytest.mark.postgres] if s == "postgres" else [])
+        for s in STORES
+        if s
+    ]
+)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(store_kind: str, tmp_path: Any) -> Iterator[str]:
+    """A fresh, empty database URL for the store under test."""
+    if store_kind == "sqlite":
+        yield f"sqlite:///{tmp_path}/stepline.db"
+        return
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    base = pg_admin_url()
+    sep = "&" if "?" in base else "?"
+    yield f"{base}{sep}schema={schema}"
+    drop_schema(base, schema)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_800_000_000.0)
+
+
+EngineFactory = Callable[..., Any]
+
+
+@pytest.fixture
+def make_engine(store_url: str) -> EngineFactory:
+    """``async with make_engine([Wf], worker=False, clock=clock) as engine:``."""
+
+    @asynccontextmanager
+    async def factory(workflows: Any = (), **options: Any) -> AsyncIterator[Engine]:
+        options.setdefault("worker", False)
+        engine = Engine(store_url, workflows, **options)
+        async with engine:
+            yield engine
+
+    return factory
+
+
+async def drain(engine: Engine, rounds: int = 50) -> int:
+    """Run the engine's worker until nothing is runnable at the clock's current time."""
+    total = 0
+    for _ in range(rounds):
+        ran = await engine.worker.run_once()
+        total += ran
+        if ran == 0:
+            return total
+    raise AssertionError("instances still runnable after many rounds: a livelock?")

@@ -1,0 +1,145 @@
+"""Leases and fencing: a dead worker's instances move on; a stale worker cannot write."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from stepline import LeaseLostError, ManualClock, WorkflowEvent, WorkflowStep, workflow
+from stepline.store.base import Finish, StepWrite
+
+from .conftest import EngineFactory, drain
+
+RUNS: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    RUNS.clear()
+
+
+@workflow(name="two")
+async def two(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    await step.do("first", lambda: RUNS.append("first") or 1)
+    await step.do("second", lambda: RUNS.append("second") or 2)
+    return "ok"
+
+
+async def test_claim_is_exclusive_until_the_lease_expires(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([two], clock=clock, lease=30) as engine:
+        store = engine.store
+        await engine.workflow("two").create(id="i")
+        (claim,) = await store.claim("dead-worker", ["two"], 10, 30, store.now())
+        assert claim.instance.status == "running"
+        assert await store.claim("other", ["two"], 10, 30, store.now()) == []
+        clock.advance(29)
+        assert await engine.worker.run_once() == 0
+        clock.advance(2)
+        await drain(engine)
+        assert RUNS == ["first", "second"]
+        # the dead worker comes back: every write it attempts is refused
+        write = StepWrite("first", 1, 1, "do", "complete", "1")
+        with pytest.raises(LeaseLostError):
+            await store.record_step(claim.lease, write, store.now())
+        with pytest.raises(LeaseLostError):
+            await store.finish(
+                claim.lease, Finish("errored", error={"name": "X", "message": ""}), store.now()
+            )
+        inst = await engine.workflow("two").get("i")
+        assert (await inst.status()).output == "ok"
+
+
+async def test_recorded_steps_do_not_rerun_after_a_crash(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([two], clock=clock, lease=30) as engine:
+        store = engine.store
+        inst = await engine.workflow("two").create(id="i")
+        (claim,) = await store.claim("crashy", ["two"], 1, 30, store.now())
+        # the crashed worker had recorded 'first' before it died
+        await store.record_step(
+            claim.lease, StepWrite("first", 1, 1, "do", "complete", "1"), store.now()
+        )
+        clock.advance(31)
+        await drain(engine)
+        assert RUNS == ["second"]
+        assert (await inst.status()).status == "complete"
+
+
+async def test_renewal_keeps_the_lease(make_engine: EngineFactory, clock: ManualClock) -> None:
+    async with make_engine([two], clock=clock, lease=30) as engine:
+        store = engine.store
+        await engine.workflow("two").create(id="i")
+        (claim,) = await store.claim("w1", ["two"], 1, 30, store.now())
+        clock.advance(20)
+        held = await store.renew([claim.lease], 30, store.now())
+        assert held == {claim.lease.pk: "running"}
+        clock.advance(20)  # 40 s after the claim, 20 s after the renewal
+        assert await store.claim("w2", ["two"], 10, 30, store.now()) == []
+        clock.advance(11)
+        (taken,) = await store.claim("w2", ["two"], 10, 30, store.now())
+        assert taken.lease.token > claim.lease.token
+        assert await store.renew([claim.lease], 30, store.now()) == {}
+
+
+async def test_terminate_fences_out_the_running_worker(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([two], clock=clock) as engine:
+        store = engine.store
+        inst = await engine.workflow("two").create(id="i")
+        (claim,) = await store.claim("w1", ["two"], 1, 30, store.now())
+        await inst.terminate()
+        with pytest.raises(LeaseLostError):
+            await store.record_step(
+                claim.lease, StepWrite("first", 1, 1, "do", "complete", "1"), store.now()
+            )
+        assert (await inst.status()).status == "terminated"
+
+
+async def test_worker_died_while_pause_pending(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([two], clock=clock) as engine:
+        store = engine.store
+        inst = await engine.workflow("two").create(id="i")
+        await store.claim("w1", ["two"], 1, 30, store.now())
+        await inst.pause()
+        assert (await inst.status()).status == "waitingForPause"
+        clock.advance(31)
+        await drain(engine)
+        assert (await inst.status()).status == "paused"
+        await inst.resume()
+        await drain(engine)
+        assert (await inst.status()).status == "complete"
+
+
+async def test_graceful_shutdown_releases_leases(make_engine: EngineFactory) -> None:
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(0.2)
+        return "finished"
+
+    @workflow(name="slowwf")
+    async def slowwf(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.do("slow", slow)
+        await step.do("never", lambda: RUNS.append("never"))
+
+    async with make_engine([slowwf], worker=True, grace_period=5) as engine:
+        inst = await engine.workflow("slowwf").create()
+        await asyncio.wait_for(started.wait(), 10)
+    # the block exited while 'slow' ran: it finished, nothing new started, lease released
+    async with make_engine([slowwf]) as engine2:
+        rec = await (await engine2.workflow("slowwf").get(inst.id)).record()
+        assert rec.lease_owner is None and rec.status == "queued"
+        assert [
+            s.display_name for s in await (await engine2.workflow("slowwf").get(inst.id)).steps()
+        ] == ["slow-1"]
+        await drain(engine2)
+        assert RUNS == ["never"]

@@ -1,0 +1,292 @@
+"""Instances: create, ids, batches, lookups, listing, pause/resume/terminate/restart, wait."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from stepline import (
+    IllegalStateError,
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+    ManualClock,
+    SyncEngine,
+    WorkflowEvent,
+    WorkflowNotFoundError,
+    WorkflowStep,
+    workflow,
+)
+
+from .conftest import EngineFactory, drain
+
+RUNS: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    RUNS.clear()
+
+
+@workflow(name="three")
+async def three(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    for name in ("one", "two", "three"):
+        await step.do(name, lambda name=name: RUNS.append(name) or name)
+        await step.sleep(f"after {name}", 10)
+    return "done"
+
+
+@workflow(name="noop")
+async def noop(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    return event.payload
+
+
+async def test_create_defaults_and_status(make_engine: EngineFactory) -> None:
+    async with make_engine([noop]) as engine:
+        inst = await engine.workflow("noop").create()
+        assert len(inst.id) == 36  # a UUID
+        rec = await inst.record()
+        assert rec.status == "queued" and rec.params is None and rec.trigger == "api"
+        await drain(engine)
+        assert (await inst.status()).status == "complete"
+
+
+@pytest.mark.parametrize("bad", ["", "-x", "has space", "x" * 101, "a/b", "ü"])
+async def test_invalid_ids_are_rejected(make_engine: EngineFactory, bad: str) -> None:
+    async with make_engine([noop]) as engine:
+        with pytest.raises(ValueError, match="instance id"):
+            await engine.workflow("noop").create(id=bad)
+
+
+async def test_valid_id_edges(make_engine: EngineFactory) -> None:
+    async with make_engine([noop]) as engine:
+        for good in ("a", "_x", "9-a_b", "x" * 100):
+            await engine.workflow("noop").create(id=good)
+
+
+async def test_duplicate_id(make_engine: EngineFactory) -> None:
+    async with make_engine([noop]) as engine:
+        await engine.workflow("noop").create(id="dup", params=1)
+        with pytest.raises(InstanceAlreadyExistsError, match="dup"):
+            await engine.workflow("noop").create(id="dup", params=2)
+        assert (await (await engine.workflow("noop").get("dup")).record()).params == 1
+
+
+async def test_params_limits(make_engine: EngineFactory) -> None:
+    async with make_engine([noop], max_payload=100) as engine:
+        with pytest.raises(ValueError, match="not JSON"):
+            await engine.workflow("noop").create(params={"x": {1, 2}})
+        with pytest.raises(ValueError, match="over the limit"):
+            await engine.workflow("noop").create(params="x" * 200)
+
+
+async def test_default_params_limit_is_one_mebibyte(make_engine: EngineFactory) -> None:
+    async with make_engine([noop]) as engine:
+        await engine.workflow("noop").create(params="x" * (1024 * 1024 - 10))
+        with pytest.raises(ValueError, match="over the limit"):
+            await engine.workflow("noop").create(params="x" * (1024 * 1024))
+
+
+async def test_unknown_workflow_lists_known(make_engine: EngineFactory) -> None:
+    async with make_engine([noop, three]) as engine:
+        with pytest.raises(WorkflowNotFoundError, match="noop, three"):
+            await engine.workflow("nope").create()
+
+
+async def test_workflow_known_from_database_only(make_engine: EngineFactory) -> None:
+    async with make_engine([noop]):
+        pass
+    async with make_engine([]) as client:  # a client that does not import the code
+        inst = await client.workflow("noop").create(params=5)
+        assert (await inst.status()).status == "queued"
+
+
+async def test_create_batch_is_idempotent(make_engine: EngineFactory) -> None:
+    async with make_engine([noop]) as engine:
+        wf = engine.workflow("noop")
+        await wf.create(id="b2", params="old")
+        made = await wf.create_batch([{"id": "b1", "params": 1}, {"id": "b2", "params": 2}, {}])
+        assert [m.id for m in made][:2] == ["b1", "b2"]
+        assert (await (await wf.get("b2")).record()).params == "old"
+        again = await wf.create_batch([{"id": "b1"}, {"id": "b3"}])
+        assert [m.id for m in again] == ["b1", "b3"]
+        page = await engine.list_instances("noop", limit=10)
+        assert len(page.instances) == 4
+        with pytest.raises(ValueError, match="unknown key"):
+            await wf.create_batch([{"id": "x", "param": 1}])
+
+
+async def test_get_unknown_instance(make_engine: EngineFactory) -> None:
+    async with make_engine([noop]) as engine:
+        with pytest.raises(InstanceNotFoundError, match="missing"):
+            await engine.workflow("noop").get("missing")
+
+
+async def test_list_instances_pages_newest_first(make_engine: EngineFactory) -> None:
+    async with make_engine([noop, three]) as engine:
+        for i in range(7):
+            await engine.workflow("noop").create(id=f"n{i}")
+        await engine.workflow("three").create(id="t0")
+        page = await engine.list_instances("noop", limit=3)
+        ids = [i.id for i in page.instances]
+        assert ids == ["n6", "n5", "n4"]
+        while page.cursor:
+            page = await engine.list_instances("noop", limit=3, cursor=page.cursor)
+            ids += [i.id for i in page.instances]
+        assert ids == [f"n{i}" for i in range(6, -1, -1)]
+        every = await engine.list_instances(limit=100)
+        assert next(i.id for i in every.instances) == "t0"
+        await drain(engine)
+        done = await engine.list_instances(status="complete", limit=100)
+        assert {i.id for i in done.instances} == {f"n{i}" for i in range(7)}
+        with pytest.raises(ValueError, match="cursor"):
+            await engine.list_instances(cursor="!!garbage!!")
+
+
+async def test_pause_and_resume_waiting_instance(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([three], clock=clock) as engine:
+        inst = await engine.workflow("three").create()
+        await drain(engine)
+        await inst.pause()
+        assert (await inst.status()).status == "paused"
+        clock.advance(100)
+        assert await engine.worker.run_once() == 0  # paused: not run even when due
+        await inst.resume()
+        await drain(engine)
+        assert RUNS == ["one", "two"]
+        with pytest.raises(IllegalStateError, match="resume"):
+            await inst.resume()
+
+
+async def test_pause_running_instance_takes_effect_after_the_step(
+    make_engine: EngineFactory,
+) -> None:
+    gate = asyncio.Event()
+    holder: dict[str, Any] = {}
+
+    async def long_step() -> str:
+        await holder["inst"].pause()
+        assert (await holder["inst"].status()).status == "waitingForPause"
+        gate.set()
+        return "finished anyway"
+
+    @workflow(name="pausable")
+    async def pausable(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.do("long", long_step)
+        await step.do("next", lambda: RUNS.append("next"))
+        return "end"
+
+    async with make_engine([pausable]) as engine:
+        holder["inst"] = inst = await engine.workflow("pausable").create()
+        await drain(engine)
+        assert gate.is_set()
+        assert (await inst.status()).status == "paused"
+        steps = await inst.steps()
+        assert [s.display_name for s in steps] == ["long-1"]  # 'next' did not start
+        await inst.resume()
+        await drain(engine)
+        assert (await inst.status()).output == "end"
+        assert RUNS == ["next"]
+
+
+async def test_terminate(make_engine: EngineFactory) -> None:
+    async with make_engine([three]) as engine:
+        inst = await engine.workflow("three").create()
+        await drain(engine)
+        await inst.terminate()
+        assert (await inst.status()).status == "terminated"
+        assert await engine.worker.run_once() == 0
+        with pytest.raises(IllegalStateError, match="terminate"):
+            await inst.terminate()
+        done = await engine.workflow("noop" if False else "three").create()
+        await done.terminate()
+
+
+async def test_terminate_completed_instance_is_illegal(make_engine: EngineFactory) -> None:
+    async with make_engine([noop]) as engine:
+        inst = await engine.workflow("noop").create()
+        await drain(engine)
+        with pytest.raises(IllegalStateError, match="complete"):
+            await inst.terminate()
+        with pytest.raises(IllegalStateError):
+            await inst.pause()
+        assert (await inst.status()).status == "complete"
+
+
+async def test_restart_from_start_and_from_step(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([three], clock=clock) as engine:
+        inst = await engine.workflow("three").create()
+        for _ in range(4):
+            await drain(engine)
+            clock.advance(10)
+        assert (await inst.status()).status == "complete"
+        assert RUNS == ["one", "two", "three"]
+        RUNS.clear()
+        await inst.restart(from_step="two")
+        assert (await inst.status()).status == "queued"
+        names = [s.display_name for s in await inst.steps()]
+        assert names == ["one-1", "after one-1"]
+        for _ in range(4):
+            await drain(engine)
+            clock.advance(10)
+        assert RUNS == ["two", "three"]
+        RUNS.clear()
+        await inst.restart()
+        assert await inst.steps() == []
+        for _ in range(4):
+            await drain(engine)
+            clock.advance(10)
+        assert RUNS == ["one", "two", "three"]
+        assert (await inst.status()).output == "done"
+        with pytest.raises(ValueError, match="no recorded step"):
+            await inst.restart(from_step="nope")
+
+
+async def test_restart_terminated_and_errored_instances(make_engine: EngineFactory) -> None:
+    async with make_engine([three]) as engine:
+        inst = await engine.workflow("three").create()
+        await inst.terminate()
+        await inst.restart()
+        await drain(engine)
+        assert (await inst.status()).status == "waiting"
+
+
+async def test_wait_returns_final_status(make_engine: EngineFactory) -> None:
+    async with make_engine([noop], worker=True) as engine:
+        inst = await engine.workflow("noop").create(params={"x": 1})
+        status = await inst.wait(timeout=10)
+        assert status.status == "complete" and status.output == {"x": 1}
+
+
+async def test_wait_times_out(make_engine: EngineFactory) -> None:
+    async with make_engine([noop]) as engine:
+        inst = await engine.workflow("noop").create()
+        with pytest.raises(TimeoutError, match="queued"):
+            await inst.wait(timeout=0.05)
+
+
+async def test_list_workflows_counts(make_engine: EngineFactory) -> None:
+    async with make_engine([noop, three]) as engine:
+        await engine.workflow("noop").create()
+        await engine.workflow("noop").create()
+        await engine.workflow("three").create()
+        await drain(engine)
+        infos = {w.name: w for w in await engine.list_workflows()}
+        assert infos["noop"].counts == {"complete": 2}
+        assert infos["three"].counts == {"waiting": 1}
+        assert infos["noop"].class_name.endswith(":noop")
+
+
+def test_sync_facade(store_url: str) -> None:
+    with SyncEngine(store_url, [noop], worker=True) as engine:
+        inst = engine.workflow("noop").create(id="s", params=[1])
+        assert inst.wait(timeout=10).output == [1]
+        assert engine.workflow("noop").get("s").status().status == "complete"
+        assert [i.id for i in engine.list_instances().instances] == ["s"]
+        with pytest.raises(InstanceNotFoundError):
+            engine.workflow("noop").get("zzz")

@@ -1,0 +1,59 @@
+"""The public names of the package are deliberate: this test pins them."""
+
+import stepline
+
+EXPECTED = {
+    "ConfigError",
+    "DefinitionError",
+    "Engine",
+    "EventRecord",
+    "IllegalStateError",
+    "Instance",
+    "InstanceAlreadyExistsError",
+    "InstanceNotFoundError",
+    "InstancePage",
+    "InstanceRecord",
+    "InstanceStatus",
+    "InvalidPayloadError",
+    "LeaseLostError",
+    "ManualClock",
+    "NonDeterminismError",
+    "NonRetryableError",
+    "RetryConfig",
+    "StepConfig",
+    "StepContext",
+    "StepFailedError",
+    "StepRecord",
+    "StepTimeoutError",
+    "SteplineError",
+    "StoreError",
+    "SyncEngine",
+    "SyncInstance",
+    "SyncWorkflowBinding",
+    "SystemClock",
+    "Workflow",
+    "WorkflowBinding",
+    "WorkflowEvent",
+    "WorkflowFailedError",
+    "WorkflowNotFoundError",
+    "WorkflowStep",
+    "__version__",
+    "parse_duration",
+    "workflow",
+}
+
+
+def test_public_names_are_pinned() -> None:
+    assert set(stepline.__all__) == EXPECTED
+
+
+def test_every_public_name_is_importable() -> None:
+    for name in stepline.__all__:
+        assert getattr(stepline, name) is not None
+
+
+def test_errors_share_one_root() -> None:
+    for name in stepline.__all__:
+        obj = getattr(stepline, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, stepline.SteplineError), name

@@ -1,0 +1,226 @@
+"""step.sleep, step.sleep_until and step.wait_for_event: durable waits."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from stepline import (
+    IllegalStateError,
+    ManualClock,
+    StepTimeoutError,
+    WorkflowEvent,
+    WorkflowStep,
+    workflow,
+)
+
+from .conftest import EngineFactory, drain
+
+RUNS: list[str] = []
+
+
+@workflow(name="sleeper")
+async def sleeper(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    await step.do("before", lambda: RUNS.append("before"))
+    await step.sleep("nap", "2 hours")
+    return await step.do("after", lambda: RUNS.append("after") or "woke")
+
+
+@workflow(name="waiter")
+async def waiter(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    first = await step.wait_for_event("first", type="approval", timeout="1 hour")
+    second = await step.wait_for_event("second", type="approval", timeout="1 hour")
+    return [first.payload, second.payload, first.type]
+
+
+@workflow(name="timeouts")
+async def timeouts(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    try:
+        await step.wait_for_event("reply", type="reply", timeout="10 minutes")
+    except StepTimeoutError:
+        return "gave up"
+    return "answered"
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    RUNS.clear()
+
+
+async def test_sleep_suspends_and_wakes_on_time(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([sleeper], clock=clock) as engine:
+        inst = await engine.workflow("sleeper").create()
+        await drain(engine)
+        rec = await inst.record()
+        assert rec.status == "waiting" and rec.ready_at == pytest.approx(clock() + 7200)
+        assert engine.worker.active_count == 0  # nothing held in memory while sleeping
+        clock.advance(7199)
+        assert await engine.worker.run_once() == 0
+        clock.advance(1)
+        await drain(engine)
+        assert (await inst.status()).output == "woke"
+        assert RUNS == ["before", "after"]
+        nap = next(s for s in await inst.steps() if s.kind == "sleep")
+        assert nap.status == "complete" and nap.ended_at == pytest.approx(nap.wake_at)
+
+
+async def test_sleep_survives_engine_restart(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([sleeper], clock=clock) as engine:
+        inst = await engine.workflow("sleeper").create(id="s1")
+        await drain(engine)
+    clock.advance(7200)
+    async with make_engine([sleeper], clock=clock) as engine2:
+        await drain(engine2)
+        status = await (await engine2.workflow("sleeper").get("s1")).status()
+        assert status.status == "complete"
+    assert RUNS == ["before", "after"]
+    del inst
+
+
+async def test_sleep_until(make_engine: EngineFactory, clock: ManualClock) -> None:
+    target = datetime.fromtimestamp(clock() + 500, UTC)
+
+    @workflow(name="until")
+    async def until(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.sleep_until("alarm", target)
+        await step.sleep_until("past", clock() - 100)  # already due: no wait
+        return "rang"
+
+    async with make_engine([until], clock=clock) as engine:
+        inst = await engine.workflow("until").create()
+        await drain(engine)
+        assert (await inst.record()).ready_at == pytest.approx(target.timestamp())
+        clock.advance(500)
+        await drain(engine)
+        assert (await inst.status()).output == "rang"
+
+
+async def test_real_time_sleep_wakes_with_running_worker(make_engine: EngineFactory) -> None:
+    @workflow(name="short")
+    async def short(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.sleep("tiny", "200 milliseconds")
+        return "done"
+
+    async with make_engine([short], worker=True, poll_interval=30) as engine:
+        inst = await engine.workflow("short").create()
+        # the worker sleeps until the timer, not until the 30 s poll
+        assert (await inst.wait(timeout=10)).output == "done"
+
+
+async def test_events_sent_before_the_wait_are_buffered_in_order(
+    make_engine: EngineFactory,
+) -> None:
+    async with make_engine([waiter]) as engine:
+        inst = await engine.workflow("waiter").create()
+        await inst.send_event("approval", {"n": 1})
+        await inst.send_event("other", {"ignored": True})
+        await inst.send_event("approval", {"n": 2})
+        await drain(engine)
+        assert (await inst.status()).output == [{"n": 1}, {"n": 2}, "approval"]
+
+
+async def test_event_wakes_a_waiting_instance(make_engine: EngineFactory) -> None:
+    async with make_engine([waiter]) as engine:
+        inst = await engine.workflow("waiter").create()
+        await drain(engine)
+        assert (await inst.status()).status == "waiting"
+        await inst.send_event("approval", "yes")
+        await drain(engine)
+        assert (await inst.status()).status == "waiting"
+        await inst.send_event("approval", "again")
+        await drain(engine)
+        status = await inst.status()
+        assert status.output == ["yes", "again", "approval"]
+        steps = await inst.steps()
+        assert [s.output["payload"] for s in steps] == ["yes", "again"]
+
+
+async def test_wait_timeout_raises_and_is_catchable(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([timeouts], clock=clock) as engine:
+        inst = await engine.workflow("timeouts").create()
+        await drain(engine)
+        assert (await inst.record()).ready_at == pytest.approx(clock() + 600)
+        clock.advance(600)
+        await drain(engine)
+        assert (await inst.status()).output == "gave up"
+        (wait,) = await inst.steps()
+        assert wait.status == "errored" and wait.error["name"] == "StepTimeoutError"  # type: ignore[index]
+
+
+async def test_uncaught_wait_timeout_errors_the_instance(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([waiter], clock=clock) as engine:
+        inst = await engine.workflow("waiter").create()
+        await drain(engine)
+        clock.advance(3600)
+        await drain(engine)
+        status = await inst.status()
+        assert status.status == "errored"
+        assert status.error is not None and status.error["name"] == "StepTimeoutError"
+
+
+async def test_wait_survives_engine_restart(make_engine: EngineFactory) -> None:
+    async with make_engine([waiter]) as engine:
+        inst = await engine.workflow("waiter").create(id="w")
+        await drain(engine)
+        await inst.send_event("approval", 1)
+    async with make_engine([waiter]) as engine2:
+        await drain(engine2)
+        inst2 = await engine2.workflow("waiter").get("w")
+        await inst2.send_event("approval", 2)
+        await drain(engine2)
+        assert (await inst2.status()).output == [1, 2, "approval"]
+
+
+@pytest.mark.parametrize("bad", ["", "has space", "-leading", "x" * 101, "semi;colon"])
+async def test_invalid_event_types_are_rejected(make_engine: EngineFactory, bad: str) -> None:
+    async with make_engine([waiter]) as engine:
+        inst = await engine.workflow("waiter").create()
+        with pytest.raises(ValueError, match="event type"):
+            await inst.send_event(bad, None)
+
+
+async def test_event_to_finished_instance_is_refused(make_engine: EngineFactory) -> None:
+    async with make_engine([sleeper]) as engine:
+        inst = await engine.workflow("sleeper").create()
+        await inst.terminate()
+        with pytest.raises(IllegalStateError, match="terminated"):
+            await inst.send_event("late", None)
+
+
+async def test_event_payload_must_be_json(make_engine: EngineFactory) -> None:
+    async with make_engine([waiter]) as engine:
+        inst = await engine.workflow("waiter").create()
+        with pytest.raises(ValueError, match="not JSON"):
+            await inst.send_event("approval", object())
+
+
+async def test_event_sent_while_running_is_not_lost(make_engine: EngineFactory) -> None:
+    """An event that arrives after the activation read its events must still wake it."""
+    sent = {"done": False}
+    holder: dict[str, Any] = {}
+
+    async def send_now() -> int:
+        if not sent["done"]:
+            sent["done"] = True
+            await holder["inst"].send_event("go", "late")
+        return 1
+
+    @workflow(name="race")
+    async def race(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.do("send", send_now)
+        return (await step.wait_for_event("go", type="go", timeout="1 day")).payload
+
+    async with make_engine([race]) as engine:
+        holder["inst"] = inst = await engine.workflow("race").create()
+        await drain(engine)
+        assert (await inst.status()).output == "late"
