@@ -77,3 +77,28 @@ async def drain(engine: Engine, rounds: int = 50) -> int:
         if ran == 0:
             return total
     raise AssertionError("instances still runnable after many rounds: a livelock?")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With STEPLINE_REQUIRE_POSTGRES=1 (CI), fail the run if PostgreSQL tests were skipped."""
+    if os.environ.get("STEPLINE_REQUIRE_POSTGRES") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    ran = skipped = 0
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in reporter.stats.get(outcome, []):
+            keywords = getattr(report, "keywords", {})
+            if "postgres" in keywords:
+                if outcome == "skipped":
+                    skipped += 1
+                else:
+                    ran += 1
+    if skipped or not ran:
+        reporter.write_line(
+            f"STEPLINE_REQUIRE_POSTGRES: {ran} PostgreSQL tests ran, {skipped} were skipped; "
+            "every PostgreSQL test must run",
+            red=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -11,6 +11,7 @@ running any more (no step callback in flight, no write pending) every parked ste
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import re
@@ -29,17 +30,21 @@ from .errors import (
     NonDeterminismError,
     NonRetryableError,
     StepFailedError,
+    SteplineError,
     StepTimeoutError,
     SuspendInstance,
     WorkflowFailedError,
     _EngineSignal,
 )
-from .records import Attempt, EventRecord, PendingEvent, StepKind, StepRecord
+from .records import Attempt, EventRecord, PendingEvent, StepKind, StepRecord, StepStatus
 from .step import StepCallback, StepContext, WorkflowStep
 from .store.base import Claim, Finish, History, NewInstance, StepWrite, Store
 from .workflow import Workflow, WorkflowEvent, validate_name
 
 log = logging.getLogger("stepline.runtime")
+
+RECORD_RUNNING_AFTER = 0.2
+"""Seconds after which a running step attempt is written to the store as ``running``."""
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _ROLLBACK_SUFFIX = ":rollback"
@@ -130,6 +135,38 @@ class _Rollback:
 class ActivationSettings:
     max_payload: int
     listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = ()
+
+
+class _StartMarker:
+    """Records a step as running once it has run for ``RECORD_RUNNING_AFTER`` seconds.
+
+    The final write of the step waits for this one (``settle``), so the two never race.
+    """
+
+    def __init__(self, activation: Activation, write: StepWrite) -> None:
+        self._activation = activation
+        self._write = write
+        self._task: asyncio.Task[None] | None = None
+        self._handle = asyncio.get_running_loop().call_later(RECORD_RUNNING_AFTER, self._fire)
+
+    def _fire(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._record())
+
+    async def _record(self) -> None:
+        with contextlib.suppress(ActivationAborted, SteplineError):
+            await self._activation.store.record_step(
+                self._activation.lease, self._write, self._activation.store.now()
+            )
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+        if self._task is not None:
+            self._task.cancel()
+
+    async def settle(self) -> None:
+        self._handle.cancel()
+        if self._task is not None:
+            await self._task
 
 
 class Activation:
@@ -392,114 +429,72 @@ class Activation:
         attempts = list(record.attempts) if record is not None else []
         await self._gate(record.wake_at if record is not None else None)
         started_at = record.started_at if record is not None else None
+
+        def write(status: StepStatus, **fields: Any) -> StepWrite:
+            return StepWrite(
+                name, count, seq, kind, status,
+                attempts=tuple(attempts), started_at=started_at, **fields,
+            )  # fmt: skip
+
         while True:
             number = len(attempts) + 1
             now = self.store.now()
             if started_at is None:
                 started_at = now
             self._begin()
+            # A step that runs for a while is recorded as running, so that observers in other
+            # processes see it; quick steps skip that write.
+            running = write("running", info={"attempt_started_at": now})
+            marker = _StartMarker(self, running)
             try:
                 self._emit("step_start", {"step": label, "attempt": number})
                 ctx = StepContext(
                     name, count, number, cfg, self.instance.id, self.instance.workflow
                 )
-                args = extra_args or (ctx,)
                 try:
-                    result = await asyncio.wait_for(invoke(callback, args), cfg.timeout)
+                    result = await asyncio.wait_for(
+                        invoke(callback, extra_args or (ctx,)), cfg.timeout
+                    )
                 except TimeoutError:
                     raise StepTimeoutError(
                         f"step {label!r} attempt {number} timed out after {cfg.timeout:g} seconds"
                     ) from None
             except (_EngineSignal, asyncio.CancelledError):
+                marker.cancel()
                 self._end()
                 raise
             except Exception as exc:
                 try:
+                    await marker.settle()
                     ended = self.store.now()
                     info = error_info(exc)
                     attempts.append(Attempt(number, now, ended, info))
-                    retryable = not isinstance(exc, NonRetryableError)
-                    if not retryable or number > cfg.retries.limit:
+                    if isinstance(exc, NonRetryableError) or number > cfg.retries.limit:
                         self._emit("step_failed", {"step": label, "attempt": number, **info})
-                        await self._write(
-                            StepWrite(
-                                name,
-                                count,
-                                seq,
-                                kind,
-                                "errored",
-                                None,
-                                info,
-                                tuple(attempts),
-                                None,
-                                started_at,
-                                ended,
-                            )
-                        )
+                        await self._write(write("errored", error=info, ended_at=ended))
                         raise StepFailedError(label, info["name"], info["message"]) from exc
                     delay = cfg.retries.delay_after(number, exc)
                     wake_at = ended + delay
                     self._emit(
                         "step_retry", {"step": label, "attempt": number, "delay": delay, **info}
                     )
-                    await self._write(
-                        StepWrite(
-                            name,
-                            count,
-                            seq,
-                            kind,
-                            "waiting",
-                            None,
-                            None,
-                            tuple(attempts),
-                            wake_at,
-                            started_at,
-                            None,
-                        )
-                    )
+                    await self._write(write("waiting", wake_at=wake_at))
                 finally:
                     self._end()
                 if delay > 0:
                     await self._gate(wake_at)
                 continue
             try:
+                await marker.settle()
                 ended = self.store.now()
                 attempts.append(Attempt(number, now, ended, None))
                 try:
                     encoded = self._encode(result, f"the result of step {label!r}")
                 except InvalidPayloadError as exc:
                     info = {"name": "InvalidPayloadError", "message": str(exc)}
-                    await self._write(
-                        StepWrite(
-                            name,
-                            count,
-                            seq,
-                            kind,
-                            "errored",
-                            None,
-                            info,
-                            tuple(attempts),
-                            None,
-                            started_at,
-                            ended,
-                        )
-                    )
+                    await self._write(write("errored", error=info, ended_at=ended))
                     raise InstanceFatalError("InvalidPayloadError", str(exc)) from exc
-                await self._write(
-                    StepWrite(
-                        name,
-                        count,
-                        seq,
-                        kind,
-                        "complete",
-                        encoded,
-                        None,
-                        tuple(attempts),
-                        None,
-                        started_at,
-                        ended,
-                    )
-                )
+                await self._write(write("complete", output=encoded, ended_at=ended))
                 self._emit("step_complete", {"step": label, "attempt": number})
                 return _json.loads(encoded)
             finally:
