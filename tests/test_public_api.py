@@ -4,6 +4,7 @@ import stepline
 
 EXPECTED = {
     "ConfigError",
+    "Dag",
     "DefinitionError",
     "Engine",
     "EventRecord",
@@ -19,6 +20,7 @@ EXPECTED = {
     "ManualClock",
     "NonDeterminismError",
     "NonRetryableError",
+    "Pipeline",
     "RetryConfig",
     "StepConfig",
     "StepContext",

@@ -9,6 +9,7 @@ step, on SQLite (embedded, zero set-up) or PostgreSQL (many workers, many machin
 from .client import Instance, WorkflowBinding
 from .clock import ManualClock, SystemClock
 from .config import RetryConfig, StepConfig
+from .dag import Dag, Pipeline
 from .durations import parse_duration
 from .engine import Engine
 from .errors import (
@@ -37,6 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "Dag",
     "DefinitionError",
     "Engine",
     "EventRecord",
@@ -52,6 +54,7 @@ __all__ = [
     "ManualClock",
     "NonDeterminismError",
     "NonRetryableError",
+    "Pipeline",
     "RetryConfig",
     "StepConfig",
     "StepContext",

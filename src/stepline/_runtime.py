@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import re
@@ -124,6 +125,8 @@ async def invoke(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 @dataclass
 class _Rollback:
     seq: int
+    ended_at: float
+    """When the step completed: rollbacks run latest-completed first (ties: latest-started)."""
     name: str
     count: int
     fn: Callable[..., Any]
@@ -143,9 +146,9 @@ class _StartMarker:
     The final write of the step waits for this one (``settle``), so the two never race.
     """
 
-    def __init__(self, activation: Activation, write: StepWrite) -> None:
+    def __init__(self, activation: Activation, make_write: Callable[[], StepWrite]) -> None:
         self._activation = activation
-        self._write = write
+        self._make_write = make_write
         self._task: asyncio.Task[None] | None = None
         self._handle = asyncio.get_running_loop().call_later(RECORD_RUNNING_AFTER, self._fire)
 
@@ -155,7 +158,7 @@ class _StartMarker:
     async def _record(self) -> None:
         with contextlib.suppress(ActivationAborted, SteplineError):
             await self._activation.store.record_step(
-                self._activation.lease, self._write, self._activation.store.now()
+                self._activation.lease, self._make_write(), self._activation.store.now()
             )
 
     def cancel(self) -> None:
@@ -190,6 +193,7 @@ class Activation:
             (s.name, s.count): s for s in history.steps
         }
         self._next_seq = max((s.seq for s in history.steps), default=0) + 1
+        self._ended_at: dict[tuple[str, int], float] = {}
         self._events: list[PendingEvent] = list(history.events)
         self._counts: dict[str, int] = {}
         self._in_flight = 0
@@ -355,20 +359,8 @@ class Activation:
             status = await self.store.record_step(self.lease, write, self.store.now())
         except LeaseLostError as exc:
             raise ActivationAborted(str(exc)) from exc
-        self._recorded[(write.name, write.count)] = StepRecord(
-            name=write.name,
-            count=write.count,
-            seq=write.seq,
-            kind=write.kind,
-            status=write.status,
-            output=_json.loads(write.output),
-            error=write.error,
-            attempts=write.attempts,
-            wake_at=write.wake_at,
-            started_at=write.started_at,
-            ended_at=write.ended_at,
-            info=write.info,
-        )
+        if write.ended_at is not None:
+            self._ended_at[(write.name, write.count)] = write.ended_at
         if status == "waitingForPause":
             self.request_stop("pause")
 
@@ -403,12 +395,15 @@ class Activation:
         if record is not None and record.status == "complete":
             if rollback is not None:
                 self._rollbacks.append(
-                    _Rollback(seq, key[0], key[1], rollback, rb_cfg, record.output)
+                    _Rollback(
+                        seq, record.ended_at or 0.0, key[0], key[1], rollback, rb_cfg, record.output
+                    )
                 )
             return record.output
         output = await self._run_attempts(key, seq, "do", record, cfg, callback, ())
         if rollback is not None:
-            self._rollbacks.append(_Rollback(seq, key[0], key[1], rollback, rb_cfg, output))
+            ended = self._ended_at.get(key, 0.0)
+            self._rollbacks.append(_Rollback(seq, ended, key[0], key[1], rollback, rb_cfg, output))
         return output
 
     async def _run_attempts(
@@ -444,17 +439,27 @@ class Activation:
             self._begin()
             # A step that runs for a while is recorded as running, so that observers in other
             # processes see it; quick steps skip that write.
-            running = write("running", info={"attempt_started_at": now})
-            marker = _StartMarker(self, running)
+            marker = _StartMarker(
+                self,
+                functools.partial(
+                    write, "running", info={"running_attempt": number, "attempt_started_at": now}
+                ),
+            )
             try:
                 self._emit("step_start", {"step": label, "attempt": number})
-                ctx = StepContext(
-                    name, count, number, cfg, self.instance.id, self.instance.workflow
-                )
-                try:
-                    result = await asyncio.wait_for(
-                        invoke(callback, extra_args or (ctx,)), cfg.timeout
+                if extra_args:
+                    args = extra_args
+                elif _callback_shape(callback)[1]:
+                    args = (
+                        StepContext(
+                            name, count, number, cfg, self.instance.id, self.instance.workflow
+                        ),
                     )
+                else:
+                    args = ()
+                try:
+                    async with asyncio.timeout(cfg.timeout):
+                        result = await invoke(callback, args)
                 except TimeoutError:
                     raise StepTimeoutError(
                         f"step {label!r} attempt {number} timed out after {cfg.timeout:g} seconds"
@@ -673,7 +678,9 @@ class Activation:
 
     async def start_workflow(self, workflow: str, params: Any, child_id: str | None) -> str:
         validate_name(workflow, what="workflow name")
-        name = f"start {workflow}"
+        # With an explicit id the step is named after it, so concurrent starts of one workflow
+        # (DAG branches, gather) replay correctly whatever order they run in.
+        name = f"start {workflow}" if child_id is None else f"start {workflow} {child_id}"
         self._progress += 1
         key = self._key(name)
         record = self._lookup(key, "start_workflow")
@@ -834,12 +841,16 @@ class Activation:
     # -- rollbacks -------------------------------------------------------------------------------
 
     async def _run_rollbacks(self, error: BaseException | None) -> dict[str, Any] | None:
-        """Run the registered rollbacks, latest-started first; each is a durable step."""
+        """Run the registered rollbacks, latest-completed first; each is a durable step.
+
+        Completion order is the recorded ``ended_at`` of each step (ties, as with a manual clock:
+        latest-started first). It differs from start order only for steps run concurrently.
+        """
         if not self._rollbacks:
             return None
         self._terminating = False  # rollbacks themselves must be allowed to run
         failures: list[dict[str, str]] = []
-        for rb in sorted(self._rollbacks, key=lambda r: r.seq, reverse=True):
+        for rb in sorted(self._rollbacks, key=lambda r: (r.ended_at, r.seq), reverse=True):
             key = (rb.name + _ROLLBACK_SUFFIX, rb.count)
             record = self._lookup(key, "rollback")
             if record is not None and record.status == "complete":

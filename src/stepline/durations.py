@@ -50,7 +50,8 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
 def format_duration(seconds: float) -> str:
     """Format seconds the way wrangler does: ``"0 seconds"``, ``"1 minute"``, ``"2.5 hours"``."""
     if seconds < 1:
-        return f"{round(seconds * 1000)} milliseconds" if seconds > 0 else "0 seconds"
+        millis = round(seconds * 1000)
+        return f"{millis} millisecond{'' if millis == 1 else 's'}" if seconds > 0 else "0 seconds"
     for unit, size in (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
             value = seconds / size

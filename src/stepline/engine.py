@@ -88,7 +88,7 @@ class Engine:
             raise DefinitionError("register workflows before the engine is opened")
         definition = definition_of(workflow)
         existing = self._registry.get(definition.name)
-        if existing is not None and existing.cls is not definition.cls:
+        if existing is not None and existing != definition:
             raise DefinitionError(
                 f"two workflows are named {definition.name!r}: {existing.class_name} and "
                 f"{definition.class_name}; give one of them another name"

@@ -43,6 +43,24 @@ class WorkerSettings:
     max_payload: int = 1024 * 1024
 
 
+class _Slot:
+    """One claimed instance: counted against concurrency and renewed from claim to end."""
+
+    __slots__ = ("activation", "claim", "stop_reason", "task")
+
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
+        self.task: asyncio.Task[None] | None = None
+        self.activation: Activation | None = None
+        self.stop_reason: str | None = None
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self.activation is not None:
+            self.activation.request_stop(reason)
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -64,7 +82,7 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.id = worker_id or default_worker_id()
         self._activation_settings = ActivationSettings(self.settings.max_payload, listeners)
-        self._active: dict[int, tuple[Activation, asyncio.Task[None]]] = {}
+        self._active: dict[int, _Slot] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._workflows = sorted(registry)
@@ -159,25 +177,26 @@ class Worker:
             await asyncio.wait_for(self._wake.wait(), timeout)
 
     def _start(self, claim: Claim) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(self._activate(claim))
-        return task
+        # The slot is taken (counted against concurrency, its lease renewed) from the moment of
+        # the claim, not only once the history has loaded.
+        slot = _Slot(claim)
+        slot.task = asyncio.get_running_loop().create_task(self._activate(slot))
+        self._active[claim.lease.pk] = slot
+        return slot.task
 
-    async def _activate(self, claim: Claim) -> None:
+    async def _activate(self, slot: _Slot) -> None:
+        claim = slot.claim
         record = claim.instance
-        definition = self.registry.get(record.workflow)
         lease = claim.lease
         try:
-            if definition is None:  # pragma: no cover - claims are filtered by workflow name
-                raise StoreError(f"no definition for workflow {record.workflow!r}")
+            definition = self.registry[record.workflow]
             history = await self.store.load_history(lease)
             activation = Activation(
                 self.store, claim, history, definition.make(), self._activation_settings
             )
-            task = asyncio.current_task()
-            assert task is not None
-            self._active[lease.pk] = (activation, task)
-            if self._stopping.is_set():
-                activation.request_stop("shutdown")
+            slot.activation = activation
+            if slot.stop_reason is not None:
+                activation.request_stop(slot.stop_reason)
             finish = await activation.execute()
             if finish.status == "waiting" and activation.stop_reason == "shutdown":
                 await self.store.release(lease, self.store.now())
@@ -193,11 +212,21 @@ class Worker:
         except (ActivationAborted, LeaseLostError) as exc:
             log.warning("instance %s/%s abandoned: %s", record.workflow, record.id, exc)
         except asyncio.CancelledError:
-            with contextlib.suppress(StoreError, LeaseLostError):
+            with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release(lease, self.store.now()))
             raise
-        except StoreError as exc:
-            log.error("instance %s/%s: store error: %s", record.workflow, record.id, exc)
+        except Exception as exc:
+            # A store failure (or a bug) must not leave the instance stuck until its lease
+            # expires: give it back so that this or another worker retries it.
+            log.error(
+                "instance %s/%s: activation failed, releasing it: %s",
+                record.workflow,
+                record.id,
+                exc,
+                exc_info=not isinstance(exc, StoreError),
+            )
+            with contextlib.suppress(Exception):
+                await self.store.release(lease, self.store.now())
         finally:
             self._active.pop(lease.pk, None)
             self._wake.set()
@@ -212,30 +241,34 @@ class Worker:
         """Extend every held lease; cancel activations whose lease is gone; see pause requests."""
         if not self._active:
             return
-        active = dict(self._active)
-        leases = [activation.lease for activation, _ in active.values()]
+        slots = list(self._active.values())
+        leases = [slot.claim.lease for slot in slots]
         try:
             held = await self.store.renew(leases, self.settings.lease, self.store.now())
         except StoreError as exc:
             log.warning("lease renewal failed: %s", exc)
             return
-        for pk, (activation, task) in active.items():
-            status = held.get(pk)
+        for slot in slots:
+            lease = slot.claim.lease
+            if self._active.get(lease.pk) is not slot:
+                continue  # finished while the renewal was in flight
+            status = held.get(lease.pk)
             if status is None:
                 log.warning(
-                    "lease lost on %s/%s", activation.instance.workflow, activation.instance.id
+                    "lease lost on %s/%s", slot.claim.instance.workflow, slot.claim.instance.id
                 )
-                task.cancel()
+                if slot.task is not None:
+                    slot.task.cancel()
             elif status == "waitingForPause":
-                activation.request_stop("pause")
+                slot.request_stop("pause")
 
     async def _shutdown(self) -> None:
         if not self._active:
             return
         log.info("worker %s: waiting for %d running activations", self.id, len(self._active))
-        for activation, _ in self._active.values():
-            activation.request_stop("shutdown")
-        tasks = [task for _, task in self._active.values()]
+        for slot in self._active.values():
+            slot.request_stop("shutdown")
+        tasks = [slot.task for slot in self._active.values() if slot.task is not None]
         _done, pending = await asyncio.wait(tasks, timeout=self.settings.grace_period)
         for task in pending:
             task.cancel()

@@ -6,7 +6,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from .errors import DefinitionError
 
@@ -39,10 +39,14 @@ class Workflow:
     deterministic: branch only on step results, ``event.payload`` and other recorded values.
     """
 
-    name: ClassVar[str] = ""
+    name: str = ""
 
     async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.run() is not implemented")
+
+    def validate(self) -> None:
+        """Check the definition; raise :class:`DefinitionError`. Called when an object (Pipeline,
+        Dag) is registered, so definition errors surface then and not at run time."""
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
@@ -61,7 +65,7 @@ def kebab_case(name: str) -> str:
 
 def validate_name(name: str, *, what: str) -> str:
     """Workflow names, instance ids and event types share one pattern."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ValueError(
             f"invalid {what} {name!r}: use 1-100 letters, digits, '_' or '-', not starting with '-'"
         )
@@ -126,6 +130,7 @@ def definition_of(obj: Any) -> WorkflowDefinition:
         name = obj.__dict__.get("name") or kebab_case(obj.__name__)
         return WorkflowDefinition(validate_name(name, what="workflow name"), obj)
     if isinstance(obj, Workflow):
+        obj.validate()
         name = obj.name or kebab_case(type(obj).__name__)
         return _InstanceDefinition(validate_name(name, what="workflow name"), type(obj), obj)
     raise DefinitionError(

@@ -69,7 +69,10 @@ def decode_cursor(cursor: str | None) -> int | None:
         return None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        return int(base64.urlsafe_b64decode(padded.encode()).decode())
+        pk = int(base64.urlsafe_b64decode(padded.encode()).decode())
+        if not 0 <= pk < 2**63:  # a pk is a signed 64-bit integer in every store
+            raise ValueError(pk)
+        return pk
     except (ValueError, UnicodeDecodeError):
         raise ValueError(
             f"invalid cursor {cursor!r}: pass back a cursor from a previous page"

@@ -108,6 +108,8 @@ class SqliteStore(Store):
         self._conn: sqlite3.Connection | None = None
         self._pending: list[tuple[Op, asyncio.Future[Any], bool]] = []
         self._flush_scheduled = False
+        self._eager = True
+        self._turn_busy = False
         self._retry_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -191,15 +193,31 @@ class SqliteStore(Store):
         return await self._retry_locked(lambda: conn.execute(sql, params).fetchall())
 
     def _write(self, op: Op, *, durable: bool = False) -> asyncio.Future[Any]:
-        """Queue ``op`` for the next group commit; the future resolves after COMMIT."""
+        """Queue ``op`` for the next group commit; the future resolves after COMMIT.
+
+        Adaptive: while writes come one at a time (a sequential workload), each commits at once,
+        with no detour through the event loop. As soon as a second write arrives in the same
+        turn of the loop, writes are queued and committed together at the end of the turn,
+        until a turn brings only one write again.
+        """
         self._require()
         loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self._pending.append((op, fut, durable))
-        if not self._flush_scheduled and self._retry_task is None:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush)
+        if self._retry_task is not None or self._flush_scheduled:
+            return fut
+        if self._eager and not self._turn_busy:
+            self._turn_busy = True
+            loop.call_soon(self._end_turn)
+            self._flush()
+            return fut
+        self._eager = False
+        self._flush_scheduled = True
+        loop.call_soon(self._flush)
         return fut
+
+    def _end_turn(self) -> None:
+        self._turn_busy = False
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -255,6 +273,7 @@ class SqliteStore(Store):
         self._pending = []
         outcomes: list[tuple[asyncio.Future[Any], BaseException | None, Any]] = []
         single = len(batch) == 1
+        self._eager = single
         try:
             for op, fut, _ in batch:
                 if not single:
@@ -441,6 +460,7 @@ class SqliteStore(Store):
         from_step: tuple[str, int] | None = None,
     ) -> InstanceRecord:
         now = self.now()
+        woke_parent: list[bool] = []
 
         def op(c: sqlite3.Connection) -> InstanceRecord:
             pk, status, owner = self._lookup(c, workflow, instance_id)
@@ -465,6 +485,8 @@ class SqliteStore(Store):
                     sets.append("ended_at = ?, control = NULL")
                     params.append(now)
                 c.execute(f"UPDATE instances SET {', '.join(sets)} WHERE pk = ?", (*params, pk))
+                if change.get("end") and self._wake_parent(c, pk, now):
+                    woke_parent.append(True)
             row = c.execute(
                 f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE pk = ?", (pk,)
             ).fetchone()
@@ -472,7 +494,7 @@ class SqliteStore(Store):
 
         record: InstanceRecord = await self._write(op, durable=True)
         self._notify_changed(workflow, instance_id)
-        if record.ready_at is not None:
+        if record.ready_at is not None or woke_parent:
             self._notify_ready()
         return record
 
@@ -582,6 +604,12 @@ class SqliteStore(Store):
         if not workflows or limit <= 0:
             return []
         marks = ",".join("?" * len(workflows))
+        # A read first: an idle poll must not take the database's write lock.
+        if not await self._read(
+            f"SELECT 1 FROM instances WHERE ready_at <= ? AND workflow IN ({marks}) LIMIT 1",
+            (now, *workflows),
+        ):
+            return []
 
         def op(c: sqlite3.Connection) -> list[Claim]:
             rows = c.execute(
@@ -695,8 +723,9 @@ class SqliteStore(Store):
         return held
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
-        def op(c: sqlite3.Connection) -> tuple[str, str, str]:
+        def op(c: sqlite3.Connection) -> tuple[str, str, str, bool]:
             status, event_seq, workflow, instance_id = self._fence(c, lease)
+            woke = False
             output = finish.output
             error = dumps(finish.error, what="error") if finish.error is not None else None
             rollback = (
@@ -722,14 +751,30 @@ class SqliteStore(Store):
                     " ended_at = ?, updated_at = ? WHERE pk = ?",
                     (new_status, output, error, rollback, now, now, lease.pk),
                 )
-            return new_status, workflow, instance_id
+                woke = self._wake_parent(c, lease.pk, now)
+            return new_status, workflow, instance_id, woke
 
-        result: tuple[str, str, str] = await self._write(op)
-        new_status, workflow, instance_id = result
+        result: tuple[str, str, str, bool] = await self._write(op)
+        new_status, workflow, instance_id, woke = result
         self._notify_changed(workflow, instance_id)
-        if new_status == "waiting":
+        if new_status == "waiting" or woke:
             self._notify_ready()
         return new_status
+
+    @staticmethod
+    def _wake_parent(c: sqlite3.Connection, pk: int, now: float) -> bool:
+        """A child instance ended: make its parent runnable now if it waits (for the child), and
+        bump its ``event_seq`` so a parent activation running meanwhile does not go to sleep."""
+        row = c.execute("SELECT parent FROM instances WHERE pk = ?", (pk,)).fetchone()
+        parent = loads(row[0]) if row is not None else None
+        if not parent:
+            return False
+        c.execute(
+            "UPDATE instances SET event_seq = event_seq + 1, ready_at = CASE"
+            " WHEN status = 'waiting' THEN ? ELSE ready_at END WHERE workflow = ? AND id = ?",
+            (now, parent["workflow"], parent["id"]),
+        )
+        return True
 
     async def release(self, lease: Lease, now: float) -> None:
         def op(c: sqlite3.Connection) -> None:

@@ -1,0 +1,102 @@
+"""Command-line options shared by every benchmark (``python -m benchmarks --help``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+STORES = ("sqlite", "postgres")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to run and where."""
+
+    runs: int = 5
+    """Repetitions; figures are medians."""
+    stores: tuple[str, ...] = ("sqlite",)
+    pg_url: str = DEFAULT_PG_URL
+    directory: Path | None = None
+    """Where SQLite files go (default: a temporary directory); floors are measured there too."""
+    quick: bool = False
+    """Smaller sizes, for a smoke run."""
+    write_json: bool = True
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--runs", type=int, default=5, help="repetitions (figures are medians)")
+    p.add_argument(
+        "--stores",
+        default="sqlite",
+        help="comma-separated: sqlite, postgres (default: sqlite)",
+    )
+    p.add_argument(
+        "--pg-url",
+        default=os.environ.get("STEPLINE_BENCH_DATABASE_URL", DEFAULT_PG_URL),
+        help="PostgreSQL server for postgres runs (default: $STEPLINE_BENCH_DATABASE_URL or "
+        f"{DEFAULT_PG_URL}); each run uses a fresh schema, dropped afterwards",
+    )
+    p.add_argument("--dir", type=Path, default=None, help="directory for SQLite files")
+    p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    p.add_argument("--no-json", action="store_true", help="do not write benchmarks/results/")
+    return p
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    stores = tuple(s.strip() for s in args.stores.split(",") if s.strip())
+    unknown = [s for s in stores if s not in STORES]
+    if unknown:
+        raise SystemExit(f"unknown store {unknown[0]!r}: use one of {', '.join(STORES)}")
+    if args.runs < 1:
+        raise SystemExit(f"--runs must be at least 1, got {args.runs}")
+    return BenchConfig(
+        runs=args.runs,
+        stores=stores,
+        pg_url=args.pg_url,
+        directory=args.dir,
+        quick=args.quick,
+        write_json=not args.no_json,
+    )
+
+
+@contextmanager
+def work_directory(config: BenchConfig) -> Iterator[Path]:
+    """A fresh directory for the run's SQLite files, removed afterwards."""
+    if config.directory is not None:
+        config.directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="stepline-bench-", dir=config.directory) as path:
+        yield Path(path)
+
+
+@contextmanager
+def database(config: BenchConfig, store: str, directory: Path) -> Iterator[str]:
+    """A fresh, empty database URL for ``store``: a new SQLite file or PostgreSQL schema."""
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    if store == "sqlite":
+        path = directory / f"{name}.db"
+        try:
+            yield f"sqlite:///{path}"
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return
+    sep = "&" if "?" in config.pg_url else "?"
+    try:
+        yield f"{config.pg_url}{sep}schema={name}"
+    finally:
+        with psycopg.connect(config.pg_url.split("?")[0], autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def parse(description: str, argv: Sequence[str] | None = None) -> BenchConfig:
+    return config_from(parser(description).parse_args(argv))

@@ -1,0 +1,80 @@
+"""Floors: the cost of the smallest durable write each database can do, measured in the run.
+
+A step checkpoint has to reach the database, so the fastest conceivable step costs one committed
+single-row insert. Benchmarks report their figures against these floors, measured in the same run
+on the same disk (SQLite) or over the same connection path (PostgreSQL over loopback), so the
+ratio does not depend on the machine.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+from typing import Literal
+
+import psycopg
+
+from ._report import Floor
+
+Synchronous = Literal["OFF", "NORMAL", "FULL"]
+
+
+def sqlite_commit(directory: Path, *, synchronous: Synchronous = "NORMAL", n: int = 2000) -> Floor:
+    """Microseconds for one single-row ``INSERT`` + ``COMMIT`` on a SQLite file in WAL mode.
+
+    ``synchronous=NORMAL`` is what the engine uses for step checkpoints (a WAL commit without an
+    fsync; the WAL is synced at checkpoints); ``FULL`` is what it uses for acknowledged writes
+    (create, events, control actions). The file lives in ``directory``, next to the engine's
+    database, so both are measured on the same disk.
+    """
+    path = directory / f"floor-{uuid.uuid4().hex[:8]}.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        for _ in range(50):  # warm up: page cache, WAL file allocation
+            conn.execute("INSERT INTO t (v) VALUES ('warm-up')")
+        start = time.perf_counter()
+        for i in range(n):
+            conn.execute("BEGIN")
+            conn.execute("INSERT INTO t (v) VALUES (?)", (f"row {i}",))
+            conn.execute("COMMIT")
+        elapsed = time.perf_counter() - start
+    finally:
+        conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return Floor(
+        f"one single-row INSERT + COMMIT, SQLite WAL, synchronous={synchronous}, same disk",
+        elapsed / n * 1e6,
+        "µs",
+    )
+
+
+def postgres_commit(url: str, *, n: int = 2000) -> Floor:
+    """Microseconds for one single-row committed ``INSERT`` (autocommit) over ``url``.
+
+    The table is an ordinary (WAL-logged) one in a throwaway schema, dropped afterwards: a
+    temporary table would skip the WAL flush at commit and understate the floor. With the server
+    on 127.0.0.1 this is one loopback round trip plus the server's WAL flush.
+    """
+    schema = f"stepline_floor_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            conn.execute(f'CREATE TABLE "{schema}".t (id bigserial PRIMARY KEY, v text NOT NULL)')
+            insert = f'INSERT INTO "{schema}".t (v) VALUES (%s)'
+            for _ in range(50):
+                conn.execute(insert, ("warm-up",))
+            start = time.perf_counter()
+            for i in range(n):
+                conn.execute(insert, (f"row {i}",))
+            elapsed = time.perf_counter() - start
+        finally:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    return Floor(
+        "one single-row committed INSERT, PostgreSQL over loopback", elapsed / n * 1e6, "µs"
+    )

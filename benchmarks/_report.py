@@ -1,0 +1,159 @@
+"""What every benchmark shares: figures, the table printer, the JSON writer, medians.
+
+A benchmark returns a :class:`Report`: a list of :class:`Figure` (a measured value, optionally
+with the floor it is compared against and their ratio) plus free-form details (parameters, raw
+per-run values). :func:`print_report` shows it as a table; :func:`write_report` stores it as JSON
+under ``benchmarks/results/`` (git-ignored). Benchmarks print; they never assert.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The cheapest possible way to do the same durable work, measured in the same run."""
+
+    name: str
+    value: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured value; with a floor, the ratio ``value / floor`` is shown."""
+
+    name: str
+    value: float
+    unit: str
+    floor: Floor | None = None
+    runs: tuple[float, ...] = ()
+    """The value of every repetition (``value`` is their median)."""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.floor is None or self.floor.value <= 0:
+            return None
+        return self.value / self.floor.value
+
+
+@dataclass
+class Report:
+    """A benchmark's outcome: figures for the table, details for the JSON file."""
+
+    benchmark: str
+    title: str
+    figures: list[Figure] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def median(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("median of no values: the benchmark ran no repetition")
+    return float(statistics.median(values))
+
+
+def environment() -> dict[str, Any]:
+    """Where the figures were measured."""
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "sqlite": sqlite3.sqlite_version,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _fmt(value: float, unit: str) -> str:
+    if value >= 100:
+        text = f"{value:,.0f}"
+    elif value >= 10:
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.2f}"
+    return f"{text} {unit}"
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    """Print the figures as a table (figure, value, floor, ratio), then the notes."""
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=110)
+    table = Table(title=report.title, title_justify="left")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("floor", justify="right")
+    table.add_column("ratio", justify="right")
+    floors: dict[str, Floor] = {}
+    for figure in report.figures:
+        floor_text = ""
+        if figure.floor is not None:
+            letter = _floor_letter(floors, figure.floor)
+            floor_text = f"{_fmt(figure.floor.value, figure.floor.unit)} [{letter}]"
+        ratio = figure.ratio
+        table.add_row(
+            figure.name,
+            _fmt(figure.value, figure.unit),
+            floor_text,
+            f"{ratio:.1f}x" if ratio is not None else "",
+        )
+    console.print(table)
+    for letter, floor in floors.items():
+        console.print(f"  [{letter}] {floor.name}", markup=False, highlight=False)
+    for note in report.notes:
+        console.print(f"  {note}", markup=False, highlight=False)
+
+
+def _floor_letter(floors: dict[str, Floor], floor: Floor) -> str:
+    for letter, known in floors.items():
+        if known == floor:
+            return letter
+    letter = chr(ord("a") + len(floors))
+    floors[letter] = floor
+    return letter
+
+
+def write_report(report: Report, directory: Path = RESULTS_DIR) -> Path:
+    """Write the report as JSON (``<benchmark>-<UTC time>.json``); return the path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = directory / f"{report.benchmark}-{stamp}.json"
+    data = {
+        "benchmark": report.benchmark,
+        "title": report.title,
+        "measured_at": stamp,
+        "environment": environment(),
+        "figures": [{**asdict(f), "runs": list(f.runs), "ratio": f.ratio} for f in report.figures],
+        "details": report.details,
+        "notes": report.notes,
+    }
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def report_all(reports: Sequence[Report], *, write_json: bool = True) -> None:
+    """Print every report and, unless told not to, write each as JSON."""
+    for report in reports:
+        print_report(report)
+        if write_json:
+            print(f"  written to {write_report(report)}")

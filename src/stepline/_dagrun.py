@@ -1,0 +1,295 @@
+"""Running a DAG: the nodes as the runner sees them, and one activation's walk over the graph.
+
+Private to :mod:`stepline.dag`, which defines the public API (``Dag``, ``Pipeline``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import heapq
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import orjson
+
+from ._graph import Plan, child_instance_id
+from .config import StepConfig
+from .errors import NonRetryableError, SuspendInstance
+from .step import StepContext, WorkflowStep
+from .workflow import WorkflowEvent
+
+
+class DagContextError(NonRetryableError):
+    """A node returned something other than a dict or None, two nodes that may run at the same
+    time returned the same key, or the instance params are not a JSON object.
+
+    Raised inside a node's step it fails that step at once (no retries); raised by the graph it
+    ends the instance ``errored``.
+    """
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` returns a coroutine (async functions and async callable objects)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+    )
+
+
+@dataclass(frozen=True)
+class Node:
+    """A step of a DAG: a function run with ``step.do``, or a child workflow."""
+
+    name: str
+    depends_on: tuple[str, ...]
+    fn: Callable[..., Any] | None = None
+    arity: int = 1
+    config: StepConfig | None = None
+    rollback: Callable[..., Any] | None = None
+    rollback_arity: int = 1
+    rollback_config: StepConfig | None = None
+    workflow: str | None = None
+    """Set for child-workflow nodes."""
+    params: Any = None
+    wait: bool = True
+    wait_timeout: float = 86400.0
+    doc: str | None = None
+
+    def to_json(self, level: int) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "type": "child" if self.workflow is not None else "step",
+            "depends_on": list(self.depends_on),
+            "level": level,
+            "doc": self.doc,
+        }
+        if self.workflow is not None:
+            data.update(workflow=self.workflow, wait=self.wait, timeout=self.wait_timeout)
+        else:
+            assert self.config is not None
+            data.update(self.config.to_json())
+            data["rollback"] = (
+                getattr(self.rollback, "__name__", "rollback") if self.rollback else None
+            )
+            if self.rollback_config is not None:
+                data["rollback_config"] = self.rollback_config.to_json()
+        return data
+
+
+def check_output(node: str, value: Any) -> dict[str, Any] | None:
+    """A node's output as a dict (or None), or :class:`DagContextError`."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise DagContextError(
+        f"step {node!r} returned {type(value).__name__} {value!r:.80}; a DAG step returns a dict "
+        "(merged into the context of the steps after it) or None"
+    )
+
+
+# -- the runner -----------------------------------------------------------------------------------
+
+
+def _copy(value: dict[str, Any]) -> dict[str, Any]:
+    """A private deep copy of JSON data, so no step can change what another one sees."""
+    copied: dict[str, Any] = orjson.loads(orjson.dumps(value))
+    return copied
+
+
+async def _call(fn: Callable[..., Any], on_loop: bool, args: tuple[Any, ...]) -> Any:
+    """Async functions on the loop; sync ones in the default thread pool (as step.do does)."""
+    if on_loop:
+        return await fn(*args)
+    loop = asyncio.get_running_loop()
+    result = await loop.run_in_executor(None, functools.partial(fn, *args))
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+class Runner:
+    """One activation's walk over the graph.
+
+    Concurrency is deterministic where it matters for replay: every node is one step named after
+    it (so occurrence counts are always 1), and nodes are started in topological order as soon
+    as their dependencies are done, at most ``max_parallel`` at a time. Successors are started
+    in the same event-loop turn as the step that unblocks them, so the engine never sees the
+    graph idle between two nodes.
+
+    When a node fails for good, no new node starts; the nodes already running finish (their
+    results are recorded, so their rollbacks run), then the failure is raised. If several fail,
+    the instance error is the one of the failed node first in topological order.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        nodes: Mapping[str, Node],
+        plan: Plan,
+        max_parallel: int | None,
+        event: WorkflowEvent,
+        step: WorkflowStep,
+        params: dict[str, Any],
+    ) -> None:
+        self.what = what
+        self.nodes = nodes
+        self.plan = plan
+        self.event = event
+        self.step = step
+        self.params = params
+        self.limit = max_parallel or len(plan.order)
+        self.waiting = {name: len(plan.deps[name]) for name in plan.order}
+        self.ready = [plan.index[name] for name in plan.order if not plan.deps[name]]
+        heapq.heapify(self.ready)
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self.outputs: dict[str, dict[str, Any] | None] = {}
+        self.errors: dict[str, Exception] = {}
+        self.signals: dict[str, BaseException] = {}
+        self.done: asyncio.Future[None] | None = None
+
+    async def run(self) -> dict[str, Any]:
+        self.done = asyncio.get_running_loop().create_future()
+        self._launch()
+        try:
+            if self.running:
+                await self.done
+        finally:
+            await self._cancel_running()
+        self._raise_outcome()
+        return self._context(self.plan.order, include_params=True)
+
+    def _raise_outcome(self) -> None:
+        by_order = self.plan.index.__getitem__
+        signals = sorted(self.signals, key=by_order)
+        # Engine control flow (termination, fatal errors, a lost lease) wins, then a node's
+        # failure, then suspension (a sibling waiting for a retry is not worth waiting for).
+        for name in signals:
+            if not isinstance(self.signals[name], SuspendInstance):
+                raise self.signals[name]
+        if self.errors:
+            raise self.errors[min(self.errors, key=by_order)]
+        if signals:
+            raise self.signals[signals[0]]
+        missing = [name for name in self.plan.order if name not in self.outputs]
+        if missing:  # pragma: no cover - a validated graph always drains
+            raise RuntimeError(f"{self.what}: steps never became ready: {missing}")
+
+    async def _cancel_running(self) -> None:
+        tasks = list(self.running.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _launch(self) -> None:
+        while self.ready and not (self.errors or self.signals) and len(self.running) < self.limit:
+            name = self.plan.order[heapq.heappop(self.ready)]
+            self.running[name] = asyncio.get_running_loop().create_task(
+                self._node(name), name=f"stepline-{self.event.instance_id}-{name}"
+            )
+
+    async def _node(self, name: str) -> None:
+        try:
+            output = await self._execute(name)
+        except asyncio.CancelledError:
+            self.running.pop(name, None)
+            raise
+        except Exception as exc:
+            self.errors[name] = exc
+        except BaseException as exc:  # engine signals: suspension, termination, lost lease
+            self.signals[name] = exc
+        else:
+            self._complete(name, output)
+        self.running.pop(name, None)
+        self._launch()
+        if not self.running and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def _complete(self, name: str, output: Any) -> None:
+        try:
+            checked = check_output(name, output)
+        except DagContextError as exc:
+            self.errors[name] = exc
+            return
+        if checked:
+            for other, theirs in self.outputs.items():
+                if theirs and self.plan.concurrent(name, other):
+                    shared = sorted(set(checked) & set(theirs))
+                    if shared:
+                        first, second = sorted((name, other), key=self.plan.index.__getitem__)
+                        self.errors[second] = DagContextError(
+                            f"steps {first!r} and {second!r} may run at the same time (neither "
+                            f"depends on the other) and both return the key {shared[0]!r}; "
+                            "rename one of the keys or make one step depend on the other"
+                        )
+                        return
+        self.outputs[name] = checked
+        for child in self.plan.dependents[name]:
+            self.waiting[child] -= 1
+            if self.waiting[child] == 0:
+                heapq.heappush(self.ready, self.plan.index[child])
+
+    def _context(self, names: Sequence[str], *, include_params: bool = True) -> dict[str, Any]:
+        merged: dict[str, Any] = dict(self.params) if include_params else {}
+        for dep in names:
+            output = self.outputs.get(dep)
+            if output:
+                merged.update(output)
+        return _copy(merged)
+
+    async def _execute(self, name: str) -> Any:
+        node = self.nodes[name]
+        if node.workflow is not None:
+            return await self._run_child(node)
+        assert node.fn is not None and node.config is not None
+        return await self.step.do(
+            name,
+            node.config,
+            self._callback(node),
+            rollback=self._rollback(node) if node.rollback is not None else None,
+            rollback_config=node.rollback_config,
+        )
+
+    def _callback(self, node: Node) -> Callable[[StepContext], Awaitable[Any]]:
+        assert node.fn is not None
+        fn, run_async = node.fn, is_async(node.fn)
+        ancestors = self.plan.ancestor_order[node.name]
+
+        async def call(info: StepContext) -> Any:
+            view = MappingProxyType(self._context(ancestors))
+            result = await _call(fn, run_async, (view, info)[: node.arity])
+            return check_output(node.name, result)
+
+        return call
+
+    def _rollback(self, node: Node) -> Callable[[BaseException | None, Any], Awaitable[Any]]:
+        assert node.rollback is not None
+        fn, run_async = node.rollback, is_async(node.rollback)
+        ancestors = self.plan.ancestor_order[node.name]
+
+        async def undo(error: BaseException | None, output: Any) -> Any:
+            ctx = self._context(ancestors)
+            if isinstance(output, Mapping):
+                ctx.update(output)
+            return await _call(fn, run_async, (MappingProxyType(ctx), error)[: node.rollback_arity])
+
+        return undo
+
+    async def _run_child(self, node: Node) -> dict[str, Any]:
+        assert node.workflow is not None
+        ctx = self._context(self.plan.ancestor_order[node.name])
+        params = node.params(MappingProxyType(ctx)) if callable(node.params) else node.params
+        if params is None:
+            params = ctx
+        child_id = child_instance_id(self.event.instance_id, node.name)
+        await self.step.start_workflow(node.workflow, params, id=child_id)
+        if not node.wait:
+            return {node.name: child_id}
+        output = await self.step.wait_for_workflow(
+            node.workflow, child_id, timeout=node.wait_timeout
+        )
+        return {node.name: output}

@@ -1,0 +1,6 @@
+"""``python -m stepline.cli``: the same as the ``stepline`` script."""
+
+from ._app import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""What every command shares: the CLI state, error handling, engines, consoles and JSON output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+import orjson
+from rich.console import Console
+
+from ..engine import Engine
+from ..errors import (
+    ConfigError,
+    DefinitionError,
+    IllegalStateError,
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+    InvalidPayloadError,
+    SteplineError,
+    WorkflowNotFoundError,
+)
+from ..project import ProjectConfig, load_project
+from ..records import InstanceRecord
+from ..store.sqlite import path_from_url
+from ..workflow import validate_name
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""``stepline run``: the instance ended errored or terminated; any command: the database failed."""
+EXIT_USAGE = 2
+"""Bad input: invalid JSON, unknown workflow or instance, illegal state change, bad config."""
+EXIT_INTERRUPTED = 130
+
+INPUT_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError,
+    DefinitionError,
+    IllegalStateError,
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+    InvalidPayloadError,
+    WorkflowNotFoundError,
+    ValueError,
+)
+
+
+class CliError(click.ClickException):
+    """Bad input: one line on stderr, exit code 2, never a traceback."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"Error: {self.format_message()}", err=True)
+
+
+class CliFailure(CliError):
+    """Something failed that is not the user's input (the database): exit code 1."""
+
+    exit_code = EXIT_FAILED
+
+
+@contextlib.contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turn stepline's errors into :class:`CliError`: bad input exits 2, other failures 1."""
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except INPUT_ERRORS as exc:
+        raise CliError(str(exc)) from None
+    except SteplineError as exc:
+        raise CliFailure(str(exc)) from None
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine with stepline errors turned into one-line CLI errors."""
+    with cli_errors():
+        return asyncio.run(coro)
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A console that colours only on a terminal and never wraps piped output."""
+    probe = Console(stderr=stderr)
+    options: dict[str, Any] = {
+        "stderr": stderr,
+        "highlight": False,
+        "markup": False,
+        "emoji": False,
+    }
+    if not probe.is_terminal:
+        options["width"] = 4096
+    return Console(**options)
+
+
+@dataclass
+class State:
+    """Per-invocation state: global options, the project (loaded on first use), consoles."""
+
+    database: str | None = None
+    config_path: Path | None = None
+    _project: ProjectConfig | None = None
+    out: Console = field(default_factory=make_console)
+    err: Console = field(default_factory=lambda: make_console(stderr=True))
+
+    @property
+    def project(self) -> ProjectConfig:
+        if self._project is None:
+            with cli_errors():
+                self._project = load_project(config_path=self.config_path, database=self.database)
+        return self._project
+
+    def engine(self, workflows: Iterable[Any] = (), **options: Any) -> Engine:
+        """An engine on the project's database (no worker unless asked)."""
+        options.setdefault("worker", False)
+        merged = {**self.project.worker.engine_options(), **options}
+        with cli_errors():
+            return Engine(self.project.database, workflows, **merged)
+
+    @contextlib.asynccontextmanager
+    async def client(self, *, must_exist: bool = True) -> AsyncIterator[Engine]:
+        """An opened client engine. With ``must_exist`` a missing SQLite file is an error
+        instead of being created empty."""
+        if must_exist and not self.database_exists():
+            path = path_from_url(self.project.database)
+            raise CliError(
+                f"no stepline database at {path} ({self.database_source()}); "
+                "trigger or run a workflow first, or pass --database"
+            )
+        async with self.engine() as engine:
+            yield engine
+
+    def database_exists(self) -> bool:
+        """False only for a SQLite file that does not exist yet (servers always exist)."""
+        url = self.project.database
+        if not url.startswith("sqlite:"):
+            return True
+        with cli_errors():
+            path = path_from_url(url)
+        return path == ":memory:" or Path(path).exists()
+
+    def database_source(self) -> str:
+        """Where the database URL came from, for messages."""
+        project = self.project
+        if project.database_source == "option":
+            return "from --database"
+        if project.database_source == "environment":
+            return "from STEPLINE_DATABASE_URL"
+        if project.database_source == "config":
+            return f"from {project.path}"
+        if project.path is not None:
+            return f"the default, next to {project.path}"
+        return "the default, in the current directory"
+
+
+pass_state = click.make_pass_decorator(State, ensure=True)
+
+
+def print_json(value: Any) -> None:
+    """Machine-readable output: indented JSON on stdout."""
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.flush()
+
+
+def fail(message: str) -> NoReturn:
+    """Stop with a bad-input error (exit code 2)."""
+    raise CliError(message)
+
+
+async def known_workflows(engine: Engine, state: State) -> list[str]:
+    """Workflow names in the database and in the configuration."""
+    names = {info.name for info in await engine.list_workflows()}
+    names.update(state.project.workflow_names)
+    return sorted(names)
+
+
+async def check_workflow(engine: Engine, state: State, name: str) -> None:
+    """Raise WorkflowNotFoundError (listing the known ones) unless ``name`` is known."""
+    validate_name(name, what="workflow name")
+    known = await known_workflows(engine, state)
+    if name not in known:
+        raise WorkflowNotFoundError(name, known)
+
+
+async def resolve_instance(engine: Engine, state: State, workflow: str, id: str) -> InstanceRecord:
+    """The instance ``id`` of ``workflow``; ``latest`` means the newest one."""
+    await check_workflow(engine, state, workflow)
+    if id == "latest":
+        page = await engine.list_instances(workflow, limit=1)
+        if not page.instances:
+            raise CliError(f"workflow {workflow!r} has no instances yet, so there is no latest")
+        return page.instances[0]
+    validate_name(id, what="instance id")
+    return await engine.store.get_instance(workflow, id)
+
+
+def json_option(fn: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(fn)

@@ -1,0 +1,257 @@
+"""``stepline worker`` and ``stepline run``: commands that execute workflow code."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.logging import RichHandler
+from rich.text import Text
+
+from .._json import parse_json_argument
+from ..client import Instance
+from ..engine import Engine
+from ..errors import ConfigError, WorkflowNotFoundError
+from ..project import as_workflow, attribute, import_file, import_module, load_workflow
+from ..records import FINISHED_STATUSES
+from ..workflow import Workflow, definition_of, validate_name
+from ._common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    State,
+    cli_errors,
+    fail,
+    json_option,
+    pass_state,
+    run_async,
+)
+from ._instances import Described, load_instance, show_instance, step_output_options
+from ._progress import EventLog, RunProgress
+
+RUN_TRUNCATE = 300
+
+
+# -- targets ------------------------------------------------------------------------------------
+
+
+def _workflows_in(module: Any) -> dict[str, Any]:
+    """Workflow classes defined in ``module`` and workflow objects (Pipeline, Dag) it holds, by
+    attribute name."""
+    found: dict[str, Any] = {}
+    for attr, value in vars(module).items():
+        if isinstance(value, type) and issubclass(value, Workflow) and value is not Workflow:
+            if value.__module__ == module.__name__:
+                found[attr] = value
+        elif isinstance(value, Workflow):
+            found[attr] = value
+    return found
+
+
+def load_target(state: State, target: str) -> Any:
+    """``path/to/file.py:Attr``, ``package.module:Attr``, ``path/to/file.py`` (its only
+    workflow) or a configured workflow name."""
+    if ":" in target:
+        source, _, attr = target.rpartition(":")
+        if not source or not attr:
+            raise ConfigError(f"invalid target {target!r}: use path/to/file.py:ClassName")
+        looks_like_file = source.endswith(".py") or "/" in source or "\\" in source
+        module = import_file(Path(source)) if looks_like_file else import_module(source, Path.cwd())
+        return as_workflow(attribute(module, attr, target), target)
+    if target.endswith(".py"):
+        module = import_file(Path(target))
+        found = _workflows_in(module)
+        if len(found) != 1:
+            raise ConfigError(
+                f"{target} defines {len(found)} workflows ({', '.join(found) or 'none'}); "
+                f"name one: {target}:{next(iter(found), 'ClassName')}"
+            )
+        return next(iter(found.values()))
+    entry = state.project.entry(target)
+    if entry is None:
+        known = state.project.workflow_names
+        raise WorkflowNotFoundError(target, known)
+    return load_workflow(state.project, entry)
+
+
+def _target_error(target: str, exc: WorkflowNotFoundError) -> str:
+    return f"{exc}; or run code directly: stepline run path/to/file.py:ClassName"
+
+
+# -- logging ------------------------------------------------------------------------------------
+
+
+def setup_logging(state: State, level: str) -> None:
+    """Log to stderr: rich (coloured) on a terminal, plain timestamped lines otherwise."""
+    handler: logging.Handler
+    if state.err.is_terminal:
+        handler = RichHandler(
+            console=state.err, show_path=False, markup=False, rich_tracebacks=False
+        )
+        handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    for name, logger_level in (("stepline", level.upper()), ("psycopg", "WARNING")):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(logger_level)
+        logger.propagate = False
+
+
+# -- worker -------------------------------------------------------------------------------------
+
+
+async def _worker(state: State, workflows: list[Any], concurrency: int | None) -> None:
+    options: dict[str, Any] = {"listeners": [EventLog()]}
+    if concurrency is not None:
+        options["concurrency"] = concurrency
+    engine = state.engine(workflows, **options)
+    names = ", ".join(sorted(engine.workflows))
+    logging.getLogger("stepline.cli").info(
+        "worker on %s for %s (concurrency %d); stop with Ctrl-C or SIGTERM",
+        engine.url,
+        names,
+        engine.settings.concurrency,
+    )
+    try:
+        await engine.run_worker()
+    finally:
+        await engine.close()
+
+
+@click.command("worker", short_help="Run a worker until SIGINT/SIGTERM.")
+@click.argument("targets", nargs=-1, metavar="[TARGET...]")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Activations run at once.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+)
+@pass_state
+def worker(state: State, targets: tuple[str, ...], concurrency: int | None, log_level: str) -> None:
+    """Run a worker for the configured workflows (or the TARGETs given) until SIGINT/SIGTERM.
+
+    Shutdown is graceful: no new step starts, running steps get the grace period to finish,
+    leases are released so another worker continues at once.
+    """
+    with cli_errors():
+        if targets:
+            workflows = [load_target(state, target) for target in targets]
+        else:
+            if not state.project.workflows:
+                where = state.project.path or "no stepline.toml found"
+                fail(
+                    f"no workflows to run ({where}): add [[workflows]] entries with name and "
+                    "class_name to stepline.toml, or pass path/to/file.py:ClassName"
+                )
+            from_config = state.project
+            workflows = [load_workflow(from_config, entry) for entry in from_config.workflows]
+    setup_logging(state, log_level)
+    run_async(_worker(state, workflows, concurrency))
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+async def _run(
+    state: State,
+    target: Any,
+    params: Any,
+    instance_id: str,
+    show_progress: bool,
+) -> tuple[Described, bool]:
+    name = definition_of(target).name
+    progress = RunProgress(state.err, name, instance_id)
+    listeners = [progress] if show_progress else []
+    engine: Engine = state.engine([target], listeners=listeners)
+    async with engine:
+        instance: Instance = await engine.workflow(name).create(instance_id, params, trigger="cli")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        try:
+            with progress if show_progress else contextlib.nullcontext():
+                worker_task = asyncio.create_task(engine.worker.run(), name="stepline-run-worker")
+                waiter = asyncio.create_task(instance.wait())
+                stopper = asyncio.create_task(stop.wait())
+                await asyncio.wait(
+                    {waiter, stopper, worker_task}, return_when=asyncio.FIRST_COMPLETED
+                )
+                interrupted = not waiter.done()
+                for task in (waiter, stopper):
+                    task.cancel()
+                engine.worker.stop()
+                await asyncio.gather(waiter, stopper, return_exceptions=True)
+                await worker_task
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+        return await load_instance(engine, await instance.record()), interrupted
+
+
+@click.command("run", short_help="Run one instance here, showing its steps live.")
+@click.argument("target")
+@click.argument("params_json", required=False, metavar="[PARAMS_JSON]")
+@click.option("--id", "instance_id", help="Instance id (default: a random UUID).")
+@step_output_options(RUN_TRUNCATE)
+@json_option
+@pass_state
+def run(
+    state: State,
+    target: str,
+    params_json: str | None,
+    instance_id: str | None,
+    step_output: bool,
+    truncate_output_limit: int,
+    as_json: bool,
+) -> None:
+    """Run one instance of TARGET to its end in this process, showing its steps live.
+
+    TARGET is path/to/file.py:ClassName (a Workflow subclass, @workflow function, Pipeline or
+    Dag), module:attribute, or a workflow name from stepline.toml. The instance is stored in the
+    project's database; while it runs, this process is a worker for TARGET's workflow only.
+    Exit code 0 when it completes, 1 when it errors or is terminated.
+    """
+    with cli_errors():
+        params = (
+            parse_json_argument(params_json, what="PARAMS_JSON")
+            if params_json is not None
+            else None
+        )
+        instance_id = (
+            validate_name(instance_id, what="instance id") if instance_id is not None else None
+        )
+        try:
+            workflow = load_target(state, target)
+        except WorkflowNotFoundError as exc:
+            fail(_target_error(target, exc))
+    described, interrupted = run_async(
+        _run(state, workflow, params, instance_id or str(uuid.uuid4()), show_progress=not as_json)
+    )
+    show_instance(
+        state, described, as_json=as_json, step_output=step_output, limit=truncate_output_limit
+    )
+    record = described.record
+    if record.status == "complete":
+        sys.exit(EXIT_OK)
+    if record.status in FINISHED_STATUSES:
+        sys.exit(EXIT_FAILED)
+    state.err.print(
+        Text(
+            f"Interrupted: instance {record.id} is {record.status}; `stepline worker` (with "
+            "this workflow configured) continues it."
+        )
+    )
+    sys.exit(EXIT_INTERRUPTED if interrupted else EXIT_FAILED)

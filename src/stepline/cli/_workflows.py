@@ -1,0 +1,148 @@
+"""``stepline workflows list | describe | trigger``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.text import Text
+
+from .._json import parse_json_argument
+from ..errors import WorkflowNotFoundError
+from ..project import load_workflow
+from ..records import WorkflowInfo
+from ..workflow import definition_of, validate_name
+from ._common import State, cli_errors, json_option, pass_state, print_json, run_async
+from ._render import describe_workflow, plural, workflows_table
+
+
+def complete_workflow(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of workflow names: configured ones (no database access)."""
+    state = ctx.find_object(State)
+    try:
+        names = (state or State()).project.workflow_names
+    except click.ClickException:
+        return []
+    return [name for name in names if name.startswith(incomplete)]
+
+
+workflow_argument = click.argument("name", shell_complete=complete_workflow)
+
+
+@click.group("workflows")
+def workflows() -> None:
+    """List, describe and trigger workflows; manage their instances."""
+
+
+async def _database_workflows(state: State) -> dict[str, WorkflowInfo]:
+    """Workflows registered in the database (none when the SQLite file does not exist yet)."""
+    if not state.database_exists():
+        return {}
+    async with state.client() as engine:
+        return {info.name: info for info in await engine.list_workflows()}
+
+
+async def _all_workflows(state: State) -> list[WorkflowInfo]:
+    """Workflows in the database, plus configured ones no worker has registered yet."""
+    found = await _database_workflows(state)
+    for entry in state.project.workflows:
+        if entry.name not in found:
+            found[entry.name] = WorkflowInfo(entry.name, entry.class_name, 0.0, 0.0)
+    return [found[name] for name in sorted(found)]
+
+
+def _info_json(info: WorkflowInfo, state: State) -> dict[str, Any]:
+    data = info.to_json()
+    if not info.created_at:
+        data["created_at"] = data["updated_at"] = None
+    data["configured"] = state.project.entry(info.name) is not None
+    return data
+
+
+@workflows.command("list")
+@json_option
+@pass_state
+def list_workflows(state: State, as_json: bool) -> None:
+    """List the workflows: name, class, created, modified and instance counts by status."""
+    rows = run_async(_all_workflows(state))
+    if as_json:
+        print_json([_info_json(info, state) for info in rows])
+        return
+    if not rows:
+        state.out.print(
+            Text(
+                "No workflows yet: add [[workflows]] to stepline.toml, or use "
+                "`stepline run path/to/file.py:ClassName`."
+            )
+        )
+        return
+    state.out.print(Text(f"Showing {plural(len(rows), 'workflow')}:"))
+    state.out.print(workflows_table(rows))
+
+
+async def _describe(state: State, name: str) -> WorkflowInfo:
+    validate_name(name, what="workflow name")
+    found = await _database_workflows(state)
+    if name in found:
+        return found[name]
+    entry = state.project.entry(name)
+    if entry is None:
+        raise WorkflowNotFoundError(name, sorted({*found, *state.project.workflow_names}))
+    definition = definition_of(load_workflow(state.project, entry))
+    return WorkflowInfo(name, entry.class_name, 0.0, 0.0, definition.describe())
+
+
+@workflows.command("describe")
+@workflow_argument
+@json_option
+@pass_state
+def describe(state: State, name: str, as_json: bool) -> None:
+    """Show a workflow's definition: class, description, steps when known, instance counts."""
+    info = run_async(_describe(state, name))
+    if as_json:
+        print_json(_info_json(info, state))
+        return
+    entry = state.project.entry(name)
+    configured = f"{state.project.path} ({entry.key})" if entry is not None else None
+    state.out.print(describe_workflow(info, configured))
+
+
+async def _trigger(state: State, name: str, params: Any, instance_id: str | None) -> str:
+    validate_name(name, what="workflow name")
+    if instance_id is not None:
+        validate_name(instance_id, what="instance id")
+    in_database = await _database_workflows(state)
+    known = sorted({*in_database, *state.project.workflow_names})
+    if name not in known:
+        raise WorkflowNotFoundError(name, known)
+    entry = state.project.entry(name)
+    registered = []
+    if name not in in_database and entry is not None:
+        registered.append(load_workflow(state.project, entry))
+    async with state.engine(registered) as engine:
+        instance = await engine.workflow(name).create(instance_id, params, trigger="cli")
+        return instance.id
+
+
+@workflows.command("trigger")
+@workflow_argument
+@click.argument("params_json", required=False, metavar="[PARAMS_JSON]")
+@click.option("--id", "instance_id", help="Instance id (default: a random UUID).")
+@json_option
+@pass_state
+def trigger(
+    state: State, name: str, params_json: str | None, instance_id: str | None, as_json: bool
+) -> None:
+    """Create (queue) an instance of NAME with PARAMS_JSON as its params.
+
+    A running `stepline worker` picks it up.
+    """
+    params = None
+    if params_json is not None:
+        with cli_errors():
+            params = parse_json_argument(params_json, what="PARAMS_JSON")
+    created = run_async(_trigger(state, name, params, instance_id))
+    if as_json:
+        print_json({"workflow": name, "id": created, "status": "queued"})
+        return
+    state.out.print(Text(f'🚀 Workflow instance "{created}" has been queued successfully'))

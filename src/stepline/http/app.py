@@ -1,0 +1,153 @@
+"""The ASGI application: the JSON API under ``/api`` and the dashboard at ``/``."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..engine import Engine
+from .api import Api, api_routes
+from .errors import ApiError, error_response
+
+log = logging.getLogger("stepline.http")
+
+#: Default limit of a request body: four times the engine's payload limit (4 MiB by default).
+BODY_FACTOR = 4
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'self'"
+)
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+class _Guard:
+    """Pure ASGI middleware: bearer-token check on ``/api`` and security headers everywhere."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self._token = token.encode() if token else None
+
+    def _authorised(self, scope: Scope) -> bool:
+        if self._token is None:
+            return True
+        for key, value in scope.get("headers", ()):
+            if key == b"authorization":
+                scheme, _, credentials = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    return hmac.compare_digest(credentials.strip(), self._token)
+                return False
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        is_api = scope["path"] == "/api" or scope["path"].startswith("/api/")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("X-Content-Type-Options", "nosniff")
+                headers.setdefault("Referrer-Policy", "no-referrer")
+                headers.setdefault("X-Frame-Options", "DENY")
+                headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+                if is_api:
+                    headers.setdefault("Cache-Control", "no-store")
+            await send(message)
+
+        if is_api and not self._authorised(scope):
+            response = error_response(
+                401,
+                "unauthorized",
+                "this API needs 'Authorization: Bearer <token>' with the server's token "
+                "(STEPLINE_API_TOKEN or --token)",
+                {"WWW-Authenticate": 'Bearer realm="stepline"'},
+            )
+            await response(scope, receive, send_with_headers)
+            return
+        await self.app(scope, receive, send_with_headers)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message, exc.headers or None)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    if exc.status_code == 404:
+        message = f"no such page or API route: {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        message = f"{request.method} is not allowed on {request.url.path}; allowed: {allowed}"
+    else:
+        message = str(exc.detail)
+    return error_response(exc.status_code, code, message, dict(exc.headers or {}))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(
+        500,
+        "internal_error",
+        f"the server failed: {type(exc).__name__}; this is a bug in stepline, please report it",
+    )
+
+
+def create_app(
+    engine: Engine,
+    *,
+    token: str | None = None,
+    max_body: int | None = None,
+    manage_engine: bool = False,
+    stream_interval: float = 1.0,
+) -> Starlette:
+    """The ASGI app: the API under ``/api`` and the dashboard at ``/``.
+
+    ``token``: when set, every ``/api`` call needs ``Authorization: Bearer <token>``.
+    ``max_body``: largest request body in bytes (default: 4 x the engine's payload limit);
+    params and event payloads are also held to the engine's ``max_payload``. With
+    ``manage_engine`` the app opens the engine (and its worker, if it has one) on startup and
+    closes it on shutdown; otherwise the caller keeps the engine open while the app serves.
+    """
+    limit = max_body if max_body is not None else BODY_FACTOR * engine.settings.max_payload
+    if limit < 1:
+        raise ValueError(f"max_body must be positive, got {limit}")
+    api = Api(engine, max_body=limit, secured=bool(token), stream_interval=stream_interval)
+    dashboard = StaticFiles(packages=[("stepline.http", "static")], html=True)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if manage_engine:
+            async with engine:
+                yield
+        else:
+            yield
+
+    app = Starlette(
+        routes=[Mount("/api", routes=api_routes(api)), Mount("/", dashboard, name="dashboard")],
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            Exception: _server_error,
+        },
+        lifespan=lifespan,
+    )
+    app.add_middleware(_Guard, token=token or None)
+    app.state.engine = engine
+    app.state.api = api
+    return app

@@ -1,0 +1,110 @@
+"""``stepline serve``: the click command the CLI registers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+
+from ..engine import Engine
+from ..errors import ConfigError
+from ..project import load_project, load_workflows
+from .server import DEFAULT_HOST, DEFAULT_PORT, ENV_TOKEN, check_bind, is_loopback, serve
+
+
+class BadInput(click.ClickException):
+    """A configuration or option problem: one line on stderr, exit code 2 (as in the CLI)."""
+
+    exit_code = 2
+
+
+def redact(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for printing)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@click.command("serve")
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=DEFAULT_PORT,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on.",
+)
+@click.option(
+    "--token",
+    envvar=ENV_TOKEN,
+    default=None,
+    help=f"Require 'Authorization: Bearer TOKEN' on every API call [env: {ENV_TOKEN}].",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Allow a non-loopback --host without a token (only on a trusted network).",
+)
+@click.option(
+    "--database",
+    default=None,
+    metavar="URL",
+    help="Database URL [default: $STEPLINE_DATABASE_URL, stepline.toml, sqlite:///stepline.db].",
+)
+@click.option(
+    "--worker/--no-worker",
+    default=False,
+    show_default=True,
+    help="Also run the configured workflows in this process.",
+)
+@click.pass_context
+def serve_command(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    token: str | None,
+    insecure: bool,
+    database: str | None,
+    worker: bool,
+) -> None:
+    """Serve the HTTP API (under /api) and the web dashboard (at /).
+
+    The database and the workflows come from stepline.toml (or [tool.stepline] in
+    pyproject.toml), like the other commands; --database (here or before the command) and
+    $STEPLINE_DATABASE_URL override the configured database.
+    """
+    token = token or None
+    # Under the ``stepline`` group, honour its --database and --config options too.
+    root = ctx.find_root().params if ctx.parent is not None else {}
+    database = database or root.get("database")
+    config_path = root.get("config_path")
+    try:
+        check_bind(host, token, insecure)
+        project = load_project(
+            database=database, config_path=Path(config_path) if config_path else None
+        )
+        workflows = load_workflows(project)
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+    if worker and not workflows:
+        raise BadInput(
+            f"--worker needs workflows to run, and {project.describe_source()} configures none; "
+            "add [[workflows]] entries to stepline.toml or drop --worker"
+        )
+    options = project.worker.engine_options() if worker else {}
+    engine = Engine(project.database, workflows, worker=worker, **options)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"stepline dashboard: http://{shown}:{port}/  (API under /api)", err=True)
+    click.echo(f"database: {redact(project.database)} ({project.database_source})", err=True)
+    if token:
+        click.echo("API token required (Authorization: Bearer ...)", err=True)
+    elif not is_loopback(host):
+        click.echo(
+            "WARNING: no token and not on loopback: anyone who reaches it may use it", err=True
+        )
+    if worker:
+        click.echo(f"worker: running {', '.join(sorted(engine.workflows))}", err=True)
+    serve(engine, host=host, port=port, token=token, insecure=insecure)

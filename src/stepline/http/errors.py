@@ -1,0 +1,50 @@
+"""API errors: every failure is JSON ``{"error": {"code", "message"}}`` with a fitting status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from .._json import dumps as _dumps
+
+#: The error codes the API returns, by HTTP status (documented in the OpenAPI document).
+ERROR_CODES: dict[int, tuple[str, ...]] = {
+    400: ("invalid_input",),
+    401: ("unauthorized",),
+    404: ("workflow_not_found", "instance_not_found", "not_found"),
+    405: ("method_not_allowed",),
+    409: ("instance_exists", "illegal_state"),
+    413: ("payload_too_large",),
+    422: ("invalid_json",),
+    500: ("internal_error",),
+}
+
+
+class ApiError(Exception):
+    """An error the API reports to its caller: HTTP ``status``, a stable ``code``, a message."""
+
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+class JsonResponse(JSONResponse):
+    """A JSON response encoded with orjson (the encoder stepline stores data with)."""
+
+    def render(self, content: Any) -> bytes:
+        return _dumps(content, what="response", limit=1 << 62).encode()
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JsonResponse:
+    """The JSON error body every failing API call returns."""
+    return JsonResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )

@@ -1,0 +1,470 @@
+"""The OpenAPI 3.1 document served at ``/api/openapi.json``.
+
+Written by hand next to the handlers in :mod:`.api` and checked against their behaviour by a
+schemathesis test (tests/test_http_api.py), so it cannot silently drift.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..records import INSTANCE_STATUSES
+
+NAME_PATTERN = "^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$"
+_REF = "#/components/schemas/"
+_NUMBER_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
+_OBJECT_OR_NULL: dict[str, Any] = {"type": ["object", "null"]}
+_ERROR_OBJECT: dict[str, Any] = {
+    "type": ["object", "null"],
+    "properties": {"name": {"type": "string"}, "message": {"type": "string"}},
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF + name}
+
+
+def _json_content(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+_ERRORS = {
+    400: "Invalid input (a bad id, status, cursor, limit or body shape).",
+    401: "Missing or wrong bearer token.",
+    404: "Unknown workflow or instance.",
+    409: "Duplicate instance id, or a change the instance's status does not allow.",
+    413: "Request body or payload over the size limit.",
+    422: "The request body is not valid JSON.",
+    503: "The database failed.",
+}
+
+
+def _responses(ok: dict[str, Any], *statuses: int) -> dict[str, Any]:
+    out: dict[str, Any] = dict(ok)
+    for status in (400, 401, *statuses, 503):
+        out[str(status)] = {
+            "description": _ERRORS[status],
+            "content": _json_content(_ref("Error")),
+        }
+    return out
+
+
+def _ok(status: int, description: str, schema: str) -> dict[str, Any]:
+    return {str(status): {"description": description, "content": _json_content(_ref(schema))}}
+
+
+def _path_param(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string", "pattern": NAME_PATTERN},
+    }
+
+
+_NAME = _path_param("name", "The workflow name.")
+_ID = _path_param("id", "The instance id.")
+_TYPE = _path_param("type", "The event type (what `wait_for_event(type=...)` waits for).")
+_PAGING = [
+    {
+        "name": "status",
+        "in": "query",
+        "description": "Only instances in this status.",
+        "schema": {"type": "string", "enum": list(INSTANCE_STATUSES)},
+    },
+    {
+        "name": "limit",
+        "in": "query",
+        "description": "Page size (default 25).",
+        "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+    },
+    {
+        "name": "cursor",
+        "in": "query",
+        "description": "The `cursor` of the previous page.",
+        "schema": {"type": "string"},
+    },
+]
+
+
+def _schemas(max_payload: int) -> dict[str, Any]:
+    status_enum = {"type": "string", "enum": list(INSTANCE_STATUSES)}
+    summary_props: dict[str, Any] = {
+        "workflow": {"type": "string"},
+        "id": {"type": "string"},
+        "status": status_enum,
+        "error": _ERROR_OBJECT,
+        "trigger": {"type": "string"},
+        "created_at": {"type": "number", "description": "Seconds since the epoch."},
+        "updated_at": {"type": "number"},
+        "started_at": _NUMBER_OR_NULL,
+        "ended_at": _NUMBER_OR_NULL,
+        "wake_at": {**_NUMBER_OR_NULL, "description": "When a waiting instance wakes up."},
+    }
+    return {
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "required": ["code", "message"],
+                    "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                }
+            },
+        },
+        "Workflow": {
+            "type": "object",
+            "required": ["name", "class_name", "counts", "total", "definition", "graph"],
+            "properties": {
+                "name": {"type": "string"},
+                "class_name": {"type": "string"},
+                "created_at": {"type": "number"},
+                "updated_at": {"type": "number"},
+                "definition": {
+                    **_OBJECT_OR_NULL,
+                    "description": "What the workflow's describe() returns.",
+                },
+                "counts": {
+                    "type": "object",
+                    "description": "Instances by status (every status present).",
+                    "additionalProperties": {"type": "integer", "minimum": 0},
+                },
+                "total": {"type": "integer", "minimum": 0},
+                "graph": {
+                    "type": ["object", "null"],
+                    "description": "DAG workflows: nodes, edges and levels.",
+                    "properties": {
+                        "kind": {"type": ["string", "null"]},
+                        "nodes": {},
+                        "edges": {},
+                        "levels": {},
+                    },
+                },
+            },
+        },
+        "WorkflowList": {
+            "type": "object",
+            "required": ["workflows"],
+            "properties": {"workflows": {"type": "array", "items": _ref("Workflow")}},
+        },
+        "InstanceSummary": {
+            "type": "object",
+            "required": list(summary_props),
+            "properties": summary_props,
+        },
+        "Instance": {
+            "type": "object",
+            "required": [*summary_props, "params", "output", "rollback", "parent"],
+            "properties": {
+                **summary_props,
+                "params": {"description": "The params the instance was created with."},
+                "output": {"description": "What run() returned (complete instances)."},
+                "rollback": _OBJECT_OR_NULL,
+                "parent": _OBJECT_OR_NULL,
+            },
+        },
+        "InstancePage": {
+            "type": "object",
+            "required": ["instances", "cursor"],
+            "properties": {
+                "instances": {"type": "array", "items": _ref("InstanceSummary")},
+                "cursor": {
+                    "type": ["string", "null"],
+                    "description": "Pass back as `cursor` for the next page; null on the last.",
+                },
+            },
+        },
+        "Attempt": {
+            "type": "object",
+            "required": ["number", "started_at", "ended_at", "state", "error"],
+            "properties": {
+                "number": {"type": "integer", "minimum": 1},
+                "started_at": {"type": "number"},
+                "ended_at": _NUMBER_OR_NULL,
+                "state": {"type": "string", "enum": ["running", "failed", "success"]},
+                "error": _ERROR_OBJECT,
+            },
+        },
+        "Step": {
+            "type": "object",
+            "required": ["name", "step", "count", "type", "status", "attempts"],
+            "properties": {
+                "name": {"type": "string", "description": "`step-count`, e.g. `charge-1`."},
+                "step": {"type": "string"},
+                "count": {"type": "integer", "minimum": 1},
+                "seq": {"type": "integer"},
+                "type": {
+                    "type": "string",
+                    "enum": [
+                        "do",
+                        "sleep",
+                        "wait_for_event",
+                        "rollback",
+                        "start_workflow",
+                        "wait_for_workflow",
+                    ],
+                },
+                "status": {
+                    "type": "string",
+                    "enum": ["running", "waiting", "complete", "errored"],
+                },
+                "output": {},
+                "error": _ERROR_OBJECT,
+                "wake_at": _NUMBER_OR_NULL,
+                "started_at": _NUMBER_OR_NULL,
+                "ended_at": _NUMBER_OR_NULL,
+                "info": _OBJECT_OR_NULL,
+                "attempts": {"type": "array", "items": _ref("Attempt")},
+            },
+        },
+        "InstanceDetail": {
+            "type": "object",
+            "required": ["workflow", "steps", "graph"],
+            "properties": {
+                "workflow": _ref("Instance"),
+                "steps": {"type": "array", "items": _ref("Step")},
+                "graph": {
+                    "type": ["object", "null"],
+                    "description": (
+                        "DAG and pipeline workflows: nodes, edges, levels, and `states`, the "
+                        "state of each node (pending, running, retrying, waiting, complete, "
+                        "errored, rolling back, rolled back, rollback failed)."
+                    ),
+                    "properties": {
+                        "states": {
+                            "type": "object",
+                            "additionalProperties": {"type": "string"},
+                        },
+                    },
+                },
+            },
+        },
+        "NewInstance": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "id": {
+                    "type": ["string", "null"],
+                    "pattern": NAME_PATTERN,
+                    "description": "Instance id; a random UUID when absent.",
+                },
+                "params": {
+                    "description": f"Any JSON value, at most {max_payload:,} bytes encoded.",
+                },
+            },
+        },
+        "InstanceState": {
+            "type": "object",
+            "required": ["id", "status"],
+            "properties": {"id": {"type": "string"}, "status": status_enum},
+        },
+        "Batch": {
+            "type": "object",
+            "required": ["instances"],
+            "properties": {"instances": {"type": "array", "items": _ref("InstanceState")}},
+        },
+        "StatusChange": {
+            "type": "object",
+            "required": ["status"],
+            "additionalProperties": False,
+            "properties": {
+                "status": {"type": "string", "enum": ["pause", "resume", "terminate", "restart"]},
+                "from": {"type": "string", "description": "restart: the step to restart at."},
+                "count": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "restart: which occurrence of `from` (default 1).",
+                },
+                "rollback": {
+                    "type": "boolean",
+                    "description": "terminate: run the rollbacks of finished steps first.",
+                },
+            },
+        },
+        "EventAccepted": {
+            "type": "object",
+            "required": ["id", "type", "status"],
+            "properties": {
+                "id": {"type": "string"},
+                "type": {"type": "string"},
+                "status": status_enum,
+            },
+        },
+        "Deleted": {
+            "type": "object",
+            "required": ["id", "deleted"],
+            "properties": {"id": {"type": "string"}, "deleted": {"type": "boolean"}},
+        },
+    }
+
+
+def _paths() -> dict[str, Any]:
+    instances = "/api/workflows/{name}/instances"
+    one = instances + "/{id}"
+    json_body = {"required": True, "content": _json_content({})}
+    return {
+        "/api/workflows": {
+            "get": {
+                "operationId": "listWorkflows",
+                "summary": "Workflows known to the database, with instance counts by status.",
+                "responses": _responses(_ok(200, "The workflows.", "WorkflowList")),
+            }
+        },
+        "/api/workflows/{name}": {
+            "get": {
+                "operationId": "getWorkflow",
+                "summary": "One workflow: definition, DAG graph if any, counts by status.",
+                "parameters": [_NAME],
+                "responses": _responses(_ok(200, "The workflow.", "Workflow"), 404),
+            }
+        },
+        "/api/instances": {
+            "get": {
+                "operationId": "listAllInstances",
+                "summary": "Instances of every workflow (or of `workflow`), newest first.",
+                "parameters": [
+                    {
+                        "name": "workflow",
+                        "in": "query",
+                        "description": "Only instances of this workflow.",
+                        "schema": {"type": "string", "pattern": NAME_PATTERN},
+                    },
+                    *_PAGING,
+                ],
+                "responses": _responses(_ok(200, "One page.", "InstancePage"), 404),
+            }
+        },
+        instances: {
+            "get": {
+                "operationId": "listInstances",
+                "summary": "Instances of a workflow, newest first, in pages.",
+                "parameters": [_NAME, *_PAGING],
+                "responses": _responses(_ok(200, "One page.", "InstancePage"), 404),
+            },
+            "post": {
+                "operationId": "createInstance",
+                "summary": "Create an instance (queued; durable when this answers).",
+                "parameters": [_NAME],
+                "requestBody": {"content": _json_content(_ref("NewInstance"))},
+                "responses": _responses(_ok(201, "Created.", "InstanceState"), 404, 409, 413, 422),
+            },
+        },
+        instances + "/batch": {
+            "post": {
+                "operationId": "createBatch",
+                "summary": "Create up to 100 instances at once; existing ids are skipped.",
+                "parameters": [_NAME],
+                "requestBody": {
+                    "required": True,
+                    "content": _json_content(
+                        {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": 100,
+                            "items": _ref("NewInstance"),
+                        }
+                    ),
+                },
+                "responses": _responses(_ok(201, "Created.", "Batch"), 404, 413, 422),
+            }
+        },
+        one: {
+            "get": {
+                "operationId": "getInstance",
+                "summary": "An instance with its steps and their attempts.",
+                "parameters": [_NAME, _ID],
+                "responses": _responses(_ok(200, "The instance.", "InstanceDetail"), 404),
+            },
+            "delete": {
+                "operationId": "deleteInstance",
+                "summary": "Delete an instance that is not running, with its steps and events.",
+                "parameters": [_NAME, _ID],
+                "responses": _responses(_ok(200, "Deleted.", "Deleted"), 404, 409),
+            },
+        },
+        one + "/status": {
+            "patch": {
+                "operationId": "changeStatus",
+                "summary": "Pause, resume, terminate (optionally with rollback) or restart.",
+                "parameters": [_NAME, _ID],
+                "requestBody": {"required": True, "content": _json_content(_ref("StatusChange"))},
+                "responses": _responses(
+                    _ok(200, "The new status.", "InstanceState"), 404, 409, 413, 422
+                ),
+            }
+        },
+        one + "/events/{type}": {
+            "post": {
+                "operationId": "sendEvent",
+                "summary": "Send an event; the body (any JSON, or empty for null) is the payload.",
+                "parameters": [_NAME, _ID, _TYPE],
+                "requestBody": {**json_body, "required": False},
+                "responses": _responses(
+                    _ok(202, "Stored; the instance is woken if it waits.", "EventAccepted"),
+                    404,
+                    409,
+                    413,
+                    422,
+                ),
+            }
+        },
+        one + "/stream": {
+            "get": {
+                "operationId": "streamInstance",
+                "summary": "Server-Sent Events: the instance detail whenever it changes.",
+                "description": (
+                    "Each `instance` event carries the same JSON as getInstance. The stream "
+                    "ends with an `end` event once the instance is complete, errored or "
+                    "terminated."
+                ),
+                "parameters": [_NAME, _ID],
+                "responses": _responses(
+                    {
+                        "200": {
+                            "description": "An event stream.",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        }
+                    },
+                    404,
+                ),
+            }
+        },
+        "/api/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document.",
+                "responses": _responses(
+                    {
+                        "200": {
+                            "description": "The OpenAPI document.",
+                            "content": _json_content({"type": "object"}),
+                        }
+                    }
+                ),
+            }
+        },
+    }
+
+
+def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[str, Any]:
+    """The document; ``secured`` adds the bearer scheme (set when a token is configured)."""
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "stepline",
+            "version": "1",
+            "description": (
+                "Durable workflows over HTTP. Errors are JSON "
+                '`{"error": {"code", "message"}}`. Request bodies are limited to '
+                f"{max_body:,} bytes; params and event payloads to {max_payload:,} bytes."
+            ),
+        },
+        "paths": _paths(),
+        "components": {"schemas": _schemas(max_payload)},
+    }
+    if secured:
+        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        doc["security"] = [{"bearer": []}]
+    return doc

@@ -1,0 +1,105 @@
+"""Running the app: :func:`serve` (what ``stepline serve`` calls) and the safety check on binds."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+from collections.abc import Callable
+
+import uvicorn
+from starlette.applications import Starlette
+
+from ..engine import Engine
+from ..errors import ConfigError
+from .app import create_app
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+ENV_TOKEN = "STEPLINE_API_TOKEN"
+
+EngineSource = Engine | Callable[[], Engine] | str | None
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and addresses in 127.0.0.0/8 or ``::1``; False otherwise
+    (including ``0.0.0.0``, ``::`` and host names, which may reach other machines)."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None, insecure: bool) -> None:
+    """Refuse to expose the API beyond this machine without a token, unless ``insecure``."""
+    if token or insecure or is_loopback(host):
+        return
+    raise ConfigError(
+        f"refusing to serve on {host!r} without a token: anyone who can reach it could start, "
+        f"stop and delete instances. Set {ENV_TOKEN} (or pass --token), bind to 127.0.0.1, "
+        "or pass --insecure if the network is trusted"
+    )
+
+
+def build_server(
+    app: Starlette,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    log_level: str = "info",
+    access_log: bool = True,
+) -> uvicorn.Server:
+    """A uvicorn server for ``app`` (HTTP/1.1 via h11, no websockets, lifespan on)."""
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http="h11",
+        ws="none",
+        loop="asyncio",
+        lifespan="on",
+        log_level=log_level,
+        access_log=access_log,
+        server_header=False,
+        timeout_graceful_shutdown=5,
+    )
+    return uvicorn.Server(config)
+
+
+def _engine(source: EngineSource) -> Engine:
+    if isinstance(source, Engine):
+        return source
+    if source is None or isinstance(source, str):
+        return Engine(source, worker=False)
+    return source()
+
+
+def serve(
+    engine: EngineSource = None,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    token: str | None = None,
+    insecure: bool = False,
+    max_body: int | None = None,
+    log_level: str = "info",
+) -> None:
+    """Serve the API and the dashboard until SIGINT/SIGTERM (blocking).
+
+    ``engine`` is an unopened :class:`~stepline.Engine` (its worker runs in this process if it
+    has workflows and ``worker=True``), a function returning one, or a database URL (default
+    ``$STEPLINE_DATABASE_URL``) for an engine that only serves. ``token`` defaults to
+    ``$STEPLINE_API_TOKEN``. Binding to an address other than loopback without a token raises
+    :class:`~stepline.ConfigError` unless ``insecure`` is true.
+    """
+    token = token or os.environ.get(ENV_TOKEN) or None
+    check_bind(host, token, insecure)
+    app = create_app(_engine(engine), token=token, max_body=max_body, manage_engine=True)
+    server = build_server(app, host=host, port=port, log_level=log_level)
+    # uvicorn shuts down gracefully, then re-raises the signal it caught: SIGINT arrives here as
+    # KeyboardInterrupt (Ctrl-C is a normal way to stop), SIGTERM ends the process as usual.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()

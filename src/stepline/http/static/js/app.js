@@ -1,0 +1,74 @@
+// Dashboard entry point: routing, navigation state and the API token prompt.
+
+import { getToken, onTokenNeeded, setToken } from "./api.js";
+import { clear, h } from "./dom.js";
+import { render as renderInstance } from "./instance.js";
+import { render as renderInstances } from "./instances.js";
+import { parse } from "./router.js";
+import { render as renderWorkflows } from "./workflows.js";
+
+const PAGES = {
+  workflows: renderWorkflows,
+  instances: renderInstances,
+  instance: renderInstance,
+  notfound: (root, params) => {
+    root.append(
+      h("div", { class: "empty-state" }, h("h2", {}, "Page not found"), h("p", {}, `#${params.path}`),
+        h("a", { href: "#/workflows" }, "Back to workflows")),
+    );
+    return null;
+  },
+};
+
+let cleanup = null;
+
+function route() {
+  const { page, params } = parse(location.hash);
+  if (cleanup) cleanup();
+  cleanup = null;
+  const root = clear(document.getElementById("view"));
+  for (const link of document.querySelectorAll("[data-nav]")) {
+    const active = link.dataset.nav === page || (page === "instance" && link.dataset.nav === "instances");
+    link.classList.toggle("active", active);
+  }
+  cleanup = PAGES[page](root, params) || null;
+  window.scrollTo(0, 0);
+}
+
+function askForToken(wrong) {
+  const dialog = document.getElementById("token-dialog");
+  const input = dialog.querySelector("input");
+  const note = dialog.querySelector("[data-role=note]");
+  note.textContent = wrong
+    ? "That token was refused. Enter the server's API token."
+    : "This server needs an API token (STEPLINE_API_TOKEN or --token).";
+  input.value = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener(
+      "close",
+      () => resolve(dialog.returnValue === "ok" ? input.value.trim() : ""),
+      { once: true },
+    );
+    dialog.showModal();
+    input.focus();
+  }).then((token) => {
+    updateLock();
+    if (!token) throw new Error("an API token is needed to use this dashboard");
+    return token;
+  });
+}
+
+function updateLock() {
+  const lock = document.getElementById("lock");
+  lock.hidden = !getToken();
+}
+
+onTokenNeeded(askForToken);
+document.getElementById("lock").addEventListener("click", () => {
+  setToken("");
+  updateLock();
+  route();
+});
+updateLock();
+window.addEventListener("hashchange", route);
+route();

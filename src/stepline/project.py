@@ -1,0 +1,415 @@
+"""Project configuration: ``stepline.toml`` (or ``[tool.stepline]`` in ``pyproject.toml``).
+
+The configuration is found by walking up from the current directory, like ``wrangler.toml``::
+
+    # stepline.toml
+    database = "sqlite:///stepline.db"        # relative SQLite paths are relative to this file
+
+    [[workflows]]
+    name = "documents"                        # the workflow name used by the CLI and the API
+    class_name = "documents:DocumentWorkflow" # module:attribute, importable from this directory
+
+    [worker]
+    concurrency = 20
+    lease = "30 seconds"
+    poll_interval = "0.5 seconds"
+    grace_period = "10 seconds"
+
+The database URL is taken, first match wins, from the ``--database`` option, the
+``STEPLINE_DATABASE_URL`` environment variable, the ``database`` key, and finally
+``sqlite:///stepline.db`` next to the configuration file (in the current directory when there is
+none). Nothing here runs at import time: the environment is read by :func:`load_project`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .durations import parse_duration
+from .errors import ConfigError, DefinitionError
+from .workflow import Workflow, definition_of, validate_name
+
+CONFIG_FILE = "stepline.toml"
+PYPROJECT_FILE = "pyproject.toml"
+ENV_DATABASE = "STEPLINE_DATABASE_URL"
+DEFAULT_DATABASE_FILE = "stepline.db"
+
+_TOP_KEYS = ("database", "workflows", "worker")
+_WORKFLOW_KEYS = ("name", "class_name")
+_WORKER_KEYS = ("concurrency", "lease", "poll_interval", "grace_period")
+
+
+@dataclass(frozen=True)
+class WorkflowEntry:
+    """One ``[[workflows]]`` entry: the workflow ``name`` and where its code lives."""
+
+    name: str
+    class_name: str
+    key: str
+    """Where the entry is in the file, for error messages: ``workflows[0]``."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The ``[worker]`` table (every key optional)."""
+
+    concurrency: int = 100
+    lease: float = 30.0
+    poll_interval: float = 0.5
+    grace_period: float = 10.0
+
+    def engine_options(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`stepline.Engine`."""
+        return {
+            "concurrency": self.concurrency,
+            "lease": self.lease,
+            "poll_interval": self.poll_interval,
+            "grace_period": self.grace_period,
+        }
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """A loaded project: where it is, which database, which workflows, worker settings."""
+
+    root: Path
+    """The project directory: the configuration file's directory, else the current directory."""
+    database: str
+    """The database URL to use (overrides applied, relative SQLite paths made absolute)."""
+    database_source: str
+    """Where ``database`` came from: ``option``, ``environment``, ``config`` or ``default``."""
+    path: Path | None = None
+    """The configuration file, or None when none was found."""
+    workflows: tuple[WorkflowEntry, ...] = ()
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+
+    @property
+    def workflow_names(self) -> list[str]:
+        return [entry.name for entry in self.workflows]
+
+    def entry(self, name: str) -> WorkflowEntry | None:
+        """The ``[[workflows]]`` entry named ``name``, if any."""
+        for entry in self.workflows:
+            if entry.name == name:
+                return entry
+        return None
+
+    def describe_source(self) -> str:
+        """``the configuration file /x/stepline.toml`` or ``no configuration file``."""
+        return f"{self.path}" if self.path is not None else "no configuration file"
+
+
+# -- finding and reading the file ---------------------------------------------------------------
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}; fix the syntax there") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _pyproject_section(path: Path) -> dict[str, Any] | None:
+    """The ``[tool.stepline]`` table of a pyproject.toml, or None when it has none."""
+    data = _read_toml(path)
+    tool = data.get("tool")
+    if not isinstance(tool, dict) or "stepline" not in tool:
+        return None
+    section = tool["stepline"]
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: key 'tool.stepline' must be a table ([tool.stepline])")
+    return section
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest ``stepline.toml``, or ``pyproject.toml`` with ``[tool.stepline]``, at or
+    above ``start``. In one directory ``stepline.toml`` wins."""
+    directory = start.resolve()
+    for candidate in (directory, *directory.parents):
+        config = candidate / CONFIG_FILE
+        if config.is_file():
+            return config
+        pyproject = candidate / PYPROJECT_FILE
+        if pyproject.is_file() and _pyproject_section(pyproject) is not None:
+            return pyproject
+    return None
+
+
+def _section(path: Path) -> tuple[dict[str, Any], str]:
+    """The settings table of a config file and the prefix naming its keys in messages."""
+    if path.name == PYPROJECT_FILE:
+        section = _pyproject_section(path)
+        if section is None:
+            raise ConfigError(f"{path} has no [tool.stepline] table; add one or use stepline.toml")
+        return section, "tool.stepline."
+    return _read_toml(path), ""
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], path: Path, key: str) -> None:
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        where = f"{key}.{unknown[0]}" if key else unknown[0]
+        raise ConfigError(
+            f"{path}: unknown key '{where}'; allowed keys there: {', '.join(allowed)}"
+        )
+
+
+def _duration(value: Any, path: Path, key: str) -> float:
+    try:
+        return parse_duration(value, what=key)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: key '{key}': {exc}") from None
+
+
+def _worker(raw: Any, path: Path, prefix: str) -> WorkerConfig:
+    key = f"{prefix}worker"
+    if raw is None:
+        return WorkerConfig()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: key '{key}' must be a table ([worker])")
+    _check_keys(raw, _WORKER_KEYS, path, key)
+    defaults = WorkerConfig()
+    concurrency = raw.get("concurrency", defaults.concurrency)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(
+            f"{path}: key '{key}.concurrency' must be a whole number of at least 1, "
+            f"got {concurrency!r}"
+        )
+    lease = _duration(raw.get("lease", defaults.lease), path, f"{key}.lease")
+    if lease < 0.1:
+        raise ConfigError(f"{path}: key '{key}.lease' must be at least 0.1 seconds")
+    return WorkerConfig(
+        concurrency=concurrency,
+        lease=lease,
+        poll_interval=_duration(
+            raw.get("poll_interval", defaults.poll_interval), path, f"{key}.poll_interval"
+        ),
+        grace_period=_duration(
+            raw.get("grace_period", defaults.grace_period), path, f"{key}.grace_period"
+        ),
+    )
+
+
+def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
+    key = f"{prefix}workflows"
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}: key '{key}' must be an array of tables ([[workflows]])")
+    entries: list[WorkflowEntry] = []
+    seen: dict[str, str] = {}
+    for index, item in enumerate(raw):
+        where = f"{key}[{index}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}: key '{where}' must be a table ([[workflows]])")
+        _check_keys(item, _WORKFLOW_KEYS, path, where)
+        for required in _WORKFLOW_KEYS:
+            if required not in item:
+                raise ConfigError(f"{path}: key '{where}.{required}' is missing")
+            if not isinstance(item[required], str):
+                raise ConfigError(f"{path}: key '{where}.{required}' must be a string")
+        try:
+            name = validate_name(item["name"], what="workflow name")
+        except ValueError as exc:
+            raise ConfigError(f"{path}: key '{where}.name': {exc}") from None
+        class_name = item["class_name"].strip()
+        module, _, attribute = class_name.partition(":")
+        if not module or not attribute:
+            raise ConfigError(
+                f"{path}: key '{where}.class_name' must be 'module:attribute' "
+                f"(e.g. 'workflows:MyWorkflow'), got {item['class_name']!r}"
+            )
+        if name in seen:
+            raise ConfigError(
+                f"{path}: key '{where}.name': workflow {name!r} is already defined by "
+                f"{seen[name]}; workflow names must be unique"
+            )
+        seen[name] = where
+        entries.append(WorkflowEntry(name, class_name, where))
+    return tuple(entries)
+
+
+def resolve_database_url(url: str, base: Path) -> str:
+    """Make a relative SQLite path absolute against ``base``; other URLs are returned as is."""
+    if not url.startswith("sqlite:///"):
+        return url
+    rest = url[len("sqlite:///") :]
+    if rest in ("", ":memory:") or rest.startswith("/"):
+        return url
+    return f"sqlite:///{(base / rest).resolve()}"
+
+
+def read_config(path: Path) -> tuple[str | None, tuple[WorkflowEntry, ...], WorkerConfig]:
+    """Parse and validate one configuration file: (database, workflows, worker)."""
+    data, prefix = _section(path)
+    _check_keys(data, _TOP_KEYS, path, prefix.rstrip("."))
+    database = data.get("database")
+    if database is not None and (not isinstance(database, str) or not database.strip()):
+        raise ConfigError(
+            f"{path}: key '{prefix}database' must be a database URL such as "
+            "'sqlite:///stepline.db' or 'postgresql://user@host/db'"
+        )
+    if database is not None and not database.startswith(("sqlite:", "postgres")):
+        raise ConfigError(
+            f"{path}: key '{prefix}database' has an unsupported URL {database!r}; use "
+            "sqlite:///path/to/file.db or postgresql://user:password@host:5432/dbname"
+        )
+    workflows = _workflows(data.get("workflows"), path, prefix)
+    worker = _worker(data.get("worker"), path, prefix)
+    return database, workflows, worker
+
+
+def load_project(
+    cwd: Path | None = None,
+    *,
+    config_path: Path | None = None,
+    database: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ProjectConfig:
+    """Find and load the project configuration, applying the database overrides.
+
+    ``config_path`` skips the search. ``database`` (the ``--database`` option) beats
+    ``$STEPLINE_DATABASE_URL`` (read from ``environ``, default ``os.environ``), which beats the
+    file's ``database`` key. Raises :class:`~stepline.ConfigError` naming the file and the key.
+    """
+    here = (cwd or Path.cwd()).resolve()
+    env = os.environ if environ is None else environ
+    if config_path is not None:
+        path: Path | None = config_path.resolve()
+        if not config_path.is_file():
+            raise ConfigError(f"configuration file {config_path} does not exist")
+    else:
+        path = find_config(here)
+    root = path.parent if path is not None else here
+    configured: str | None = None
+    workflows: tuple[WorkflowEntry, ...] = ()
+    worker = WorkerConfig()
+    if path is not None:
+        configured, workflows, worker = read_config(path)
+    if database:
+        url, source = resolve_database_url(database, here), "option"
+    elif env.get(ENV_DATABASE):
+        url, source = resolve_database_url(env[ENV_DATABASE], here), "environment"
+    elif configured is not None:
+        url, source = resolve_database_url(configured, root), "config"
+    else:
+        url, source = resolve_database_url(f"sqlite:///{DEFAULT_DATABASE_FILE}", root), "default"
+    return ProjectConfig(root, url, source, path, workflows, worker)
+
+
+# -- importing workflow code --------------------------------------------------------------------
+
+
+def _add_to_path(directory: Path) -> None:
+    text = str(directory)
+    if text not in sys.path:
+        sys.path.insert(0, text)
+
+
+def import_file(path: Path) -> ModuleType:
+    """Import a Python file as a module named after it; its directory goes on ``sys.path`` so
+    that modules next to it import. Errors raise :class:`~stepline.ConfigError`."""
+    path = path.resolve()
+    if not path.is_file():
+        raise ConfigError(f"file {path} does not exist")
+    _add_to_path(path.parent)
+    name = path.stem
+    existing = sys.modules.get(name)
+    if existing is not None and getattr(existing, "__file__", None) == str(path):
+        return existing
+    if existing is not None or not name.isidentifier():
+        name = f"_stepline_target_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise ConfigError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def import_module(name: str, root: Path) -> ModuleType:
+    """Import ``name`` with ``root`` on ``sys.path``; errors raise ConfigError."""
+    _add_to_path(root)
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:
+        raise ConfigError(f"cannot import module {name!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def attribute(module: ModuleType, name: str, where: str) -> Any:
+    """``module.name`` (dotted names allowed), or ConfigError naming ``where``."""
+    value: Any = module
+    for part in name.split("."):
+        if not hasattr(value, part):
+            raise ConfigError(f"{where}: module {module.__name__!r} has no attribute {name!r}")
+        value = getattr(value, part)
+    return value
+
+
+def as_workflow(value: Any, where: str) -> Any:
+    """Check that ``value`` is something an Engine registers, or raise ConfigError."""
+    try:
+        definition_of(value)
+    except (DefinitionError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return value
+
+
+def named(workflow: Any, name: str, where: str) -> Any:
+    """``workflow`` registered under ``name``: a class is subclassed with that name when its
+    own differs; an object (Pipeline, Dag) must already carry the name."""
+    definition = definition_of(workflow)
+    if definition.name == name:
+        return workflow
+    if isinstance(workflow, type) and issubclass(workflow, Workflow):
+        return type(
+            workflow.__name__,
+            (workflow,),
+            {
+                "name": name,
+                "__module__": workflow.__module__,
+                "__qualname__": workflow.__qualname__,
+                "__doc__": workflow.__doc__,
+            },
+        )
+    raise ConfigError(
+        f"{where}: the object is named {definition.name!r}, not {name!r}; "
+        f"set name = {definition.name!r} in the configuration"
+    )
+
+
+def load_workflow(config: ProjectConfig, entry: WorkflowEntry) -> Any:
+    """Import a configured workflow (project directory on ``sys.path``), named as configured."""
+    where = f"{config.path}: key '{entry.key}.class_name' ({entry.class_name})"
+    module_name, _, attr = entry.class_name.partition(":")
+    try:
+        module = import_module(module_name, config.root)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc.__cause__
+    return named(as_workflow(attribute(module, attr, where), where), entry.name, where)
+
+
+def load_workflows(config: ProjectConfig) -> list[Any]:
+    """Import every configured workflow."""
+    return [load_workflow(config, entry) for entry in config.workflows]

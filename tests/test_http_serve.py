@@ -1,0 +1,137 @@
+"""Serving: the bind-address check, ``stepline serve`` as a click command and as a real
+process with a project and an in-process worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from stepline import ConfigError
+from stepline.http import check_bind, is_loopback
+from stepline.http.command import redact, serve_command
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.10", False),
+        ("example.com", False),
+    ],
+)
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_non_loopback_bind_needs_a_token_or_insecure() -> None:
+    with pytest.raises(ConfigError, match="--insecure"):
+        check_bind("0.0.0.0", None, False)
+    check_bind("0.0.0.0", "token", False)
+    check_bind("0.0.0.0", None, True)
+    check_bind("127.0.0.1", None, False)
+
+
+def test_serve_command_refuses_bad_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    env = {"STEPLINE_API_TOKEN": ""}
+    result = runner.invoke(serve_command, ["--host", "0.0.0.0"], env=env)
+    assert result.exit_code == 2
+    assert "refusing to serve on '0.0.0.0' without a token" in result.output
+    monkeypatch.chdir(tmp_path)  # no stepline.toml here: no workflows configured
+    result = runner.invoke(serve_command, ["--worker"], env=env)
+    assert result.exit_code == 2
+    assert "--worker needs workflows to run" in result.output
+
+
+def test_redact_hides_passwords() -> None:
+    assert redact("postgresql://bob:hunter2@db:5432/x") == "postgresql://bob:***@db:5432/x"
+    assert redact("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+PROJECT_FLOWS = """
+from stepline import workflow
+
+@workflow(name="hello")
+async def hello(event, step):
+    name = await step.do("name", lambda: (event.params or {}).get("name", "world"))
+    return f"hello {name}"
+"""
+
+
+@pytest.mark.slow
+def test_stepline_serve_with_a_project_and_a_worker(tmp_path: Path) -> None:
+    """``stepline --config ... serve --worker`` through the real CLI: the configured workflow
+    is registered and run in-process, the token is required, Ctrl-C stops it cleanly."""
+    (tmp_path / "flows.py").write_text(PROJECT_FLOWS, encoding="utf-8")
+    (tmp_path / "stepline.toml").write_text(
+        'database = "sqlite:///served.db"\n\n[[workflows]]\nname = "hello"\n'
+        'class_name = "flows:hello"\n\n[worker]\npoll_interval = "0.05 seconds"\n',
+        encoding="utf-8",
+    )
+    port = _free_port()
+    env = {**os.environ, "STEPLINE_API_TOKEN": "tok", "PYTHONUNBUFFERED": "1"}
+    env.pop("STEPLINE_DATABASE_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepline.cli", "--config", str(tmp_path / "stepline.toml"),
+         "serve", "--port", str(port), "--worker"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    good = {"Authorization": "Bearer tok"}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                resp = httpx.get(f"{base}/api/workflows", timeout=2)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(proc.communicate()[0].decode()) from None
+                time.sleep(0.05)
+        assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
+        resp = httpx.get(f"{base}/api/workflows", headers=good, timeout=5)
+        assert [wf["name"] for wf in resp.json()["workflows"]] == ["hello"]
+        resp = httpx.post(
+            f"{base}/api/workflows/hello/instances",
+            json={"id": "h1", "params": {"name": "Ada"}},
+            headers=good,
+            timeout=5,
+        )
+        assert resp.status_code == 201
+        while True:
+            detail = httpx.get(f"{base}/api/workflows/hello/instances/h1", headers=good).json()
+            if detail["workflow"]["status"] == "complete" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert detail["workflow"]["output"] == "hello Ada"
+        assert httpx.get(f"{base}/", timeout=5).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode == 0, output  # Ctrl-C is a clean stop
+    assert f"{base}/" in output and "API token required" in output
+    assert f"sqlite:///{tmp_path.resolve()}/served.db (config)" in output
+    assert "worker: running hello" in output
+    assert "Application shutdown complete" in output
+    assert (tmp_path / "served.db").exists()
