@@ -290,3 +290,22 @@ def test_sync_facade(store_url: str) -> None:
         assert [i.id for i in engine.list_instances().instances] == ["s"]
         with pytest.raises(InstanceNotFoundError):
             engine.workflow("noop").get("zzz")
+
+
+async def test_retention_deletes_old_finished_instances(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([noop, three], clock=clock, retention="7 days") as engine:
+        old = await engine.workflow("noop").create(id="old")
+        await drain(engine)
+        clock.advance(6 * 86400)
+        recent = await engine.workflow("noop").create(id="recent")
+        sleeping = await engine.workflow("three").create(id="sleeping")
+        await drain(engine)
+        clock.advance(86400 + 1)
+        assert await engine.worker.purge_now() == 1
+        with pytest.raises(InstanceNotFoundError):
+            await old.status()
+        assert (await recent.status()).status == "complete"
+        assert (await sleeping.status()).status == "waiting"  # unfinished: never deleted
+        assert await engine.worker.purge_now() == 0

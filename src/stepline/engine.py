@@ -35,6 +35,12 @@ class Engine:
     ``sqlite:///stepline.db``). ``async with Engine(...) as engine:`` opens the store (creating
     and migrating the schema) and, unless ``worker=False``, runs an in-process worker for the
     registered ``workflows`` until the block exits.
+
+    Worker settings: ``concurrency`` (activations at once), ``lease`` (how long a claim lasts
+    without renewal: a dead worker's instances move on after it), ``poll_interval`` (longest idle
+    wait between looks at the database), ``grace_period`` (how long running steps may finish at
+    shutdown), ``max_payload`` (bytes, for params, results and event payloads), ``retention``
+    (finished instances are deleted this long after they ended; default: kept forever).
     """
 
     def __init__(
@@ -48,6 +54,7 @@ class Engine:
         poll_interval: Duration = 0.5,
         grace_period: Duration = 10,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
+        retention: Duration | None = None,
         clock: Callable[[], float] | None = None,
         worker_id: str | None = None,
         listeners: Iterable[Listener] = (),
@@ -66,6 +73,7 @@ class Engine:
             poll_interval=parse_duration(poll_interval, what="poll_interval"),
             grace_period=parse_duration(grace_period, what="grace_period"),
             max_payload=max_payload,
+            retention=None if retention is None else parse_duration(retention, what="retention"),
         )
         self.clock = clock or SystemClock()
         self.store: Store = create_store(self.url, self.clock)

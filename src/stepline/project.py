@@ -46,7 +46,7 @@ DEFAULT_DATABASE_FILE = "stepline.db"
 
 _TOP_KEYS = ("database", "workflows", "worker")
 _WORKFLOW_KEYS = ("name", "class_name")
-_WORKER_KEYS = ("concurrency", "lease", "poll_interval", "grace_period")
+_WORKER_KEYS = ("concurrency", "lease", "poll_interval", "grace_period", "retention")
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,8 @@ class WorkerConfig:
     lease: float = 30.0
     poll_interval: float = 0.5
     grace_period: float = 10.0
+    retention: float | None = None
+    """Delete finished instances this long after they ended (None: keep them)."""
 
     def engine_options(self) -> dict[str, Any]:
         """Keyword arguments for :class:`stepline.Engine`."""
@@ -75,6 +77,7 @@ class WorkerConfig:
             "lease": self.lease,
             "poll_interval": self.poll_interval,
             "grace_period": self.grace_period,
+            "retention": self.retention,
         }
 
 
@@ -203,6 +206,9 @@ def _worker(raw: Any, path: Path, prefix: str) -> WorkerConfig:
         grace_period=_duration(
             raw.get("grace_period", defaults.grace_period), path, f"{key}.grace_period"
         ),
+        retention=_duration(raw["retention"], path, f"{key}.retention")
+        if "retention" in raw
+        else None,
     )
 
 

@@ -41,6 +41,8 @@ class WorkerSettings:
     """On shutdown, how long running steps may take to finish before they are cancelled."""
     claim_batch: int = 50
     max_payload: int = 1024 * 1024
+    retention: float | None = None
+    """Delete complete, errored and terminated instances this long after they ended."""
 
 
 class _Slot:
@@ -120,7 +122,13 @@ class Worker:
     async def run(self) -> None:
         """Run until :meth:`stop` is called, then shut down gracefully."""
         self.store.add_ready_listener(self.wake)
-        renewer = asyncio.create_task(self._renew_loop(), name=f"stepline-renew-{self.id}")
+        side_tasks = [
+            asyncio.create_task(self._renew_loop(), name=f"stepline-renew-{self.id}"),
+        ]
+        if self.settings.retention is not None:
+            side_tasks.append(
+                asyncio.create_task(self._retention_loop(), name=f"stepline-retention-{self.id}")
+            )
         idle_wait = self.settings.min_poll_interval
         log.info("worker %s started for %s", self.id, ", ".join(self._workflows) or "nothing")
         try:
@@ -149,9 +157,9 @@ class Worker:
         finally:
             self.store.remove_ready_listener(self.wake)
             await self._shutdown()
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            for task in side_tasks:
+                task.cancel()
+            await asyncio.gather(*side_tasks, return_exceptions=True)
             log.info("worker %s stopped", self.id)
 
     # -- internals -------------------------------------------------------------------------------
@@ -236,6 +244,32 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             await self.renew_now()
+
+    async def _retention_loop(self) -> None:
+        retention = self.settings.retention
+        if retention is None:
+            return
+        # Often enough that nothing outlives its retention by more than a tenth of it (at most an
+        # hour late), rarely enough to cost nothing.
+        interval = min(max(retention / 10, 1.0), 3600.0)
+        while True:
+            try:
+                await self.purge_now()
+            except StoreError as exc:
+                log.warning("retention clean-up failed, will retry: %s", exc)
+            await asyncio.sleep(interval)
+
+    async def purge_now(self) -> int:
+        """Delete finished instances older than the retention setting; return how many."""
+        if self.settings.retention is None:
+            return 0
+        cutoff = self.store.now() - self.settings.retention
+        deleted = await self.store.purge_instances(
+            None, ("complete", "errored", "terminated"), cutoff
+        )
+        if deleted:
+            log.info("retention: deleted %d finished instances", deleted)
+        return deleted
 
     async def renew_now(self) -> None:
         """Extend every held lease; cancel activations whose lease is gone; see pause requests."""
