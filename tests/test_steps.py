@@ -18,6 +18,7 @@ from stepline import (
     WorkflowStep,
     workflow,
 )
+from stepline.workflow import definition_of
 
 from .conftest import EngineFactory, drain
 
@@ -444,3 +445,24 @@ async def test_changed_code_is_reported_as_non_determinism(
         status = await inst.status()
         assert status.status == "errored"
         assert status.error is not None and status.error["name"] == "NonDeterminismError"
+
+
+def test_describe_lists_steps_named_in_the_source() -> None:
+    @workflow(name="described")
+    async def described(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.do("load", lambda: 1)
+        await step.sleep("pause", "1 minute")
+        for name in ("a", "b"):
+            await step.do(name, lambda: 2)  # named at run time: not listed
+        await step.wait_for_event("reply", type="reply")
+
+    steps = definition_of(described).describe()["steps"]
+    assert steps == [
+        {"name": "load", "type": "do"},
+        {"name": "pause", "type": "sleep"},
+        {"name": "reply", "type": "wait_for_event"},
+    ]
+    assert definition_of(Chain).describe()["steps"] == [
+        {"name": "a", "type": "do"},
+        {"name": "b", "type": "do"},
+    ]

@@ -212,7 +212,13 @@ def format_graph(
     workflows have no static graph: a one-line note is returned for them.
     """
     if not definition or definition.get("kind") not in ("dag", "pipeline"):
-        return "code-first workflow: its steps are known only when it runs"
+        steps = (definition or {}).get("steps") or []
+        if not steps:
+            return "code-first workflow: its steps are known only when it runs"
+        lines = [f"code-first workflow; steps named in its source ({len(steps)}):"]
+        lines += [f"  {entry['name']}  ({entry['type']})" for entry in steps]
+        lines.append("(steps named at run time, in loops or helpers, show only in instances)")
+        return "\n".join(lines)
     nodes = {node["name"]: node for node in definition.get("nodes", [])}
     levels: list[list[str]] = definition.get("levels", [])
     kind = definition["kind"]

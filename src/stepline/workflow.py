@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
+import textwrap
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,8 +53,49 @@ class Workflow:
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
-        """A JSON description of the definition shown by ``stepline workflows describe``."""
-        return {"kind": "workflow", "doc": (cls.__doc__ or "").strip() or None}
+        """A JSON description of the definition shown by ``stepline workflows describe``.
+
+        ``steps`` lists the steps found in the source of ``run`` (calls such as
+        ``step.do("name", ...)`` with a literal name), in source order: what can be known without
+        running it. Steps named at run time are not listed.
+        """
+        run = getattr(cls, "__wrapped__", None) or cls.run
+        return {
+            "kind": "workflow",
+            "doc": (cls.__doc__ or "").strip() or None,
+            "steps": static_steps(run),
+        }
+
+
+_STEP_METHODS = {
+    "do": "do",
+    "sleep": "sleep",
+    "sleep_until": "sleep",
+    "wait_for_event": "wait_for_event",
+    "start_workflow": "start_workflow",
+    "wait_for_workflow": "wait_for_workflow",
+}
+
+
+def static_steps(fn: Callable[..., Any]) -> list[dict[str, str]]:
+    """Steps a function's source calls with a literal name (``step.do("load", ...)``)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return []
+    found: list[dict[str, str]] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        kind = _STEP_METHODS.get(node.func.attr)
+        if kind is None or not node.args:
+            continue
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            found.append({"name": first.value, "type": kind, "line": str(node.lineno)})
+    found.sort(key=lambda entry: int(entry["line"]))
+    return [{"name": entry["name"], "type": entry["type"]} for entry in found]
 
 
 RunFunction = Callable[[WorkflowEvent, "WorkflowStep"], Awaitable[Any]]
