@@ -1,0 +1,327 @@
+"""Connections to one PostgreSQL database for the PostgreSQL store.
+
+A pool of autocommit connections with retries on connection faults, exactly-once transactions,
+and a listening connection that reconnects by itself. Why each kind of retry is safe is
+explained in :mod:`stepline.store.postgres`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool
+
+from ..errors import StoreError
+
+log = logging.getLogger("stepline.store.postgres")
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[Any]
+
+DEFAULT_SCHEMA = "stepline"
+_SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """Split a stepline PostgreSQL URL into (libpq connection URL, schema name).
+
+    The ``schema`` query parameter is removed; every other parameter is kept for libpq.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"not a PostgreSQL URL: {url!r} (expected postgresql://user@host/db)")
+    schema = DEFAULT_SCHEMA
+    kept: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "schema":
+            schema = value
+        else:
+            kept.append((key, value))
+    if not _SCHEMA_RE.fullmatch(schema):
+        raise ValueError(
+            f"invalid schema name {schema!r} in the database URL: use 1-63 letters, digits or "
+            "underscores, not starting with a digit"
+        )
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), ""))
+    return conninfo, schema
+
+
+def describe(conninfo: str, schema: str) -> str:
+    """``host:port/dbname (schema x)``, without the password, for messages."""
+    try:
+        info = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return f"schema {schema}"
+    host = info.get("host") or "localhost"
+    port = info.get("port") or "5432"
+    return f"{host}:{port}/{info.get('dbname') or ''} (schema {schema})"
+
+
+@dataclass
+class _TxState:
+    xid: str | None = None
+    commit_sent: bool = False
+    result: Any = None
+
+
+class Database:
+    """A connection pool to one database, with retries on connection faults."""
+
+    def __init__(self, conninfo: str, where: str, *, max_connections: int = 10) -> None:
+        self.conninfo = conninfo
+        self.where = where
+        try:
+            params = conninfo_to_dict(conninfo)
+        except psycopg.Error as exc:
+            raise ValueError(f"invalid PostgreSQL URL ({where}): {exc}") from None
+        self._kwargs: dict[str, Any] = {"autocommit": True}
+        if "application_name" not in params:
+            self._kwargs["application_name"] = "stepline"
+        self.retry_seconds = 60.0
+        """How long an operation keeps retrying connection faults before raising StoreError."""
+        self._max_connections = max(2, max_connections)
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._priority_pool: AsyncConnectionPool[Conn] | None = None
+        self._listener: asyncio.Task[None] | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._pool is not None
+
+    async def open(self) -> None:
+        # The small pool keeps lease renewals and claims from queueing behind bulk work: a
+        # renewal that waits too long for a connection would let its leases expire.
+        self._pool = await self._open_pool("stepline", self._max_connections)
+        try:
+            self._priority_pool = await self._open_pool("stepline-leases", 2)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _open_pool(self, name: str, size: int) -> AsyncConnectionPool[Conn]:
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self.conninfo,
+            min_size=1,
+            max_size=size,
+            kwargs=self._kwargs,
+            open=False,
+            timeout=10.0,
+            name=name,
+        )
+        try:
+            await pool.open(wait=True, timeout=15.0)
+        except psycopg.Error as exc:
+            await pool.close()
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {self.where}: {exc}; check that the server is "
+                "running and that the URL's host, port, user, password and database are right"
+            ) from exc
+        return pool
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        pools = [self._pool, self._priority_pool]
+        self._pool = self._priority_pool = None
+        for pool in pools:
+            if pool is not None:
+                await pool.close()
+
+    def _require(self, priority: bool = False) -> AsyncConnectionPool[Conn]:
+        pool = self._priority_pool if priority else self._pool
+        if pool is None:
+            raise StoreError("the PostgreSQL store is not open; use 'async with Engine(...)'")
+        return pool
+
+    # -- retries ---------------------------------------------------------------------------------
+
+    def error(self, what: str, exc: BaseException) -> StoreError:
+        return StoreError(f"PostgreSQL error while {what} on {self.where}: {exc}")
+
+    async def _backoff(self, what: str, exc: psycopg.Error, started: float, attempt: int) -> None:
+        """Sleep before retrying a connection fault, or raise StoreError when time is up."""
+        if time.monotonic() - started > self.retry_seconds:
+            raise StoreError(
+                f"lost the connection to PostgreSQL at {self.where} while {what} and could not "
+                f"reconnect for {self.retry_seconds:g} s: {exc}; check that the server is up"
+            ) from exc
+        if attempt == 1:
+            log.warning("connection fault while %s, retrying: %s", what, exc)
+            for pool in (self._pool, self._priority_pool):
+                if pool is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        await pool.check()  # drop the other dead connections at once
+        delay = min(0.02 * 2 ** (attempt - 1), 1.0)
+        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+
+    async def retrying(
+        self, what: str, attempt: Callable[[Conn], Awaitable[T]], *, priority: bool = False
+    ) -> T:
+        """Run ``attempt`` on a pooled connection, retrying connection faults.
+
+        Only for operations that are safe to repeat. Other driver errors become StoreError.
+        ``priority`` uses the small pool reserved for leases and claims.
+        """
+        started = time.monotonic()
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                async with self._require(priority).connection() as conn:
+                    return await attempt(conn)
+            except psycopg.OperationalError as exc:
+                await self._backoff(what, exc, started, tries)
+            except psycopg.Error as exc:
+                raise self.error(what, exc) from exc
+
+    async def read(
+        self, what: str, query: str, params: Sequence[Any] = (), *, priority: bool = False
+    ) -> list[Any]:
+        """All rows of one query (retried on connection faults)."""
+
+        async def attempt(conn: Conn) -> list[Any]:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
+
+        return await self.retrying(what, attempt, priority=priority)
+
+    async def read_many(
+        self, what: str, queries: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[Any]]:
+        """The rows of several queries, sent in one round trip (pipeline mode)."""
+
+        async def attempt(conn: Conn) -> list[list[Any]]:
+            cursors = []
+            async with conn.pipeline():
+                for query, params in queries:
+                    cur = conn.cursor()
+                    await cur.execute(query, params)
+                    cursors.append(cur)
+            return [await cur.fetchall() for cur in cursors]
+
+        return await self.retrying(what, attempt)
+
+    async def transaction(self, what: str, body: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``body`` in a transaction that takes effect exactly once despite connection faults.
+
+        A fault before COMMIT was sent retries the whole transaction (nothing committed). A fault
+        while committing is resolved by asking the server, by transaction id, whether it
+        committed: if it did, the result ``body`` computed is returned; if not, it is retried.
+        """
+        started = time.monotonic()
+        tries = 0
+        while True:
+            tries += 1
+            state = _TxState()
+            try:
+                return await self._transaction_once(body, state)
+            except psycopg.OperationalError as exc:
+                if state.commit_sent and state.xid is not None:
+                    try:
+                        committed = await self._committed(what, state.xid)
+                    except StoreError as lost:
+                        raise StoreError(
+                            f"lost the connection to PostgreSQL at {self.where} while committing "
+                            f"({what}) and could not reconnect to learn whether the change was "
+                            "applied; check its effect before repeating it"
+                        ) from lost
+                    if committed:
+                        result: T = state.result
+                        return result
+                await self._backoff(what, exc, started, tries)
+            except psycopg.Error as exc:
+                raise self.error(what, exc) from exc
+
+    async def _transaction_once(self, body: Callable[[Conn], Awaitable[T]], state: _TxState) -> T:
+        async with self._require().connection() as conn:
+            cur = await conn.execute("BEGIN; SELECT pg_current_xact_id()::text")
+            cur.nextset()
+            row = await cur.fetchone()
+            state.xid = str(row[0]) if row else None
+            try:
+                result = await body(conn)
+            except BaseException:
+                if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.execute("ROLLBACK")
+                raise
+            state.result = result
+            state.commit_sent = True
+            await conn.execute("COMMIT")
+            return result
+
+    async def _committed(self, what: str, xid: str) -> bool:
+        """Whether transaction ``xid`` committed, asked on a fresh connection."""
+        while True:
+            rows = await self.read(what, "SELECT pg_xact_status(%s::xid8)", (xid,))
+            status = rows[0][0] if rows else None
+            if status != "in progress":
+                return status == "committed"
+            await asyncio.sleep(0.05)  # its backend is still finishing: ask again
+
+    # -- LISTEN ----------------------------------------------------------------------------------
+
+    async def listen(
+        self, channel: str, on_note: Callable[[str], None], on_reconnect: Callable[[], None]
+    ) -> None:
+        """LISTEN on ``channel`` from now on, calling ``on_note(payload)`` for each notification.
+
+        Returns once the first LISTEN is in place. If the connection drops it is re-established
+        with backoff, and ``on_reconnect()`` is called (notifications may have been missed).
+        """
+        conn = await self._listen_connection(channel)
+        self._listener = asyncio.create_task(
+            self._listen_loop(conn, channel, on_note, on_reconnect), name="stepline-listen"
+        )
+
+    async def _listen_connection(self, channel: str) -> Conn:
+        conn = await psycopg.AsyncConnection.connect(self.conninfo, **self._kwargs)
+        try:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _listen_loop(
+        self,
+        conn: Conn | None,
+        channel: str,
+        on_note: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+    ) -> None:
+        delay = 0.05
+        while True:
+            try:
+                if conn is None:
+                    conn = await self._listen_connection(channel)
+                    log.info("listening for wake-ups on %s again", self.where)
+                    on_reconnect()
+                delay = 0.05
+                async for note in conn.notifies():
+                    on_note(note.payload)
+            except psycopg.Error as exc:
+                log.warning("wake-up listener lost its connection (%s); reconnecting", exc)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.close()
+                    conn = None
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, 5.0)

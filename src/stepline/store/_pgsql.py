@@ -1,0 +1,337 @@
+"""The PostgreSQL store's SQL, in one place.
+
+Templates name the schema ``{s}`` and the shared column lists ``{icols}`` (instances) and
+``{scols}`` (steps); :meth:`Statements.for_schema` renders them once per store with the schema
+quoted by :mod:`psycopg.sql`. Lock protocol (see the store's module docstring): activation writes
+take ``FOR KEY SHARE`` on their instance row, client control actions take ``FOR UPDATE``, and
+statements that lock several instance rows lock them in ``pk`` order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from psycopg import sql
+
+from ._rows import INSTANCE_COLUMNS, STEP_COLUMNS
+
+_TEMPLATES: dict[str, str] = {
+    # -- workflows -------------------------------------------------------------------------------
+    "register_workflows": """
+        INSERT INTO {s}.workflows AS w (name, class_name, definition, created_at, updated_at)
+        SELECT n, c, d, %(now)s, %(now)s FROM unnest(%(names)s::text[], %(classes)s::text[],
+            %(definitions)s::text[]) AS t(n, c, d)
+        ON CONFLICT (name) DO UPDATE SET class_name = excluded.class_name,
+            definition = excluded.definition,
+            updated_at = CASE WHEN w.class_name IS NOT DISTINCT FROM excluded.class_name
+                AND w.definition IS NOT DISTINCT FROM excluded.definition
+                THEN w.updated_at ELSE excluded.updated_at END
+    """,
+    "list_workflows": """
+        SELECT name, class_name, created_at, updated_at, definition FROM {s}.workflows
+        ORDER BY name
+    """,
+    "count_instances": """
+        SELECT workflow, status, count(*) FROM {s}.instances GROUP BY workflow, status
+    """,
+    # -- instances -------------------------------------------------------------------------------
+    "create_instances": """
+        INSERT INTO {s}.instances (workflow, id, status, params, trigger, parent, ready_at,
+            created_at, updated_at)
+        SELECT %(workflow)s, t.id, 'queued', t.params, %(trigger)s, t.parent, %(now)s, %(now)s,
+            %(now)s
+        FROM json_to_recordset(%(items)s::json) AS t(ord int, id text, params text, parent text)
+        ORDER BY t.ord
+        ON CONFLICT (workflow, id) DO NOTHING
+        RETURNING {icols}
+    """,
+    "get_instance": "SELECT {icols} FROM {s}.instances WHERE workflow = %s AND id = %s",
+    "get_instance_by_pk": "SELECT {icols} FROM {s}.instances WHERE pk = %s",
+    "history_steps": """
+        SELECT instance_pk, {scols} FROM {s}.steps WHERE instance_pk = ANY(%s::bigint[])
+        ORDER BY instance_pk, seq
+    """,
+    "history_events": """
+        SELECT instance_pk, pk, type, payload, created_at FROM {s}.events
+        WHERE instance_pk = ANY(%s::bigint[]) AND consumed_by IS NULL ORDER BY instance_pk, pk
+    """,
+    "steps_of_instance": """
+        SELECT {scols} FROM {s}.steps WHERE instance_pk =
+            (SELECT pk FROM {s}.instances WHERE workflow = %s AND id = %s)
+        ORDER BY seq
+    """,
+    "lock_instance": """
+        SELECT pk, status, lease_owner FROM {s}.instances WHERE workflow = %s AND id = %s
+        FOR UPDATE
+    """,
+    "delete_steps": "DELETE FROM {s}.steps WHERE instance_pk = %s",
+    "unconsume_all": "UPDATE {s}.events SET consumed_by = NULL WHERE instance_pk = %s",
+    "step_seq": "SELECT seq FROM {s}.steps WHERE instance_pk = %s AND name = %s AND count = %s",
+    "delete_steps_from": """
+        DELETE FROM {s}.steps WHERE instance_pk = %s AND seq >= %s RETURNING name, count
+    """,
+    "unconsume": """
+        UPDATE {s}.events SET consumed_by = NULL
+        WHERE instance_pk = %s AND consumed_by = ANY(%s::text[])
+    """,
+    "restart": """
+        UPDATE {s}.instances SET status = 'queued', output = NULL, error = NULL, rollback = NULL,
+            control = NULL, ready_at = %(now)s, lease_token = lease_token + 1, lease_owner = NULL,
+            lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = %(now)s
+        WHERE pk = %(pk)s
+    """,
+    "send_event": """
+        WITH e AS (
+            INSERT INTO {s}.events (instance_pk, type, payload, created_at)
+            VALUES (%(pk)s, %(type)s, %(payload)s, %(now)s)
+        ), u AS (
+            UPDATE {s}.instances SET event_seq = event_seq + 1,
+                ready_at = CASE WHEN status = 'waiting' THEN %(now)s ELSE ready_at END
+            WHERE pk = %(pk)s
+        )
+        SELECT pg_notify(%(channel)s, %(note)s)
+    """,
+    "notify": "SELECT pg_notify(%s, %s)",
+    "delete_instances": """
+        WITH d AS (
+            DELETE FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[]) RETURNING pk
+        ), ds AS (
+            DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
+        ), de AS (
+            DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
+        )
+        SELECT count(*) FROM d
+    """,
+    "purge_instances": """
+        WITH d AS (
+            DELETE FROM {s}.instances WHERE status = ANY(%(statuses)s::text[])
+                AND ended_at < %(older_than)s
+                AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+            RETURNING pk
+        ), ds AS (
+            DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
+        ), de AS (
+            DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
+        )
+        SELECT count(*) FROM d
+    """,
+    # -- activations -----------------------------------------------------------------------------
+    "claim": """
+        WITH picked AS (
+            SELECT pk AS p_pk, status AS p_status, ready_at AS p_ready FROM {s}.instances
+            WHERE ready_at <= %(now)s AND workflow = ANY(%(workflows)s::text[])
+            ORDER BY ready_at LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ), paused AS (
+            UPDATE {s}.instances SET status = 'paused', ready_at = NULL, lease_owner = NULL,
+                lease_expires_at = NULL, updated_at = %(now)s
+            FROM picked WHERE pk = p_pk AND p_status = 'waitingForPause'
+        ), claimed AS (
+            UPDATE {s}.instances SET lease_owner = %(owner)s, lease_token = lease_token + 1,
+                lease_nonce = %(nonce)s,
+                lease_expires_at = %(expires)s, ready_at = %(expires)s, updated_at = %(now)s,
+                status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,
+                started_at = COALESCE(started_at, %(now)s)
+            FROM picked WHERE pk = p_pk AND p_status <> 'waitingForPause'
+            RETURNING {icols}, lease_token, control, event_seq, p_ready
+        )
+        SELECT claimed.*, next_ready FROM (
+            SELECT min(ready_at) AS next_ready FROM {s}.instances
+            WHERE ready_at IS NOT NULL AND workflow = ANY(%(workflows)s::text[])
+        ) AS timers LEFT JOIN claimed ON true
+        ORDER BY p_ready, pk
+    """,
+    "claimed_by": """
+        SELECT {icols}, lease_token, control, event_seq, ready_at, NULL::float8
+        FROM {s}.instances WHERE lease_owner = %s AND lease_nonce = %s ORDER BY pk
+    """,
+    "record_steps": """
+        WITH w AS (
+            SELECT * FROM json_to_recordset(%s::json) AS w(idx int, pk bigint, token bigint,
+                owner text, name text, count int, seq int, kind text, status text, output text,
+                error text, attempts text, wake_at float8, started_at float8, ended_at float8,
+                info text, event bigint)
+        ), fence AS (
+            SELECT w.idx, i.status FROM {s}.instances i
+            JOIN w ON i.pk = w.pk AND i.lease_token = w.token AND i.lease_owner = w.owner
+            ORDER BY i.pk FOR KEY SHARE OF i
+        ), upsert AS (
+            INSERT INTO {s}.steps (instance_pk, name, count, seq, kind, status, output, error,
+                attempts, wake_at, started_at, ended_at, info)
+            SELECT w.pk, w.name, w.count, w.seq, w.kind, w.status, w.output, w.error,
+                w.attempts, w.wake_at, w.started_at, w.ended_at, w.info
+            FROM w JOIN fence f ON f.idx = w.idx
+            ON CONFLICT (instance_pk, name, count) DO UPDATE SET seq = excluded.seq,
+                kind = excluded.kind, status = excluded.status, output = excluded.output,
+                error = excluded.error, attempts = excluded.attempts, wake_at = excluded.wake_at,
+                started_at = excluded.started_at, ended_at = excluded.ended_at,
+                info = excluded.info
+        )
+        SELECT idx, status FROM fence
+    """,
+    "record_steps_consuming": """
+        WITH w AS (
+            SELECT * FROM json_to_recordset(%s::json) AS w(idx int, pk bigint, token bigint,
+                owner text, name text, count int, seq int, kind text, status text, output text,
+                error text, attempts text, wake_at float8, started_at float8, ended_at float8,
+                info text, event bigint)
+        ), fence AS (
+            SELECT w.idx, i.status FROM {s}.instances i
+            JOIN w ON i.pk = w.pk AND i.lease_token = w.token AND i.lease_owner = w.owner
+            ORDER BY i.pk FOR KEY SHARE OF i
+        ), upsert AS (
+            INSERT INTO {s}.steps (instance_pk, name, count, seq, kind, status, output, error,
+                attempts, wake_at, started_at, ended_at, info)
+            SELECT w.pk, w.name, w.count, w.seq, w.kind, w.status, w.output, w.error,
+                w.attempts, w.wake_at, w.started_at, w.ended_at, w.info
+            FROM w JOIN fence f ON f.idx = w.idx
+            ON CONFLICT (instance_pk, name, count) DO UPDATE SET seq = excluded.seq,
+                kind = excluded.kind, status = excluded.status, output = excluded.output,
+                error = excluded.error, attempts = excluded.attempts, wake_at = excluded.wake_at,
+                started_at = excluded.started_at, ended_at = excluded.ended_at,
+                info = excluded.info
+        ), consume AS (
+            UPDATE {s}.events e SET consumed_by = w.name || '-' || w.count
+            FROM w JOIN fence f ON f.idx = w.idx WHERE e.pk = w.event
+        )
+        SELECT idx, status FROM fence
+    """,
+    "renew": """
+        WITH l AS (
+            SELECT * FROM json_to_recordset(%(leases)s::json) AS l(pk bigint, token bigint,
+                owner text)
+        ), held AS (
+            SELECT i.pk AS h_pk FROM {s}.instances i
+            JOIN l ON i.pk = l.pk AND i.lease_token = l.token AND i.lease_owner = l.owner
+            ORDER BY i.pk FOR NO KEY UPDATE OF i
+        )
+        UPDATE {s}.instances SET lease_expires_at = %(expires)s, ready_at = %(expires)s
+        FROM held WHERE pk = h_pk RETURNING pk, status
+    """,
+    "finish": """
+        WITH f AS (
+            SELECT * FROM json_to_recordset(%(rows)s::json) AS f(idx int, pk bigint,
+                token bigint, owner text, status text, output text, error text, rollback text,
+                wake_at float8, event_seq bigint, fnow float8)
+        ), held AS (
+            SELECT f.idx AS h_idx FROM {s}.instances i
+            JOIN f ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner = f.owner
+            ORDER BY i.pk FOR NO KEY UPDATE OF i
+        ), kids AS (
+            SELECT c.parent::json ->> 'workflow' AS k_workflow, c.parent::json ->> 'id' AS k_id,
+                f.fnow AS k_now
+            FROM f JOIN held ON h_idx = f.idx JOIN {s}.instances c ON c.pk = f.pk
+            WHERE f.status <> 'waiting' AND c.parent IS NOT NULL
+        ), u AS (
+            UPDATE {s}.instances i SET
+                status = CASE WHEN f.status <> 'waiting' THEN f.status
+                    WHEN i.status = 'waitingForPause' THEN 'paused' ELSE 'waiting' END,
+                ready_at = CASE WHEN f.status <> 'waiting' OR i.status = 'waitingForPause'
+                    THEN NULL WHEN i.event_seq <> f.event_seq OR EXISTS (SELECT 1 FROM kids
+                        WHERE k_workflow = i.workflow AND k_id = i.id) THEN f.fnow
+                    ELSE f.wake_at END,
+                output = CASE WHEN f.status = 'waiting' THEN i.output ELSE f.output END,
+                error = CASE WHEN f.status = 'waiting' THEN i.error ELSE f.error END,
+                rollback = CASE WHEN f.status = 'waiting' THEN i.rollback ELSE f.rollback END,
+                control = CASE WHEN f.status = 'waiting' THEN i.control END,
+                ended_at = CASE WHEN f.status = 'waiting' THEN i.ended_at ELSE f.fnow END,
+                lease_owner = NULL, lease_expires_at = NULL, updated_at = f.fnow
+            FROM f JOIN held ON h_idx = f.idx
+            WHERE i.pk = f.pk
+            RETURNING f.idx, i.status, i.workflow, i.id, i.parent
+        ), woke AS (
+            UPDATE {s}.instances p SET event_seq = p.event_seq + 1,
+                ready_at = CASE WHEN p.status = 'waiting' THEN k.k_now ELSE p.ready_at END
+            FROM (SELECT DISTINCT ON (k_workflow, k_id) * FROM kids) k
+            WHERE p.workflow = k.k_workflow AND p.id = k.k_id
+                AND NOT EXISTS (SELECT 1 FROM f JOIN held ON h_idx = f.idx WHERE f.pk = p.pk)
+        )
+        SELECT idx, status, workflow, id,
+            parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'),
+            CASE WHEN parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated')
+                THEN (SELECT 1 FROM pg_notify(%(channel)s,
+                    json_build_object('w', workflow, 'i', id, 's', %(source)s::text)::text))
+            END
+        FROM u
+    """,
+    "wake_parent_of": """
+        UPDATE {s}.instances p SET event_seq = p.event_seq + 1,
+            ready_at = CASE WHEN p.status = 'waiting' THEN %(now)s ELSE p.ready_at END
+        FROM {s}.instances c
+        WHERE c.pk = %(pk)s AND c.parent IS NOT NULL
+            AND p.workflow = c.parent::json ->> 'workflow' AND p.id = c.parent::json ->> 'id'
+        RETURNING p.pk
+    """,
+    "finished_by": """
+        SELECT f.idx, i.status, i.workflow, i.id, i.parent IS NOT NULL FROM {s}.instances i
+        JOIN json_to_recordset(%s::json) AS f(idx int, pk bigint, token bigint)
+            ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner IS NULL
+    """,
+    "release": """
+        WITH u AS (
+            UPDATE {s}.instances SET lease_owner = NULL, lease_expires_at = NULL,
+                ready_at = CASE WHEN status = 'waitingForPause' THEN NULL ELSE %(now)s END,
+                status = CASE WHEN status = 'waitingForPause' THEN 'paused'
+                    WHEN status = 'running' THEN 'queued' ELSE status END
+            WHERE pk = %(pk)s AND lease_token = %(token)s AND lease_owner = %(owner)s
+            RETURNING ready_at
+        )
+        SELECT (SELECT 1 FROM pg_notify(%(channel)s, %(note)s)) FROM u WHERE ready_at IS NOT NULL
+    """,
+    "next_wakeup": """
+        SELECT min(ready_at) FROM {s}.instances
+        WHERE ready_at IS NOT NULL AND workflow = ANY(%s::text[])
+    """,
+}
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Every statement of the PostgreSQL store, rendered for one schema."""
+
+    register_workflows: str
+    list_workflows: str
+    count_instances: str
+    create_instances: str
+    get_instance: str
+    get_instance_by_pk: str
+    history_steps: str
+    history_events: str
+    steps_of_instance: str
+    lock_instance: str
+    delete_steps: str
+    unconsume_all: str
+    step_seq: str
+    delete_steps_from: str
+    unconsume: str
+    restart: str
+    send_event: str
+    notify: str
+    delete_instances: str
+    purge_instances: str
+    claim: str
+    claimed_by: str
+    record_steps: str
+    record_steps_consuming: str
+    renew: str
+    finish: str
+    wake_parent_of: str
+    finished_by: str
+    release: str
+    next_wakeup: str
+
+    @classmethod
+    def for_schema(cls, schema: str) -> Statements:
+        names = {f.name for f in fields(cls)}
+        if names != set(_TEMPLATES):
+            raise RuntimeError(f"statement templates out of sync: {names ^ set(_TEMPLATES)}")
+        parts = {
+            "s": sql.Identifier(schema),
+            "icols": sql.SQL(INSTANCE_COLUMNS),
+            "scols": sql.SQL(STEP_COLUMNS),
+        }
+        rendered = {
+            name: " ".join(sql.SQL(text).format(**parts).as_string().split())
+            for name, text in _TEMPLATES.items()
+        }
+        return cls(**rendered)

@@ -1,0 +1,787 @@
+"""PostgreSQL store: one database shared by any number of workers and clients on many machines.
+
+URL: ``postgresql://user:password@host:5432/dbname?schema=NAME`` (or ``postgres://``). Every table
+lives in schema ``NAME`` (default ``stepline``; created if missing), so stepline can share an
+application's database. The ``schema`` parameter is removed before connecting; other parameters
+(``sslmode``, ``host=/socket/dir``, ...) go to libpq unchanged.
+
+Design:
+
+- **Connections.** A pool of autocommit connections for the work, a small second pool for lease
+  renewals, claims and timers (so they never queue behind bulk work and let leases expire), and
+  one connection that LISTENs for wake-ups. Connections are named ``application_name=stepline``
+  unless the URL says otherwise.
+- **Claims** pick runnable rows with ``FOR UPDATE SKIP LOCKED`` and lease them in the same
+  statement, so concurrent workers never block each other or take the same instance. An empty
+  claim also reads the earliest timer, which :meth:`PostgresStore.next_wakeup` reuses once.
+- **Fencing.** Every activation write matches ``(pk, lease_token, lease_owner)`` and raises
+  :class:`LeaseLostError` (writing nothing) when the lease is gone. Step writes take ``FOR KEY
+  SHARE`` on the instance row while they check the fence; control actions (terminate, restart,
+  ...) take ``FOR UPDATE`` on it, so a fenced-out write can never land after a restart deleted the
+  steps. Statements that lock several instance rows lock them in ``pk`` order. (A child that ends
+  also updates its parent's row; the rare deadlock that can cause is detected by PostgreSQL and
+  the statement retried.)
+- **Group commit.** Step records, history loads and activation ends issued while another of the
+  same kind is in flight are sent together: the rows travel as one JSON parameter expanded by
+  ``json_to_recordset``, so a group costs one statement, one round trip and one commit.
+- **Wake-ups.** create, send_event, control actions, release and the end of a child instance
+  NOTIFY the schema's channel in their transaction; every other store LISTENing on it signals its
+  worker and its ``Instance.wait`` callers at once (a store skips its own notifications: it
+  signalled itself when it committed). Workers still poll, so a notification lost while the
+  listening connection reconnects costs at most one poll interval.
+- **Clock.** With the default system clock, :meth:`PostgresStore.now` is the local clock plus the
+  offset to the server's ``clock_timestamp()`` (measured at open and every 30 s), so timers and
+  lease expiry mean the same instant on every machine. Other clocks (tests) are used unchanged.
+
+Connection faults (a killed connection, a server restart) are retried with backoff for up to
+:attr:`PostgresStore.retry_seconds`, then reported as :class:`StoreError`. A write is retried only
+when a retry cannot do harm:
+
+- Reads are always retried.
+- Single-statement activation writes are idempotent: ``record_step`` rewrites the same rows under
+  the same fence, ``renew`` sets absolute times, ``release`` is fenced and sets the same values,
+  ``register_workflows`` is an upsert. If the first attempt committed, the retry does nothing
+  new (or finds the lease already gone).
+- ``finish`` is fenced and releases the lease; if an attempt whose reply was lost committed, the
+  retry finds the lease released under the same token and returns the status it left. (Waking a
+  parent twice is harmless: it replays and waits again.)
+- ``claim`` marks the leases it takes with a random nonce (``lease_nonce``); if the reply was
+  lost, the retry first reads the rows leased under that nonce, so a committed claim is recovered
+  instead of being orphaned until its lease expires.
+- Client writes (create, send_event, control, delete, purge) run as explicit transactions that
+  read their transaction id first. A failure before COMMIT was sent means nothing committed
+  (PostgreSQL rolls back a transaction whose connection dies), so it is retried. A failure while
+  committing is resolved with ``pg_xact_status``: if the transaction committed, the result it
+  computed is returned; if not, the whole operation is retried. So an acknowledged create or event
+  is never lost, and none is applied twice. (Only if the server stays unreachable for
+  ``retry_seconds`` right after a COMMIT was sent is the outcome unknown; the StoreError says so.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import orjson
+import psycopg
+from psycopg import sql
+
+from .._json import dumps, loads
+from ..clock import SystemClock
+from ..errors import (
+    IllegalStateError,
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+    LeaseLostError,
+    StoreError,
+)
+from ..records import InstancePage, InstanceRecord, PendingEvent, StepRecord, WorkflowInfo
+from ._pgbatch import Batcher
+from ._pgdb import Conn, Database, describe, split_url
+from ._pgsql import Statements
+from ._rows import (
+    INSTANCE_COLUMNS,
+    control_transition,
+    decode_cursor,
+    encode_cursor,
+    instance_from_row,
+    step_from_row,
+)
+from .base import (
+    Claim,
+    ControlAction,
+    Finish,
+    History,
+    Lease,
+    NewInstance,
+    StepWrite,
+    Store,
+    WorkflowMeta,
+)
+from .migrations import load_migrations
+
+__all__ = ["PostgresStore", "split_url"]
+
+log = logging.getLogger("stepline.store.postgres")
+
+_CLOCK_REFRESH_SECONDS = 30.0
+_CLOCK_QUERY = "SELECT extract(epoch FROM clock_timestamp())::float8"
+_FINISHED = ("complete", "errored", "terminated")
+_N_ICOLS = len(INSTANCE_COLUMNS.split(","))
+
+_Finished = tuple[str, str, str, bool]
+"""A finished activation: new status, workflow, instance id, whether a parent was woken."""
+
+
+def _json_or_none(value: Any, what: str) -> str | None:
+    return None if value is None else dumps(value, what=what)
+
+
+def _json_rows(rows: Iterable[dict[str, Any]]) -> str:
+    """Rows for ``json_to_recordset``: one parameter whatever the batch size, encoded in C."""
+    return orjson.dumps(list(rows)).decode()
+
+
+def _indexed(rows: list[dict[str, Any]]) -> str:
+    return _json_rows({**row, "idx": n} for n, row in enumerate(rows))
+
+
+class PostgresStore(Store):
+    """The shared store. ``url`` is ``postgresql://user:password@host:port/db[?schema=name]``."""
+
+    def __init__(
+        self,
+        url: str,
+        clock: Callable[[], float] | None = None,
+        *,
+        max_connections: int = 8,
+    ) -> None:
+        clock = clock or SystemClock()
+        super().__init__(clock)
+        self.url = url
+        conninfo, self.schema = split_url(url)
+        self._db = Database(
+            conninfo, describe(conninfo, self.schema), max_connections=max_connections
+        )
+        self._sql = Statements.for_schema(self.schema)
+        self.channel = f"stepline_{self.schema}"[:63]
+        """The LISTEN/NOTIFY channel of this schema."""
+        self._source = secrets.token_hex(6)
+        """Tags this store's notifications, so that it can skip its own."""
+        self._generation = 0
+        self._timer_hint: tuple[tuple[str, ...], int, float | None] | None = None
+        self._server_clock = isinstance(clock, SystemClock) or clock is time.time
+        self._offset = 0.0
+        self._clock_task: asyncio.Task[None] | None = None
+        self._step_writes: Batcher[dict[str, Any], str] = Batcher(
+            self._record_steps,
+            key=lambda row: (row["pk"], row["name"], row["count"]),
+            split=_not_a_connection_fault,
+        )
+        self._finishes: Batcher[dict[str, Any], _Finished] = Batcher(
+            self._finish, key=lambda row: row["pk"], split=_not_a_connection_fault
+        )
+        self._histories: Batcher[int, History] = Batcher(
+            self._load_histories, key=lambda pk: pk, split=_not_a_connection_fault
+        )
+
+    @property
+    def retry_seconds(self) -> float:
+        """How long an operation retries connection faults before raising StoreError."""
+        return self._db.retry_seconds
+
+    @retry_seconds.setter
+    def retry_seconds(self, value: float) -> None:
+        self._db.retry_seconds = value
+
+    # -- clock -----------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The local clock, corrected to the database server's clock when it is the system clock."""
+        return self._clock() + self._offset
+
+    @property
+    def clock_offset(self) -> float:
+        """Seconds added to the local clock to get the server's (0 with a custom clock)."""
+        return self._offset
+
+    async def _measure_offset(self) -> None:
+        """Set the offset to the server's clock from the fastest of three round trips."""
+
+        async def sample(conn: Conn) -> tuple[float, float]:
+            before = self._clock()  # timed on the connection, not while waiting for one
+            cur = await conn.execute(_CLOCK_QUERY)
+            row = await cur.fetchone()
+            after = self._clock()
+            server = float(row[0]) if row else (before + after) / 2
+            return after - before, server - (before + after) / 2
+
+        samples = [
+            await self._db.retrying("measuring the server clock", sample, priority=True)
+            for _ in range(3)
+        ]
+        self._offset = min(samples)[1]
+
+    async def _clock_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_CLOCK_REFRESH_SECONDS)
+            try:
+                await self._measure_offset()
+            except StoreError as exc:
+                log.warning("could not refresh the server clock offset: %s", exc)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._db.is_open:
+            return
+        await self._db.open()
+        try:
+            await self._migrate()
+            if self._server_clock:
+                await self._measure_offset()
+            await self._db.listen(self.channel, self._dispatch, self._wake_everything)
+        except BaseException:
+            await self._db.close()
+            raise
+        if self._server_clock:
+            self._clock_task = asyncio.create_task(self._clock_loop(), name="stepline-clock")
+
+    async def close(self) -> None:
+        if not self._db.is_open:
+            return
+        for batcher in (self._step_writes, self._finishes, self._histories):
+            await batcher.drain()
+        if self._clock_task is not None:
+            self._clock_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._clock_task
+            self._clock_task = None
+        await self._db.close()
+
+    async def _migrate(self) -> None:
+        migrations = load_migrations("postgres")
+        key = int.from_bytes(
+            hashlib.blake2b(f"stepline:{self.schema}".encode(), digest_size=8).digest(),
+            "big",
+            signed=True,
+        )
+        schema = sql.Identifier(self.schema)
+
+        async def body(conn: Conn) -> None:
+            # Serialises stores opening at once: CREATE SCHEMA IF NOT EXISTS alone can race.
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
+                " name text NOT NULL, applied_at double precision NOT NULL)"
+            )
+            cur = await conn.execute("SELECT version FROM schema_migrations")
+            done = {row[0] for row in await cur.fetchall()}
+            for migration in migrations:
+                if migration.version in done:
+                    continue
+                await conn.execute(migration.sql.encode())
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                    (migration.version, migration.name, time.time()),
+                )
+                log.info(
+                    "applied migration %04d_%s to %s",
+                    migration.version,
+                    migration.name,
+                    self._db.where,
+                )
+
+        await self._db.transaction("migrating the schema", body)
+
+    # -- wake-ups --------------------------------------------------------------------------------
+
+    def _note(self, workflow: str | None = None, instance_id: str | None = None) -> str:
+        """A notification payload: this store's id, and the instance that changed, if one."""
+        note = {"s": self._source}
+        if workflow is not None and instance_id is not None:
+            note |= {"w": workflow, "i": instance_id}
+        return dumps(note, what="notification")
+
+    def _dispatch(self, payload: str) -> None:
+        """A notification arrived: wake the worker, and waiters on the instance it names.
+
+        This store's own notifications are skipped: it signalled itself when it committed.
+        """
+        try:
+            data = loads(payload) if payload else {}
+        except ValueError:
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        if data.get("s") == self._source:
+            return
+        self._notify_ready()
+        workflow, instance_id = data.get("w"), data.get("i")
+        if workflow is not None and instance_id is not None:
+            self._notify_changed(str(workflow), str(instance_id))
+
+    def _notify_ready(self) -> None:
+        self._generation += 1  # invalidates the timer hint of the last claim
+        super()._notify_ready()
+
+    def _wake_everything(self) -> None:
+        """After the listener reconnects: anything may have changed meanwhile."""
+        self._notify_ready()
+        for workflow, instance_id in list(self._change_waiters):
+            self._notify_changed(workflow, instance_id)
+
+    # -- workflows -------------------------------------------------------------------------------
+
+    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
+        latest = {meta.name: meta for meta in metas}  # the last definition of a name wins
+        if not latest:
+            return
+        params = {
+            "now": self.now(),
+            "names": list(latest),
+            "classes": [m.class_name for m in latest.values()],
+            "definitions": [
+                dumps(m.definition, what="workflow definition", limit=1 << 24)
+                for m in latest.values()
+            ],
+        }
+        query = self._sql.register_workflows
+
+        async def attempt(conn: Conn) -> None:
+            await conn.execute(query, params)
+
+        await self._db.retrying("registering workflows", attempt)
+
+    async def list_workflows(self) -> list[WorkflowInfo]:
+        rows, count_rows = await self._db.read_many(
+            "listing workflows", [(self._sql.list_workflows, ()), (self._sql.count_instances, ())]
+        )
+        counts: dict[str, dict[str, int]] = {}
+        for workflow, status, n in count_rows:
+            counts.setdefault(workflow, {})[status] = n
+        return [
+            WorkflowInfo(r[0], r[1], r[2], r[3], loads(r[4]), counts.get(r[0], {})) for r in rows
+        ]
+
+    # -- instances -------------------------------------------------------------------------------
+
+    async def create_instances(
+        self,
+        workflow: str,
+        items: Sequence[NewInstance],
+        *,
+        trigger: str,
+        skip_existing: bool,
+    ) -> list[InstanceRecord]:
+        unique: dict[str, NewInstance] = {}
+        for item in items:
+            unique.setdefault(item.id, item)
+        if not unique:
+            return []
+        params = {
+            "workflow": workflow,
+            "trigger": trigger,
+            "now": self.now(),
+            "items": _json_rows(
+                {"ord": n, "id": i.id, "params": i.params, "parent": i.parent}
+                for n, i in enumerate(unique.values())
+            ),
+        }
+
+        async def body(conn: Conn) -> list[InstanceRecord]:
+            cur = await conn.execute(self._sql.create_instances, params)
+            created = [instance_from_row(row) for row in await cur.fetchall()]
+            if not skip_existing and len(created) < len(unique):
+                existing = set(unique) - {r.id for r in created}
+                raise InstanceAlreadyExistsError(workflow, sorted(existing)[0])
+            if created:
+                await conn.execute(self._sql.notify, (self.channel, self._note()))
+            order = {instance_id: n for n, instance_id in enumerate(unique)}
+            created.sort(key=lambda r: order[r.id])
+            return created
+
+        created = await self._db.transaction(f"creating instances of {workflow!r}", body)
+        if created:
+            self._notify_ready()
+        return created
+
+    async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
+        rows = await self._db.read(
+            f"reading instance {instance_id!r}", self._sql.get_instance, (workflow, instance_id)
+        )
+        if not rows:
+            raise InstanceNotFoundError(workflow, instance_id)
+        return instance_from_row(rows[0])
+
+    async def list_instances(
+        self,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        *,
+        oldest_first: bool = False,
+    ) -> InstancePage:
+        after = decode_cursor(cursor)
+        clauses: list[sql.Composable] = []
+        params: list[Any] = []
+        if workflow is not None:
+            clauses.append(sql.SQL("workflow = %s"))
+            params.append(workflow)
+        if status is not None:
+            clauses.append(sql.SQL("status = %s"))
+            params.append(status)
+        if after is not None:
+            clauses.append(sql.SQL("pk > %s" if oldest_first else "pk < %s"))
+            params.append(after)
+        where = sql.SQL("WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")
+        query = sql.SQL("SELECT {cols} FROM {s}.instances {where} ORDER BY pk {order} LIMIT %s")
+        text = query.format(
+            cols=sql.SQL(INSTANCE_COLUMNS),
+            s=sql.Identifier(self.schema),
+            where=where,
+            order=sql.SQL("ASC" if oldest_first else "DESC"),
+        ).as_string()
+        rows = await self._db.read("listing instances", text, (*params, limit + 1))
+        records = [instance_from_row(r) for r in rows[:limit]]
+        next_cursor = encode_cursor(records[-1].pk) if len(rows) > limit else None
+        return InstancePage(records, next_cursor)
+
+    async def get_steps(self, workflow: str, instance_id: str) -> list[StepRecord]:
+        found, steps = await self._db.read_many(
+            f"reading the steps of instance {instance_id!r}",
+            [
+                (self._sql.get_instance, (workflow, instance_id)),
+                (self._sql.steps_of_instance, (workflow, instance_id)),
+            ],
+        )
+        if not found:
+            raise InstanceNotFoundError(workflow, instance_id)
+        return [step_from_row(r) for r in steps]
+
+    async def control(
+        self,
+        workflow: str,
+        instance_id: str,
+        action: ControlAction,
+        *,
+        rollback: bool = False,
+        from_step: tuple[str, int] | None = None,
+    ) -> InstanceRecord:
+        now = self.now()
+        q = self._sql
+        woke_parent = False
+
+        async def body(conn: Conn) -> InstanceRecord:
+            nonlocal woke_parent
+            cur = await conn.execute(q.lock_instance, (workflow, instance_id))
+            found = await cur.fetchone()
+            if found is None:
+                raise InstanceNotFoundError(workflow, instance_id)
+            pk, status, owner = found
+            if action == "restart":
+                await self._restart(conn, pk, from_step, now)
+            else:
+                change = control_transition(
+                    workflow, instance_id, status, owner is not None, action, rollback
+                )
+                sets = ["status = %s", "updated_at = %s"]
+                params: list[Any] = [change["status"], now]
+                if "ready" in change:
+                    sets.append("ready_at = %s")
+                    params.append(now if change["ready"] == "now" else None)
+                if change.get("fence"):
+                    sets.append("lease_token = lease_token + 1, lease_owner = NULL")
+                    sets.append("lease_expires_at = NULL")
+                if "control" in change:
+                    sets.append("control = %s")
+                    params.append(change["control"])
+                if change.get("end"):
+                    sets.append("ended_at = %s, control = NULL")
+                    params.append(now)
+                update = sql.SQL("UPDATE {}.instances SET {} WHERE pk = %s").format(
+                    sql.Identifier(self.schema), sql.SQL(", ".join(sets))
+                )
+                await conn.execute(update, (*params, pk))
+                if change.get("end"):  # a child ended: wake a parent waiting for it
+                    cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
+                    woke_parent = woke_parent or bool(await cur.fetchall())
+            await conn.execute(q.notify, (self.channel, self._note(workflow, instance_id)))
+            cur = await conn.execute(q.get_instance_by_pk, (pk,))
+            row = await cur.fetchone()
+            if row is None:  # pragma: no cover - the row is locked by this transaction
+                raise InstanceNotFoundError(workflow, instance_id)
+            return instance_from_row(row)
+
+        record = await self._db.transaction(f"{action} of instance {instance_id!r}", body)
+        self._notify_changed(workflow, instance_id)
+        if record.ready_at is not None or woke_parent:
+            self._notify_ready()
+        return record
+
+    async def _restart(
+        self, conn: Conn, pk: int, from_step: tuple[str, int] | None, now: float
+    ) -> None:
+        q = self._sql
+        if from_step is None:
+            await conn.execute(q.delete_steps, (pk,))
+            await conn.execute(q.unconsume_all, (pk,))
+        else:
+            cur = await conn.execute(q.step_seq, (pk, from_step[0], from_step[1]))
+            row = await cur.fetchone()
+            if row is None:
+                raise ValueError(
+                    f"instance has no recorded step {from_step[0]!r} (count {from_step[1]}) "
+                    "to restart from"
+                )
+            cur = await conn.execute(q.delete_steps_from, (pk, row[0]))
+            labels = [f"{name}-{count}" for name, count in await cur.fetchall()]
+            await conn.execute(q.unconsume, (pk, labels))
+        await conn.execute(q.restart, {"pk": pk, "now": now})
+
+    async def send_event(
+        self, workflow: str, instance_id: str, event_type: str, payload: str | None
+    ) -> None:
+        now = self.now()
+        q = self._sql
+
+        async def body(conn: Conn) -> None:
+            cur = await conn.execute(q.lock_instance, (workflow, instance_id))
+            found = await cur.fetchone()
+            if found is None:
+                raise InstanceNotFoundError(workflow, instance_id)
+            pk, status, _owner = found
+            if status in _FINISHED:
+                raise IllegalStateError(workflow, instance_id, status, "send an event to")
+            await conn.execute(
+                q.send_event,
+                {
+                    "pk": pk,
+                    "type": event_type,
+                    "payload": payload,
+                    "now": now,
+                    "channel": self.channel,
+                    "note": self._note(workflow, instance_id),
+                },
+            )
+
+        await self._db.transaction(f"sending an event to instance {instance_id!r}", body)
+        self._notify_ready()
+
+    async def delete_instances(self, workflow: str, instance_ids: Sequence[str]) -> int:
+        query = self._sql.delete_instances
+        ids = list(instance_ids)
+
+        async def body(conn: Conn) -> int:
+            cur = await conn.execute(query, (workflow, ids))
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        return await self._db.transaction(f"deleting instances of {workflow!r}", body)
+
+    async def purge_instances(
+        self, workflow: str | None, statuses: Sequence[str], older_than: float
+    ) -> int:
+        params = {"statuses": list(statuses), "older_than": older_than, "workflow": workflow}
+        query = self._sql.purge_instances
+
+        async def body(conn: Conn) -> int:
+            cur = await conn.execute(query, params)
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        return await self._db.transaction("purging finished instances", body)
+
+    # -- activations -----------------------------------------------------------------------------
+
+    async def claim(
+        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+    ) -> list[Claim]:
+        if not workflows or limit <= 0:
+            return []
+        nonce = secrets.randbits(62)
+        params = {
+            "now": now,
+            "workflows": list(workflows),
+            "limit": limit,
+            "owner": owner,
+            "nonce": nonce,
+            "expires": now + lease_seconds,
+        }
+        faulted = False
+
+        async def attempt(conn: Conn) -> list[Any]:
+            nonlocal faulted
+            try:
+                if faulted:  # the reply of a claim may have been lost: recover its leases
+                    cur = await conn.execute(self._sql.claimed_by, (owner, nonce))
+                    rows = await cur.fetchall()
+                    if rows:
+                        return rows
+                cur = await conn.execute(self._sql.claim, params)
+                return await cur.fetchall()
+            except psycopg.OperationalError:
+                faulted = True
+                raise
+
+        generation = self._generation
+        rows = await self._db.retrying("claiming instances", attempt, priority=True)
+        claims = [
+            Claim(
+                instance_from_row(row),
+                Lease(row[0], row[_N_ICOLS], owner),
+                row[_N_ICOLS + 1],
+                row[_N_ICOLS + 2],
+            )
+            for row in rows
+            if row[0] is not None
+        ]
+        # An empty claim also read the earliest timer: next_wakeup() can use it once, if nothing
+        # became runnable meanwhile (which would have gone through _notify_ready).
+        self._timer_hint = None
+        if not claims and rows:
+            self._timer_hint = (tuple(workflows), generation, rows[0][_N_ICOLS + 4])
+        return claims
+
+    async def load_history(self, lease: Lease) -> History:
+        return await self._histories.submit(lease.pk)
+
+    async def _load_histories(self, pks: list[int]) -> list[History]:
+        steps, events = await self._db.read_many(
+            "loading instance histories",
+            [(self._sql.history_steps, (pks,)), (self._sql.history_events, (pks,))],
+        )
+        found: dict[int, History] = {pk: History([], []) for pk in pks}
+        for row in steps:
+            found[row[0]].steps.append(step_from_row(row[1:]))
+        for row in events:
+            found[row[0]].events.append(PendingEvent(row[1], row[2], loads(row[3]), row[4]))
+        return [found[pk] for pk in pks]
+
+    async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+        row = {
+            "pk": lease.pk,
+            "token": lease.token,
+            "owner": lease.owner,
+            "name": write.name,
+            "count": write.count,
+            "seq": write.seq,
+            "kind": write.kind,
+            "status": write.status,
+            "output": write.output,
+            "error": _json_or_none(write.error, "step error"),
+            "attempts": dumps([a.to_json() for a in write.attempts], what="attempts")
+            if write.attempts
+            else None,
+            "wake_at": write.wake_at,
+            "started_at": write.started_at,
+            "ended_at": write.ended_at,
+            "info": _json_or_none(write.info, "step info"),
+            "event": write.consume_event,
+        }
+        return await self._step_writes.submit(row)
+
+    async def _record_steps(self, rows: list[dict[str, Any]]) -> list[str | BaseException]:
+        batch = (_indexed(rows),)
+        consuming = any(row["event"] is not None for row in rows)
+        query = self._sql.record_steps_consuming if consuming else self._sql.record_steps
+
+        async def attempt(conn: Conn) -> list[Any]:
+            cur = await conn.execute(query, batch)
+            return await cur.fetchall()
+
+        held = dict(await self._db.retrying("recording steps", attempt))
+        return [held.get(n) or _lease_lost(row["pk"], row["owner"]) for n, row in enumerate(rows)]
+
+    async def renew(
+        self, leases: Sequence[Lease], lease_seconds: float, now: float
+    ) -> dict[int, str]:
+        if not leases:
+            return {}
+        params = {
+            "leases": _json_rows(
+                {"pk": lease.pk, "token": lease.token, "owner": lease.owner} for lease in leases
+            ),
+            "expires": now + lease_seconds,
+        }
+
+        async def attempt(conn: Conn) -> list[Any]:
+            cur = await conn.execute(self._sql.renew, params)
+            return await cur.fetchall()
+
+        rows = await self._db.retrying("renewing leases", attempt, priority=True)
+        return {pk: status for pk, status in rows}
+
+    async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
+        waiting = finish.status == "waiting"
+        row = {
+            "pk": lease.pk,
+            "token": lease.token,
+            "owner": lease.owner,
+            "status": finish.status,
+            "output": None if waiting else finish.output,
+            "error": None if waiting else _json_or_none(finish.error, "error"),
+            "rollback": None if waiting else _json_or_none(finish.rollback, "rollback"),
+            "wake_at": finish.wake_at,
+            "event_seq": finish.event_seq,
+            "fnow": now,
+        }
+        new_status, workflow, instance_id, woke_parent = await self._finishes.submit(row)
+        self._notify_changed(workflow, instance_id)
+        if new_status == "waiting" or woke_parent:
+            self._notify_ready()
+        return new_status
+
+    async def _finish(self, rows: list[dict[str, Any]]) -> list[_Finished | BaseException]:
+        """Finish a batch of activations in one statement; a child that ends wakes its parent."""
+        params = {"rows": _indexed(rows), "channel": self.channel, "source": self._source}
+        fences = (
+            _json_rows({"idx": n, "pk": r["pk"], "token": r["token"]} for n, r in enumerate(rows)),
+        )
+        faulted = False
+
+        async def attempt(conn: Conn) -> dict[int, _Finished]:
+            nonlocal faulted
+            try:
+                cur = await conn.execute(self._sql.finish, params)
+                done = {r[0]: (r[1], r[2], r[3], bool(r[4])) for r in await cur.fetchall()}
+                if faulted and len(done) < len(rows):
+                    # An attempt whose reply was lost may have committed: its instances are
+                    # released under the same token.
+                    cur = await conn.execute(self._sql.finished_by, fences)
+                    for r in await cur.fetchall():
+                        done.setdefault(r[0], (r[1], r[2], r[3], bool(r[4])))
+                return done
+            except psycopg.OperationalError:
+                faulted = True
+                raise
+
+        done = await self._db.retrying("finishing activations", attempt)
+        return [done.get(n) or _lease_lost(row["pk"], row["owner"]) for n, row in enumerate(rows)]
+
+    async def release(self, lease: Lease, now: float) -> None:
+        params = {
+            "pk": lease.pk,
+            "token": lease.token,
+            "owner": lease.owner,
+            "now": now,
+            "channel": self.channel,
+            "note": self._note(),
+        }
+
+        async def attempt(conn: Conn) -> None:
+            await conn.execute(self._sql.release, params)
+
+        await self._db.retrying(f"releasing instance {lease.pk}", attempt)
+        self._notify_ready()
+
+    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
+        if not workflows:
+            return None
+        hint, self._timer_hint = self._timer_hint, None
+        if hint is not None and hint[0] == tuple(workflows) and hint[1] == self._generation:
+            return hint[2]
+        rows = await self._db.read(
+            "looking for the next timer", self._sql.next_wakeup, (list(workflows),), priority=True
+        )
+        value = rows[0][0] if rows else None
+        return float(value) if value is not None else None
+
+
+def _not_a_connection_fault(exc: Exception) -> bool:
+    """Whether a failed batch may have failed because of one of its items (then each is retried
+    alone); connection faults were already retried for the whole batch."""
+    return not isinstance(exc.__cause__, psycopg.OperationalError)
+
+
+def _lease_lost(pk: int, owner: str) -> LeaseLostError:
+    return LeaseLostError(f"lease on instance {pk} lost by worker {owner}")

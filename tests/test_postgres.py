@@ -1,0 +1,575 @@
+"""What is specific to the PostgreSQL store: schemas, migrations, LISTEN/NOTIFY wake-ups, the
+server clock, and surviving killed connections. (The contract suite runs against it too.)"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from stepline import Engine, InstanceNotFoundError, ManualClock, SystemClock, Workflow
+from stepline.errors import StoreError
+from stepline.store.base import Finish, NewInstance, StepWrite
+from stepline.store.migrations import load_migrations
+from stepline.store.postgres import PostgresStore, split_url
+from stepline.worker import Worker, WorkerSettings
+
+from ._pg import ThrowawayServer, connect, drop_schema, pg_admin_url
+from .conftest import STORES
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif("postgres" not in STORES, reason="STEPLINE_TEST_STORES leaves out postgres"),
+]
+
+
+def url_for(schema: str, **extra: str) -> str:
+    base = pg_admin_url()
+    query = "&".join(f"{k}={v}" for k, v in {"schema": schema, **extra}.items())
+    return f"{base}{'&' if '?' in base else '?'}{query}"
+
+
+@pytest.fixture
+def schemas() -> Iterator[list[str]]:
+    """Fresh schema names; every schema named here is dropped afterwards."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        drop_schema(pg_admin_url(), name)
+
+
+def fresh(schemas: list[str]) -> str:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    schemas.append(name)
+    return name
+
+
+def query(sql_text: str | sql.Composed, params: Any = ()) -> list[Any]:
+    with connect(pg_admin_url()) as conn:
+        return conn.execute(sql_text, params).fetchall()
+
+
+class Quick(Workflow):
+    name = "quick"
+
+    async def run(self, event: Any, step: Any) -> Any:
+        first = await step.do("one", lambda: 1)
+        second = await step.do("two", lambda: first + 1)
+        return second
+
+
+class Napper(Workflow):
+    name = "napper"
+
+    async def run(self, event: Any, step: Any) -> Any:
+        await step.sleep("nap", 1)
+        return await step.do("after", lambda: "awake")
+
+
+class Chain(Workflow):
+    """Several steps that each take a moment, so connections can be killed mid-run."""
+
+    name = "chain"
+
+    async def run(self, event: Any, step: Any) -> Any:
+        total = 0
+        for n in range(5):
+
+            async def part(n: int = n) -> int:
+                await asyncio.sleep(0.01)
+                return n
+
+            total += await step.do(f"part{n}", part)
+        return total
+
+
+def idle_worker(engine: Engine) -> Worker:
+    """A worker that, unless woken, looks at the database only every 30 s."""
+    settings = WorkerSettings(poll_interval=30.0, min_poll_interval=30.0)
+    return Worker(engine.store, engine.workflows, settings)
+
+
+# -- URL and schema ------------------------------------------------------------------------------
+
+
+def test_url_schema_parameter_is_removed_and_the_rest_kept() -> None:
+    conninfo, schema = split_url("postgresql://u:p@db:5433/app?sslmode=disable&schema=jobs")
+    assert schema == "jobs"
+    assert conninfo == "postgresql://u:p@db:5433/app?sslmode=disable"
+    assert split_url("postgres://db/app") == ("postgres://db/app", "stepline")
+    with pytest.raises(ValueError, match="invalid schema name"):
+        split_url('postgresql://db/app?schema=x";drop')
+    with pytest.raises(ValueError, match="not a PostgreSQL URL"):
+        split_url("mysql://db/app")
+
+
+async def test_two_schemas_in_one_database_do_not_see_each_other(schemas: list[str]) -> None:
+    a, b = fresh(schemas), fresh(schemas)
+    async with (
+        Engine(url_for(a), [Quick], worker=False) as one,
+        Engine(url_for(b), [Quick], worker=False) as two,
+    ):
+        await one.workflow("quick").create(id="only-in-a")
+        with pytest.raises(InstanceNotFoundError):
+            await two.workflow("quick").get("only-in-a")
+        assert (await two.list_instances()).instances == []
+        assert [i.id for i in (await one.list_instances()).instances] == ["only-in-a"]
+    tables = query(
+        "SELECT table_schema, count(*) FROM information_schema.tables"
+        " WHERE table_schema = ANY(%s) GROUP BY table_schema",
+        ([a, b],),
+    )
+    assert dict(tables) == {a: 5, b: 5}  # workflows, instances, steps, events, schema_migrations
+
+
+# -- migrations ----------------------------------------------------------------------------------
+
+
+def catalog(schema: str) -> dict[str, list[Any]]:
+    """Tables, columns, indexes and constraints of ``schema``, with the schema name removed."""
+    columns = query(
+        "SELECT table_name, column_name, data_type, is_nullable, column_default, is_identity"
+        " FROM information_schema.columns WHERE table_schema = %s ORDER BY 1, 2",
+        (schema,),
+    )
+    indexes = query(
+        "SELECT tablename, indexname, replace(indexdef, %s, 'S') FROM pg_indexes"
+        " WHERE schemaname = %s ORDER BY 1, 2",
+        (schema, schema),
+    )
+    constraints = query(
+        "SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid)"
+        " FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace"
+        " WHERE n.nspname = %s ORDER BY 2",
+        (schema,),
+    )
+    return {
+        "columns": columns,
+        "indexes": indexes,
+        "constraints": [(t.replace(schema, "S"), n, d) for t, n, d in constraints],
+    }
+
+
+async def test_upgraded_schema_equals_a_fresh_one(schemas: list[str]) -> None:
+    new = fresh(schemas)
+    async with Engine(url_for(new), worker=False):
+        pass
+    migrations = load_migrations("postgres")
+    assert migrations, "no PostgreSQL migrations found"
+    for applied in range(len(migrations)):
+        old = fresh(schemas)
+        with connect(pg_admin_url()) as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(old)))
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(old)))
+            conn.execute(
+                "CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
+                " name text NOT NULL, applied_at double precision NOT NULL)"
+            )
+            for m in migrations[:applied]:
+                conn.execute(m.sql.encode())
+                conn.execute(
+                    "INSERT INTO schema_migrations VALUES (%s, %s, 0)", (m.version, m.name)
+                )
+        async with Engine(url_for(old), worker=False):
+            pass
+        assert catalog(old) == catalog(new)
+    assert catalog(new)["columns"], "the fresh schema has no tables"
+
+
+async def test_concurrent_opens_migrate_once_and_reopening_changes_nothing(
+    schemas: list[str],
+) -> None:
+    url = url_for(fresh(schemas))
+    stores = [PostgresStore(url, ManualClock(1000.0)) for _ in range(3)]
+    await asyncio.gather(*(store.open() for store in stores))
+    await asyncio.gather(*(store.close() for store in stores))
+    for _ in range(2):
+        async with Engine(url, worker=False):
+            pass
+    schema = split_url(url)[1]
+    rows = query(
+        sql.SQL("SELECT version FROM {}.schema_migrations ORDER BY version").format(
+            sql.Identifier(schema)
+        )
+    )
+    assert [r[0] for r in rows] == [m.version for m in load_migrations("postgres")]
+
+
+# -- wake-ups ------------------------------------------------------------------------------------
+
+
+async def test_a_create_in_another_engine_wakes_an_idle_worker(schemas: list[str]) -> None:
+    """Only the notification can explain a fast wake-up: the worker polls every 30 s."""
+    url = url_for(fresh(schemas))
+    async with Engine(url, [Quick], worker=False) as runner:
+        worker = idle_worker(runner)
+        task = asyncio.create_task(worker.run())
+        try:
+            async with Engine(url, [Quick], worker=False) as client:
+                await asyncio.sleep(0.2)  # the worker has looked once and now waits 30 s
+                instance = await client.workflow("quick").create()
+                status = await instance.wait(timeout=5)
+                assert status.status == "complete"
+                assert status.output == 2
+        finally:
+            worker.stop()
+            await task
+
+
+async def test_an_event_in_another_engine_wakes_an_idle_worker(schemas: list[str]) -> None:
+    url = url_for(fresh(schemas))
+
+    class Waiter(Workflow):
+        name = "waiter"
+
+        async def run(self, event: Any, step: Any) -> Any:
+            got = await step.wait_for_event("go", type="approval", timeout="1 hour")
+            return got.payload
+
+    async with Engine(url, [Waiter], worker=False) as runner:
+        worker = idle_worker(runner)
+        task = asyncio.create_task(worker.run())
+        try:
+            async with Engine(url, [Waiter], worker=False) as client:
+                instance = await client.workflow("waiter").create()
+                deadline = time.monotonic() + 5
+                while (await instance.status()).status != "waiting":
+                    assert time.monotonic() < deadline, "the create did not reach the worker"
+                    await asyncio.sleep(0.02)
+                await instance.send_event("approval", {"ok": True})
+                status = await instance.wait(timeout=5)
+                assert status.status == "complete"
+                assert status.output == {"ok": True}
+        finally:
+            worker.stop()
+            await task
+
+
+async def test_an_expired_sleep_reaches_an_idle_worker(schemas: list[str]) -> None:
+    url = url_for(fresh(schemas))
+    async with Engine(url, [Napper], worker=False) as engine:
+        worker = idle_worker(engine)
+        task = asyncio.create_task(worker.run())
+        try:
+            started = time.monotonic()
+            instance = await engine.workflow("napper").create()
+            status = await instance.wait(timeout=6)
+            assert status.status == "complete"
+            assert status.output == "awake"
+            assert time.monotonic() - started >= 1.0
+        finally:
+            worker.stop()
+            await task
+
+
+# -- connection faults ---------------------------------------------------------------------------
+
+
+def terminate(application_name: str) -> int:
+    rows = query(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE application_name = %s AND pid <> pg_backend_pid()",
+        (application_name,),
+    )
+    return int(rows[0][0])
+
+
+async def test_killing_every_connection_mid_run_loses_nothing(schemas: list[str]) -> None:
+    app = f"stepline-test-{uuid.uuid4().hex[:8]}"
+    url = url_for(fresh(schemas), application_name=app)
+    created: list[Any] = []
+    killed: list[int] = []
+    async with Engine(url, [Chain], worker=True, poll_interval=0.1) as engine:
+        binding = engine.workflow("chain")
+
+        async def create_some() -> None:
+            for n in range(30):
+                created.append(await binding.create(id=f"c{n}"))
+                await asyncio.sleep(0.01)
+
+        async def killer() -> None:
+            for _ in range(4):
+                await asyncio.sleep(0.15)
+                killed.append(await asyncio.to_thread(terminate, app))
+
+        await asyncio.gather(create_some(), killer())
+        assert sum(killed) >= 4, f"hardly any connection was killed: {killed}"
+        for instance in created:
+            status = await instance.wait(timeout=60)
+            assert status.status == "complete", (instance.id, status)
+            assert status.output == 0 + 1 + 2 + 3 + 4
+            steps = await instance.steps()
+            assert [s.name for s in steps] == [f"part{n}" for n in range(5)]
+    assert len(created) == 30
+
+
+async def test_a_server_restart_mid_run_loses_nothing() -> None:
+    """A private server is restarted while instances run and others are being created: every
+    create that returned is kept and every instance completes."""
+    server = await asyncio.to_thread(ThrowawayServer)
+    created: list[Any] = []
+
+    def started_at() -> Any:
+        with connect(server.url) as conn:
+            return conn.execute("SELECT pg_postmaster_start_time()").fetchone()
+
+    try:
+        first_start = await asyncio.to_thread(started_at)
+        async with Engine(f"{server.url}&schema=s", [Chain], poll_interval=0.1) as engine:
+            binding = engine.workflow("chain")
+            created.extend([await binding.create(id=f"before{n}") for n in range(10)])
+            restart = asyncio.create_task(asyncio.to_thread(server.restart))
+            while not restart.done():
+                created.append(await binding.create(id=f"during{len(created)}"))
+                await asyncio.sleep(0.02)
+            await restart
+            assert await asyncio.to_thread(started_at) != first_start, "no restart happened"
+            created.append(await binding.create(id="after"))
+            for instance in created:
+                status = await instance.wait(timeout=60)
+                assert status.status == "complete", (instance.id, status)
+            page = await engine.list_instances(limit=100)
+            assert {i.id for i in page.instances} == {i.id for i in created}
+    finally:
+        await asyncio.to_thread(server.close)
+
+
+async def test_a_transaction_whose_connection_dies_before_commit_runs_once(
+    schemas: list[str],
+) -> None:
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    attempts = 0
+    try:
+
+        async def body(conn: psycopg.AsyncConnection[Any]) -> int:
+            nonlocal attempts
+            attempts += 1
+            await conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.workflows (name, class_name, created_at, updated_at)"
+                    " VALUES ('w', 'W', 0, 0)"
+                ).format(sql.Identifier(store.schema))
+            )
+            if attempts == 1:
+                pid = conn.info.backend_pid
+                await asyncio.to_thread(query, "SELECT pg_terminate_backend(%s)", (pid,))
+            return attempts
+
+        assert await store._db.transaction("testing", body) == 2
+        assert [w.name for w in await store.list_workflows()] == ["w"]
+    finally:
+        await store.close()
+
+
+async def test_a_commit_whose_reply_is_lost_is_not_repeated(
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection dies after COMMIT reached the server: the store asks whether it committed
+    (it did) and returns the result instead of running the transaction again."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    real = type(store._db)._transaction_once
+    lost = [True]
+
+    async def once(self: Any, body: Any, state: Any) -> Any:
+        result = await real(self, body, state)
+        if lost.pop() if lost else False:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return result
+
+    monkeypatch.setattr(type(store._db), "_transaction_once", once)
+    try:
+        created = await store.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        assert [r.id for r in created] == ["a"]
+        assert not lost, "the fault was not injected"
+        page = await store.list_instances(None, None, 10, None)
+        assert [r.id for r in page.instances] == ["a"]
+    finally:
+        await store.close()
+
+
+async def test_one_bad_write_in_a_group_fails_alone(schemas: list[str]) -> None:
+    """Writes made at the same moment share one statement; if it fails because of one of them,
+    the others are written on their own and only the bad one fails."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        items = [NewInstance("good", None), NewInstance("bad", None)]
+        await store.create_instances("w", items, trigger="api", skip_existing=False)
+        claims = {c.instance.id: c for c in await store.claim("me", ["w"], 2, 30.0, 1000.0)}
+
+        def write(name: str) -> StepWrite:
+            return StepWrite(name, 1, 0, "do", "complete", "1", started_at=1000.0, ended_at=1000.0)
+
+        good, bad = await asyncio.gather(
+            store.record_step(claims["good"].lease, write("fine"), 1000.0),
+            store.record_step(claims["bad"].lease, write("nul\x00char"), 1000.0),
+            return_exceptions=True,
+        )
+        assert good == "running"
+        assert isinstance(bad, StoreError), bad
+        assert [s.name for s in await store.get_steps("w", "good")] == ["fine"]
+        assert await store.get_steps("w", "bad") == []
+    finally:
+        await store.close()
+
+
+async def test_a_child_ending_alongside_its_parent_suspending_still_wakes_it(
+    schemas: list[str],
+) -> None:
+    """The parent suspends (to wait for the child) in the same group commit as the child ends:
+    the parent must still be made runnable at once."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        await store.create_instances(
+            "p", [NewInstance("P", None)], trigger="api", skip_existing=False
+        )
+        parent = '{"workflow":"p","id":"P","step":"start c-1"}'
+        await store.create_instances(
+            "c", [NewInstance("C", None, parent)], trigger="workflow", skip_existing=False
+        )
+        (claim_p,) = await store.claim("me", ["p"], 1, 30.0, 1000.0)
+        (claim_c,) = await store.claim("me", ["c"], 1, 30.0, 1000.0)
+        waiting = Finish("waiting", wake_at=5000.0, event_seq=claim_p.event_seq)
+        statuses = await asyncio.gather(
+            store.finish(claim_p.lease, waiting, 1000.0),
+            store.finish(claim_c.lease, Finish("complete", output="1"), 1000.0),
+        )
+        assert list(statuses) == ["waiting", "complete"]
+        record = await store.get_instance("p", "P")
+        assert record.ready_at == 1000.0, "the parent sleeps until its timeout"
+    finally:
+        await store.close()
+
+
+class LosesOneReply:
+    """Wraps a connection: the first statement containing ``marker`` runs (and commits), then its
+    reply is "lost" as if the connection had died."""
+
+    def __init__(self, conn: Any, marker: str, lost: list[bool]) -> None:
+        self._conn, self._marker, self._lost = conn, marker, lost
+
+    async def execute(self, query: Any, params: Any = None) -> Any:
+        cur = await self._conn.execute(query, params)
+        if self._marker in str(query) and not self._lost:
+            self._lost.append(True)
+            await cur.fetchall()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return cur
+
+
+def lose_one_reply(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, marker: str
+) -> list[bool]:
+    lost: list[bool] = []
+    real = store._db.retrying
+
+    async def retrying(what: str, attempt: Any, *, priority: bool = False) -> Any:
+        async def wrapped(conn: Any) -> Any:
+            return await attempt(LosesOneReply(conn, marker, lost))
+
+        return await real(what, wrapped, priority=priority)
+
+    monkeypatch.setattr(store._db, "retrying", retrying)
+    return lost
+
+
+async def test_a_claim_whose_reply_is_lost_is_recovered(
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        await store.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        lost = lose_one_reply(store, monkeypatch, "FOR UPDATE SKIP LOCKED")
+        (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        assert lost == [True], "the fault was not injected"
+        assert claim.instance.id == "a" and claim.lease.owner == "me"
+        assert await store.claim("other", ["w"], 5, 30.0, 1000.0) == []
+        write = StepWrite("s", 1, 0, "do", "complete", "1", started_at=1000.0, ended_at=1000.0)
+        assert await store.record_step(claim.lease, write, 1000.0) == "running"
+    finally:
+        await store.close()
+
+
+async def test_a_finish_whose_reply_is_lost_still_reports_its_status(
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        await store.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        lost = lose_one_reply(store, monkeypatch, "json_build_object")
+        status = await store.finish(claim.lease, Finish("complete", output="7"), 1000.0)
+        assert lost == [True], "the fault was not injected"
+        assert status == "complete"
+        record = await store.get_instance("w", "a")
+        assert (record.status, record.output, record.lease_owner) == ("complete", 7, None)
+    finally:
+        await store.close()
+
+
+# -- clock ---------------------------------------------------------------------------------------
+
+
+class SkewedClock(SystemClock):
+    """This machine's clock, one hour fast."""
+
+    def __call__(self) -> float:
+        return time.time() + 3600
+
+
+def server_time() -> float:
+    return float(query("SELECT extract(epoch FROM clock_timestamp())::float8")[0][0])
+
+
+async def test_the_store_clock_follows_the_server_not_a_skewed_local_clock(
+    schemas: list[str],
+) -> None:
+    url = url_for(fresh(schemas))
+    skewed = PostgresStore(url, SkewedClock())
+    manual = PostgresStore(url, ManualClock(1000.0))
+    await skewed.open()
+    await manual.open()
+    try:
+        assert abs(skewed.now() - server_time()) < 1.0
+        assert abs(skewed.clock_offset + 3600) < 1.0
+        assert manual.now() == 1000.0  # a test clock is used as it is
+    finally:
+        await skewed.close()
+        await manual.close()
+
+
+async def test_workers_with_skewed_clocks_agree_on_leases(schemas: list[str]) -> None:
+    url = url_for(fresh(schemas))
+    fast = PostgresStore(url, SkewedClock())
+    normal = PostgresStore(url, SystemClock())
+    await fast.open()
+    await normal.open()
+    try:
+        await normal.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        (claim,) = await normal.claim("normal", ["w"], 1, 30.0, normal.now())
+        # One hour ahead by its own clock, the other worker still sees a live lease.
+        assert await fast.claim("fast", ["w"], 1, 30.0, fast.now()) == []
+        assert (await fast.next_wakeup(["w"]) or 0) - fast.now() > 25
+        await normal.release(claim.lease, normal.now())
+    finally:
+        await fast.close()
+        await normal.close()
