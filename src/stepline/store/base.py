@@ -126,6 +126,9 @@ class Store(abc.ABC):
     """Abstract store. Subclasses: :class:`~stepline.store.sqlite.SqliteStore`, PostgreSQL."""
 
     url: str
+    pushes_notifications: bool = False
+    """True when the store tells this process about work that other processes made runnable
+    (PostgreSQL LISTEN/NOTIFY); then workers need not poll quickly to notice it."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
