@@ -18,6 +18,7 @@ from stepline import (
     WorkflowStep,
     workflow,
 )
+from stepline.store.sqlite import SqliteStore
 
 from .conftest import EngineFactory, drain
 
@@ -309,3 +310,48 @@ async def test_retention_deletes_old_finished_instances(
         assert (await recent.status()).status == "complete"
         assert (await sleeping.status()).status == "waiting"  # unfinished: never deleted
         assert await engine.worker.purge_now() == 0
+
+
+async def test_resume_while_waiting_for_pause_lets_it_continue(make_engine: EngineFactory) -> None:
+    """The activation has seen the pause request; a resume lands before it ends."""
+    holder: dict[str, Any] = {}
+    paused = asyncio.Event()
+
+    async def pauser() -> str:
+        await holder["inst"].pause()
+        paused.set()
+        return "paused"
+
+    async def resumer() -> str:
+        await paused.wait()
+        await asyncio.sleep(0.05)  # after the pauser's write told the activation to stop
+        await holder["inst"].resume()
+        return "resumed"
+
+    @workflow(name="flipflop")
+    async def flipflop(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await asyncio.gather(step.do("pauser", pauser), step.do("resumer", resumer))
+        await step.do("next", lambda: RUNS.append("next"))
+        return "end"
+
+    async with make_engine([flipflop]) as engine:
+        holder["inst"] = inst = await engine.workflow("flipflop").create()
+        await drain(engine)
+        assert (await inst.status()).output == "end"
+        assert RUNS == ["next"]
+
+
+async def test_unexpected_error_in_a_write_fails_alone(make_engine: EngineFactory) -> None:
+    async with make_engine([three]) as engine:
+        inst = await engine.workflow("three").create()
+        with pytest.raises(ValueError, match="step count"):
+            await inst.restart(from_step="one", count=10**30)
+        store = engine.store
+        if isinstance(store, SqliteStore):  # its group commit: a broken op must not wedge it
+
+            def broken(conn: Any) -> None:
+                raise OverflowError("boom")
+
+            with pytest.raises(Exception, match="boom"):
+                await asyncio.wait_for(store._write(broken), 5)
+        await engine.workflow("three").create(id="after")  # the store still works

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -174,3 +175,41 @@ async def test_rollback_phase_resumes_after_restart(
         status = await (await engine2.workflow("resumable").get(inst.id)).status()
         assert status.status == "errored" and status.rollback["outcome"] == "complete"  # type: ignore[index]
     assert calls == ["y", "y", "x"]
+
+
+async def test_terminate_during_a_running_step(make_engine: EngineFactory) -> None:
+    """The fenced-out step is closed as interrupted; with rollback the others are undone."""
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await release.wait()
+        return "late"
+
+    @workflow(name="cut")
+    async def cut(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.do("first", lambda: "F", rollback=undo("first"))
+        await step.do("slow", slow, rollback=undo("slow"))
+
+    for rollback in (False, True):
+        LOG.clear()
+        started.clear()
+        release.clear()
+        async with make_engine([cut], worker=True) as engine:
+            inst = await engine.workflow("cut").create()
+            await asyncio.wait_for(started.wait(), 10)
+            await asyncio.sleep(0.3)  # long enough to be recorded as running
+            await inst.terminate(rollback=rollback)
+            status = await inst.wait(timeout=10)
+            release.set()
+            assert status.status == "terminated"
+            steps = {s.display_name: s for s in await inst.steps()}
+            assert steps["slow-1"].status == "errored"
+            assert steps["slow-1"].error is not None
+            assert steps["slow-1"].error["name"] == "Interrupted"
+            if rollback:
+                assert status.rollback == {"outcome": "complete", "error": None}
+                assert LOG == [("undo", "first", None, "F")]
+            else:
+                assert status.rollback is None and LOG == []

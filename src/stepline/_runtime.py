@@ -226,7 +226,13 @@ class Activation:
         try:
             return await self._execute()
         except SuspendInstance:
-            return Finish("waiting", wake_at=self._suspend_wake, event_seq=self.claim.event_seq)
+            wake_at = self._suspend_wake
+            if self._stop_reason == "pause":
+                # Steps parked only because a pause was requested. The store turns this into
+                # `paused`, unless the pause was withdrawn (resumed) meanwhile: then the instance
+                # must run again at once, not wait for a wake-up that nothing will send.
+                wake_at = self.store.now()
+            return Finish("waiting", wake_at=wake_at, event_seq=self.claim.event_seq)
 
     async def _execute(self) -> Finish:
         try:
@@ -235,21 +241,22 @@ class Activation:
             raise
         except (ActivationAborted, LeaseLostError, asyncio.CancelledError):
             raise
-        except _Terminating:
-            rollback = await self._run_rollbacks(None)
-            return Finish("terminated", rollback=rollback)
-        except InstanceFatalError as exc:
-            return await self._errored(exc)
-        except Exception as exc:
+        except (_Terminating, InstanceFatalError, Exception) as exc:
+            if self._terminating:
+                # A termination with rollback: replay stopped at the first unrecorded step, or
+                # at a step whose run the termination interrupted. Either way: roll back, end.
+                return await self._terminated()
             return await self._errored(exc)
         if self._terminating:
-            rollback = await self._run_rollbacks(None)
-            return Finish("terminated", rollback=rollback)
+            return await self._terminated()
         try:
             encoded = self._encode(output, "the output of run()")
         except InvalidPayloadError as exc:
             return await self._errored(InstanceFatalError("InvalidPayloadError", str(exc)))
         return Finish("complete", output=encoded)
+
+    async def _terminated(self) -> Finish:
+        return Finish("terminated", rollback=await self._run_rollbacks(None))
 
     async def _errored(self, exc: BaseException) -> Finish:
         info = error_info(exc)

@@ -68,6 +68,8 @@ class Instance:
     async def restart(self, from_step: str | None = None, *, count: int = 1) -> None:
         """Run again from the start, or from step ``from_step`` (occurrence ``count``), keeping
         the results recorded before it."""
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 2**31:
+            raise ValueError(f"invalid step count {count!r}: a whole number from 1")
         target = (from_step, count) if from_step is not None else None
         await self._store.control(self.workflow, self.id, "restart", from_step=target)
 

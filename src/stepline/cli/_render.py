@@ -221,7 +221,8 @@ def instances_table(records: Iterable[InstanceRecord]) -> Table:
 
 
 def last_successful_step(steps: Sequence[StepRecord]) -> StepRecord | None:
-    done = [s for s in steps if s.status == "complete"]
+    """The workflow's last completed step (rollbacks undo work; they are not progress)."""
+    done = [s for s in steps if s.status == "complete" and s.kind != "rollback"]
     return max(done, key=lambda s: (s.ended_at or 0.0, s.seq)) if done else None
 
 

@@ -68,6 +68,30 @@ def _is_locked(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
+def _as_store_error(exc: BaseException, path: str) -> BaseException:
+    """Domain errors pass through; anything else becomes a StoreError naming the database."""
+    if isinstance(exc, SteplineError | ValueError):
+        return exc
+    error = StoreError(f"SQLite error on {path!r}: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+INTERRUPTED = {
+    "name": "Interrupted",
+    "message": "the instance was terminated while this step ran; it was not recorded",
+}
+
+
+def _interrupt_running_steps(c: sqlite3.Connection, pk: int, now: float) -> None:
+    """A fenced-out activation never records its running steps: close them as interrupted."""
+    c.execute(
+        "UPDATE steps SET status = 'errored', error = ?, ended_at = ?"
+        " WHERE instance_pk = ? AND status = 'running'",
+        (dumps(INTERRUPTED, what="error"), now, pk),
+    )
+
+
 def _statements(script: str) -> list[str]:
     """Split a migration script into statements (comments may contain ';')."""
     statements: list[str] = []
@@ -280,35 +304,44 @@ class SqliteStore(Store):
                     conn.execute("SAVEPOINT op")
                 try:
                     result = op(conn)
-                except (SteplineError, ValueError) as exc:
+                except Exception as exc:
+                    if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
+                        raise
+                    # This op fails alone: undo its writes, keep the others of the batch.
                     conn.execute("ROLLBACK" if single else "ROLLBACK TO op")
                     if not single:
                         conn.execute("RELEASE op")
-                    outcomes.append((fut, exc, None))
+                    outcomes.append((fut, _as_store_error(exc, self.path), None))
                 else:
                     if not single:
                         conn.execute("RELEASE op")
                     outcomes.append((fut, None, result))
             if conn.in_transaction:
                 conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except BaseException as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
                 self._pending = batch + self._pending
                 raise
-            error = StoreError(f"SQLite error on {self.path!r}: {exc}")
-            error.__cause__ = exc
+            error = _as_store_error(exc, self.path)
             outcomes = [(fut, error, None) for _, fut, _ in batch]
+            if not isinstance(exc, Exception):
+                self._resolve(outcomes)
+                raise
         finally:
             if durable:
                 conn.execute("PRAGMA synchronous=NORMAL")
-        for fut, exc2, result in outcomes:
+        self._resolve(outcomes)
+
+    @staticmethod
+    def _resolve(outcomes: list[tuple[asyncio.Future[Any], BaseException | None, Any]]) -> None:
+        for fut, exc, result in outcomes:
             if fut.done():
                 continue
-            if exc2 is not None:
-                fut.set_exception(exc2)
+            if exc is not None:
+                fut.set_exception(exc)
             else:
                 fut.set_result(result)
 
@@ -485,6 +518,8 @@ class SqliteStore(Store):
                     sets.append("ended_at = ?, control = NULL")
                     params.append(now)
                 c.execute(f"UPDATE instances SET {', '.join(sets)} WHERE pk = ?", (*params, pk))
+                if change.get("fence"):
+                    _interrupt_running_steps(c, pk, now)
                 if change.get("end") and self._wake_parent(c, pk, now):
                     woke_parent.append(True)
             row = c.execute(
