@@ -15,7 +15,7 @@ from psycopg import sql
 
 from stepline import Engine, InstanceNotFoundError, ManualClock, SystemClock, Workflow
 from stepline.errors import StoreError
-from stepline.store.base import Finish, NewInstance, StepWrite
+from stepline.store.base import Finish, History, NewInstance, StepWrite
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
 from stepline.worker import Worker, WorkerSettings
@@ -268,6 +268,99 @@ async def test_an_expired_sleep_reaches_an_idle_worker(schemas: list[str]) -> No
             await task
 
 
+async def test_a_finish_in_another_process_ends_a_wait_at_once(schemas: list[str]) -> None:
+    """An instance that ends is announced to every store, so a waiter in another process learns it
+    without polling; an ended top-level instance makes nothing runnable, so workers stay asleep."""
+    url = url_for(fresh(schemas))
+    worker_store = PostgresStore(url, ManualClock(1000.0))
+    client_store = PostgresStore(url, ManualClock(1000.0))
+    await worker_store.open()
+    await client_store.open()
+    woken: list[bool] = []
+    client_store.add_ready_listener(lambda: woken.append(True))
+    try:
+        await worker_store.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        (claim,) = await worker_store.claim("me", ["w"], 1, 30.0, 1000.0)
+        await asyncio.sleep(0.2)  # the create's notification has reached the client's store
+        woken.clear()
+        waiting = asyncio.create_task(client_store.wait_changed("w", "a", 30.0))
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await worker_store.finish(claim.lease, Finish("complete", output="1"), 1000.0)
+        await waiting
+        assert time.monotonic() - started < 10.0, "only the timeout ended the wait"
+        assert woken == [], "an ended instance woke the workers of other processes"
+    finally:
+        await worker_store.close()
+        await client_store.close()
+
+
+# -- claims --------------------------------------------------------------------------------------
+
+
+async def test_a_claim_reads_the_history_its_activation_replays(schemas: list[str]) -> None:
+    """The claim reads steps and pending events with the leases; the history equals a fresh read,
+    times included (whole-number times come back as floats)."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        await store.create_instances(
+            "w",
+            [NewInstance("a", None), NewInstance("b", None)],
+            trigger="api",
+            skip_existing=False,
+        )
+        claims = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        assert len(claims) == 2
+        lease = claims[0].lease
+        assert await store.load_history(lease) == History([], [])  # nothing recorded yet
+        writes = [
+            StepWrite(
+                "s", 1, 0, "do", "complete", '{"x":[1,2]}', started_at=1000.0, ended_at=1000.0
+            ),
+            StepWrite("nap", 1, 1, "sleep", "waiting", wake_at=1060.0, started_at=1000.5),
+        ]
+        for write in writes:
+            await store.record_step(lease, write, 1000.0)
+        await store.finish(lease, Finish("waiting", wake_at=1060.0), 1000.0)
+        await store.send_event("w", claims[0].instance.id, "go", '{"ok":true}')
+        await store.send_event("w", claims[0].instance.id, "other", None)
+        (again,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        assert again.instance.id == claims[0].instance.id
+        prefetched = await store.load_history(again.lease)
+        assert prefetched == await store._histories.submit(again.lease.pk)
+        assert [s.name for s in prefetched.steps] == ["s", "nap"]
+        assert prefetched.steps[0].output == {"x": [1, 2]}
+        assert [e.type for e in prefetched.events] == ["go", "other"]
+        times = [s.started_at for s in prefetched.steps] + [prefetched.steps[1].wake_at]
+        times += [e.timestamp for e in prefetched.events]
+        assert all(type(t) is float for t in times), times
+        assert set(store._prefetched) == {claims[1].lease.pk}  # never loaded
+        await store.release(claims[1].lease, 1000.0)
+        assert store._prefetched == {}, "a released lease left its history behind"
+    finally:
+        await store.close()
+
+
+async def test_a_claim_commits_asynchronously_and_only_itself(schemas: list[str]) -> None:
+    """The claim's ``synchronous_commit = off`` is local to its own transaction: the connection
+    goes back to the pool with the server's setting."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        await store.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        assert len(await store.claim("me", ["w"], 5, 30.0, 1000.0)) == 1
+        for _ in range(3):  # the small pool has two connections: look at every one
+            rows = await store._db.read("test", "SHOW synchronous_commit", priority=True)
+            assert rows == [("on",)]
+    finally:
+        await store.close()
+
+
 # -- connection faults ---------------------------------------------------------------------------
 
 
@@ -378,8 +471,8 @@ async def test_a_commit_whose_reply_is_lost_is_not_repeated(
     real = type(store._db)._transaction_once
     lost = [True]
 
-    async def once(self: Any, body: Any, state: Any) -> Any:
-        result = await real(self, body, state)
+    async def once(self: Any, body: Any, state: Any, *args: Any) -> Any:
+        result = await real(self, body, state, *args)
         if lost.pop() if lost else False:
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return result

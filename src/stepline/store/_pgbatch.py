@@ -41,7 +41,8 @@ class Batcher(Generic[Item, Result]):
         self._max_flushers = flushers
         self._queue: list[tuple[Item, asyncio.Future[Result]]] = []
         self._flushers: set[asyncio.Task[None]] = set()
-        self._scheduled = False
+        self._idle: asyncio.Task[None] | None = None
+        """A flusher task that was started and has not taken its first batch yet."""
 
     async def submit(self, item: Item) -> Result:
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
@@ -58,20 +59,24 @@ class Batcher(Generic[Item, Result]):
                 self._start()
 
     def _schedule(self) -> None:
-        # Start on the next loop iteration, so items submitted in this one join the batch.
-        if not self._scheduled and len(self._flushers) < self._max_flushers:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._start)
+        # A flusher takes its batch when its task first runs (the next loop iteration), so items
+        # submitted in this iteration join it anyway: no need to wait a turn before starting one.
+        # A flusher that has not taken its batch yet serves every item queued meanwhile.
+        if self._idle is not None or len(self._flushers) >= self._max_flushers:
+            return
+        task = asyncio.get_running_loop().create_task(self._flush())
+        self._idle = task
+        self._flushers.add(task)
+        task.add_done_callback(self._done)
 
     def _start(self) -> None:
-        self._scheduled = False
-        if self._queue and len(self._flushers) < self._max_flushers:
-            task = asyncio.get_running_loop().create_task(self._flush())
-            self._flushers.add(task)
-            task.add_done_callback(self._done)
+        if self._queue:
+            self._schedule()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._flushers.discard(task)
+        if self._idle is task:  # cancelled before it ran
+            self._idle = None
         if self._queue:
             self._schedule()
 
@@ -90,6 +95,7 @@ class Batcher(Generic[Item, Result]):
         return batch
 
     async def _flush(self) -> None:
+        self._idle = None
         while self._queue:
             batch = self._take()
             outcomes = await self._outcomes([item for item, _ in batch])

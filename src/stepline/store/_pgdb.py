@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import random
 import re
@@ -25,6 +26,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import StoreError
+from .migrations import Migration
 
 log = logging.getLogger("stepline.store.postgres")
 
@@ -217,12 +219,21 @@ class Database:
 
         return await self.retrying(what, attempt)
 
-    async def transaction(self, what: str, body: Callable[[Conn], Awaitable[T]]) -> T:
+    async def transaction(
+        self, what: str, body: Callable[[Conn], Awaitable[T]], *, pipelined: bool = True
+    ) -> T:
         """Run ``body`` in a transaction that takes effect exactly once despite connection faults.
 
         A fault before COMMIT was sent retries the whole transaction (nothing committed). A fault
         while committing is resolved by asking the server, by transaction id, whether it
         committed: if it did, the result ``body`` computed is returned; if not, it is retried.
+
+        With ``pipelined`` (the default) the connection is in pipeline mode: BEGIN and the read
+        of the transaction id travel with the body's first statements, and a statement whose
+        rows the body does not read costs no round trip of its own, so a transaction of one
+        statement takes two round trips (the statement, then COMMIT) instead of four. The body
+        must then send one statement per ``execute`` (the migrations, which run scripts, pass
+        ``pipelined=False``).
         """
         started = time.monotonic()
         tries = 0
@@ -230,7 +241,7 @@ class Database:
             tries += 1
             state = _TxState()
             try:
-                return await self._transaction_once(body, state)
+                return await self._transaction_once(body, state, pipelined)
             except psycopg.OperationalError as exc:
                 if state.commit_sent and state.xid is not None:
                     try:
@@ -248,22 +259,28 @@ class Database:
             except psycopg.Error as exc:
                 raise self.error(what, exc) from exc
 
-    async def _transaction_once(self, body: Callable[[Conn], Awaitable[T]], state: _TxState) -> T:
+    async def _transaction_once(
+        self, body: Callable[[Conn], Awaitable[T]], state: _TxState, pipelined: bool = True
+    ) -> T:
         async with self._require().connection() as conn:
-            cur = await conn.execute("BEGIN; SELECT pg_current_xact_id()::text")
-            cur.nextset()
-            row = await cur.fetchone()
-            state.xid = str(row[0]) if row else None
             try:
-                result = await body(conn)
+                async with conn.pipeline() if pipelined else contextlib.nullcontext():
+                    await conn.execute("BEGIN")
+                    xid = await conn.execute("SELECT pg_current_xact_id()::text")
+                    result = await body(conn)
+                    # COMMIT goes out only once the transaction id is known (in pipeline mode it
+                    # arrived with the body's results): it is what tells, after a lost reply,
+                    # whether the COMMIT took effect.
+                    row = await xid.fetchone()
+                    state.xid = str(row[0]) if row else None
+                    state.result = result
+                    state.commit_sent = True
+                    await conn.execute("COMMIT")
             except BaseException:
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):
                         await conn.execute("ROLLBACK")
                 raise
-            state.result = result
-            state.commit_sent = True
-            await conn.execute("COMMIT")
             return result
 
     async def _committed(self, what: str, xid: str) -> bool:
@@ -274,6 +291,43 @@ class Database:
             if status != "in progress":
                 return status == "committed"
             await asyncio.sleep(0.05)  # its backend is still finishing: ask again
+
+    # -- schema ----------------------------------------------------------------------------------
+
+    async def migrate(self, schema: str, migrations: Sequence[Migration]) -> None:
+        """Create ``schema`` if missing and apply the ``migrations`` it has not had yet, in one
+        transaction, serialised with other stores opening the same schema at once."""
+        key = int.from_bytes(
+            hashlib.blake2b(f"stepline:{schema}".encode(), digest_size=8).digest(),
+            "big",
+            signed=True,
+        )
+        name = sql.Identifier(schema)
+
+        async def body(conn: Conn) -> None:
+            # Serialises stores opening at once: CREATE SCHEMA IF NOT EXISTS alone can race.
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
+            await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(name))
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
+                " name text NOT NULL, applied_at double precision NOT NULL)"
+            )
+            cur = await conn.execute("SELECT version FROM schema_migrations")
+            done = {row[0] for row in await cur.fetchall()}
+            for migration in migrations:
+                if migration.version in done:
+                    continue
+                await conn.execute(migration.sql.encode())  # a script: not in pipeline mode
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                    (migration.version, migration.name, time.time()),
+                )
+                log.info(
+                    "applied migration %04d_%s to %s", migration.version, migration.name, self.where
+                )
+
+        await self.transaction("migrating the schema", body, pipelined=False)
 
     # -- LISTEN ----------------------------------------------------------------------------------
 

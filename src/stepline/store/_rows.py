@@ -18,6 +18,12 @@ STEP_COLUMNS = (
     "name, count, seq, kind, status, output, error, attempts, wake_at, started_at, ended_at, info"
 )
 
+INTERRUPTED = {
+    "name": "Interrupted",
+    "message": "the instance was terminated while this step ran; it was not recorded",
+}
+"""The error of a step whose activation a termination fenced out while it ran."""
+
 UNFINISHED = ("queued", "running", "paused", "waiting", "waitingForPause")
 
 

@@ -10,10 +10,17 @@ Design:
 - **Connections.** A pool of autocommit connections for the work, a small second pool for lease
   renewals, claims and timers (so they never queue behind bulk work and let leases expire), and
   one connection that LISTENs for wake-ups. Connections are named ``application_name=stepline``
-  unless the URL says otherwise.
+  unless the URL says otherwise. Round trips, not the pool, are what an operation costs: each
+  one is a loopback exchange plus the client's and the server's CPU, so every operation on the
+  hot path is one statement and one round trip (claim with history, step record, finish), and a
+  client transaction pipelines its statements (see ``Database.transaction``).
 - **Claims** pick runnable rows with ``FOR UPDATE SKIP LOCKED`` and lease them in the same
-  statement, so concurrent workers never block each other or take the same instance. An empty
-  claim also reads the earliest timer, which :meth:`PostgresStore.next_wakeup` reuses once.
+  statement, so concurrent workers never block each other or take the same instance. The same
+  statement returns each claimed instance's history (steps and unconsumed events, as JSON), which
+  :meth:`PostgresStore.load_history` hands to the activation without a round trip of its own
+  (the history and ``event_seq`` come from one snapshot; an event sent later is caught by
+  ``finish`` comparing ``event_seq``, as before). An empty claim also reads the earliest timer,
+  which :meth:`PostgresStore.next_wakeup` reuses once.
 - **Fencing.** Every activation write matches ``(pk, lease_token, lease_owner)`` and raises
   :class:`LeaseLostError` (writing nothing) when the lease is gone. Step writes take ``FOR KEY
   SHARE`` on the instance row while they check the fence; control actions (terminate, restart,
@@ -23,12 +30,27 @@ Design:
   the statement retried.)
 - **Group commit.** Step records, history loads and activation ends issued while another of the
   same kind is in flight are sent together: the rows travel as one JSON parameter expanded by
-  ``json_to_recordset``, so a group costs one statement, one round trip and one commit.
-- **Wake-ups.** create, send_event, control actions, release and the end of a child instance
-  NOTIFY the schema's channel in their transaction; every other store LISTENing on it signals its
+  ``json_to_recordset``, so a group costs one statement, one round trip and one commit. A lone
+  write goes out at once (a step record alone uses plain parameters, cheaper for the server).
+- **Wake-ups.** create, send_event, control actions, release and the end of an instance NOTIFY
+  the schema's channel in their transaction; every other store LISTENing on it signals its
   worker and its ``Instance.wait`` callers at once (a store skips its own notifications: it
-  signalled itself when it committed). Workers still poll, so a notification lost while the
-  listening connection reconnects costs at most one poll interval.
+  signalled itself when it committed). The end of a top-level instance is marked ``"e": true``:
+  it resolves waiters but wakes no worker, since nothing became runnable. Workers still poll, and
+  waiters still poll too, so a notification lost while the listening connection reconnects costs
+  at most one poll interval.
+- **Durability.** Everything acknowledged to a caller (create, send_event, control actions,
+  delete, purge) and every activation write (step records, finish, renew, release) commits
+  synchronously: the server has flushed it to its WAL before the call returns. Only the claim
+  commits asynchronously (``synchronous_commit = off`` for its own transaction), which saves a
+  WAL flush per activation. That loses nothing: a claim that a server crash loses was
+  acknowledged to nobody but the worker, and the instance is simply claimable again, as if the
+  lease had expired (the worker's next write is fenced out and raises ``LeaseLostError``). A
+  claim is never lost while something that depends on it survives, because the server flushes
+  its WAL in order: the step record or finish fenced on the new lease commits synchronously,
+  after the claim, so flushing it flushes the claim too. (The finish stays synchronous: a
+  finished instance's output is returned to ``Instance.wait`` callers, and a finish lost after
+  that would let a replay end the instance differently if a step is not deterministic.)
 - **Clock.** With the default system clock, :meth:`PostgresStore.now` is the local clock plus the
   offset to the server's ``clock_timestamp()`` (measured at open and every 30 s), so timers and
   lease expiry mean the same instant on every machine. Other clocks (tests) are used unchanged.
@@ -49,7 +71,8 @@ when a retry cannot do harm:
   lost, the retry first reads the rows leased under that nonce, so a committed claim is recovered
   instead of being orphaned until its lease expires.
 - Client writes (create, send_event, control, delete, purge) run as explicit transactions that
-  read their transaction id first. A failure before COMMIT was sent means nothing committed
+  read their transaction id before COMMIT is sent (in pipeline mode, together with their first
+  statements). A failure before COMMIT was sent means nothing committed
   (PostgreSQL rolls back a transaction whose connection dies), so it is retried. A failure while
   committing is resolved with ``pg_xact_status``: if the transaction committed, the result it
   computed is returned; if not, the whole operation is retried. So an acknowledged create or event
@@ -61,14 +84,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import orjson
 import psycopg
 from psycopg import sql
 
@@ -81,12 +102,13 @@ from ..errors import (
     LeaseLostError,
     StoreError,
 )
-from ..records import InstancePage, InstanceRecord, PendingEvent, StepRecord, WorkflowInfo
+from ..records import InstancePage, InstanceRecord, StepRecord, WorkflowInfo
 from ._pgbatch import Batcher
 from ._pgdb import Conn, Database, describe, split_url
-from ._pgsql import Statements
+from ._pgsql import Statements, histories_from_rows, history_from_json, indexed_rows, json_rows
 from ._rows import (
     INSTANCE_COLUMNS,
+    INTERRUPTED,
     control_transition,
     decode_cursor,
     encode_cursor,
@@ -114,6 +136,7 @@ _CLOCK_REFRESH_SECONDS = 30.0
 _CLOCK_QUERY = "SELECT extract(epoch FROM clock_timestamp())::float8"
 _FINISHED = ("complete", "errored", "terminated")
 _N_ICOLS = len(INSTANCE_COLUMNS.split(","))
+_INTERRUPTED = dumps(INTERRUPTED, what="error")
 
 _Finished = tuple[str, str, str, bool]
 """A finished activation: new status, workflow, instance id, whether a parent was woken."""
@@ -123,17 +146,10 @@ def _json_or_none(value: Any, what: str) -> str | None:
     return None if value is None else dumps(value, what=what)
 
 
-def _json_rows(rows: Iterable[dict[str, Any]]) -> str:
-    """Rows for ``json_to_recordset``: one parameter whatever the batch size, encoded in C."""
-    return orjson.dumps(list(rows)).decode()
-
-
-def _indexed(rows: list[dict[str, Any]]) -> str:
-    return _json_rows({**row, "idx": n} for n, row in enumerate(rows))
-
-
 class PostgresStore(Store):
     """The shared store. ``url`` is ``postgresql://user:password@host:port/db[?schema=name]``."""
+
+    pushes_notifications = True
 
     def __init__(
         self,
@@ -170,6 +186,8 @@ class PostgresStore(Store):
         self._histories: Batcher[int, History] = Batcher(
             self._load_histories, key=lambda pk: pk, split=_not_a_connection_fault
         )
+        self._prefetched: dict[int, tuple[int, History]] = {}
+        """Histories read by :meth:`claim` with its leases: pk -> (lease token, history)."""
 
     @property
     def retry_seconds(self) -> float:
@@ -238,6 +256,7 @@ class PostgresStore(Store):
             return
         for batcher in (self._step_writes, self._finishes, self._histories):
             await batcher.drain()
+        self._prefetched.clear()
         if self._clock_task is not None:
             self._clock_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -246,41 +265,7 @@ class PostgresStore(Store):
         await self._db.close()
 
     async def _migrate(self) -> None:
-        migrations = load_migrations("postgres")
-        key = int.from_bytes(
-            hashlib.blake2b(f"stepline:{self.schema}".encode(), digest_size=8).digest(),
-            "big",
-            signed=True,
-        )
-        schema = sql.Identifier(self.schema)
-
-        async def body(conn: Conn) -> None:
-            # Serialises stores opening at once: CREATE SCHEMA IF NOT EXISTS alone can race.
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
-            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-            await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
-                " name text NOT NULL, applied_at double precision NOT NULL)"
-            )
-            cur = await conn.execute("SELECT version FROM schema_migrations")
-            done = {row[0] for row in await cur.fetchall()}
-            for migration in migrations:
-                if migration.version in done:
-                    continue
-                await conn.execute(migration.sql.encode())
-                await conn.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
-                    (migration.version, migration.name, time.time()),
-                )
-                log.info(
-                    "applied migration %04d_%s to %s",
-                    migration.version,
-                    migration.name,
-                    self._db.where,
-                )
-
-        await self._db.transaction("migrating the schema", body)
+        await self._db.migrate(self.schema, load_migrations("postgres"))
 
     # -- wake-ups --------------------------------------------------------------------------------
 
@@ -304,7 +289,8 @@ class PostgresStore(Store):
             data = {}
         if data.get("s") == self._source:
             return
-        self._notify_ready()
+        if data.get("e") is not True:  # "e": an instance ended and nothing became runnable
+            self._notify_ready()
         workflow, instance_id = data.get("w"), data.get("i")
         if workflow is not None and instance_id is not None:
             self._notify_changed(str(workflow), str(instance_id))
@@ -371,20 +357,22 @@ class PostgresStore(Store):
             "workflow": workflow,
             "trigger": trigger,
             "now": self.now(),
-            "items": _json_rows(
+            "items": json_rows(
                 {"ord": n, "id": i.id, "params": i.params, "parent": i.parent}
                 for n, i in enumerate(unique.values())
             ),
+            "channel": self.channel,
+            "note": self._note(),
         }
 
         async def body(conn: Conn) -> list[InstanceRecord]:
+            # One statement inserts and (if it inserted anything) notifies; nothing commits
+            # unless every id was new or ``skip_existing`` allows some to be skipped.
             cur = await conn.execute(self._sql.create_instances, params)
             created = [instance_from_row(row) for row in await cur.fetchall()]
             if not skip_existing and len(created) < len(unique):
                 existing = set(unique) - {r.id for r in created}
                 raise InstanceAlreadyExistsError(workflow, sorted(existing)[0])
-            if created:
-                await conn.execute(self._sql.notify, (self.channel, self._note()))
             order = {instance_id: n for n, instance_id in enumerate(unique)}
             created.sort(key=lambda r: order[r.id])
             return created
@@ -492,6 +480,10 @@ class PostgresStore(Store):
                     sql.Identifier(self.schema), sql.SQL(", ".join(sets))
                 )
                 await conn.execute(update, (*params, pk))
+                if change.get("fence"):  # the fenced-out activation never records its steps
+                    await conn.execute(
+                        q.interrupt_running_steps, {"pk": pk, "now": now, "error": _INTERRUPTED}
+                    )
                 if change.get("end"):  # a child ended: wake a parent waiting for it
                     cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
                     woke_parent = woke_parent or bool(await cur.fetchall())
@@ -615,16 +607,17 @@ class PostgresStore(Store):
 
         generation = self._generation
         rows = await self._db.retrying("claiming instances", attempt, priority=True)
-        claims = [
-            Claim(
-                instance_from_row(row),
-                Lease(row[0], row[_N_ICOLS], owner),
-                row[_N_ICOLS + 1],
-                row[_N_ICOLS + 2],
+        claims: list[Claim] = []
+        for row in rows:
+            if row[0] is None:
+                continue
+            lease = Lease(row[0], row[_N_ICOLS], owner)
+            claims.append(
+                Claim(instance_from_row(row), lease, row[_N_ICOLS + 1], row[_N_ICOLS + 2])
             )
-            for row in rows
-            if row[0] is not None
-        ]
+            if row[_N_ICOLS + 5] is not None:  # the claim read the history (a recovery does not)
+                history = history_from_json(row[_N_ICOLS + 5], row[_N_ICOLS + 6])
+                self._prefetched[lease.pk] = (lease.token, history)
         # An empty claim also read the earliest timer: next_wakeup() can use it once, if nothing
         # became runnable meanwhile (which would have gone through _notify_ready).
         self._timer_hint = None
@@ -633,6 +626,9 @@ class PostgresStore(Store):
         return claims
 
     async def load_history(self, lease: Lease) -> History:
+        prefetched = self._prefetched.pop(lease.pk, None)
+        if prefetched is not None and prefetched[0] == lease.token:
+            return prefetched[1]
         return await self._histories.submit(lease.pk)
 
     async def _load_histories(self, pks: list[int]) -> list[History]:
@@ -640,11 +636,7 @@ class PostgresStore(Store):
             "loading instance histories",
             [(self._sql.history_steps, (pks,)), (self._sql.history_events, (pks,))],
         )
-        found: dict[int, History] = {pk: History([], []) for pk in pks}
-        for row in steps:
-            found[row[0]].steps.append(step_from_row(row[1:]))
-        for row in events:
-            found[row[0]].events.append(PendingEvent(row[1], row[2], loads(row[3]), row[4]))
+        found = histories_from_rows(pks, steps, events)
         return [found[pk] for pk in pks]
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
@@ -671,12 +663,18 @@ class PostgresStore(Store):
         return await self._step_writes.submit(row)
 
     async def _record_steps(self, rows: list[dict[str, Any]]) -> list[str | BaseException]:
-        batch = (_indexed(rows),)
+        q = self._sql
         consuming = any(row["event"] is not None for row in rows)
-        query = self._sql.record_steps_consuming if consuming else self._sql.record_steps
+        query: str
+        params: dict[str, Any] | tuple[str]
+        if len(rows) == 1:  # the common case: plain parameters are cheaper for the server
+            query, params = (q.record_step_consuming if consuming else q.record_step), rows[0]
+        else:
+            query = q.record_steps_consuming if consuming else q.record_steps
+            params = (indexed_rows(rows),)
 
         async def attempt(conn: Conn) -> list[Any]:
-            cur = await conn.execute(query, batch)
+            cur = await conn.execute(query, params)
             return await cur.fetchall()
 
         held = dict(await self._db.retrying("recording steps", attempt))
@@ -688,7 +686,7 @@ class PostgresStore(Store):
         if not leases:
             return {}
         params = {
-            "leases": _json_rows(
+            "leases": json_rows(
                 {"pk": lease.pk, "token": lease.token, "owner": lease.owner} for lease in leases
             ),
             "expires": now + lease_seconds,
@@ -702,6 +700,7 @@ class PostgresStore(Store):
         return {pk: status for pk, status in rows}
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
+        self._prefetched.pop(lease.pk, None)
         waiting = finish.status == "waiting"
         row = {
             "pk": lease.pk,
@@ -723,9 +722,9 @@ class PostgresStore(Store):
 
     async def _finish(self, rows: list[dict[str, Any]]) -> list[_Finished | BaseException]:
         """Finish a batch of activations in one statement; a child that ends wakes its parent."""
-        params = {"rows": _indexed(rows), "channel": self.channel, "source": self._source}
+        params = {"rows": indexed_rows(rows), "channel": self.channel, "source": self._source}
         fences = (
-            _json_rows({"idx": n, "pk": r["pk"], "token": r["token"]} for n, r in enumerate(rows)),
+            json_rows({"idx": n, "pk": r["pk"], "token": r["token"]} for n, r in enumerate(rows)),
         )
         faulted = False
 
@@ -749,6 +748,7 @@ class PostgresStore(Store):
         return [done.get(n) or _lease_lost(row["pk"], row["owner"]) for n, row in enumerate(rows)]
 
     async def release(self, lease: Lease, now: float) -> None:
+        self._prefetched.pop(lease.pk, None)
         params = {
             "pk": lease.pk,
             "token": lease.token,

@@ -36,6 +36,7 @@ from ..errors import (
 from ..records import InstancePage, InstanceRecord, PendingEvent, StepRecord, WorkflowInfo
 from ._rows import (
     INSTANCE_COLUMNS,
+    INTERRUPTED,
     STEP_COLUMNS,
     control_transition,
     decode_cursor,
@@ -75,12 +76,6 @@ def _as_store_error(exc: BaseException, path: str) -> BaseException:
     error = StoreError(f"SQLite error on {path!r}: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
-
-
-INTERRUPTED = {
-    "name": "Interrupted",
-    "message": "the instance was terminated while this step ran; it was not recorded",
-}
 
 
 def _interrupt_running_steps(c: sqlite3.Connection, pk: int, now: float) -> None:
