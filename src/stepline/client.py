@@ -85,7 +85,10 @@ class Instance:
         Raises :class:`TimeoutError` after ``timeout`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        interval = 0.005
+        # Stores that notify every end (PostgreSQL) wake this wait at once, so it polls only
+        # as a fallback; otherwise poll quickly at first, then back off.
+        notified = self._store.pushes_notifications
+        interval, longest = (1.0, 1.0) if notified else (0.005, 0.25)
         while True:
             status = await self.status()
             if status.status in FINISHED_STATUSES:
@@ -98,7 +101,7 @@ class Instance:
                 )
             pause = interval if remaining is None else min(interval, remaining)
             await self._store.wait_changed(self.workflow, self.id, pause)
-            interval = min(interval * 2, 0.25)
+            interval = min(interval * 2, longest)
 
 
 class WorkflowBinding:

@@ -143,8 +143,9 @@ class Worker:
                 self._wake.clear()
                 free = self.settings.concurrency - len(self._active)
                 if free > 0:
+                    limit = min(free, self.settings.claim_batch)
                     try:
-                        claims = await self._claim(min(free, self.settings.claim_batch))
+                        claims = await self._claim(limit)
                     except StoreError as exc:
                         log.warning("claim failed, retrying: %s", exc)
                         claims = []
@@ -153,7 +154,10 @@ class Worker:
                         self._start(claim)
                     if claims:
                         idle_wait = fastest
-                        continue
+                        if len(claims) == limit:
+                            continue  # there may be more: claim again at once
+                        # Fewer than asked: nothing else was runnable. New work arrives by
+                        # notification (or the next poll); timers by the wait below.
                     timeout = await self._until_next_timer(idle_wait)
                     if timeout <= 0:
                         continue
