@@ -371,6 +371,22 @@ class Activation:
         if status == "waitingForPause":
             self.request_stop("pause")
 
+    async def _record(
+        self, key: tuple[str, int], seq: int, kind: StepKind, status: StepStatus, **fields: Any
+    ) -> None:
+        """Write a step's new state (the caller counts itself in flight)."""
+        await self._write(StepWrite(key[0], key[1], seq, kind, status, **fields))
+
+    async def _record_alone(
+        self, key: tuple[str, int], seq: int, kind: StepKind, status: StepStatus, **fields: Any
+    ) -> None:
+        """Write a step's new state, counted in flight so that nothing suspends meanwhile."""
+        self._begin()
+        try:
+            await self._record(key, seq, kind, status, **fields)
+        finally:
+            self._end()
+
     async def _gate(self, wake_at: float | None = None) -> None:
         """Before new work: park if the activation is stopping or terminating."""
         if self._terminating:
@@ -540,47 +556,15 @@ class Activation:
         wake_at = record.wake_at if record is not None and record.wake_at else wake(now)
         started = record.started_at if record is not None else now
         if now >= wake_at:
-            self._begin()
-            try:
-                await self._write(
-                    StepWrite(
-                        key[0],
-                        key[1],
-                        seq,
-                        "sleep",
-                        "complete",
-                        None,
-                        None,
-                        (),
-                        wake_at,
-                        started,
-                        wake_at,
-                    )
-                )
-            finally:
-                self._end()
+            await self._record_alone(
+                key, seq, "sleep", "complete", wake_at=wake_at, started_at=started, ended_at=wake_at
+            )
             return
         if record is None:
             self._emit("step_sleep", {"step": f"{name}-{key[1]}", "until": wake_at})
-            self._begin()
-            try:
-                await self._write(
-                    StepWrite(
-                        key[0],
-                        key[1],
-                        seq,
-                        "sleep",
-                        "waiting",
-                        None,
-                        None,
-                        (),
-                        wake_at,
-                        started,
-                        None,
-                    )
-                )
-            finally:
-                self._end()
+            await self._record_alone(
+                key, seq, "sleep", "waiting", wake_at=wake_at, started_at=started
+            )
         await self._park(wake_at)
 
     # -- events ----------------------------------------------------------------------------------
@@ -608,27 +592,18 @@ class Activation:
             if pending.type == event_type:
                 del self._events[index]
                 event = EventRecord(pending.type, pending.payload, pending.timestamp)
-                self._begin()
-                try:
-                    await self._write(
-                        StepWrite(
-                            key[0],
-                            key[1],
-                            seq,
-                            "wait_for_event",
-                            "complete",
-                            _json.dumps(event.to_json(), what="event", limit=1 << 62),
-                            None,
-                            (),
-                            deadline,
-                            started,
-                            now,
-                            info,
-                            pending.pk,
-                        )
-                    )
-                finally:
-                    self._end()
+                await self._record_alone(
+                    key,
+                    seq,
+                    "wait_for_event",
+                    "complete",
+                    output=_json.dumps(event.to_json(), what="event", limit=1 << 62),
+                    wake_at=deadline,
+                    started_at=started,
+                    ended_at=now,
+                    info=info,
+                    consume_event=pending.pk,
+                )
                 self._emit("event_received", {"step": label, "type": event_type})
                 return event
         if now >= deadline:
@@ -636,49 +611,29 @@ class Activation:
                 "name": "StepTimeoutError",
                 "message": f"no {event_type!r} event within {seconds:g} seconds",
             }
-            self._begin()
-            try:
-                await self._write(
-                    StepWrite(
-                        key[0],
-                        key[1],
-                        seq,
-                        "wait_for_event",
-                        "errored",
-                        None,
-                        error,
-                        (),
-                        deadline,
-                        started,
-                        now,
-                        info,
-                    )
-                )
-            finally:
-                self._end()
+            await self._record_alone(
+                key,
+                seq,
+                "wait_for_event",
+                "errored",
+                error=error,
+                wake_at=deadline,
+                started_at=started,
+                ended_at=now,
+                info=info,
+            )
             raise StepTimeoutError(f"wait_for_event {label!r} timed out waiting for {event_type!r}")
         if record is None:
             self._emit("step_wait", {"step": label, "type": event_type, "until": deadline})
-            self._begin()
-            try:
-                await self._write(
-                    StepWrite(
-                        key[0],
-                        key[1],
-                        seq,
-                        "wait_for_event",
-                        "waiting",
-                        None,
-                        None,
-                        (),
-                        deadline,
-                        started,
-                        None,
-                        info,
-                    )
-                )
-            finally:
-                self._end()
+            await self._record_alone(
+                key,
+                seq,
+                "wait_for_event",
+                "waiting",
+                wake_at=deadline,
+                started_at=started,
+                info=info,
+            )
         await self._park(deadline)
 
     # -- child workflows -------------------------------------------------------------------------
@@ -716,21 +671,15 @@ class Activation:
                 trigger="workflow",
                 skip_existing=True,
             )
-            await self._write(
-                StepWrite(
-                    key[0],
-                    key[1],
-                    seq,
-                    "start_workflow",
-                    "complete",
-                    _json.dumps(child_id, what="id"),
-                    None,
-                    (),
-                    None,
-                    now,
-                    self.store.now(),
-                    {"workflow": workflow, "id": child_id},
-                )
+            await self._record(
+                key,
+                seq,
+                "start_workflow",
+                "complete",
+                output=_json.dumps(child_id, what="id"),
+                started_at=now,
+                ended_at=self.store.now(),
+                info={"workflow": workflow, "id": child_id},
             )
         finally:
             self._end()
@@ -763,21 +712,15 @@ class Activation:
             child = await self.store.get_instance(workflow, child_id)
             if child.status in ("complete", "errored", "terminated"):
                 if child.status == "complete":
-                    await self._write(
-                        StepWrite(
-                            key[0],
-                            key[1],
-                            seq,
-                            "wait_for_workflow",
-                            "complete",
-                            self._encode(child.output, "child output"),
-                            None,
-                            (),
-                            None,
-                            started,
-                            now,
-                            info,
-                        )
+                    await self._record(
+                        key,
+                        seq,
+                        "wait_for_workflow",
+                        "complete",
+                        output=self._encode(child.output, "child output"),
+                        started_at=started,
+                        ended_at=now,
+                        info=info,
                     )
                     return child.output
                 err = {
@@ -785,21 +728,15 @@ class Activation:
                     "message": f"{workflow} {child_id} ended {child.status}",
                 }
                 failed_info = {**info, "status": child.status, "child_error": child.error}
-                await self._write(
-                    StepWrite(
-                        key[0],
-                        key[1],
-                        seq,
-                        "wait_for_workflow",
-                        "errored",
-                        None,
-                        err,
-                        (),
-                        None,
-                        started,
-                        now,
-                        failed_info,
-                    )
+                await self._record(
+                    key,
+                    seq,
+                    "wait_for_workflow",
+                    "errored",
+                    error=err,
+                    started_at=started,
+                    ended_at=now,
+                    info=failed_info,
                 )
                 raise WorkflowFailedError(workflow, child_id, child.status, child.error)
             if now >= deadline:
@@ -807,39 +744,27 @@ class Activation:
                     "name": "StepTimeoutError",
                     "message": f"{workflow} {child_id} did not end within {seconds:g} seconds",
                 }
-                await self._write(
-                    StepWrite(
-                        key[0],
-                        key[1],
-                        seq,
-                        "wait_for_workflow",
-                        "errored",
-                        None,
-                        err,
-                        (),
-                        deadline,
-                        started,
-                        now,
-                        info,
-                    )
+                await self._record(
+                    key,
+                    seq,
+                    "wait_for_workflow",
+                    "errored",
+                    error=err,
+                    wake_at=deadline,
+                    started_at=started,
+                    ended_at=now,
+                    info=info,
                 )
                 raise StepTimeoutError(err["message"])
             if record is None:
-                await self._write(
-                    StepWrite(
-                        key[0],
-                        key[1],
-                        seq,
-                        "wait_for_workflow",
-                        "waiting",
-                        None,
-                        None,
-                        (),
-                        deadline,
-                        started,
-                        None,
-                        info,
-                    )
+                await self._record(
+                    key,
+                    seq,
+                    "wait_for_workflow",
+                    "waiting",
+                    wake_at=deadline,
+                    started_at=started,
+                    info=info,
                 )
         finally:
             self._end()
