@@ -1,4 +1,5 @@
-"""``python -m benchmarks [NAME ...] [--runs N] [--stores sqlite,postgres] [--quick]``.
+"""``python -m benchmarks [NAME ...] [--runs N] [--heavy-runs N] [--stores sqlite,postgres]
+[--quick | --full]``.
 
 Runs the named benchmarks (default: all), prints a table per benchmark and store, and writes JSON
 to ``benchmarks/results/``. Benchmarks print; they never assert.
@@ -6,12 +7,23 @@ to ``benchmarks/results/``. Benchmarks print; they never assert.
 
 from __future__ import annotations
 
-import asyncio
+import time
 from collections.abc import Sequence
 
-from . import BENCHMARKS
+from . import create, fleet, history, latency, recovery, sequential, throughput
 from ._config import config_from, parser
-from ._report import report_all
+from ._run import Benchmark, execute
+
+BENCHMARKS: dict[str, Benchmark] = {
+    sequential.NAME: sequential.run,
+    throughput.NAME: throughput.run,
+    create.NAME: create.run,
+    fleet.NAME: fleet.run,
+    history.NAME: history.run,
+    recovery.NAME: recovery.run,
+    latency.NAME: latency.run,
+}
+"""Every benchmark, in the order ``python -m benchmarks`` runs them."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -20,13 +32,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         "names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(BENCHMARKS)}"
     )
     args = p.parse_args(argv)
-    config = config_from(args)
     names = args.names or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise SystemExit(f"unknown benchmark {unknown[0]!r}: choose from {', '.join(BENCHMARKS)}")
+    config = config_from(args)
+    start = time.monotonic()
     for name in names:
-        report_all(asyncio.run(BENCHMARKS[name](config)), write_json=config.write_json)
+        execute(BENCHMARKS[name], config)
+    print(
+        f"{len(names)} benchmark(s) on {', '.join(config.stores)} in "
+        f"{time.monotonic() - start:.0f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -54,15 +54,16 @@ def sqlite_commit(directory: Path, *, synchronous: Synchronous = "NORMAL", n: in
     )
 
 
-def postgres_commit(url: str, *, n: int = 2000) -> Floor:
+def postgres_commit(url: str, *, n: int = 500) -> Floor:
     """Microseconds for one single-row committed ``INSERT`` (autocommit) over ``url``.
 
-    The table is an ordinary (WAL-logged) one in a throwaway schema, dropped afterwards: a
-    temporary table would skip the WAL flush at commit and understate the floor. With the server
-    on 127.0.0.1 this is one loopback round trip plus the server's WAL flush.
+    ``url`` may carry stepline's ``?schema=`` parameter; it is ignored. The table is an ordinary
+    (WAL-logged) one in a throwaway schema, dropped afterwards: a temporary table would skip the
+    WAL flush at commit and understate the floor. With the server on 127.0.0.1 this is one
+    loopback round trip plus the server's WAL flush.
     """
     schema = f"stepline_floor_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
         try:
             conn.execute(f'CREATE TABLE "{schema}".t (id bigserial PRIMARY KEY, v text NOT NULL)')
@@ -78,3 +79,25 @@ def postgres_commit(url: str, *, n: int = 2000) -> Floor:
     return Floor(
         "one single-row committed INSERT, PostgreSQL over loopback", elapsed / n * 1e6, "µs"
     )
+
+
+def step_floor(store: str, directory: Path, pg_url: str) -> Floor:
+    """Floor S (SQLite, ``synchronous=NORMAL``: a step checkpoint) or floor P (PostgreSQL)."""
+    if store == "sqlite":
+        return sqlite_commit(directory, synchronous="NORMAL")
+    return postgres_commit(pg_url)
+
+
+def ack_floor(store: str, directory: Path, pg_url: str) -> Floor:
+    """The floor of an acknowledged write (create, send_event): SQLite ``synchronous=FULL``, or
+    floor P (PostgreSQL commits every write the same way)."""
+    if store == "sqlite":
+        return sqlite_commit(directory, synchronous="FULL", n=300)
+    return postgres_commit(pg_url)
+
+
+def per_second(floor: Floor) -> Floor:
+    """A floor in µs per commit as a rate: single-row commits per second, one after another."""
+    if floor.unit != "µs":
+        raise ValueError(f"per_second needs a floor in µs, got {floor.unit!r}")
+    return Floor(f"{floor.name}, one after another, per second", 1e6 / floor.value, "/s")

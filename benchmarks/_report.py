@@ -62,12 +62,30 @@ class Report:
     figures: list[Figure] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    load: dict[str, tuple[float, float, float] | None] = field(default_factory=dict)
+    """Load averages when the benchmark started and ended (other work on the machine)."""
 
 
 def median(values: Sequence[float]) -> float:
     if not values:
         raise ValueError("median of no values: the benchmark ran no repetition")
     return float(statistics.median(values))
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0-100) of ``values``, interpolated between closest ranks."""
+    if not values:
+        raise ValueError(f"percentile {p} of no values: nothing was measured")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (rank - low))
+
+
+def load_average() -> tuple[float, float, float] | None:
+    """The 1, 5 and 15 minute load averages (None where the OS has none)."""
+    return os.getloadavg() if hasattr(os, "getloadavg") else None
 
 
 def environment() -> dict[str, Any]:
@@ -79,7 +97,7 @@ def environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "sqlite": sqlite3.sqlite_version,
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "load_average": load_average(),
     }
 
 
@@ -118,6 +136,13 @@ def print_report(report: Report, console: Console | None = None) -> None:
             f"{ratio:.1f}x" if ratio is not None else "",
         )
     console.print(table)
+    if report.load:
+        loads = "; ".join(
+            f"{when} {', '.join(f'{x:.2f}' for x in value)}"
+            for when, value in report.load.items()
+            if value is not None
+        )
+        console.print(f"  load average (1, 5, 15 min): {loads}", markup=False, highlight=False)
     for letter, floor in floors.items():
         console.print(f"  [{letter}] {floor.name}", markup=False, highlight=False)
     for note in report.notes:
@@ -134,10 +159,12 @@ def _floor_letter(floors: dict[str, Floor], floor: Floor) -> str:
 
 
 def write_report(report: Report, directory: Path = RESULTS_DIR) -> Path:
-    """Write the report as JSON (``<benchmark>-<UTC time>.json``); return the path."""
+    """Write the report as JSON (``<benchmark>[-<store>]-<UTC time>.json``); return the path."""
     directory.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = directory / f"{report.benchmark}-{stamp}.json"
+    store = report.details.get("store")
+    name = f"{report.benchmark}-{store}" if store else report.benchmark
+    path = directory / f"{name}-{stamp}.json"
     data = {
         "benchmark": report.benchmark,
         "title": report.title,
@@ -146,6 +173,7 @@ def write_report(report: Report, directory: Path = RESULTS_DIR) -> Path:
         "figures": [{**asdict(f), "runs": list(f.runs), "ratio": f.ratio} for f in report.figures],
         "details": report.details,
         "notes": report.notes,
+        "load_average": report.load,
     }
     path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
     return path

@@ -15,42 +15,21 @@ Run: ``python -m benchmarks.sequential`` (or ``python -m benchmarks`` for everyt
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from stepline import Engine, Workflow, WorkflowEvent, WorkflowStep
+from stepline import Engine
 
 from ._config import BenchConfig, database, parse, work_directory
-from ._floors import postgres_commit, sqlite_commit
-from ._report import Figure, Floor, Report, median, report_all
+from ._floors import ack_floor, step_floor
+from ._report import Figure, Floor, Report, median
+from ._run import execute
+from ._workflows import Trivial
 
 NAME = "sequential"
-
-
-async def _one() -> int:
-    return 1
-
-
-def _one_sync() -> int:
-    return 1
-
-
-class Sequential(Workflow):
-    """``steps`` trivial steps; async callbacks unless ``sync``."""
-
-    name = "bench-sequential"
-
-    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
-        callback = _one_sync if event.payload["sync"] else _one
-        total = 0
-        for index in range(event.payload["steps"]):
-            total += await step.do(f"s{index}", callback)
-        return total
 
 
 @dataclass(frozen=True)
@@ -67,8 +46,8 @@ async def run_sequential(url: str, *, workflows: int, steps: int, sync: bool) ->
     """Run ``workflows`` workflows of ``steps`` steps one after another (each created, then
     awaited to completion), with an in-process worker."""
     params = {"steps": steps, "sync": sync}
-    async with Engine(url, [Sequential]) as engine:
-        binding = engine.workflow(Sequential)
+    async with Engine(url, [Trivial]) as engine:
+        binding = engine.workflow(Trivial)
         for _ in range(max(workflows // 20, 3)):  # warm up: caches, thread pool, code paths
             await (await binding.create(params=params)).wait(timeout=60)
         creating = 0.0
@@ -86,13 +65,8 @@ async def run_sequential(url: str, *, workflows: int, steps: int, sync: bool) ->
 
 def _floors(config: BenchConfig, store: str, directory: Path) -> tuple[Floor, Floor]:
     """(floor of a step checkpoint, floor of an acknowledged write such as create)."""
-    if store == "sqlite":
-        return (
-            sqlite_commit(directory, synchronous="NORMAL"),
-            sqlite_commit(directory, synchronous="FULL", n=300),
-        )
-    floor = postgres_commit(config.pg_url)
-    return floor, floor
+    step = step_floor(store, directory, config.pg_url)
+    return step, (ack_floor(store, directory, config.pg_url) if store == "sqlite" else step)
 
 
 async def run(config: BenchConfig) -> list[Report]:
@@ -180,8 +154,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    config = parse(__doc__ or NAME, argv)
-    report_all(asyncio.run(run(config)), write_json=config.write_json)
+    execute(run, parse(__doc__ or NAME, argv))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,61 @@
+"""A benchmark worker process: ``python -m benchmarks._worker --url URL [options]``.
+
+Opens an engine with every benchmark workflow (:mod:`benchmarks._workflows`), prints
+``ready <pid>`` on stdout once the store is open and, with ``--gate``, waits for a line on stdin
+before it starts claiming (so that several workers start at the same moment). Runs until SIGTERM
+(graceful) or SIGKILL. Started by :class:`benchmarks._procs.WorkerProcess`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from stepline import Engine
+
+from ._workflows import WORKFLOWS
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    engine = Engine(
+        args.url,
+        WORKFLOWS,
+        worker=False,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        poll_interval=args.poll,
+        worker_id=args.worker_id,
+    )
+    try:
+        await engine.open()
+        print(f"ready {os.getpid()}", flush=True)
+        if args.gate:
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        await engine.run_worker()
+    finally:
+        await engine.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="a stepline worker for the benchmarks")
+    p.add_argument("--url", required=True, help="database URL")
+    p.add_argument("--concurrency", type=int, default=100, help="activations at once")
+    p.add_argument("--lease", type=float, default=30.0, help="lease, seconds")
+    p.add_argument("--poll", type=float, default=0.5, help="longest idle poll interval, seconds")
+    p.add_argument("--worker-id", default=None, help="worker id (default: host:pid:random)")
+    p.add_argument("--gate", action="store_true", help="wait for a line on stdin before claiming")
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
+    )
+    asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    main()

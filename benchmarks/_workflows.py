@@ -1,0 +1,132 @@
+"""The workflows the benchmarks run, shared by the benchmark process and its worker processes.
+
+Everything a workflow needs comes in the instance params, so one definition serves every size.
+Steps that report a time return ``time.time()`` taken inside the step callback: the benchmark
+process and the workers run on the same machine, so their clocks agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from stepline import Workflow, WorkflowEvent, WorkflowStep
+
+
+async def _one() -> int:
+    return 1
+
+
+def _one_sync() -> int:
+    return 1
+
+
+async def _now() -> float:
+    return time.time()
+
+
+async def _cpu() -> float:
+    return time.process_time()
+
+
+class Trivial(Workflow):
+    """``steps`` trivial steps (``s0``, ``s1``, ...); sync callbacks (thread pool) if ``sync``."""
+
+    name = "bench-trivial"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        params: dict[str, Any] = event.payload
+        callback = _one_sync if params.get("sync") else _one
+        total = 0
+        for index in range(params["steps"]):
+            total += await step.do(f"s{index}", callback)
+        return total
+
+
+class Long(Workflow):
+    """``steps`` steps (``s0``, ``s1``, ...) that each return ``time.process_time()``: the CPU
+    time of the process running them, so a benchmark can tell the engine's CPU cost per step
+    over any stretch of a long history. With ``nap_every``, a durable sleep of ``nap`` seconds
+    follows every ``nap_every`` steps (the next activation replays the history)."""
+
+    name = "bench-long"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        params: dict[str, Any] = event.payload
+        nap_every: int = params.get("nap_every") or 0
+        for index in range(params["steps"]):
+            await step.do(f"s{index}", _cpu)
+            if nap_every and (index + 1) % nap_every == 0 and index + 1 < params["steps"]:
+                await step.sleep("nap", params.get("nap", 0.001))
+        return params["steps"]
+
+
+class Sleeper(Workflow):
+    """A durable sleep of ``sleep`` seconds (step ``nap``), then one step (``after``) that returns
+    the time it started."""
+
+    name = "bench-sleeper"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.sleep("nap", event.payload["sleep"])
+        return await step.do("after", _now)
+
+
+class SleeperProbe(Sleeper):
+    """:class:`Sleeper` under another name: a few timed sleepers among a fleet of others."""
+
+    name = "bench-sleeper-probe"
+
+
+class Waiter(Workflow):
+    """Waits for a ``go`` event, then one step (``resumed``) returns the time it started."""
+
+    name = "bench-waiter"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.wait_for_event("wait", type="go", timeout="1 hour")
+        return await step.do("resumed", _now)
+
+
+class FirstStep(Workflow):
+    """One step (``first``) that returns the time it started."""
+
+    name = "bench-first-step"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return await step.do("first", _now)
+
+
+class Slow(Workflow):
+    """``steps`` steps that each take ``work`` seconds (an ``asyncio.sleep``): a workflow that is
+    reliably mid-way when its worker is killed. Each step returns ``{"pid", "start"}``: which
+    process ran it and when it started."""
+
+    name = "bench-slow"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        work: float = event.payload["work"]
+
+        async def busy() -> dict[str, Any]:
+            start = time.time()
+            await asyncio.sleep(work)
+            return {"pid": os.getpid(), "start": start}
+
+        last: dict[str, Any] = {}
+        for index in range(event.payload["steps"]):
+            last = await step.do(f"s{index}", busy)
+        return last
+
+
+WORKFLOWS: tuple[type[Workflow], ...] = (
+    Trivial,
+    Long,
+    Sleeper,
+    SleeperProbe,
+    Waiter,
+    FirstStep,
+    Slow,
+)
+"""Every benchmark workflow: what a benchmark worker process registers."""

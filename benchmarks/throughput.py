@@ -1,0 +1,220 @@
+"""Throughput: 10,000 instances x 10 trivial steps, run by 1, 2 and 4 worker processes.
+
+For each store and each process count, on a fresh database: the instances are created with
+``create_batch`` (batches of 500) before any worker runs; then the worker processes
+(``python -m benchmarks._worker``, engine defaults: concurrency 100, lease 30 s, poll interval
+0.5 s) are started, wait behind a gate until all have opened the store, and are let go at once.
+The figure is steps per second from the first claim to the last completion, both read from the
+stored instance timestamps (``min(started_at)``, ``max(ended_at)``), so process start-up is not
+counted. Worker CPU time (user + system, all workers) per step is shown too: with 2 cores and
+the database on the same machine, it says how much of the machine the engine itself takes.
+
+The floor is the rate of single-row commits one after another (1 / floor S or floor P): a
+ratio above 1 means group commit carries several steps per commit. On PostgreSQL the 2-process
+run is repeated with ``synchronous_commit=off`` on the workers' connections, to show what the
+WAL flush at each commit costs.
+
+Run: ``python -m benchmarks throughput`` (``--quick``: 2,000 instances).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._common import client, cpu_seconds, create_in_batches, span, wait_for_status
+from ._config import BenchConfig, database, parse, work_directory
+from ._db import backend_pids, table_sizes, with_application_name
+from ._floors import per_second, step_floor
+from ._procs import WorkerOptions, worker_pool
+from ._report import Figure, Floor, Report, median
+from ._run import execute
+from ._workflows import Trivial
+
+NAME = "throughput"
+PROCESSES = (1, 2, 4)
+STEPS = 10
+BATCH = 500
+ASYNC_COMMIT_PROCESSES = 2
+
+
+async def run(config: BenchConfig) -> list[Report]:
+    """One report per store in ``config.stores``."""
+    return [await _run_store(config, store) for store in config.stores]
+
+
+async def measure(
+    url: str,
+    logs: Path,
+    *,
+    instances: int,
+    processes: int,
+    steps: int = STEPS,
+    async_commit: bool = False,
+) -> dict[str, float]:
+    """One run on a fresh database ``url``: steps/s, seconds, CPU µs per step (workers and, for
+    a local PostgreSQL, the server processes serving them), bytes stored per instance.
+
+    ``async_commit`` (PostgreSQL): the workers' connections run with ``synchronous_commit=off``
+    (set through ``PGOPTIONS`` in their environment; the client's creates stay synchronous)."""
+    async with client(url) as engine:
+        created = await create_in_batches(
+            engine,
+            Trivial.name,
+            ({"params": {"steps": steps}} for _ in range(instances)),
+            BATCH,
+        )
+    postgres = not url.startswith("sqlite:")
+    tag = f"bench-{uuid.uuid4().hex[:8]}"
+    worker_url = with_application_name(url, tag) if postgres else url
+    options = WorkerOptions(
+        gate=True, pgoptions="-c synchronous_commit=off" if async_commit else None
+    )
+    async with worker_pool(worker_url, logs, processes, options) as pool:
+        backends = await backend_pids(url, tag) if postgres else []
+        server_before = sum(cpu_seconds(pid) or 0.0 for pid in backends)
+        cpu_before = [cpu_seconds(w.pid) or 0.0 for w in pool.workers]
+        started = pool.go()
+        done = await wait_for_status(
+            url, Trivial.name, instances, ("complete",), timeout=900, interval=0.05
+        )
+        cpu = sum(
+            (cpu_seconds(w.pid) or 0.0) - before
+            for w, before in zip(pool.workers, cpu_before, strict=True)
+        )
+        backends = await backend_pids(url, tag) if postgres else []
+        server = sum(cpu_seconds(pid) or 0.0 for pid in backends) - server_before
+    if pool.problems:
+        raise RuntimeError("benchmark workers logged errors:\n" + "\n".join(pool.problems[:20]))
+    timing = await span(url, Trivial.name)
+    sizes = await table_sizes(url)
+    total_steps = instances * steps
+    result = {
+        "steps_per_s": total_steps / timing.seconds,
+        "seconds": timing.seconds,
+        "go_to_seen_done": done - started,
+        "cpu_us_per_step": cpu / total_steps * 1e6,
+        "create_per_s": instances / created,
+        "bytes_per_instance": sum(sizes.values()) / instances,
+        "steps_bytes_per_step": sizes.get("steps", 0) / total_steps,
+        "instances_bytes_per_instance": sizes.get("instances", 0) / instances,
+    }
+    if postgres:
+        result["server_cpu_us_per_step"] = server / total_steps * 1e6
+    return result
+
+
+async def _run_store(config: BenchConfig, store: str) -> Report:
+    instances = 2_000 if config.quick else 10_000
+    runs = config.repetitions(heavy=True)
+    series: dict[str, list[float]] = defaultdict(list)
+    floor_name = ""
+    with work_directory(config) as directory:
+        for _ in range(runs):
+            floor = per_second(step_floor(store, directory, config.pg_url))
+            floor_name = floor.name
+            series["floor"].append(floor.value)
+            for processes in PROCESSES:
+                with database(config, store, directory) as url:
+                    result = await measure(
+                        url, directory / "logs", instances=instances, processes=processes
+                    )
+                for key, value in result.items():
+                    series[f"{key}_{processes}"].append(value)
+                print(
+                    f"  {NAME} {store} {processes} process(es): "
+                    f"{result['steps_per_s']:,.0f} steps/s",
+                    flush=True,
+                )
+            if store == "postgres":
+                with database(config, store, directory) as url:
+                    result = await measure(
+                        url,
+                        directory / "logs",
+                        instances=instances,
+                        processes=ASYNC_COMMIT_PROCESSES,
+                        async_commit=True,
+                    )
+                series["async_commit"].append(result["steps_per_s"])
+                print(
+                    f"  {NAME} {store} {ASYNC_COMMIT_PROCESSES} processes, "
+                    f"synchronous_commit=off: {result['steps_per_s']:,.0f} steps/s",
+                    flush=True,
+                )
+    floor = Floor(floor_name, median(series["floor"]), "/s")
+
+    def fig(label: str, key: str, unit: str, with_floor: bool = False) -> Figure:
+        return Figure(
+            label, median(series[key]), unit, floor if with_floor else None, tuple(series[key])
+        )
+
+    report = Report(
+        NAME,
+        f"Throughput on {store}: {instances:,} instances x {STEPS} trivial steps "
+        f"(median of {runs} runs)",
+    )
+    for n in PROCESSES:
+        plural = "es" if n > 1 else ""
+        report.figures.append(
+            fig(f"steps/s, {n} worker process{plural}", f"steps_per_s_{n}", "/s", True)
+        )
+    if series["async_commit"]:
+        report.figures.append(
+            fig(
+                f"steps/s, {ASYNC_COMMIT_PROCESSES} processes, workers' synchronous_commit=off",
+                "async_commit",
+                "/s",
+                True,
+            )
+        )
+    for n in PROCESSES:
+        es = "es" if n > 1 else ""
+        report.figures.append(
+            fig(f"worker CPU per step, {n} process{es}", f"cpu_us_per_step_{n}", "µs")
+        )
+        if f"server_cpu_us_per_step_{n}" in series:
+            report.figures.append(
+                fig(f"server CPU per step, {n} process{es}", f"server_cpu_us_per_step_{n}", "µs")
+            )
+    one = PROCESSES[0]
+    report.figures += [
+        fig("stored per instance (tables + indexes)", f"bytes_per_instance_{one}", "B"),
+        fig("of which steps table, per step", f"steps_bytes_per_step_{one}", "B"),
+        fig("of which instances table, per instance", f"instances_bytes_per_instance_{one}", "B"),
+        fig("floor: single-row commits/s", "floor", "/s"),
+    ]
+    report.details = {
+        "store": store,
+        "instances": instances,
+        "steps": STEPS,
+        "processes": list(PROCESSES),
+        "runs": runs,
+        "create_batch": BATCH,
+        "worker": "python -m benchmarks._worker: concurrency 100, lease 30 s, poll 0.5 s",
+        "series": dict(series),
+    }
+    report.notes = [
+        "steps/s = instances x steps / (last instance ended_at - first instance started_at), "
+        "from the stored timestamps: first claim to last completion, process start-up excluded",
+        "ratio = steps/s / single-row commits/s: above 1 means group commit put several steps "
+        "in one commit",
+        "worker CPU = user + system CPU of all worker processes from the start gate to all "
+        "complete, per step; server CPU = the same for the PostgreSQL backends serving them",
+        "stored = table and index bytes after the run with 1 process (SQLite: dbstat; "
+        "PostgreSQL: pg_total_relation_size)",
+        "synchronous_commit=off (PostgreSQL, workers' connections only): a commit returns before "
+        "its WAL is flushed; a server crash may lose the last few hundred ms of worker writes "
+        "(those steps run again), never an acknowledged create or event",
+        f"heavy benchmark: median of {runs} runs (--heavy-runs)",
+    ]
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    execute(run, parse(__doc__ or NAME, argv))
+
+
+if __name__ == "__main__":
+    main()
