@@ -666,3 +666,11 @@ async def test_workers_with_skewed_clocks_agree_on_leases(schemas: list[str]) ->
     finally:
         await fast.close()
         await normal.close()
+
+
+def test_url_parameters_with_spaces_survive() -> None:
+    conninfo, schema = split_url(
+        "postgresql://postgres@127.0.0.1:5432/test?options=-c%20synchronous_commit%3Doff&schema=s1"
+    )
+    assert schema == "s1"
+    assert "options=-c%20synchronous_commit%3Doff" in conninfo

@@ -48,13 +48,15 @@ class WorkerSettings:
 class _Slot:
     """One claimed instance: counted against concurrency and renewed from claim to end."""
 
-    __slots__ = ("activation", "claim", "stop_reason", "task")
+    __slots__ = ("activation", "claim", "ending", "stop_reason", "task")
 
     def __init__(self, claim: Claim) -> None:
         self.claim = claim
         self.task: asyncio.Task[None] | None = None
         self.activation: Activation | None = None
         self.stop_reason: str | None = None
+        self.ending = False
+        """Set while the activation's final write (finish or release) is in flight."""
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -217,6 +219,7 @@ class Worker:
             if slot.stop_reason is not None:
                 activation.request_stop(slot.stop_reason)
             finish = await activation.execute()
+            slot.ending = True  # its lease is about to be released: not "lost"
             if finish.status == "waiting" and activation.stop_reason == "shutdown":
                 await self.store.release(lease, self.store.now())
                 return
@@ -295,8 +298,8 @@ class Worker:
             return
         for slot in slots:
             lease = slot.claim.lease
-            if self._active.get(lease.pk) is not slot:
-                continue  # finished while the renewal was in flight
+            if self._active.get(lease.pk) is not slot or slot.ending:
+                continue  # finished, or finishing, while the renewal was in flight
             status = held.get(lease.pk)
             if status is None:
                 log.warning(

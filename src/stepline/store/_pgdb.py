@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -57,7 +57,10 @@ def split_url(url: str) -> tuple[str, str]:
             f"invalid schema name {schema!r} in the database URL: use 1-63 letters, digits or "
             "underscores, not starting with a digit"
         )
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), ""))
+    # quote, not quote_plus: libpq does not decode "+" as a space in URL parameters.
+    conninfo = urlunsplit(
+        (parts.scheme, parts.netloc, parts.path, urlencode(kept, quote_via=quote), "")
+    )
     return conninfo, schema
 
 
