@@ -118,3 +118,21 @@ def control_transition(
             }
         return {"status": "terminated", "ready": None, "fence": leased, "end": True}
     raise ValueError(f"unknown action {action!r}")
+
+
+def control_assignments(change: dict[str, Any], now: float, mark: str) -> tuple[str, list[Any]]:
+    """The ``SET`` clause (with ``mark`` as the placeholder) and parameters of a control change."""
+    sets = [f"status = {mark}", f"updated_at = {mark}"]
+    params: list[Any] = [change["status"], now]
+    if "ready" in change:
+        sets.append(f"ready_at = {mark}")
+        params.append(now if change["ready"] == "now" else None)
+    if change.get("fence"):
+        sets.append("lease_token = lease_token + 1, lease_owner = NULL, lease_expires_at = NULL")
+    if "control" in change:
+        sets.append(f"control = {mark}")
+        params.append(change["control"])
+    if change.get("end"):
+        sets.append(f"ended_at = {mark}, control = NULL")
+        params.append(now)
+    return ", ".join(sets), params

@@ -109,6 +109,7 @@ from ._pgsql import Statements, histories_from_rows, history_from_json, indexed_
 from ._rows import (
     INSTANCE_COLUMNS,
     INTERRUPTED,
+    control_assignments,
     control_transition,
     decode_cursor,
     encode_cursor,
@@ -462,22 +463,9 @@ class PostgresStore(Store):
                 change = control_transition(
                     workflow, instance_id, status, owner is not None, action, rollback
                 )
-                sets = ["status = %s", "updated_at = %s"]
-                params: list[Any] = [change["status"], now]
-                if "ready" in change:
-                    sets.append("ready_at = %s")
-                    params.append(now if change["ready"] == "now" else None)
-                if change.get("fence"):
-                    sets.append("lease_token = lease_token + 1, lease_owner = NULL")
-                    sets.append("lease_expires_at = NULL")
-                if "control" in change:
-                    sets.append("control = %s")
-                    params.append(change["control"])
-                if change.get("end"):
-                    sets.append("ended_at = %s, control = NULL")
-                    params.append(now)
+                sets, params = control_assignments(change, now, "%s")
                 update = sql.SQL("UPDATE {}.instances SET {} WHERE pk = %s").format(
-                    sql.Identifier(self.schema), sql.SQL(", ".join(sets))
+                    sql.Identifier(self.schema), sql.SQL(sets)
                 )
                 await conn.execute(update, (*params, pk))
                 if change.get("fence"):  # the fenced-out activation never records its steps

@@ -38,6 +38,7 @@ from ._rows import (
     INSTANCE_COLUMNS,
     INTERRUPTED,
     STEP_COLUMNS,
+    control_assignments,
     control_transition,
     decode_cursor,
     encode_cursor,
@@ -498,21 +499,8 @@ class SqliteStore(Store):
                 change = control_transition(
                     workflow, instance_id, status, owner is not None, action, rollback
                 )
-                sets = ["status = ?", "updated_at = ?"]
-                params: list[Any] = [change["status"], now]
-                if "ready" in change:
-                    sets.append("ready_at = ?")
-                    params.append(now if change["ready"] == "now" else None)
-                if change.get("fence"):
-                    sets.append("lease_token = lease_token + 1, lease_owner = NULL")
-                    sets.append("lease_expires_at = NULL")
-                if "control" in change:
-                    sets.append("control = ?")
-                    params.append(change["control"])
-                if change.get("end"):
-                    sets.append("ended_at = ?, control = NULL")
-                    params.append(now)
-                c.execute(f"UPDATE instances SET {', '.join(sets)} WHERE pk = ?", (*params, pk))
+                sets, params = control_assignments(change, now, "?")
+                c.execute(f"UPDATE instances SET {sets} WHERE pk = ?", (*params, pk))
                 if change.get("fence"):
                     _interrupt_running_steps(c, pk, now)
                 if change.get("end") and self._wake_parent(c, pk, now):
