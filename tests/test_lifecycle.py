@@ -316,13 +316,18 @@ async def test_resume_while_waiting_for_pause_lets_it_continue(make_engine: Engi
     """The activation has seen the pause request; a resume lands before it ends."""
     holder: dict[str, Any] = {}
     paused = asyncio.Event()
+    resumer_running = asyncio.Event()
 
     async def pauser() -> str:
+        # Only once the resumer's step runs: a pause seen before it started would (rightly) keep
+        # it from starting at all.
+        await resumer_running.wait()
         await holder["inst"].pause()
         paused.set()
         return "paused"
 
     async def resumer() -> str:
+        resumer_running.set()
         await paused.wait()
         await asyncio.sleep(0.05)  # after the pauser's write told the activation to stop
         await holder["inst"].resume()

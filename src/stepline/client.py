@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from . import _json
 from ._json import DEFAULT_MAX_PAYLOAD
@@ -16,10 +18,26 @@ from .records import (
     InstanceStatus,
     StepRecord,
 )
-from .store.base import NewInstance, Store
+from .store.base import LeaseOffer, NewInstance, Store
 from .workflow import validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
+
+
+class Dispatcher(Protocol):
+    """A worker in this process that takes new instances as they are created
+    (:meth:`stepline.worker.Worker.offer`)."""
+
+    def offer(self, workflow: str, count: int) -> LeaseOffer | None: ...
+
+    def settle(self, offer: LeaseOffer, created: Sequence[InstanceRecord] | None) -> None: ...
+
+
+def _settle(
+    dispatcher: Dispatcher, offer: LeaseOffer, task: asyncio.Task[list[InstanceRecord]]
+) -> None:
+    created = None if task.cancelled() or task.exception() is not None else task.result()
+    dispatcher.settle(offer, created)
 
 
 class Instance:
@@ -108,12 +126,18 @@ class WorkflowBinding:
     """What ``engine.workflow(name)`` returns: create and look up instances of one workflow."""
 
     def __init__(
-        self, store: Store, name: str, check: CheckWorkflow, max_payload: int = DEFAULT_MAX_PAYLOAD
+        self,
+        store: Store,
+        name: str,
+        check: CheckWorkflow,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self.name = name
         self._check_known = check
+        self._dispatcher = dispatcher
 
     def __repr__(self) -> str:
         return f"<WorkflowBinding {self.name}>"
@@ -121,10 +145,31 @@ class WorkflowBinding:
     async def _check(self) -> None:
         await self._check_known(self.name)
 
+    async def _create(
+        self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
+    ) -> list[InstanceRecord]:
+        """Create ``items``; a worker in this process takes what it has room for at once."""
+        dispatcher = self._dispatcher
+        offer = dispatcher.offer(self.name, len(items)) if dispatcher is not None else None
+        if dispatcher is None or offer is None:
+            return await self._store.create_instances(
+                self.name, items, trigger=trigger, skip_existing=skip_existing
+            )
+        task = asyncio.ensure_future(
+            self._store.create_instances(
+                self.name, items, trigger=trigger, skip_existing=skip_existing, lease=offer
+            )
+        )
+        # The worker starts what the create leased to it even if this caller is cancelled
+        # meanwhile: otherwise those instances would wait for their lease to expire.
+        task.add_done_callback(functools.partial(_settle, dispatcher, offer))
+        return await asyncio.shield(task)
+
     async def create(
         self, id: str | None = None, params: Any = None, *, trigger: str = "api"
     ) -> Instance:
-        """Create an instance (queued, durable when this returns).
+        """Create an instance (durable when this returns): queued, or already running when the
+        engine's own worker has room for it.
 
         ``id`` defaults to a random UUID; an existing id raises
         :class:`~stepline.InstanceAlreadyExistsError`.
@@ -132,9 +177,7 @@ class WorkflowBinding:
         await self._check()
         instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
         encoded = _json.dumps(params, what="instance params", limit=self._max_payload)
-        await self._store.create_instances(
-            self.name, [NewInstance(instance_id, encoded)], trigger=trigger, skip_existing=False
-        )
+        await self._create([NewInstance(instance_id, encoded)], trigger, skip_existing=False)
         return Instance(self._store, self.name, instance_id, self._max_payload)
 
     async def create_batch(
@@ -164,7 +207,7 @@ class WorkflowBinding:
                     ),
                 )
             )
-        await self._store.create_instances(self.name, new, trigger=trigger, skip_existing=True)
+        await self._create(new, trigger, skip_existing=True)
         return [Instance(self._store, self.name, item.id, self._max_payload) for item in new]
 
     async def get(self, id: str) -> Instance:

@@ -186,7 +186,10 @@ class Engine:
     def workflow(self, workflow: str | Any) -> WorkflowBinding:
         """A binding to create and look up instances: by name, class, Pipeline or Dag."""
         name = workflow if isinstance(workflow, str) else definition_of(workflow).name
-        return WorkflowBinding(self.store, name, self._check_workflow, self.settings.max_payload)
+        # This engine's worker, while it runs, takes new instances straight from create().
+        return WorkflowBinding(
+            self.store, name, self._check_workflow, self.settings.max_payload, self.worker
+        )
 
     async def _check_workflow(self, name: str) -> None:
         if name in self._registry or name in self._db_workflows:

@@ -13,13 +13,14 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._runtime import Activation, ActivationAborted, ActivationSettings
 from .errors import LeaseLostError, StoreError
-from .store.base import Claim, Store
+from .records import InstanceRecord
+from .store.base import Claim, History, LeaseOffer, Store, offered_claims
 from .workflow import WorkflowDefinition
 
 log = logging.getLogger("stepline.worker")
@@ -48,10 +49,12 @@ class WorkerSettings:
 class _Slot:
     """One claimed instance: counted against concurrency and renewed from claim to end."""
 
-    __slots__ = ("activation", "claim", "ending", "stop_reason", "task")
+    __slots__ = ("activation", "claim", "ending", "history", "stop_reason", "task")
 
-    def __init__(self, claim: Claim) -> None:
+    def __init__(self, claim: Claim, history: History | None = None) -> None:
         self.claim = claim
+        self.history = history
+        """Known without reading the store (an instance leased on creation has none)."""
         self.task: asyncio.Task[None] | None = None
         self.activation: Activation | None = None
         self.stop_reason: str | None = None
@@ -90,6 +93,11 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._workflows = sorted(registry)
+        self._running = False
+        self._backlog = True
+        """Whether the last claim may have left runnable instances behind (a full batch)."""
+        self._offered = 0
+        """Slots promised to creates in flight (:meth:`offer`)."""
 
     # -- public ----------------------------------------------------------------------------------
 
@@ -105,6 +113,32 @@ class Worker:
     def wake(self) -> None:
         """Something may be runnable: look at the database now instead of at the next poll."""
         self._wake.set()
+
+    def offer(self, workflow: str, count: int) -> LeaseOffer | None:
+        """Offer to take up to ``count`` instances of ``workflow`` as they are created here.
+
+        A create in this process passes the offer to the store, which stores the instances
+        already claimed by this worker; :meth:`settle` then starts them at once, skipping the
+        claim and history round trips and the wait for the next look at the database. Offered
+        only while :meth:`run` runs, with free slots, and when the last claim found nothing
+        else runnable, so that new instances do not overtake a backlog of queued ones.
+        """
+        if not self._running or self._stopping.is_set() or self._backlog:
+            return None
+        if workflow not in self.registry:
+            return None
+        take = min(count, self.settings.concurrency - len(self._active) - self._offered)
+        if take <= 0:
+            return None
+        self._offered += take
+        return LeaseOffer(self.id, self.settings.lease, take)
+
+    def settle(self, offer: LeaseOffer, created: Sequence[InstanceRecord] | None) -> None:
+        """The create an :meth:`offer` went to has ended: start what it leased to this worker
+        (``created`` is None if the create failed)."""
+        self._offered -= offer.limit
+        for claim in offered_claims(offer, created or ()):
+            self._start(claim, History([], []))
 
     async def run_once(self) -> int:
         """Claim every instance runnable now and run each to its next suspension or end.
@@ -140,10 +174,11 @@ class Worker:
         )
         idle_wait = fastest
         log.info("worker %s started for %s", self.id, ", ".join(self._workflows) or "nothing")
+        self._running = True
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
-                free = self.settings.concurrency - len(self._active)
+                free = self.settings.concurrency - len(self._active) - self._offered
                 if free > 0:
                     limit = min(free, self.settings.claim_batch)
                     try:
@@ -152,6 +187,7 @@ class Worker:
                         log.warning("claim failed, retrying: %s", exc)
                         claims = []
                         await self._idle(1.0)
+                    self._backlog = len(claims) == limit
                     for claim in claims:
                         self._start(claim)
                     if claims:
@@ -168,6 +204,7 @@ class Worker:
                 else:
                     await self._idle(self.settings.poll_interval)
         finally:
+            self._running = False
             self.store.remove_ready_listener(self.wake)
             await self._shutdown()
             for task in side_tasks:
@@ -197,10 +234,10 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
-    def _start(self, claim: Claim) -> asyncio.Task[None]:
+    def _start(self, claim: Claim, history: History | None = None) -> asyncio.Task[None]:
         # The slot is taken (counted against concurrency, its lease renewed) from the moment of
         # the claim, not only once the history has loaded.
-        slot = _Slot(claim)
+        slot = _Slot(claim, history)
         slot.task = asyncio.get_running_loop().create_task(self._activate(slot))
         self._active[claim.lease.pk] = slot
         return slot.task
@@ -211,7 +248,10 @@ class Worker:
         lease = claim.lease
         try:
             definition = self.registry[record.workflow]
-            history = await self.store.load_history(lease)
+            history = slot.history
+            if history is None:
+                history = await self.store.load_history(lease)
+            slot.history = None
             activation = Activation(
                 self.store, claim, history, definition.make(), self._activation_settings
             )

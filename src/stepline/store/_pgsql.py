@@ -99,19 +99,27 @@ _TEMPLATES: dict[str, str] = {
         SELECT workflow, status, count(*) FROM {s}.instances GROUP BY workflow, status
     """,
     # -- instances -------------------------------------------------------------------------------
+    # Workers are told only of instances left queued, not of those leased on creation.
     "create_instances": """
         WITH created AS (
             INSERT INTO {s}.instances (workflow, id, status, params, trigger, parent, ready_at,
-                created_at, updated_at)
-            SELECT %(workflow)s, t.id, 'queued', t.params, %(trigger)s, t.parent, %(now)s,
-                %(now)s, %(now)s
-            FROM json_to_recordset(%(items)s::json) AS t(ord int, id text, params text,
-                parent text)
+                created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at)
+            SELECT %(workflow)s, t.id, CASE WHEN t.leased THEN 'running' ELSE 'queued' END,
+                t.params, %(trigger)s, t.parent,
+                CASE WHEN t.leased THEN %(expires)s::float8 ELSE %(now)s END, %(now)s, %(now)s,
+                CASE WHEN t.leased THEN %(owner)s::text END, CASE WHEN t.leased THEN 1 ELSE 0 END,
+                CASE WHEN t.leased THEN %(expires)s::float8 END,
+                CASE WHEN t.leased THEN %(now)s::float8 END
+            FROM (SELECT r.*, r.ord < %(leased)s AS leased
+                  FROM json_to_recordset(%(items)s::json) AS r(ord int, id text, params text,
+                      parent text)) AS t
             ORDER BY t.ord
             ON CONFLICT (workflow, id) DO NOTHING
             RETURNING {icols}
         )
-        SELECT *, (SELECT 1 FROM pg_notify(%(channel)s, %(note)s)) FROM created
+        SELECT *, CASE WHEN EXISTS (SELECT 1 FROM created WHERE status = 'queued')
+            THEN (SELECT 1 FROM pg_notify(%(channel)s, %(note)s)) END
+        FROM created
     """,
     "get_instance": "SELECT {icols} FROM {s}.instances WHERE workflow = %s AND id = %s",
     "get_instance_by_pk": "SELECT {icols} FROM {s}.instances WHERE pk = %s",
@@ -401,18 +409,6 @@ def json_rows(rows: Iterable[dict[str, Any]]) -> str:
 def indexed_rows(rows: list[dict[str, Any]]) -> str:
     """:func:`json_rows` with each row's position as ``idx``, to match results to rows."""
     return json_rows({**row, "idx": n} for n, row in enumerate(rows))
-
-
-def histories_from_rows(
-    pks: Iterable[int], steps: list[Any], events: list[Any]
-) -> dict[int, History]:
-    """Histories by instance pk from the rows of ``history_steps`` and ``history_events``."""
-    found: dict[int, History] = {pk: History([], []) for pk in pks}
-    for row in steps:
-        found[row[0]].steps.append(step_from_row(row[1:]))
-    for row in events:
-        found[row[0]].events.append(PendingEvent(row[1], row[2], loads(row[3]), row[4]))
-    return found
 
 
 def history_from_json(steps: str, events: str) -> History:

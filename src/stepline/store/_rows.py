@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from .._json import loads
 from ..errors import IllegalStateError
-from ..records import Attempt, InstanceRecord, InstanceStatusName, StepKind, StepRecord, StepStatus
+from ..records import (
+    Attempt,
+    InstanceRecord,
+    InstanceStatusName,
+    PendingEvent,
+    StepKind,
+    StepRecord,
+    StepStatus,
+)
+from .base import History
 
 INSTANCE_COLUMNS = (
     "pk, workflow, id, status, params, output, error, rollback, trigger, created_at, updated_at,"
@@ -136,3 +145,15 @@ def control_assignments(change: dict[str, Any], now: float, mark: str) -> tuple[
         sets.append(f"ended_at = {mark}, control = NULL")
         params.append(now)
     return ", ".join(sets), params
+
+
+def histories_from_rows(
+    pks: Iterable[int], steps: list[Any], events: list[Any]
+) -> dict[int, History]:
+    """Histories by instance pk from the rows of ``history_steps`` and ``history_events``."""
+    found: dict[int, History] = {pk: History([], []) for pk in pks}
+    for row in steps:
+        found[row[0]].steps.append(step_from_row(row[1:]))
+    for row in events:
+        found[row[0]].events.append(PendingEvent(row[1], row[2], loads(row[3]), row[4]))
+    return found

@@ -59,6 +59,30 @@ class History:
 
 
 @dataclass(frozen=True)
+class LeaseOffer:
+    """Asks :meth:`Store.create_instances` to hand new instances straight to a worker.
+
+    The first ``limit`` instances created are stored already claimed by ``owner`` (status
+    ``running``, lease token 1, lease for ``seconds``), as if a claim had taken them the moment
+    they were created: the worker in the creating process runs them without a round trip to
+    claim them and load their (empty) history. See :func:`offered_claims`.
+    """
+
+    owner: str
+    seconds: float
+    limit: int
+
+
+def offered_claims(offer: LeaseOffer, created: Sequence[InstanceRecord]) -> list[Claim]:
+    """The claims a :class:`LeaseOffer` produced among ``created``."""
+    return [
+        Claim(record, Lease(record.pk, 1, offer.owner), None, 0)
+        for record in created
+        if record.lease_owner == offer.owner
+    ]
+
+
+@dataclass(frozen=True)
 class NewInstance:
     """An instance to create: ``params`` is already-encoded JSON text (or None)."""
 
@@ -205,11 +229,14 @@ class Store(abc.ABC):
         *,
         trigger: str,
         skip_existing: bool,
+        lease: LeaseOffer | None = None,
     ) -> list[InstanceRecord]:
         """Create queued instances durably (on disk before returning).
 
         With ``skip_existing`` ids that exist are skipped and only new instances are returned;
         otherwise an existing id raises ``InstanceAlreadyExistsError`` and nothing is created.
+        With ``lease``, the instances created from the first ``lease.limit`` distinct ids of
+        ``items`` are stored claimed by ``lease.owner`` instead of queued (:class:`LeaseOffer`).
         """
 
     @abc.abstractmethod
@@ -280,7 +307,7 @@ class Store(abc.ABC):
     async def claim(
         self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
     ) -> list[Claim]:
-        """Atomically take up to ``limit`` runnable instances of ``workflows``.
+        """Atomically take up to ``limit`` runnable instances of ``workflows``, earliest first.
 
         Runnable: ``ready_at <= now`` and no live lease. Each claimed instance gets a fresh lease
         token and ``lease_expires = now + lease_seconds``; queued and waiting instances become

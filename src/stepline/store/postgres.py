@@ -105,7 +105,7 @@ from ..errors import (
 from ..records import InstancePage, InstanceRecord, StepRecord, WorkflowInfo
 from ._pgbatch import Batcher
 from ._pgdb import Conn, Database, describe, split_url
-from ._pgsql import Statements, histories_from_rows, history_from_json, indexed_rows, json_rows
+from ._pgsql import Statements, history_from_json, indexed_rows, json_rows
 from ._rows import (
     INSTANCE_COLUMNS,
     INTERRUPTED,
@@ -113,6 +113,7 @@ from ._rows import (
     control_transition,
     decode_cursor,
     encode_cursor,
+    histories_from_rows,
     instance_from_row,
     step_from_row,
 )
@@ -122,6 +123,7 @@ from .base import (
     Finish,
     History,
     Lease,
+    LeaseOffer,
     NewInstance,
     StepWrite,
     Store,
@@ -348,22 +350,27 @@ class PostgresStore(Store):
         *,
         trigger: str,
         skip_existing: bool,
+        lease: LeaseOffer | None = None,
     ) -> list[InstanceRecord]:
         unique: dict[str, NewInstance] = {}
         for item in items:
             unique.setdefault(item.id, item)
         if not unique:
             return []
+        params_now = self.now()
         params = {
             "workflow": workflow,
             "trigger": trigger,
-            "now": self.now(),
+            "now": params_now,
             "items": json_rows(
                 {"ord": n, "id": i.id, "params": i.params, "parent": i.parent}
                 for n, i in enumerate(unique.values())
             ),
             "channel": self.channel,
             "note": self._note(),
+            "leased": lease.limit if lease is not None else 0,
+            "owner": lease.owner if lease is not None else None,
+            "expires": params_now + lease.seconds if lease is not None else None,
         }
 
         async def body(conn: Conn) -> list[InstanceRecord]:
@@ -379,7 +386,7 @@ class PostgresStore(Store):
             return created
 
         created = await self._db.transaction(f"creating instances of {workflow!r}", body)
-        if created:
+        if any(record.status == "queued" for record in created):
             self._notify_ready()
         return created
 

@@ -42,6 +42,7 @@ from ._rows import (
     control_transition,
     decode_cursor,
     encode_cursor,
+    histories_from_rows,
     instance_from_row,
     step_from_row,
 )
@@ -51,6 +52,7 @@ from .base import (
     Finish,
     History,
     Lease,
+    LeaseOffer,
     NewInstance,
     StepWrite,
     Store,
@@ -63,6 +65,10 @@ Op = Callable[[sqlite3.Connection], Any]
 
 _BUSY_TIMEOUT_MS = 20
 _LOCK_GIVE_UP_SECONDS = 120.0
+
+
+class _PartialWrite(Exception):
+    """An op of a batch failed after writing: the batch must run again with savepoints."""
 
 
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
@@ -129,9 +135,12 @@ class SqliteStore(Store):
         self._pending: list[tuple[Op, asyncio.Future[Any], bool]] = []
         self._flush_scheduled = False
         self._eager = True
-        self._turn_busy = False
+        self._turn_writer: asyncio.Task[Any] | None = None
+        """The task whose write committed eagerly in this turn of the loop, if any."""
         self._retry_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._prefetched: dict[int, tuple[int, History]] = {}
+        """Histories read by :meth:`claim` with its leases: pk -> (lease token, history)."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -216,9 +225,10 @@ class SqliteStore(Store):
         """Queue ``op`` for the next group commit; the future resolves after COMMIT.
 
         Adaptive: while writes come one at a time (a sequential workload), each commits at once,
-        with no detour through the event loop. As soon as a second write arrives in the same
-        turn of the loop, writes are queued and committed together at the end of the turn,
-        until a turn brings only one write again.
+        with no detour through the event loop. As soon as a second task writes in the same turn
+        of the loop, writes are queued and committed together at the end of the turn, until a
+        turn brings writes from one task only again. (One task's writes are sequential: each
+        waits for the one before, so they have nothing to share a commit with.)
         """
         self._require()
         loop = self._loop or asyncio.get_running_loop()
@@ -226,9 +236,11 @@ class SqliteStore(Store):
         self._pending.append((op, fut, durable))
         if self._retry_task is not None or self._flush_scheduled:
             return fut
-        if self._eager and not self._turn_busy:
-            self._turn_busy = True
-            loop.call_soon(self._end_turn)
+        writer = self._turn_writer
+        if self._eager and (writer is None or writer is asyncio.current_task()):
+            if writer is None:
+                self._turn_writer = asyncio.current_task()
+                loop.call_soon(self._end_turn)
             self._flush()
             return fut
         self._eager = False
@@ -237,7 +249,7 @@ class SqliteStore(Store):
         return fut
 
     def _end_turn(self) -> None:
-        self._turn_busy = False
+        self._turn_writer = None
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -278,7 +290,13 @@ class SqliteStore(Store):
                 fut.set_exception(error)
 
     def _commit_batch(self) -> None:
-        """Run every pending op in one transaction. Raises OperationalError if locked."""
+        """Run every pending op in one transaction. Raises OperationalError if locked.
+
+        An op that fails fails alone: the others of the batch commit. Ops run without
+        savepoints, since almost every failure (a lost lease, say) comes before the op has
+        written anything; if a failing op did write, the transaction is rolled back and the batch
+        runs again with a savepoint around each op.
+        """
         conn = self._require()
         batch = self._pending
         durable = any(d for _, _, d in batch)
@@ -291,27 +309,14 @@ class SqliteStore(Store):
                 conn.execute("PRAGMA synchronous=NORMAL")
             raise
         self._pending = []
-        outcomes: list[tuple[asyncio.Future[Any], BaseException | None, Any]] = []
-        single = len(batch) == 1
-        self._eager = single
+        self._eager = len(batch) == 1
         try:
-            for op, fut, _ in batch:
-                if not single:
-                    conn.execute("SAVEPOINT op")
-                try:
-                    result = op(conn)
-                except Exception as exc:
-                    if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
-                        raise
-                    # This op fails alone: undo its writes, keep the others of the batch.
-                    conn.execute("ROLLBACK" if single else "ROLLBACK TO op")
-                    if not single:
-                        conn.execute("RELEASE op")
-                    outcomes.append((fut, _as_store_error(exc, self.path), None))
-                else:
-                    if not single:
-                        conn.execute("RELEASE op")
-                    outcomes.append((fut, None, result))
+            try:
+                outcomes = self._run_ops(conn, batch, savepoints=False)
+            except _PartialWrite:
+                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                outcomes = self._run_ops(conn, batch, savepoints=True)
             if conn.in_transaction:
                 conn.execute("COMMIT")
         except BaseException as exc:
@@ -330,6 +335,43 @@ class SqliteStore(Store):
             if durable:
                 conn.execute("PRAGMA synchronous=NORMAL")
         self._resolve(outcomes)
+
+    def _run_ops(
+        self,
+        conn: sqlite3.Connection,
+        batch: list[tuple[Op, asyncio.Future[Any], bool]],
+        *,
+        savepoints: bool,
+    ) -> list[tuple[asyncio.Future[Any], BaseException | None, Any]]:
+        """Run the ops of a batch inside its transaction; one outcome per op.
+
+        Without ``savepoints``, raises :class:`_PartialWrite` when an op fails after writing
+        (only a batch of one can then undo it, by rolling back the whole transaction).
+        """
+        single = len(batch) == 1
+        outcomes: list[tuple[asyncio.Future[Any], BaseException | None, Any]] = []
+        for op, fut, _ in batch:
+            if savepoints:
+                conn.execute("SAVEPOINT op")
+            before = conn.total_changes
+            try:
+                result = op(conn)
+            except Exception as exc:
+                if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
+                    raise
+                if savepoints:
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                elif single:
+                    conn.execute("ROLLBACK")
+                elif conn.total_changes != before:
+                    raise _PartialWrite() from exc
+                outcomes.append((fut, _as_store_error(exc, self.path), None))
+            else:
+                if savepoints:
+                    conn.execute("RELEASE op")
+                outcomes.append((fut, None, result))
+        return outcomes
 
     @staticmethod
     def _resolve(outcomes: list[tuple[asyncio.Future[Any], BaseException | None, Any]]) -> None:
@@ -384,8 +426,11 @@ class SqliteStore(Store):
         *,
         trigger: str,
         skip_existing: bool,
+        lease: LeaseOffer | None = None,
     ) -> list[InstanceRecord]:
         now = self.now()
+        leased = (lease.owner, now + lease.seconds) if lease is not None else None
+        quota = lease.limit if lease is not None else 0
 
         def op(c: sqlite3.Connection) -> list[InstanceRecord]:
             ids = [item.id for item in items]
@@ -405,20 +450,32 @@ class SqliteStore(Store):
             created: list[InstanceRecord] = []
             seen: set[str] = set()
             for item in items:
-                if item.id in existing or item.id in seen:
+                if item.id in seen:
                     continue
-                seen.add(item.id)
+                seen.add(item.id)  # its position among distinct ids: len(seen) - 1
+                if item.id in existing:
+                    continue
+                owner: str | None = None
+                expires: float | None = None
+                status, ready, token, started = "queued", now, 0, None
+                if leased is not None and len(seen) <= quota:
+                    owner, expires = leased
+                    status, ready, token, started = "running", expires, 1, now
                 row = c.execute(
                     "INSERT INTO instances (workflow, id, status, params, trigger, parent,"
-                    " ready_at, created_at, updated_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?)"
+                    " ready_at, created_at, updated_at, lease_owner, lease_token,"
+                    " lease_expires_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     f" RETURNING {INSTANCE_COLUMNS}",
-                    (workflow, item.id, item.params, trigger, item.parent, now, now, now),
-                ).fetchone()
+                    (
+                        workflow, item.id, status, item.params, trigger, item.parent, ready, now,
+                        now, owner, token, expires, started,
+                    ),
+                ).fetchone()  # fmt: skip
                 created.append(instance_from_row(row))
             return created
 
         created: list[InstanceRecord] = await self._write(op, durable=True)
-        if created:
+        if any(record.status == "queued" for record in created):
             self._notify_ready()
         return created
 
@@ -503,12 +560,14 @@ class SqliteStore(Store):
                 c.execute(f"UPDATE instances SET {sets} WHERE pk = ?", (*params, pk))
                 if change.get("fence"):
                     _interrupt_running_steps(c, pk, now)
-                if change.get("end") and self._wake_parent(c, pk, now):
-                    woke_parent.append(True)
             row = c.execute(
                 f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE pk = ?", (pk,)
             ).fetchone()
-            return instance_from_row(row)
+            record = instance_from_row(row)
+            ended = action != "restart" and change.get("end")
+            if ended and self._wake_parent(c, record.parent, now):
+                woke_parent.append(True)
+            return record
 
         record: InstanceRecord = await self._write(op, durable=True)
         self._notify_changed(workflow, instance_id)
@@ -656,12 +715,35 @@ class SqliteStore(Store):
                 ).fetchone()
                 record = instance_from_row(row)
                 claims.append(Claim(record, Lease(pk, row[16], owner), row[17], row[18]))
+            if claims:
+                # Their histories, read under the same write lock: two queries per batch
+                # instead of two per instance.
+                pks = [claim.lease.pk for claim in claims]
+                pk_marks = ",".join("?" * len(pks))
+                steps = c.execute(
+                    f"SELECT instance_pk, {STEP_COLUMNS} FROM steps"
+                    f" WHERE instance_pk IN ({pk_marks}) ORDER BY instance_pk, seq",
+                    pks,
+                ).fetchall()
+                events = c.execute(
+                    "SELECT instance_pk, pk, type, payload, created_at FROM events"
+                    f" WHERE instance_pk IN ({pk_marks}) AND consumed_by IS NULL"
+                    " ORDER BY instance_pk, pk",
+                    pks,
+                ).fetchall()
+                found = histories_from_rows(pks, steps, events)
+                for claim in claims:
+                    lease = claim.lease
+                    self._prefetched[lease.pk] = (lease.token, found[lease.pk])
             return claims
 
         claims: list[Claim] = await self._write(op)
         return claims
 
     async def load_history(self, lease: Lease) -> History:
+        prefetched = self._prefetched.pop(lease.pk, None)
+        if prefetched is not None and prefetched[0] == lease.token:
+            return prefetched[1]
         steps = await self._read(
             f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq", (lease.pk,)
         )
@@ -741,6 +823,8 @@ class SqliteStore(Store):
         return held
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
+        self._prefetched.pop(lease.pk, None)
+
         def op(c: sqlite3.Connection) -> tuple[str, str, str, bool]:
             status, event_seq, workflow, instance_id = self._fence(c, lease)
             woke = False
@@ -763,13 +847,13 @@ class SqliteStore(Store):
                 )
             else:
                 new_status = finish.status
-                c.execute(
+                (parent,) = c.execute(
                     "UPDATE instances SET status = ?, output = ?, error = ?, rollback = ?,"
                     " ready_at = NULL, lease_owner = NULL, lease_expires_at = NULL, control = NULL,"
-                    " ended_at = ?, updated_at = ? WHERE pk = ?",
+                    " ended_at = ?, updated_at = ? WHERE pk = ? RETURNING parent",
                     (new_status, output, error, rollback, now, now, lease.pk),
-                )
-                woke = self._wake_parent(c, lease.pk, now)
+                ).fetchone()
+                woke = self._wake_parent(c, loads(parent), now) if parent is not None else False
             return new_status, workflow, instance_id, woke
 
         result: tuple[str, str, str, bool] = await self._write(op)
@@ -780,11 +864,9 @@ class SqliteStore(Store):
         return new_status
 
     @staticmethod
-    def _wake_parent(c: sqlite3.Connection, pk: int, now: float) -> bool:
+    def _wake_parent(c: sqlite3.Connection, parent: dict[str, Any] | None, now: float) -> bool:
         """A child instance ended: make its parent runnable now if it waits (for the child), and
         bump its ``event_seq`` so a parent activation running meanwhile does not go to sleep."""
-        row = c.execute("SELECT parent FROM instances WHERE pk = ?", (pk,)).fetchone()
-        parent = loads(row[0]) if row is not None else None
         if not parent:
             return False
         c.execute(
@@ -795,6 +877,8 @@ class SqliteStore(Store):
         return True
 
     async def release(self, lease: Lease, now: float) -> None:
+        self._prefetched.pop(lease.pk, None)
+
         def op(c: sqlite3.Connection) -> None:
             c.execute(
                 "UPDATE instances SET lease_owner = NULL, lease_expires_at = NULL, ready_at = ?,"

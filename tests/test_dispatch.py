@@ -1,0 +1,139 @@
+"""Instances created in a process whose worker has room go straight to that worker.
+
+The store creates them already claimed (``LeaseOffer``), so the worker runs them without a claim
+or a history read; everything else about leases (fencing, expiry, renewal) is unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from stepline import (
+    Engine,
+    InstanceNotFoundError,
+    ManualClock,
+    WorkflowEvent,
+    WorkflowStep,
+    workflow,
+)
+from stepline.store.base import LeaseOffer, NewInstance, StepWrite, offered_claims
+
+from .conftest import EngineFactory, drain
+
+GATE: asyncio.Event | None = None
+
+
+@workflow(name="quick")
+async def quick(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    return await step.do("only", lambda: event.payload)
+
+
+@workflow(name="gated")
+async def gated(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    async def wait_for_gate() -> str:
+        assert GATE is not None
+        await GATE.wait()
+        return "through"
+
+    return await step.do("gate", wait_for_gate)
+
+
+async def test_create_with_a_lease_offer_stores_the_first_instances_claimed(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([quick], clock=clock) as engine:
+        store = engine.store
+        await engine.workflow("quick").create(id="old")
+        items = [NewInstance(i, "1") for i in ("old", "a", "a", "b", "c")]
+        offer = LeaseOffer("me", 30.0, 3)
+        created = await store.create_instances(
+            "quick", items, trigger="api", skip_existing=True, lease=offer
+        )
+        # positions among distinct ids: old (exists), a, b are the first three; c is beyond
+        assert [(r.id, r.status, r.lease_owner) for r in created] == [
+            ("a", "running", "me"),
+            ("b", "running", "me"),
+            ("c", "queued", None),
+        ]
+        assert created[0].started_at == clock()
+        claims = offered_claims(offer, created)
+        assert [c.instance.id for c in claims] == ["a", "b"]
+        assert all(c.lease.token == 1 and c.lease.owner == "me" for c in claims)
+        # the leases are real: others cannot claim them, their owner can write under them
+        others = await store.claim("other", ["quick"], 10, 30, store.now())
+        assert sorted(c.instance.id for c in others) == ["c", "old"]
+        write = StepWrite("only", 1, 1, "do", "complete", "1")
+        assert await store.record_step(claims[0].lease, write, store.now()) == "running"
+        # and they expire like any lease: a dead creator's instances move on
+        clock.advance(31)
+        await drain(engine)
+        for instance_id in ("a", "b"):
+            inst = await engine.workflow("quick").get(instance_id)
+            assert (await inst.status()).status == "complete"
+
+
+async def test_an_offer_that_is_not_taken_leaves_instances_queued(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([quick], clock=clock) as engine:
+        created = await engine.store.create_instances(
+            "quick", [NewInstance("x", None)], trigger="api", skip_existing=False, lease=None
+        )
+        assert created[0].status == "queued" and created[0].lease_owner is None
+
+
+async def test_the_engine_worker_runs_what_this_process_creates_at_once(store_url: str) -> None:
+    async with Engine(store_url, [quick], poll_interval=30) as engine:
+        await asyncio.sleep(0.1)  # the worker has looked once and found nothing
+        # With a 30 s poll interval and no notification in this process, only the hand-over
+        # can run the instance within the timeout.
+        instance = await engine.workflow("quick").create(params=7)
+        record = await instance.record()
+        assert record.status in ("running", "complete")
+        assert record.lease_owner in (engine.worker.id, None)
+        assert (await instance.wait(timeout=5)).output == 7
+        # a batch too
+        batch = await engine.workflow("quick").create_batch([{"params": n} for n in range(5)])
+        outputs = [(await i.wait(timeout=5)).output for i in batch]
+        assert outputs == [0, 1, 2, 3, 4]
+
+
+async def test_offers_respect_concurrency_and_a_backlog(store_url: str) -> None:
+    global GATE
+    GATE = asyncio.Event()
+    async with Engine(store_url, [gated, quick], concurrency=3, poll_interval=30) as engine:
+        await asyncio.sleep(0.1)
+        worker = engine.worker
+        assert worker.offer("unknown-workflow", 1) is None
+        batch = await engine.workflow("gated").create_batch([{} for _ in range(5)])
+        records = [await i.record() for i in batch]
+        assert [r.status for r in records] == ["running"] * 3 + ["queued"] * 2
+        assert worker.active_count == 3
+        assert worker.offer("quick", 1) is None  # no free slot
+        GATE.set()
+        for inst in batch:
+            assert (await inst.wait(timeout=10)).output == "through"
+    # A worker that is not running (driven by run_once, or a client-only engine) offers nothing.
+    async with Engine(store_url, [quick], worker=False) as client:
+        assert client.worker.offer("quick", 1) is None
+        inst = await client.workflow("quick").create()
+        assert (await inst.status()).status == "queued"
+
+
+async def test_a_cancelled_create_still_hands_its_instance_over(store_url: str) -> None:
+    async with Engine(store_url, [quick], poll_interval=30) as engine:
+        await asyncio.sleep(0.1)
+        binding = engine.workflow("quick")
+        task = asyncio.create_task(binding.create(id="c", params="done"))
+        await asyncio.sleep(0)  # the create is under way
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        # Whether or not the create had committed when it was cancelled, nothing waits for a
+        # lease to expire: the instance either does not exist or completes now.
+        try:
+            instance = await binding.get("c")
+        except InstanceNotFoundError:
+            return
+        assert (await instance.wait(timeout=5)).output == "done"
+        assert engine.worker._offered == 0
