@@ -1,14 +1,24 @@
 """Sequential workflows: the engine's fixed cost per step.
 
 200 workflows of 10 trivial steps run one after another (each created, then awaited to completion
-before the next), with an in-process worker. The per-step overhead (wall time / steps) is compared
-with the floor measured in the same run on the same disk: one single-row INSERT + COMMIT on SQLite
-in WAL mode with ``synchronous=NORMAL``, the setting the engine uses for step checkpoints (for
+before the next), with the worker in the same process. The time per step is compared with the
+floor measured in the same run on the same disk: one single-row INSERT + COMMIT on SQLite in WAL
+mode with ``synchronous=NORMAL``, the setting the engine uses for step checkpoints (for
 PostgreSQL: one single-row committed INSERT over loopback).
 
-Also measured: the same with sync callbacks (run in the thread pool), and 200 one-step workflows,
-which give the fixed cost of a workflow (durable create, claim, finish, wait) and, by difference,
-the marginal cost of one more step.
+Figures:
+
+- end to end: wall time from each create to its workflow's completion, over all steps;
+- marginal cost of a step: what one more step adds, (10-step workflow - 1-step workflow) / 9,
+  both end to end: the engine's cost per step without the fixed costs of a workflow (its
+  durable create, its finish, the wait), which the end-to-end figure spreads over 10 steps;
+- the same end to end with sync callbacks (run in the thread pool);
+- a 1-step workflow, create to complete: the fixed cost of a workflow plus one step;
+- create alone: ``create()`` with no worker running, per instance, against the floor of an
+  acknowledged write (SQLite ``synchronous=FULL``; PostgreSQL's floor is the same commit).
+
+In this process the engine's worker takes each new instance as it is created (no claim round
+trip), as an application that creates and runs its workflows in one process gets it.
 
 Run: ``python -m benchmarks.sequential`` (or ``python -m benchmarks`` for everything).
 """
@@ -34,11 +44,10 @@ NAME = "sequential"
 
 @dataclass(frozen=True)
 class Timing:
-    """Wall time of a sequential run, the part of it spent in ``create``, and the CPU time
-    the process used meanwhile (all threads)."""
+    """Wall time of a sequential run and the CPU time the process used meanwhile (all
+    threads)."""
 
     total: float
-    create: float
     cpu: float
 
 
@@ -50,17 +59,26 @@ async def run_sequential(url: str, *, workflows: int, steps: int, sync: bool) ->
         binding = engine.workflow(Trivial)
         for _ in range(max(workflows // 20, 3)):  # warm up: caches, thread pool, code paths
             await (await binding.create(params=params)).wait(timeout=60)
-        creating = 0.0
         cpu = time.process_time()
         start = time.perf_counter()
         for _ in range(workflows):
-            before = time.perf_counter()
             instance = await binding.create(params=params)
-            creating += time.perf_counter() - before
             status = await instance.wait(timeout=60)
             if status.status != "complete":
                 raise RuntimeError(f"benchmark workflow ended {status.status}: {status.error}")
-        return Timing(time.perf_counter() - start, creating, time.process_time() - cpu)
+        return Timing(time.perf_counter() - start, time.process_time() - cpu)
+
+
+async def run_creates(url: str, *, count: int) -> float:
+    """Seconds per ``create()`` with no worker running (nothing else competes)."""
+    async with Engine(url, [Trivial], worker=False) as engine:
+        binding = engine.workflow(Trivial)
+        for _ in range(max(count // 20, 3)):
+            await binding.create(params={"steps": 1})
+        start = time.perf_counter()
+        for _ in range(count):
+            await binding.create(params={"steps": 1})
+        return (time.perf_counter() - start) / count
 
 
 def _floors(config: BenchConfig, store: str, directory: Path) -> tuple[Floor, Floor]:
@@ -95,21 +113,15 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                     timings[key] = await run_sequential(
                         url, workflows=workflows, steps=n_steps, sync=sync
                     )
+            with database(config, store, directory) as url:
+                series["create"].append(await run_creates(url, count=workflows) * 1e6)
             us = 1e6 / workflows  # seconds over all workflows -> µs per workflow
             for key in ("async", "sync"):
-                t = timings[key]
-                series[f"{key}_e2e"].append(t.total * us / steps)
-                series[f"{key}_run"].append((t.total - t.create) * us / steps)
-                series[f"{key}_cpu"].append(t.cpu * us / steps)
-            one = timings["one"]
-            series["create"].append((timings["async"].create + one.create) * us / 2)
-            series["one_run"].append((one.total - one.create) * us)
+                series[f"{key}_e2e"].append(timings[key].total * us / steps)
+                series[f"{key}_cpu"].append(timings[key].cpu * us / steps)
+            series["one"].append(timings["one"].total * us)
             series["marginal"].append(
-                (
-                    (timings["async"].total - timings["async"].create) * us
-                    - (one.total - one.create) * us
-                )
-                / (steps - 1)
+                (timings["async"].total - timings["one"].total) * us / (steps - 1)
             )
     step_floor = Floor(names["step"], median(series["step_floor"]), "µs")
     ack_floor = Floor(names["ack"], median(series["ack_floor"]), "µs")
@@ -122,15 +134,13 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         NAME, f"Sequential workflows on {store} ({shape}, median of {config.runs} runs)"
     )
     report.figures = [
+        fig("marginal cost of one more step (async)", "marginal", step_floor),
         fig(f"per step, async callbacks ({shape}, end to end)", "async_e2e", step_floor),
         fig(f"per step, sync callbacks ({shape}, end to end)", "sync_e2e", step_floor),
-        fig("per step, async, excluding create", "async_run", step_floor),
-        fig("per step, sync, excluding create", "sync_run", step_floor),
-        fig("marginal cost of one more async step", "marginal", step_floor),
+        fig("1-step workflow, create to complete", "one", step_floor),
+        fig("create alone (durable, no worker running)", "create", ack_floor),
         fig("CPU time per step, async (end to end)", "async_cpu", None),
         fig("CPU time per step, sync (end to end)", "sync_cpu", None),
-        fig("create (durable), per workflow", "create", ack_floor),
-        fig("1-step workflow, create to complete", "one_run", step_floor),
         fig("floor: step checkpoint commit", "step_floor", None),
     ]
     if ack_floor != step_floor:
@@ -143,10 +153,10 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         "floors": names,
     }
     report.notes = [
-        "end to end = wall time / (workflows x steps), including each workflow's durable "
-        "create and its wait",
-        "excluding create = the same without the time spent in create()",
-        "marginal = (10-step workflow - 1-step workflow, both excluding create) / 9",
+        "marginal = (10-step workflow - 1-step workflow, both end to end) / 9: the cost of a "
+        "step without the fixed costs of a workflow",
+        "end to end = wall time / (workflows x steps), from each create to its completion, "
+        "including the durable create, the finish and the wait",
         "CPU time = process CPU (all threads) / steps: less sensitive than wall time to other "
         "load on the machine",
     ]
