@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -224,3 +225,71 @@ async def test_event_sent_while_running_is_not_lost(make_engine: EngineFactory) 
         holder["inst"] = inst = await engine.workflow("race").create()
         await drain(engine)
         assert (await inst.status()).output == "late"
+
+
+@workflow(name="naps")
+async def naps(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    await step.sleep("first", 10)
+    await step.sleep("second", 10)
+    if event.payload == "slow":
+        await step.do("slow", _slow_step)
+    return "rested"
+
+
+SLOW_GATE: dict[str, Any] = {}
+
+
+async def _slow_step() -> str:
+    await SLOW_GATE["event"].wait()
+    return "slow done"
+
+
+async def test_an_elapsed_sleep_is_recorded_with_the_next_write(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    """A sleep found elapsed on wake-up is recorded complete with the activation's next record
+    (here the next sleep's), or before the finish when nothing else is written."""
+    async with make_engine([naps], clock=clock) as engine:
+        inst = await engine.workflow("naps").create()
+        await drain(engine)
+        clock.advance(10)
+        await drain(engine)
+        steps = {s.name: s for s in await inst.steps()}
+        assert steps["first"].status == "complete"
+        assert steps["first"].ended_at == steps["first"].wake_at
+        assert steps["second"].status == "waiting"
+        clock.advance(10)
+        await drain(engine)
+        assert (await inst.status()).output == "rested"
+        steps = {s.name: s for s in await inst.steps()}
+        # the last sleep had no write after it: recorded before the finish
+        assert [(s.name, s.status) for s in steps.values()] == [
+            ("first", "complete"),
+            ("second", "complete"),
+        ]
+        assert steps["second"].ended_at == steps["second"].wake_at
+
+
+async def test_a_long_step_after_a_sleep_shows_the_sleep_complete_while_it_runs(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    SLOW_GATE["event"] = asyncio.Event()
+    async with make_engine([naps], clock=clock) as engine:
+        inst = await engine.workflow("naps").create(params="slow")
+        await drain(engine)
+        clock.advance(20)
+        await drain(engine)  # second sleep recorded
+        clock.advance(10)
+        running = asyncio.create_task(drain(engine))
+        try:
+            for _ in range(200):  # the running record comes ~0.2 s into the attempt
+                steps = {s.name: s for s in await inst.steps()}
+                if "slow" in steps:
+                    break
+                await asyncio.sleep(0.01)
+            assert steps["slow"].status == "running"
+            assert steps["second"].status == "complete"
+        finally:
+            SLOW_GATE["event"].set()
+            await running
+        assert (await inst.status()).output == "rested"

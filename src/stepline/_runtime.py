@@ -199,9 +199,13 @@ class _Mark:
         self._task = asyncio.get_running_loop().create_task(self._record())
 
     async def _record(self) -> None:
+        activation = self._activation
         with contextlib.suppress(ActivationAborted, SteplineError):
-            await self._activation.store.record_step(
-                self._activation.lease, self._make_write(), self._activation.store.now()
+            await activation.store.record_step(
+                activation.lease,
+                self._make_write(),
+                activation.store.now(),
+                before=activation.take_deferred(),
             )
 
     def cancel(self) -> None:
@@ -258,6 +262,8 @@ class Activation:
         self._stop_reason: str | None = None
         self._terminating = claim.control == "terminate_rollback"
         self._rollbacks: list[_Rollback] = []
+        self._deferred: list[StepWrite] = []
+        """Step records written with the next write (see :meth:`Store.record_step`)."""
         self.step = WorkflowStep(self)
 
     # -- control from the worker -----------------------------------------------------------------
@@ -278,7 +284,7 @@ class Activation:
         """Run to the next suspension or the end; return how the activation ends."""
         self._emit("instance_start", {})
         try:
-            return await self._execute()
+            finish = await self._execute()
         except SuspendInstance:
             wake_at = self._suspend_wake
             if self._stop_reason == "pause":
@@ -286,7 +292,10 @@ class Activation:
                 # `paused`, unless the pause was withdrawn (resumed) meanwhile: then the instance
                 # must run again at once, not wait for a wake-up that nothing will send.
                 wake_at = self.store.now()
-            return Finish("waiting", wake_at=wake_at, event_seq=self.claim.event_seq)
+            finish = Finish("waiting", wake_at=wake_at, event_seq=self.claim.event_seq)
+        if self._deferred:  # no write came after them: record them now, before the finish
+            await self._write(self._deferred.pop())
+        return finish
 
     async def _execute(self) -> Finish:
         try:
@@ -414,10 +423,19 @@ class Activation:
     def _encode(self, value: Any, what: str) -> str:
         return _json.dumps(value, what=what, limit=self.settings.max_payload)
 
+    def take_deferred(self) -> list[StepWrite]:
+        """The records waiting to go with the next write (a lost one is re-derived on replay)."""
+        before, self._deferred = self._deferred, []
+        return before
+
     async def _write(self, write: StepWrite) -> None:
-        """Record a step (fenced). Sees a pause request; aborts if the lease is gone."""
+        """Record a step (fenced), with the deferred records before it. Sees a pause request;
+        aborts if the lease is gone."""
+        before = self.take_deferred()
         try:
-            status = await self.store.record_step(self.lease, write, self.store.now())
+            status = await self.store.record_step(
+                self.lease, write, self.store.now(), before=before
+            )
         except LeaseLostError as exc:
             raise ActivationAborted(str(exc)) from exc
         if write.ended_at is not None:
@@ -608,9 +626,20 @@ class Activation:
         wake_at = record.wake_at if record is not None and record.wake_at else wake(now)
         started = record.started_at if record is not None else now
         if now >= wake_at:
-            await self._record_alone(
-                key, seq, "sleep", "complete", wake_at=wake_at, started_at=started, ended_at=wake_at
-            )
+            done = StepWrite(
+                name, key[1], seq, "sleep", "complete",
+                wake_at=wake_at, started_at=started, ended_at=wake_at,
+            )  # fmt: skip
+            if record is not None:
+                # Its wake time is stored, so replay finds it elapsed whether or not this record
+                # is: it needs no commit of its own and goes with the activation's next write.
+                self._deferred.append(done)
+                return
+            self._begin()
+            try:
+                await self._write(done)
+            finally:
+                self._end()
             return
         if record is None:
             self._emit("step_sleep", {"step": f"{name}-{key[1]}", "until": wake_at})

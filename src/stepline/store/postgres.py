@@ -145,6 +145,30 @@ _Finished = tuple[str, str, str, bool]
 """A finished activation: new status, workflow, instance id, whether a parent was woken."""
 
 
+def _step_row(lease: Lease, write: StepWrite) -> dict[str, Any]:
+    """One step write as the parameters of ``record_step(s)``."""
+    return {
+        "pk": lease.pk,
+        "token": lease.token,
+        "owner": lease.owner,
+        "name": write.name,
+        "count": write.count,
+        "seq": write.seq,
+        "kind": write.kind,
+        "status": write.status,
+        "output": write.output,
+        "error": _json_or_none(write.error, "step error"),
+        "attempts": dumps([a.to_json() for a in write.attempts], what="attempts")
+        if write.attempts
+        else None,
+        "wake_at": write.wake_at,
+        "started_at": write.started_at,
+        "ended_at": write.ended_at,
+        "info": _json_or_none(write.info, "step info"),
+        "event": write.consume_event,
+    }
+
+
 def _json_or_none(value: Any, what: str) -> str | None:
     return None if value is None else dumps(value, what=what)
 
@@ -634,28 +658,13 @@ class PostgresStore(Store):
         found = histories_from_rows(pks, steps, events)
         return [found[pk] for pk in pks]
 
-    async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
-        row = {
-            "pk": lease.pk,
-            "token": lease.token,
-            "owner": lease.owner,
-            "name": write.name,
-            "count": write.count,
-            "seq": write.seq,
-            "kind": write.kind,
-            "status": write.status,
-            "output": write.output,
-            "error": _json_or_none(write.error, "step error"),
-            "attempts": dumps([a.to_json() for a in write.attempts], what="attempts")
-            if write.attempts
-            else None,
-            "wake_at": write.wake_at,
-            "started_at": write.started_at,
-            "ended_at": write.ended_at,
-            "info": _json_or_none(write.info, "step info"),
-            "event": write.consume_event,
-        }
-        return await self._step_writes.submit(row)
+    async def record_step(
+        self, lease: Lease, write: StepWrite, now: float, *, before: Sequence[StepWrite] = ()
+    ) -> str:
+        if not before:
+            return await self._step_writes.submit(_step_row(lease, write))
+        rows = [_step_row(lease, w) for w in (*before, write)]
+        return (await self._step_writes.submit_all(rows))[-1]
 
     async def _record_steps(self, rows: list[dict[str, Any]]) -> list[str | BaseException]:
         q = self._sql

@@ -768,39 +768,47 @@ class SqliteStore(Store):
             raise LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
         return tuple(row)
 
-    async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+    async def record_step(
+        self, lease: Lease, write: StepWrite, now: float, *, before: Sequence[StepWrite] = ()
+    ) -> str:
         def op(c: sqlite3.Connection) -> str:
             status: str = self._fence(c, lease)[0]
-            c.execute(
-                f"INSERT OR REPLACE INTO steps ({STEP_COLUMNS}, instance_pk)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    write.name,
-                    write.count,
-                    write.seq,
-                    write.kind,
-                    write.status,
-                    write.output,
-                    dumps(write.error, what="step error") if write.error is not None else None,
-                    dumps([a.to_json() for a in write.attempts], what="attempts")
-                    if write.attempts
-                    else None,
-                    write.wake_at,
-                    write.started_at,
-                    write.ended_at,
-                    dumps(write.info, what="step info") if write.info is not None else None,
-                    lease.pk,
-                ),
-            )
-            if write.consume_event is not None:
-                c.execute(
-                    "UPDATE events SET consumed_by = ? WHERE pk = ?",
-                    (f"{write.name}-{write.count}", write.consume_event),
-                )
+            for w in before:
+                self._insert_step(c, lease, w)
+            self._insert_step(c, lease, write)
             return status
 
         status: str = await self._write(op)
         return status
+
+    @staticmethod
+    def _insert_step(c: sqlite3.Connection, lease: Lease, write: StepWrite) -> None:
+        c.execute(
+            f"INSERT OR REPLACE INTO steps ({STEP_COLUMNS}, instance_pk)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                write.name,
+                write.count,
+                write.seq,
+                write.kind,
+                write.status,
+                write.output,
+                dumps(write.error, what="step error") if write.error is not None else None,
+                dumps([a.to_json() for a in write.attempts], what="attempts")
+                if write.attempts
+                else None,
+                write.wake_at,
+                write.started_at,
+                write.ended_at,
+                dumps(write.info, what="step info") if write.info is not None else None,
+                lease.pk,
+            ),
+        )
+        if write.consume_event is not None:
+            c.execute(
+                "UPDATE events SET consumed_by = ? WHERE pk = ?",
+                (f"{write.name}-{write.count}", write.consume_event),
+            )
 
     async def renew(
         self, leases: Sequence[Lease], lease_seconds: float, now: float
