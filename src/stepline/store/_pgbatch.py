@@ -17,15 +17,12 @@ class Batcher(Generic[Item, Result]):
     """Queues items and hands them to ``run`` in batches.
 
     Up to ``flushers`` batches are in flight at once; an item submitted while all of them are busy
-    waits and joins the next batch, so batches grow exactly when the database is the bottleneck.
-    A lone item (nothing queued or in flight) goes out at once from its caller's own task, with
-    no flusher task and no turn of the event loop in between: the sequential case costs what one
-    statement costs. ``run`` returns one result or exception per item, in order. Items with
-    equal ``key`` never share a batch (their statements would conflict); the later one waits for
-    the next batch. An item queued for a flusher is run even if its caller was cancelled
-    meanwhile (its write may save work later); a lone item is abandoned with its caller, like
-    any statement in flight. When a whole batch fails and ``split(error)`` says so (an error that
-    one bad item could have caused), each item is run alone, so only the bad one fails.
+    waits and joins the next batch, so batches grow exactly when the database is the bottleneck
+    (and a lone item goes out at once). ``run`` returns one result or exception per item, in
+    order. Items with equal ``key`` never share a batch (their statements would conflict); the
+    later one waits for the next batch. An item whose caller was cancelled is still run: its
+    write may save work later. When a whole batch fails and ``split(error)`` says so (an error
+    that one bad item could have caused), each item is run alone, so only the bad one fails.
     """
 
     def __init__(
@@ -46,38 +43,15 @@ class Batcher(Generic[Item, Result]):
         self._flushers: set[asyncio.Task[None]] = set()
         self._idle: asyncio.Task[None] | None = None
         """A flusher task that was started and has not taken its first batch yet."""
-        self._inline = 0
-        """Lone items being run by their callers (counted as flushers)."""
 
     async def submit(self, item: Item) -> Result:
-        if not self._queue and not self._flushers and not self._inline:
-            self._inline += 1
-            try:
-                (outcome,) = await self._outcomes([item])
-            finally:
-                self._inline -= 1
-                if self._queue:
-                    self._schedule()
-            if isinstance(outcome, BaseException):
-                raise outcome
-            return outcome
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
         self._schedule()
         return await future
 
-    async def submit_all(self, items: Sequence[Item]) -> list[Result]:
-        """Submit several items at once (they join the same batch unless their keys clash)."""
-        loop = asyncio.get_running_loop()
-        entries = [(item, loop.create_future()) for item in items]
-        self._queue.extend(entries)
-        self._schedule()
-        results: list[Result] = await asyncio.gather(*(future for _, future in entries))
-        return results
-
     async def drain(self) -> None:
-        """Wait until everything submitted so far has been run (lone items run by their callers
-        are awaited by them)."""
+        """Wait until everything submitted so far has been run."""
         while self._flushers or self._queue:
             if self._flushers:
                 await asyncio.wait(set(self._flushers))
@@ -88,7 +62,7 @@ class Batcher(Generic[Item, Result]):
         # A flusher takes its batch when its task first runs (the next loop iteration), so items
         # submitted in this iteration join it anyway: no need to wait a turn before starting one.
         # A flusher that has not taken its batch yet serves every item queued meanwhile.
-        if self._idle is not None or len(self._flushers) + self._inline >= self._max_flushers:
+        if self._idle is not None or len(self._flushers) >= self._max_flushers:
             return
         task = asyncio.get_running_loop().create_task(self._flush())
         self._idle = task
