@@ -81,6 +81,33 @@ def postgres_commit(url: str, *, n: int = 500) -> Floor:
     )
 
 
+async def postgres_commit_async(url: str, *, n: int = 500) -> Floor:
+    """:func:`postgres_commit` through psycopg's asyncio connection, the driver mode the engine
+    uses: not a floor of the database, but of what any asyncio client of it pays per statement.
+    """
+    schema = f"stepline_floor_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(url.split("?")[0], autocommit=True) as conn:
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            await conn.execute(
+                f'CREATE TABLE "{schema}".t (id bigserial PRIMARY KEY, v text NOT NULL)'
+            )
+            insert = f'INSERT INTO "{schema}".t (v) VALUES (%s)'
+            for _ in range(50):
+                await conn.execute(insert, ("warm-up",))
+            start = time.perf_counter()
+            for i in range(n):
+                await conn.execute(insert, (f"row {i}",))
+            elapsed = time.perf_counter() - start
+        finally:
+            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    return Floor(
+        "the same INSERT through psycopg's asyncio connection (what any asyncio client pays)",
+        elapsed / n * 1e6,
+        "µs",
+    )
+
+
 def step_floor(store: str, directory: Path, pg_url: str) -> Floor:
     """Floor S (SQLite, ``synchronous=NORMAL``: a step checkpoint) or floor P (PostgreSQL)."""
     if store == "sqlite":

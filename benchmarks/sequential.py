@@ -34,7 +34,7 @@ from pathlib import Path
 from stepline import Engine
 
 from ._config import BenchConfig, database, parse, work_directory
-from ._floors import ack_floor, step_floor
+from ._floors import ack_floor, postgres_commit_async, step_floor
 from ._report import Figure, Floor, Report, median
 from ._run import execute
 from ._workflows import Trivial
@@ -103,6 +103,8 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
             names["step"], names["ack"] = step_floor.name, ack_floor.name
             series["step_floor"].append(step_floor.value)
             series["ack_floor"].append(ack_floor.value)
+            if store == "postgres":
+                series["async_floor"].append((await postgres_commit_async(config.pg_url)).value)
             timings: dict[str, Timing] = {}
             for key, n_steps, sync in (
                 ("async", steps, False),
@@ -145,6 +147,10 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
     ]
     if ack_floor != step_floor:
         report.figures.append(fig("floor: acknowledged-write commit", "ack_floor", None))
+    if series["async_floor"]:
+        report.figures.append(
+            fig("floor's INSERT through psycopg's asyncio connection", "async_floor", step_floor)
+        )
     report.details = {
         "store": store,
         "workflows": workflows,
