@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from stepline import LeaseLostError, ManualClock, WorkflowEvent, WorkflowStep, workflow
+from stepline.errors import StoreError
 from stepline.store.base import Finish, StepWrite
 
 from .conftest import EngineFactory, drain
@@ -143,3 +144,38 @@ async def test_graceful_shutdown_releases_leases(make_engine: EngineFactory) -> 
         ] == ["slow-1"]
         await drain(engine2)
         assert RUNS == ["never"]
+
+
+async def test_a_database_failure_while_recording_a_step_does_not_error_the_instance(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    """A store failure is the infrastructure's, not the workflow's: the activation stops (even
+    if run() catches exceptions around the step) and the instance runs again later."""
+
+    @workflow(name="careful")
+    async def careful(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        try:
+            await step.do("first", lambda: RUNS.append("first") or 1)
+        except Exception as exc:
+            return f"swallowed {type(exc).__name__}"
+        return "ok"
+
+    async with make_engine([careful], clock=clock, lease=30) as engine:
+        store = engine.store
+        real = store.record_step
+        failures = [StoreError("the database went away")]
+
+        async def flaky(*args: Any, **kwargs: Any) -> str:
+            if failures:
+                raise failures.pop()
+            return await real(*args, **kwargs)
+
+        store.record_step = flaky  # type: ignore[method-assign]
+        inst = await engine.workflow("careful").create()
+        await drain(engine)
+        assert (await inst.status()).status == "running"  # abandoned, lease still held
+        clock.advance(31)
+        await drain(engine)
+        status = await inst.status()
+        assert (status.status, status.output) == ("complete", "ok")
+        assert RUNS == ["first", "first"]  # the unrecorded step ran again

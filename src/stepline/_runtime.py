@@ -33,6 +33,7 @@ from .errors import (
     StepFailedError,
     SteplineError,
     StepTimeoutError,
+    StoreError,
     SuspendInstance,
     WorkflowFailedError,
     _EngineSignal,
@@ -438,6 +439,10 @@ class Activation:
             )
         except LeaseLostError as exc:
             raise ActivationAborted(str(exc)) from exc
+        except StoreError as exc:
+            # The database failed, not the workflow: stop (run() cannot catch this) and let the
+            # instance run again once the lease expires, instead of ending it errored.
+            raise ActivationAborted(f"could not record step {write.name!r}: {exc}") from exc
         if write.ended_at is not None:
             self._ended_at[(write.name, write.count)] = write.ended_at
         if status == "waitingForPause":
