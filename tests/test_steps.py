@@ -18,6 +18,7 @@ from stepline import (
     WorkflowStep,
     workflow,
 )
+from stepline._runtime import RunningMarks
 from stepline.workflow import definition_of
 
 from .conftest import EngineFactory, drain
@@ -466,3 +467,89 @@ def test_describe_lists_steps_named_in_the_source() -> None:
         {"name": "a", "type": "do"},
         {"name": "b", "type": "do"},
     ]
+
+
+async def test_a_long_timeout_fires_from_the_workers_sweep(
+    make_engine: EngineFactory, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Timeouts of PRECISE_BELOW seconds or more have no timer of their own: the sweep that
+    also writes `running` records fires them (here made to apply to a 0.1 s timeout)."""
+    monkeypatch.setattr(RunningMarks, "PRECISE_BELOW", 0.01)
+
+    async def slow() -> None:
+        await asyncio.sleep(30)
+
+    @workflow(name="swept")
+    async def swept(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        try:
+            await step.do("slow", {"timeout": 0.1, "retries": {"limit": 0}}, slow)
+        except StepFailedError as exc:
+            return exc.error_name
+        return "no timeout"
+
+    async with make_engine([swept], clock=clock) as engine:
+        inst = await engine.workflow("swept").create()
+        await asyncio.wait_for(drain(engine), 10)
+        assert (await inst.status()).output == "StepTimeoutError"
+
+
+async def test_a_step_that_beat_its_timeout_is_not_cancelled_later(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async def quick() -> str:
+        return "quick"
+
+    async def later() -> str:
+        await asyncio.sleep(0.3)  # well past the first step's timeout
+        return "later"
+
+    @workflow(name="beat")
+    async def beat(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        first = await step.do("quick", {"timeout": 0.05}, quick)
+        second = await step.do("later", later)
+        return [first, second]
+
+    async with make_engine([beat], clock=clock) as engine:
+        inst = await engine.workflow("beat").create()
+        await drain(engine)
+        assert (await inst.status()).output == ["quick", "later"]
+
+
+async def test_a_cancellation_from_outside_is_not_a_timeout() -> None:
+    """The attempt's clock tells its own timeout from any other cancellation of the task."""
+    marks = RunningMarks()
+    seen: list[str] = []
+
+    class _Activation:  # what a mark touches of an activation: nothing until it fires
+        pass
+
+    async def attempt() -> None:
+        mark = marks.add(_Activation(), lambda: None, 5.0)  # type: ignore[arg-type,return-value]
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("timeout" if mark.timed_out() else "cancelled")
+            raise
+        finally:
+            mark.disarm()
+            marks.discard(mark)
+
+    task = asyncio.create_task(attempt())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled"]
+
+    async def short() -> None:
+        mark = marks.add(_Activation(), lambda: None, 0.02)  # type: ignore[arg-type,return-value]
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("timeout" if mark.timed_out() else "cancelled")
+        finally:
+            mark.disarm()
+            marks.discard(mark)
+
+    await asyncio.wait_for(short(), 5)
+    assert seen == ["cancelled", "timeout"]

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,24 +137,34 @@ class _Rollback:
 
 
 class RunningMarks:
-    """Records step attempts as ``running`` once they have run for ``RECORD_RUNNING_AFTER``.
+    """The clock of step attempts in flight: their ``running`` record and their timeout.
 
-    Observers in other processes then see long steps as running; quick steps skip that write.
-    One timer per worker sweeps the attempts in flight every ``SWEEP`` seconds (so the write
-    comes 0.2 to 0.25 s into the attempt), instead of a timer per attempt: an attempt that ends
-    quickly costs a dictionary insert and delete.
+    An attempt that runs longer than ``RECORD_RUNNING_AFTER`` is written as ``running`` so that
+    observers in other processes see it; quick steps skip that write. An attempt that outlives
+    its timeout is cancelled (and becomes a :class:`~stepline.StepTimeoutError`). One timer per
+    worker sweeps the attempts in flight every ``SWEEP`` seconds for both, instead of timers per
+    attempt: an attempt that ends quickly costs a dictionary insert and delete. So the running
+    record comes 0.2 to 0.25 s into an attempt, and a timeout of ``PRECISE_BELOW`` seconds or
+    more fires up to ``SWEEP`` late; a shorter timeout gets a timer of its own and fires on time.
     """
 
     SWEEP = 0.05
+    PRECISE_BELOW = 2.0
 
     def __init__(self) -> None:
         self._pending: dict[int, _Mark] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def add(self, activation: Activation, make_write: Callable[[], StepWrite]) -> _Mark:
+    def add(
+        self, activation: Activation, make_write: Callable[[], StepWrite], timeout: float
+    ) -> _Mark:
+        """Start the clock of an attempt of the current task."""
         loop = asyncio.get_running_loop()
-        mark = _Mark(self, activation, make_write, loop.time() + RECORD_RUNNING_AFTER)
+        now = loop.time()
+        mark = _Mark(self, activation, make_write, now + RECORD_RUNNING_AFTER, now + timeout)
+        if timeout < self.PRECISE_BELOW:
+            mark.timer = loop.call_at(mark.deadline, mark.expire)
         self._pending[id(mark)] = mark
         if self._handle is None or self._loop is not loop:
             self._loop = loop
@@ -169,19 +180,36 @@ class RunningMarks:
         if loop is None:
             return
         now = loop.time()
-        for key, mark in list(self._pending.items()):
+        for mark in list(self._pending.values()):
             if mark.due <= now:
-                del self._pending[key]
+                mark.due = math.inf
                 mark.fire()
+            if mark.deadline <= now:
+                mark.expire()
         if self._pending:
             self._handle = loop.call_later(self.SWEEP, self._sweep)
 
 
 class _Mark:
-    """One attempt in flight. Its final write waits for the running write, if one was started
-    (:meth:`settle`), so the two never race."""
+    """The clock of one attempt (see :class:`RunningMarks`).
 
-    __slots__ = ("_activation", "_make_write", "_marks", "_task", "due")
+    Its final write waits for the running write, if one was started (:meth:`settle`), so the
+    two never race. Its timeout works like ``asyncio.timeout``: it cancels the attempt's task,
+    and :meth:`timed_out` tells that cancellation from any other.
+    """
+
+    __slots__ = (
+        "_activation",
+        "_cancelling",
+        "_expired",
+        "_make_write",
+        "_marks",
+        "_owner",
+        "_task",
+        "deadline",
+        "due",
+        "timer",
+    )
 
     def __init__(
         self,
@@ -189,12 +217,18 @@ class _Mark:
         activation: Activation,
         make_write: Callable[[], StepWrite],
         due: float,
+        deadline: float,
     ) -> None:
         self._marks = marks
         self._activation = activation
         self._make_write = make_write
         self._task: asyncio.Task[None] | None = None
+        self._owner = asyncio.current_task()
+        self._cancelling = self._owner.cancelling() if self._owner is not None else 0
+        self._expired = False
         self.due = due
+        self.deadline = deadline
+        self.timer: asyncio.TimerHandle | None = None
 
     def fire(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._record())
@@ -209,12 +243,36 @@ class _Mark:
                 before=activation.take_deferred(),
             )
 
+    def expire(self) -> None:
+        """The timeout is up: cancel the attempt (once)."""
+        if self._expired or self.deadline == math.inf or self._owner is None:
+            return
+        self._expired = True
+        self._owner.cancel()
+
+    def disarm(self) -> None:
+        """The attempt's callback is over: its timeout no longer applies."""
+        self.deadline = math.inf
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def timed_out(self) -> bool:
+        """After a ``CancelledError`` in the attempt: whether it was this timeout alone (then the
+        cancellation is absorbed) rather than a cancellation from outside."""
+        if not self._expired or self._owner is None:
+            return False
+        self._expired = False
+        return self._owner.uncancel() <= self._cancelling
+
     def cancel(self) -> None:
+        self.disarm()
         self._marks.discard(self)
         if self._task is not None:
             self._task.cancel()
 
     async def settle(self) -> None:
+        self.disarm()
         self._marks.discard(self)
         if self._task is not None:
             await self._task
@@ -538,8 +596,7 @@ class Activation:
                 started_at = now
             self._begin()
             marker = self.settings.marks.add(
-                self,
-                functools.partial(_running_write, write, number, now),
+                self, functools.partial(_running_write, write, number, now), cfg.timeout
             )
             try:
                 if self.settings.listeners:
@@ -555,12 +612,16 @@ class Activation:
                 else:
                     args = ()
                 try:
-                    async with asyncio.timeout(cfg.timeout):
-                        result = await invoke(callback, args)
-                except TimeoutError:
-                    raise StepTimeoutError(
-                        f"step {label!r} attempt {number} timed out after {cfg.timeout:g} seconds"
-                    ) from None
+                    result = await invoke(callback, args)
+                except asyncio.CancelledError:
+                    if marker.timed_out():
+                        raise StepTimeoutError(
+                            f"step {label!r} attempt {number} timed out after "
+                            f"{cfg.timeout:g} seconds"
+                        ) from None
+                    raise
+                finally:
+                    marker.disarm()
             except (_EngineSignal, asyncio.CancelledError):
                 marker.cancel()
                 self._end()
