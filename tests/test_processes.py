@@ -237,7 +237,14 @@ async def test_scale_out_with_a_worker_killed_twice(
     """
     started = time.monotonic()
     ledger = ledger_dir(tmp_path)
-    params = {"ledger": str(ledger), "steps": SCALE_STEPS, "kinds": ["async"]}
+    # Every other step takes 10 ms: on a fast machine a half of the instances otherwise went
+    # through in well under a second, and the moment to kill could pass between two polls.
+    params = {
+        "ledger": str(ledger),
+        "steps": SCALE_STEPS,
+        "kinds": ["async", "async-sleep"],
+        "work": 0.01,
+    }
     half = SCALE_INSTANCES // 2
     async with Engine(store_url, [LedgerWorkflow], worker=False) as client:
         pool = pools(lease=5.0)
