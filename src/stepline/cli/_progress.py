@@ -111,7 +111,7 @@ class RunProgress:
             )
             self._live.start()
         else:
-            self._line("⌛", f"queued instance {self.instance_id} of {self.workflow}")
+            self._line("⌛", f"creating instance {self.instance_id} of {self.workflow}")
         return self
 
     def __exit__(self, *exc: object) -> None:
