@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -54,28 +56,31 @@ def sqlite_commit(directory: Path, *, synchronous: Synchronous = "NORMAL", n: in
     )
 
 
-def postgres_commit(url: str, *, n: int = 500) -> Floor:
-    """Microseconds for one single-row committed ``INSERT`` (autocommit) over ``url``.
-
-    ``url`` may carry stepline's ``?schema=`` parameter; it is ignored. The table is an ordinary
-    (WAL-logged) one in a throwaway schema, dropped afterwards: a temporary table would skip the
-    WAL flush at commit and understate the floor. With the server on 127.0.0.1 this is one
-    loopback round trip plus the server's WAL flush.
-    """
+@contextmanager
+def _floor_table(url: str) -> Iterator[str]:
+    """A throwaway schema with an ordinary (WAL-logged) table, dropped afterwards; yields the
+    single-row ``INSERT`` into it. ``url`` may carry stepline's ``?schema=`` parameter; it is
+    ignored. (A temporary table would skip the WAL flush at commit and understate the floor.)"""
     schema = f"stepline_floor_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
         try:
             conn.execute(f'CREATE TABLE "{schema}".t (id bigserial PRIMARY KEY, v text NOT NULL)')
-            insert = f'INSERT INTO "{schema}".t (v) VALUES (%s)'
-            for _ in range(50):
-                conn.execute(insert, ("warm-up",))
-            start = time.perf_counter()
-            for i in range(n):
-                conn.execute(insert, (f"row {i}",))
-            elapsed = time.perf_counter() - start
+            yield f'INSERT INTO "{schema}".t (v) VALUES (%s)'
         finally:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def postgres_commit(url: str, *, n: int = 500) -> Floor:
+    """Microseconds for one single-row committed ``INSERT`` (autocommit) over ``url``: with the
+    server on 127.0.0.1, one loopback round trip plus the server's WAL flush."""
+    with _floor_table(url) as insert, psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+        for _ in range(50):
+            conn.execute(insert, ("warm-up",))
+        start = time.perf_counter()
+        for i in range(n):
+            conn.execute(insert, (f"row {i}",))
+        elapsed = time.perf_counter() - start
     return Floor(
         "one single-row committed INSERT, PostgreSQL over loopback", elapsed / n * 1e6, "µs"
     )
@@ -85,22 +90,16 @@ async def postgres_commit_async(url: str, *, n: int = 500) -> Floor:
     """:func:`postgres_commit` through psycopg's asyncio connection, the driver mode the engine
     uses: not a floor of the database, but of what any asyncio client of it pays per statement.
     """
-    schema = f"stepline_floor_{uuid.uuid4().hex[:8]}"
-    async with await psycopg.AsyncConnection.connect(url.split("?")[0], autocommit=True) as conn:
-        await conn.execute(f'CREATE SCHEMA "{schema}"')
-        try:
-            await conn.execute(
-                f'CREATE TABLE "{schema}".t (id bigserial PRIMARY KEY, v text NOT NULL)'
-            )
-            insert = f'INSERT INTO "{schema}".t (v) VALUES (%s)'
+    with _floor_table(url) as insert:
+        async with await psycopg.AsyncConnection.connect(
+            url.split("?")[0], autocommit=True
+        ) as conn:
             for _ in range(50):
                 await conn.execute(insert, ("warm-up",))
             start = time.perf_counter()
             for i in range(n):
                 await conn.execute(insert, (f"row {i}",))
             elapsed = time.perf_counter() - start
-        finally:
-            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
     return Floor(
         "the same INSERT through psycopg's asyncio connection (what any asyncio client pays)",
         elapsed / n * 1e6,
