@@ -516,9 +516,13 @@ class Activation:
         self, key: tuple[str, int], seq: int, kind: StepKind, status: StepStatus, **fields: Any
     ) -> None:
         """Write a step's new state, counted in flight so that nothing suspends meanwhile."""
+        await self._write_alone(StepWrite(key[0], key[1], seq, kind, status, **fields))
+
+    async def _write_alone(self, write: StepWrite) -> None:
+        """:meth:`_write`, counted in flight so that nothing suspends meanwhile."""
         self._begin()
         try:
-            await self._record(key, seq, kind, status, **fields)
+            await self._write(write)
         finally:
             self._end()
 
@@ -700,12 +704,8 @@ class Activation:
                 # Its wake time is stored, so replay finds it elapsed whether or not this record
                 # is: it needs no commit of its own and goes with the activation's next write.
                 self._deferred.append(done)
-                return
-            self._begin()
-            try:
-                await self._write(done)
-            finally:
-                self._end()
+            else:
+                await self._write_alone(done)
             return
         if record is None:
             self._emit("step_sleep", {"step": f"{name}-{key[1]}", "until": wake_at})
