@@ -61,6 +61,18 @@ def list_documents(folder: Path) -> list[str]:
     )
 
 
+def read_folder(folder: Path) -> list[dict[str, Any]]:
+    """Every supported document of ``folder`` as :func:`extract_text` reads it.
+
+    Raises ``FileNotFoundError`` if the folder does not exist and ``ValueError`` if it holds no
+    supported document: input errors that no retry can fix.
+    """
+    names = list_documents(folder)
+    if not names:
+        raise ValueError(f"no .txt or .md documents in {folder}")
+    return [extract_text(folder / name) for name in names]
+
+
 def markdown_to_text(markdown: str) -> str:
     """Markdown to plain text: headings, emphasis, links, list markers and code fences go."""
     lines: list[str] = []

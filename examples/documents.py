@@ -61,16 +61,10 @@ class DocumentWorkflow(Workflow):
             folder = Path(params.get("folder") or DEFAULT_FOLDER).resolve()
             out = Path(params.get("out") or DEFAULT_OUT).resolve()
             try:
-                names = doclib.list_documents(folder)
-            except FileNotFoundError as exc:
+                documents = doclib.read_folder(folder)
+            except (FileNotFoundError, ValueError) as exc:
                 raise NonRetryableError(str(exc)) from exc
-            if not names:
-                raise NonRetryableError(f"no .txt or .md documents in {folder}")
-            return {
-                "folder": str(folder),
-                "out": str(out),
-                "documents": [doclib.extract_text(folder / name) for name in names],
-            }
+            return {"folder": str(folder), "out": str(out), "documents": documents}
 
         parsed = await step.do("parse", parse)
         documents = parsed["documents"]

@@ -64,15 +64,10 @@ def parse(ctx: Mapping[str, Any]) -> dict[str, Any]:
     folder = Path(ctx.get("folder") or DEFAULT_FOLDER).resolve()
     out = Path(ctx.get("out") or DEFAULT_OUT).resolve()
     try:
-        names = doclib.list_documents(folder)
-    except FileNotFoundError as exc:
+        documents = doclib.read_folder(folder)
+    except (FileNotFoundError, ValueError) as exc:
         raise NonRetryableError(str(exc)) from exc
-    if not names:
-        raise NonRetryableError(f"no .txt or .md documents in {folder}")
-    return {
-        "out": str(out),
-        "documents": [doclib.extract_text(folder / name) for name in names],
-    }
+    return {"out": str(out), "documents": documents}
 
 
 @documents_dag.step(depends_on=["parse"])
