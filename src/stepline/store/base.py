@@ -62,10 +62,10 @@ class History:
 class LeaseOffer:
     """Asks :meth:`Store.create_instances` to hand new instances straight to a worker.
 
-    The first ``limit`` instances created are stored already claimed by ``owner`` (status
-    ``running``, lease token 1, lease for ``seconds``), as if a claim had taken them the moment
-    they were created: the worker in the creating process runs them without a round trip to
-    claim them and load their (empty) history. See :func:`offered_claims`.
+    The instances created from the first ``limit`` distinct ids are stored already claimed by
+    ``owner`` (status ``running``, lease token 1, lease for ``seconds``), as if a claim had taken
+    them the moment they were created: the worker in the creating process runs them without a
+    round trip to claim them and load their (empty) history. See :func:`offered_claims`.
     """
 
     owner: str
