@@ -9,7 +9,7 @@ import pytest
 
 from stepline import LeaseLostError, ManualClock, WorkflowEvent, WorkflowStep, workflow
 from stepline.errors import StoreError
-from stepline.store.base import Finish, StepWrite
+from stepline.store.base import Finish, NewInstance, StepWrite
 
 from .conftest import EngineFactory, drain
 
@@ -52,6 +52,43 @@ async def test_claim_is_exclusive_until_the_lease_expires(
             )
         inst = await engine.workflow("two").get("i")
         assert (await inst.status()).output == "ok"
+
+
+async def test_create_and_claim_return_the_records_they_stored(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    """The records handed back by create and claim are the stored rows, not a guess of them."""
+    async with make_engine([two], clock=clock, lease=30, worker=False) as engine:
+        store = engine.store
+        binding = engine.workflow("two")
+        parent = '{"workflow": "p", "id": "p1", "step": "start"}'
+        created = await store.create_instances(
+            "two",
+            [NewInstance("a", '{"n": 1}'), NewInstance("b", None, parent)],
+            trigger="api",
+            skip_existing=False,
+        )
+        assert created == [await store.get_instance("two", r.id) for r in created]
+        clock.advance(1)
+        # a is claimed, goes to sleep, and is claimed again once it wakes: the second claim
+        # keeps started_at from the first and moves status, ready_at and the lease
+        claims = await store.claim("w1", ["two"], 10, 30, store.now())
+        assert [c.instance for c in claims] == [
+            await store.get_instance("two", r.id) for r in created
+        ]
+        first = claims[0]
+        assert first.instance.status == "running" and first.instance.started_at == store.now()
+        assert first.instance.ready_at == store.now() + 30
+        assert first.instance.lease_owner == "w1"
+        await store.finish(first.lease, Finish("waiting", wake_at=store.now() + 5), store.now())
+        clock.advance(6)
+        (again,) = await store.claim("w2", ["two"], 10, 30, store.now())
+        assert again.instance == await store.get_instance("two", "a")
+        assert again.lease.token == first.lease.token + 1
+        assert again.instance.started_at == first.instance.started_at
+        assert again.instance.updated_at == store.now()
+        await store.finish(again.lease, Finish("complete", output='"done"'), store.now())
+        assert (await (await binding.get("a")).status()).output == "done"
 
 
 async def test_recorded_steps_do_not_rerun_after_a_crash(

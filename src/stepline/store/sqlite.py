@@ -461,16 +461,20 @@ class SqliteStore(Store):
                 if leased is not None and len(seen) <= quota:
                     owner, expires = leased
                     status, ready, token, started = "running", expires, 1, now
-                row = c.execute(
+                pk = c.execute(
                     "INSERT INTO instances (workflow, id, status, params, trigger, parent,"
                     " ready_at, created_at, updated_at, lease_owner, lease_token,"
-                    " lease_expires_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                    f" RETURNING {INSTANCE_COLUMNS}",
+                    " lease_expires_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         workflow, item.id, status, item.params, trigger, item.parent, ready, now,
                         now, owner, token, expires, started,
                     ),
-                ).fetchone()  # fmt: skip
+                ).lastrowid  # fmt: skip
+                # The record from what was written (a RETURNING clause costs ~20 µs a row).
+                row = (
+                    pk, workflow, item.id, status, item.params, None, None, None,
+                    trigger, now, now, started, None, ready, owner, item.parent,
+                )  # fmt: skip
                 created.append(instance_from_row(row))
             return created
 
@@ -689,13 +693,17 @@ class SqliteStore(Store):
             return []
 
         def op(c: sqlite3.Connection) -> list[Claim]:
+            # One SELECT and one UPDATE for the whole batch: the new lease is computed here
+            # from the rows read under the write lock (SQLite's RETURNING costs ~20 µs a row).
             rows = c.execute(
-                "SELECT pk, status FROM instances WHERE ready_at <= ?"
-                f" AND workflow IN ({marks}) ORDER BY ready_at LIMIT ?",
+                f"SELECT {INSTANCE_COLUMNS}, lease_token, control, event_seq FROM instances"
+                f" WHERE ready_at <= ? AND workflow IN ({marks}) ORDER BY ready_at LIMIT ?",
                 (now, *workflows, limit),
             ).fetchall()
             claims: list[Claim] = []
-            for pk, status in rows:
+            expires = now + lease_seconds
+            for row in rows:
+                pk, status = row[0], row[3]
                 if status == "waitingForPause":
                     # Its worker died while a pause was pending: the pause takes effect now.
                     c.execute(
@@ -704,22 +712,29 @@ class SqliteStore(Store):
                         (now, pk),
                     )
                     continue
-                expires = now + lease_seconds
-                row = c.execute(
+                claimed = list(row[:16])
+                if status in ("queued", "waiting"):
+                    claimed[3] = "running"
+                claimed[10] = now  # updated_at
+                if claimed[11] is None:
+                    claimed[11] = now  # started_at
+                claimed[13] = expires  # ready_at
+                claimed[14] = owner  # lease_owner
+                lease = Lease(pk, row[16] + 1, owner)
+                claims.append(Claim(instance_from_row(claimed), lease, row[17], row[18]))
+            if claims:
+                pks = [claim.lease.pk for claim in claims]
+                pk_marks = ",".join("?" * len(pks))
+                c.execute(
                     "UPDATE instances SET lease_owner = ?, lease_token = lease_token + 1,"
                     " lease_expires_at = ?, ready_at = ?, updated_at = ?,"
                     " status = CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
                     " ELSE status END, started_at = COALESCE(started_at, ?)"
-                    f" WHERE pk = ? RETURNING {INSTANCE_COLUMNS}, lease_token, control, event_seq",
-                    (owner, expires, expires, now, now, pk),
-                ).fetchone()
-                record = instance_from_row(row)
-                claims.append(Claim(record, Lease(pk, row[16], owner), row[17], row[18]))
-            if claims:
+                    f" WHERE pk IN ({pk_marks})",
+                    (owner, expires, expires, now, now, *pks),
+                )
                 # Their histories, read under the same write lock: two queries per batch
                 # instead of two per instance.
-                pks = [claim.lease.pk for claim in claims]
-                pk_marks = ",".join("?" * len(pks))
                 steps = c.execute(
                     f"SELECT instance_pk, {STEP_COLUMNS} FROM steps"
                     f" WHERE instance_pk IN ({pk_marks}) ORDER BY instance_pk, seq",
@@ -760,7 +775,7 @@ class SqliteStore(Store):
     @staticmethod
     def _fence(c: sqlite3.Connection, lease: Lease) -> tuple[Any, ...]:
         row = c.execute(
-            "SELECT status, event_seq, workflow, id FROM instances"
+            "SELECT status, event_seq, workflow, id, parent FROM instances"
             " WHERE pk = ? AND lease_token = ? AND lease_owner = ?",
             (lease.pk, lease.token, lease.owner),
         ).fetchone()
@@ -834,7 +849,7 @@ class SqliteStore(Store):
         self._prefetched.pop(lease.pk, None)
 
         def op(c: sqlite3.Connection) -> tuple[str, str, str, bool]:
-            status, event_seq, workflow, instance_id = self._fence(c, lease)
+            status, event_seq, workflow, instance_id, parent = self._fence(c, lease)
             woke = False
             output = finish.output
             error = dumps(finish.error, what="error") if finish.error is not None else None
@@ -855,12 +870,12 @@ class SqliteStore(Store):
                 )
             else:
                 new_status = finish.status
-                (parent,) = c.execute(
+                c.execute(
                     "UPDATE instances SET status = ?, output = ?, error = ?, rollback = ?,"
                     " ready_at = NULL, lease_owner = NULL, lease_expires_at = NULL, control = NULL,"
-                    " ended_at = ?, updated_at = ? WHERE pk = ? RETURNING parent",
+                    " ended_at = ?, updated_at = ? WHERE pk = ?",
                     (new_status, output, error, rollback, now, now, lease.pk),
-                ).fetchone()
+                )
                 woke = self._wake_parent(c, loads(parent), now) if parent is not None else False
             return new_status, workflow, instance_id, woke
 
