@@ -244,30 +244,52 @@ async def _slow_step() -> str:
     return "slow done"
 
 
-async def test_an_elapsed_sleep_is_recorded_with_the_next_write(
+async def test_a_sleep_is_written_once_and_read_complete_after_its_wake_time(
     make_engine: EngineFactory, clock: ManualClock
 ) -> None:
-    """A sleep found elapsed on wake-up is recorded complete with the activation's next record
-    (here the next sleep's), or before the finish when nothing else is written."""
+    """Waking writes nothing for the sleep: its one record (written when it started) reads as
+    complete, ended at its wake time, once that time has passed."""
     async with make_engine([naps], clock=clock) as engine:
         inst = await engine.workflow("naps").create()
         await drain(engine)
+        writes: list[tuple[str, str]] = []
+        record_step = engine.store.record_step
+
+        async def counting(lease: Any, write: Any, now: float) -> str:
+            writes.append((write.name, write.status))
+            return await record_step(lease, write, now)
+
+        engine.store.record_step = counting  # type: ignore[method-assign]
+        [first] = await inst.steps()
+        assert (first.status, first.ended_at) == ("waiting", None)
         clock.advance(10)
+        # due, not yet woken: the sleep is over
+        [first] = await inst.steps()
+        assert (first.status, first.ended_at) == ("complete", first.wake_at)
         await drain(engine)
-        steps = {s.name: s for s in await inst.steps()}
-        assert steps["first"].status == "complete"
-        assert steps["first"].ended_at == steps["first"].wake_at
-        assert steps["second"].status == "waiting"
         clock.advance(10)
         await drain(engine)
         assert (await inst.status()).output == "rested"
-        steps = {s.name: s for s in await inst.steps()}
-        # the last sleep had no write after it: recorded before the finish
-        assert [(s.name, s.status) for s in steps.values()] == [
-            ("first", "complete"),
-            ("second", "complete"),
+        steps = await inst.steps()
+        assert [(s.name, s.status, s.ended_at) for s in steps] == [
+            ("first", "complete", steps[0].wake_at),
+            ("second", "complete", steps[1].wake_at),
         ]
-        assert steps["second"].ended_at == steps["second"].wake_at
+        assert writes == [("second", "waiting")]  # the wake-ups wrote nothing
+
+
+async def test_a_sleep_cut_short_by_termination_stays_waiting(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([naps], clock=clock) as engine:
+        inst = await engine.workflow("naps").create()
+        await drain(engine)
+        clock.advance(5)
+        await inst.terminate()
+        clock.advance(60)
+        [first] = await inst.steps()
+        assert (first.status, first.ended_at) == ("waiting", None)
+        assert (await inst.status()).status == "terminated"
 
 
 async def test_a_long_step_after_a_sleep_shows_the_sleep_complete_while_it_runs(

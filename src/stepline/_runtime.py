@@ -237,10 +237,7 @@ class _Mark:
         activation = self._activation
         with contextlib.suppress(ActivationAborted, SteplineError):
             await activation.store.record_step(
-                activation.lease,
-                self._make_write(),
-                activation.store.now(),
-                before=activation.take_deferred(),
+                activation.lease, self._make_write(), activation.store.now()
             )
 
     def expire(self) -> None:
@@ -321,8 +318,6 @@ class Activation:
         self._stop_reason: str | None = None
         self._terminating = claim.control == "terminate_rollback"
         self._rollbacks: list[_Rollback] = []
-        self._deferred: list[StepWrite] = []
-        """Step records written with the next write (see :meth:`Store.record_step`)."""
         self.step = WorkflowStep(self)
 
     # -- control from the worker -----------------------------------------------------------------
@@ -352,8 +347,6 @@ class Activation:
                 # must run again at once, not wait for a wake-up that nothing will send.
                 wake_at = self.store.now()
             finish = Finish("waiting", wake_at=wake_at, event_seq=self.claim.event_seq)
-        if self._deferred:  # no write came after them: record them now, before the finish
-            await self._write(self._deferred.pop())
         return finish
 
     async def _execute(self) -> Finish:
@@ -482,19 +475,10 @@ class Activation:
     def _encode(self, value: Any, what: str) -> str:
         return _json.dumps(value, what=what, limit=self.settings.max_payload)
 
-    def take_deferred(self) -> list[StepWrite]:
-        """The records waiting to go with the next write (a lost one is re-derived on replay)."""
-        before, self._deferred = self._deferred, []
-        return before
-
     async def _write(self, write: StepWrite) -> None:
-        """Record a step (fenced), with the deferred records before it. Sees a pause request;
-        aborts if the lease is gone."""
-        before = self.take_deferred()
+        """Record a step (fenced). Sees a pause request; aborts if the lease is gone."""
         try:
-            status = await self.store.record_step(
-                self.lease, write, self.store.now(), before=before
-            )
+            status = await self.store.record_step(self.lease, write, self.store.now())
         except LeaseLostError as exc:
             raise ActivationAborted(str(exc)) from exc
         except StoreError as exc:
@@ -696,15 +680,14 @@ class Activation:
         wake_at = record.wake_at if record is not None and record.wake_at else wake(now)
         started = record.started_at if record is not None else now
         if now >= wake_at:
-            done = StepWrite(
-                name, key[1], seq, "sleep", "complete",
-                wake_at=wake_at, started_at=started, ended_at=wake_at,
-            )  # fmt: skip
-            if record is not None:
-                # Its wake time is stored, so replay finds it elapsed whether or not this record
-                # is: it needs no commit of its own and goes with the activation's next write.
-                self._deferred.append(done)
-            else:
+            # A sleep is recorded once, when it starts, with its wake time: from then on it is
+            # over by the clock, for replay here and for readers (see ``settle_sleeps``), so
+            # waking costs no write. One found over on its first call is recorded complete.
+            if record is None:
+                done = StepWrite(
+                    name, key[1], seq, "sleep", "complete",
+                    wake_at=wake_at, started_at=started, ended_at=wake_at,
+                )  # fmt: skip
                 await self._write_alone(done)
             return
         if record is None:

@@ -50,15 +50,6 @@ class Batcher(Generic[Item, Result]):
         self._schedule()
         return await future
 
-    async def submit_all(self, items: Sequence[Item]) -> list[Result]:
-        """Submit several items at once (they join the same batch unless their keys clash)."""
-        loop = asyncio.get_running_loop()
-        entries = [(item, loop.create_future()) for item in items]
-        self._queue.extend(entries)
-        self._schedule()
-        results: list[Result] = await asyncio.gather(*(future for _, future in entries))
-        return results
-
     async def drain(self) -> None:
         """Wait until everything submitted so far has been run."""
         while self._flushers or self._queue:

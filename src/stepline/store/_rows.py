@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
@@ -73,6 +74,27 @@ def step_from_row(row: Sequence[Any]) -> StepRecord:
         ended_at=row[10],
         info=loads(row[11]),
     )
+
+
+def settle_sleeps(
+    steps: list[StepRecord], instance: InstanceRecord, now: float
+) -> list[StepRecord]:
+    """The steps as readers see them: a sleep whose wake time has passed is complete.
+
+    A sleep is written once, when it starts, with its wake time; waking writes nothing more (the
+    activation's replay finds it over by the clock too). So a stored ``waiting`` sleep is over
+    once its wake time is past, unless the instance ended first (terminated while asleep).
+    """
+    until = now if instance.ended_at is None else min(now, instance.ended_at)
+    return [
+        dataclasses.replace(step, status="complete", ended_at=step.wake_at)
+        if step.kind == "sleep"
+        and step.status == "waiting"
+        and step.wake_at is not None
+        and step.wake_at <= until
+        else step
+        for step in steps
+    ]
 
 
 def encode_cursor(pk: int) -> str:

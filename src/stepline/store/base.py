@@ -319,16 +319,12 @@ class Store(abc.ABC):
         """All recorded steps (start order) and unconsumed events (send order), in one read."""
 
     @abc.abstractmethod
-    async def record_step(
-        self, lease: Lease, write: StepWrite, now: float, *, before: Sequence[StepWrite] = ()
-    ) -> str:
+    async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
         """Insert or replace a step record, fenced on the lease; return the instance status.
 
         The returned status lets the activation see a pause request (``waitingForPause``) at the
         next step boundary. Raises ``LeaseLostError`` if the lease is no longer held (nothing is
         written then). If ``write.consume_event`` is set the event is marked consumed atomically.
-        ``before`` are step records written with this one (first): records that needed no commit
-        of their own, such as a sleep's completion.
         """
 
     @abc.abstractmethod

@@ -115,6 +115,7 @@ from ._rows import (
     encode_cursor,
     histories_from_rows,
     instance_from_row,
+    settle_sleeps,
     step_from_row,
 )
 from .base import (
@@ -466,7 +467,9 @@ class PostgresStore(Store):
         )
         if not found:
             raise InstanceNotFoundError(workflow, instance_id)
-        return [step_from_row(r) for r in steps]
+        return settle_sleeps(
+            [step_from_row(r) for r in steps], instance_from_row(found[0]), self.now()
+        )
 
     async def control(
         self,
@@ -658,13 +661,8 @@ class PostgresStore(Store):
         found = histories_from_rows(pks, steps, events)
         return [found[pk] for pk in pks]
 
-    async def record_step(
-        self, lease: Lease, write: StepWrite, now: float, *, before: Sequence[StepWrite] = ()
-    ) -> str:
-        if not before:
-            return await self._step_writes.submit(_step_row(lease, write))
-        rows = [_step_row(lease, w) for w in (*before, write)]
-        return (await self._step_writes.submit_all(rows))[-1]
+    async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+        return await self._step_writes.submit(_step_row(lease, write))
 
     async def _record_steps(self, rows: list[dict[str, Any]]) -> list[str | BaseException]:
         q = self._sql

@@ -44,6 +44,7 @@ from ._rows import (
     encode_cursor,
     histories_from_rows,
     instance_from_row,
+    settle_sleeps,
     step_from_row,
 )
 from .base import (
@@ -529,7 +530,7 @@ class SqliteStore(Store):
             f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq",
             (instance.pk,),
         )
-        return [step_from_row(r) for r in rows]
+        return settle_sleeps([step_from_row(r) for r in rows], instance, self.now())
 
     def _lookup(self, c: sqlite3.Connection, workflow: str, instance_id: str) -> tuple[Any, ...]:
         row = c.execute(
@@ -783,13 +784,9 @@ class SqliteStore(Store):
             raise LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
         return tuple(row)
 
-    async def record_step(
-        self, lease: Lease, write: StepWrite, now: float, *, before: Sequence[StepWrite] = ()
-    ) -> str:
+    async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
         def op(c: sqlite3.Connection) -> str:
             status: str = self._fence(c, lease)[0]
-            for w in before:
-                self._insert_step(c, lease, w)
             self._insert_step(c, lease, write)
             return status
 
