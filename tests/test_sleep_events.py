@@ -259,7 +259,14 @@ async def test_a_sleep_is_written_once_and_read_complete_after_its_wake_time(
             writes.append((write.name, write.status))
             return await record_step(lease, write, now)
 
+        finish = engine.store.finish
+
+        async def finishing(lease: Any, end: Any, now: float) -> str:
+            writes.extend((write.name, write.status) for write in end.steps)
+            return await finish(lease, end, now)
+
         engine.store.record_step = counting  # type: ignore[method-assign]
+        engine.store.finish = finishing  # type: ignore[method-assign]
         [first] = await inst.steps()
         assert (first.status, first.ended_at) == ("waiting", None)
         clock.advance(10)
@@ -275,7 +282,8 @@ async def test_a_sleep_is_written_once_and_read_complete_after_its_wake_time(
             ("first", "complete", steps[0].wake_at),
             ("second", "complete", steps[1].wake_at),
         ]
-        assert writes == [("second", "waiting")]  # the wake-ups wrote nothing
+        # the second sleep's start (with its activation's finish); the wake-ups wrote nothing
+        assert writes == [("second", "waiting")]
 
 
 async def test_a_sleep_cut_short_by_termination_stays_waiting(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging
@@ -275,6 +276,12 @@ class _Mark:
             await self._task
 
 
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """A background write's failure is raised where it is awaited; never logged as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
 @dataclass(frozen=True)
 class ActivationSettings:
     max_payload: int
@@ -318,6 +325,10 @@ class Activation:
         self._stop_reason: str | None = None
         self._terminating = claim.control == "terminate_rollback"
         self._rollbacks: list[_Rollback] = []
+        self._unsent: list[StepWrite] = []
+        """Records nothing waits for yet (:meth:`_write_soon`), to send at the end of the turn."""
+        self._sending: list[asyncio.Task[None]] = []
+        """Records sent and maybe not yet committed."""
         self.step = WorkflowStep(self)
 
     # -- control from the worker -----------------------------------------------------------------
@@ -347,6 +358,17 @@ class Activation:
                 # must run again at once, not wait for a wake-up that nothing will send.
                 wake_at = self.store.now()
             finish = Finish("waiting", wake_at=wake_at, event_seq=self.claim.event_seq)
+        if finish.status == "waiting" and self._stop_reason == "shutdown":
+            await self._committed()  # released, not finished: nothing carries them
+            return finish
+        # Records sent earlier commit before the finish; those still unsent go with it, in its
+        # transaction (one commit instead of two for the activation's last records).
+        while self._sending:
+            await self._sending[0]
+            self._sending.pop(0)
+        if self._unsent:
+            finish = dataclasses.replace(finish, steps=tuple(self._unsent))
+            self._unsent = []
         return finish
 
     async def _execute(self) -> Finish:
@@ -418,6 +440,7 @@ class Activation:
 
     async def _settle(self) -> None:
         """Suspend once run() is stuck on parked steps only (a few idle loop turns)."""
+        suspended = False
         try:
             while self._in_flight == 0 and self._parked:
                 mark = self._progress
@@ -430,9 +453,12 @@ class Activation:
                     for _, fut in parked:
                         if not fut.done():
                             fut.set_exception(SuspendInstance())
+                    suspended = True
                     return
         finally:
             self._settling = False
+            if not suspended and self._unsent:  # held back while settling: send them now
+                asyncio.get_running_loop().call_soon(self._send_at_turn_end)
 
     def _begin(self) -> None:
         self._in_flight += 1
@@ -489,6 +515,60 @@ class Activation:
             self._ended_at[(write.name, write.count)] = write.ended_at
         if status == "waitingForPause":
             self.request_stop("pause")
+
+    def _write_soon(self, write: StepWrite) -> None:
+        """Record a step without waiting for its commit now.
+
+        For a step's result and a sleep's start: the record is sent at the end of this loop turn
+        (with every other write of the turn), or goes with the activation's finish if that comes
+        first (or the activation is settling to suspend), and :meth:`_committed` waits for it
+        before anything that follows it can be seen outside the activation: another step's
+        callback, a child's creation, the finish. So
+        ``step.do`` returns its result without a commit wait, and an activation that ends right
+        after its last step commits once, not twice. A failed write surfaces there, as
+        :class:`ActivationAborted`; what a crash loses meanwhile is re-run on replay, exactly as
+        a step whose own commit had not finished.
+        """
+        if write.ended_at is not None:
+            self._ended_at[(write.name, write.count)] = write.ended_at
+        if not self._unsent:
+            asyncio.get_running_loop().call_soon(self._send_at_turn_end)
+        self._unsent.append(write)
+
+    def _send_at_turn_end(self) -> None:
+        # Not while the activation settles: it is about to suspend, and its finish carries them
+        # (if it does not suspend after all, the settle calls this again).
+        if not self._settling:
+            self._send_unsent()
+
+    def _send_unsent(self) -> None:
+        if self._unsent:
+            writes, self._unsent = self._unsent, []
+            task = asyncio.get_running_loop().create_task(self._write_all(writes))
+            task.add_done_callback(_retrieve)
+            self._sending.append(task)
+
+    async def _write_all(self, writes: list[StepWrite]) -> None:
+        if len(writes) == 1:
+            await self._write(writes[0])
+        else:
+            await asyncio.gather(*(self._write(w) for w in writes))
+
+    async def _committed(self) -> None:
+        """Wait until every record so far has committed (raises :class:`ActivationAborted` if one
+        could not be written). Counted in flight, so nothing suspends meanwhile."""
+        self._send_unsent()
+        if not self._sending:
+            return
+        self._begin()
+        try:
+            while self._sending:
+                task = self._sending[0]
+                await task
+                if self._sending and self._sending[0] is task:
+                    self._sending.pop(0)
+        finally:
+            self._end()
 
     async def _record(
         self, key: tuple[str, int], seq: int, kind: StepKind, status: StepStatus, **fields: Any
@@ -568,6 +648,7 @@ class Activation:
             error = record.error or {"name": "Error", "message": ""}
             raise StepFailedError(label, error["name"], error["message"])
         attempts = list(record.attempts) if record is not None else []
+        await self._committed()  # earlier steps' records, before this callback runs
         await self._gate(record.wake_at if record is not None else None)
         started_at = record.started_at if record is not None else None
 
@@ -645,7 +726,7 @@ class Activation:
                     info = {"name": "InvalidPayloadError", "message": str(exc)}
                     await self._write(write("errored", error=info, ended_at=ended))
                     raise InstanceFatalError("InvalidPayloadError", str(exc)) from exc
-                await self._write(write("complete", output=encoded, ended_at=ended))
+                self._write_soon(write("complete", output=encoded, ended_at=ended))
                 if self.settings.listeners:
                     self._emit("step_complete", {"step": label, "attempt": number})
                 return _json.loads(encoded)
@@ -692,9 +773,10 @@ class Activation:
             return
         if record is None:
             self._emit("step_sleep", {"step": f"{name}-{key[1]}", "until": wake_at})
-            await self._record_alone(
-                key, seq, "sleep", "waiting", wake_at=wake_at, started_at=started
+            start = StepWrite(
+                name, key[1], seq, "sleep", "waiting", wake_at=wake_at, started_at=started
             )
+            self._write_soon(start)
         await self._park(wake_at)
 
     # -- events ----------------------------------------------------------------------------------
@@ -792,6 +874,7 @@ class Activation:
             },
             what="parent",
         )
+        await self._committed()  # earlier steps' records, before the child can run
         now = self.store.now()
         self._begin()
         try:

@@ -266,6 +266,7 @@ _TEMPLATES: dict[str, str] = {
         UPDATE {s}.instances SET lease_expires_at = %(expires)s, ready_at = %(expires)s
         FROM held WHERE pk = h_pk RETURNING pk, status
     """,
+    # The activations' last step records (Finish.steps) are written first, in the same statement.
     "finish": """
         WITH f AS (
             SELECT * FROM json_to_recordset(%(rows)s::json) AS f(idx int, pk bigint,
@@ -275,6 +276,18 @@ _TEMPLATES: dict[str, str] = {
             SELECT f.idx AS h_idx FROM {s}.instances i
             JOIN f ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner = f.owner
             ORDER BY i.pk FOR NO KEY UPDATE OF i
+        ), last_steps AS (
+            INSERT INTO {s}.steps (instance_pk, name, count, seq, kind, status, output, error,
+                attempts, wake_at, started_at, ended_at, info)
+            SELECT w.pk, w.name, w.count, w.seq, w.kind, w.status, w.output, w.error,
+                w.attempts, w.wake_at, w.started_at, w.ended_at, w.info
+            FROM json_to_recordset(%(steps)s::json) AS w(idx int, pk bigint, name text,
+                count int, seq int, kind text, status text, output text, error text,
+                attempts text, wake_at float8, started_at float8, ended_at float8, info text)
+            JOIN held ON h_idx = w.idx
+    """
+    + _STEP_UPSERT
+    + """
         ), kids AS (
             SELECT c.parent::json ->> 'workflow' AS k_workflow, c.parent::json ->> 'id' AS k_id,
                 f.fnow AS k_now

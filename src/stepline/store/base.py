@@ -132,6 +132,9 @@ class Finish:
     rollback: dict[str, Any] | None = None
     wake_at: float | None = None
     event_seq: int = 0
+    steps: tuple[StepWrite, ...] = ()
+    """Step records written first, in the same transaction: the activation's last records,
+    which nothing had to wait for (a step's result, a sleep's start). None consumes an event."""
 
 
 @dataclass(frozen=True)

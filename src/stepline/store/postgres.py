@@ -715,6 +715,7 @@ class PostgresStore(Store):
             "wake_at": finish.wake_at,
             "event_seq": finish.event_seq,
             "fnow": now,
+            "steps": [_step_row(lease, write) for write in finish.steps],
         }
         new_status, workflow, instance_id, woke_parent = await self._finishes.submit(row)
         self._notify_changed(workflow, instance_id)
@@ -724,7 +725,17 @@ class PostgresStore(Store):
 
     async def _finish(self, rows: list[dict[str, Any]]) -> list[_Finished | BaseException]:
         """Finish a batch of activations in one statement; a child that ends wakes its parent."""
-        params = {"rows": indexed_rows(rows), "channel": self.channel, "source": self._source}
+        params = {
+            "rows": json_rows(
+                {key: value for key, value in row.items() if key != "steps"} | {"idx": n}
+                for n, row in enumerate(rows)
+            ),
+            "steps": json_rows(
+                step | {"idx": n} for n, row in enumerate(rows) for step in row["steps"]
+            ),
+            "channel": self.channel,
+            "source": self._source,
+        }
         fences = (
             json_rows({"idx": n, "pk": r["pk"], "token": r["token"]} for n, r in enumerate(rows)),
         )

@@ -847,6 +847,8 @@ class SqliteStore(Store):
 
         def op(c: sqlite3.Connection) -> tuple[str, str, str, bool]:
             status, event_seq, workflow, instance_id, parent = self._fence(c, lease)
+            for write in finish.steps:
+                self._insert_step(c, lease, write)
             woke = False
             output = finish.output
             error = dumps(finish.error, what="error") if finish.error is not None else None

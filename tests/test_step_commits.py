@@ -1,0 +1,155 @@
+"""When step records commit: before anything after them can be seen, and the activation's last
+records together with its finish (one commit instead of two)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from stepline import LeaseLostError, ManualClock, WorkflowEvent, WorkflowStep, workflow
+from stepline.store.base import Finish, StepWrite, Store
+
+from .conftest import EngineFactory, drain
+
+SEEN: dict[str, Any] = {}
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    SEEN.clear()
+
+
+def count_writes(store: Store) -> list[str]:
+    """Patch ``store.record_step`` to log the name of every record written on its own."""
+    names: list[str] = []
+    real = store.record_step
+
+    async def counting(lease: Any, write: StepWrite, now: float) -> str:
+        names.append(write.name)
+        return await real(lease, write, now)
+
+    store.record_step = counting  # type: ignore[method-assign]
+    return names
+
+
+@workflow(name="chain")
+async def chain(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    store: Store = SEEN["store"]
+    first = await step.do("first", lambda: 1)
+
+    async def second() -> int:
+        # the first step's record has committed before this callback runs
+        steps = await store.get_steps("chain", event.instance_id)
+        SEEN["before second"] = [(s.name, s.status) for s in steps]
+        return 2
+
+    return first + await step.do("second", second)
+
+
+async def test_a_record_commits_before_the_next_step_and_the_last_with_the_finish(
+    make_engine: EngineFactory,
+) -> None:
+    async with make_engine([chain]) as engine:
+        SEEN["store"] = engine.store
+        written = count_writes(engine.store)
+        inst = await engine.workflow("chain").create()
+        await drain(engine)
+        assert (await inst.status()).output == 3
+        assert SEEN["before second"] == [("first", "complete")]
+        # "first" was written before "second" ran; "second" went with the finish
+        assert written == ["first"]
+        steps = await inst.steps()
+        assert [(s.name, s.status, s.output) for s in steps] == [
+            ("first", "complete", 1),
+            ("second", "complete", 2),
+        ]
+
+
+@workflow(name="nap-after-work")
+async def nap_after_work(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    if event.payload == "together":
+        done, _ = await asyncio.gather(step.do("work", lambda: "done"), step.sleep("nap", 60))
+        return done
+    done = await step.do("work", lambda: "done")
+    await step.sleep("nap", 60)
+    return done
+
+
+@pytest.mark.parametrize("shape", ["in turn", "together"])
+async def test_records_of_a_suspending_activation_go_with_its_finish(
+    make_engine: EngineFactory, clock: ManualClock, shape: str
+) -> None:
+    async with make_engine([nap_after_work], clock=clock) as engine:
+        written = count_writes(engine.store)
+        inst = await engine.workflow("nap-after-work").create(params=shape)
+        await drain(engine)
+        record = await inst.record()
+        assert record.status == "waiting" and record.ready_at == clock() + 60
+        if shape == "in turn":
+            # the step's result and the sleep's start: both with the finish
+            assert written == []
+        steps = {s.name: s for s in await inst.steps()}
+        assert (steps["work"].status, steps["work"].output) == ("complete", "done")
+        assert (steps["nap"].status, steps["nap"].wake_at) == ("waiting", clock() + 60)
+        clock.advance(60)
+        await drain(engine)
+        assert (await inst.status()).output == "done"
+
+
+async def test_a_fenced_out_finish_writes_none_of_its_records(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([chain], clock=clock, lease=30) as engine:
+        store = engine.store
+        inst = await engine.workflow("chain").create()
+        (claim,) = await store.claim("w1", ["chain"], 1, 30, store.now())
+        clock.advance(31)
+        (taken,) = await store.claim("w2", ["chain"], 1, 30, store.now())
+        assert taken.lease.token == claim.lease.token + 1
+        last = StepWrite("first", 1, 1, "do", "complete", "1", ended_at=store.now())
+        with pytest.raises(LeaseLostError):
+            await store.finish(
+                claim.lease, Finish("complete", output="1", steps=(last,)), store.now()
+            )
+        assert await inst.steps() == []
+        # the holder's finish writes them
+        await store.finish(taken.lease, Finish("complete", output="1", steps=(last,)), store.now())
+        assert [(s.name, s.status) for s in await inst.steps()] == [("first", "complete")]
+
+
+@workflow(name="stoppable")
+async def stoppable(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    async def slow() -> str:
+        SEEN["running"].set()
+        await SEEN["release"].wait()
+        SEEN["runs"] = SEEN.get("runs", 0) + 1
+        return "slow"
+
+    first = await step.do("slow", slow)
+    await step.sleep("nap", 1)
+    return first
+
+
+async def test_a_shutdown_writes_the_records_before_releasing_the_instance(
+    make_engine: EngineFactory,
+) -> None:
+    """Stopped while a step runs: the step finishes (grace period), its record is written, the
+    instance is released, and the next worker does not run the step again."""
+    SEEN["running"], SEEN["release"] = asyncio.Event(), asyncio.Event()
+    async with make_engine([stoppable]) as engine:
+        inst = await engine.workflow("stoppable").create()
+        running = asyncio.create_task(engine.worker.run())
+        await asyncio.wait_for(SEEN["running"].wait(), 10)
+        engine.worker.stop()
+        await asyncio.sleep(0.05)
+        SEEN["release"].set()
+        await asyncio.wait_for(running, 10)
+        record = await inst.record()
+        assert record.status == "queued" and record.lease_owner is None
+        assert [(s.name, s.status) for s in await inst.steps()] == [("slow", "complete")]
+    async with make_engine([stoppable], worker=True) as engine:
+        inst = await engine.workflow("stoppable").get(inst.id)
+        assert (await inst.wait(timeout=10)).output == "slow"
+    assert SEEN["runs"] == 1
