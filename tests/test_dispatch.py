@@ -137,3 +137,34 @@ async def test_a_cancelled_create_still_hands_its_instance_over(store_url: str) 
             return
         assert (await instance.wait(timeout=5)).output == "done"
         assert engine.worker._offered == 0
+
+
+async def test_an_activation_whose_final_write_is_in_flight_frees_its_slot(
+    make_engine: EngineFactory,
+) -> None:
+    """Concurrency counts activations that run code: one whose run is over holds its lease until
+    its finish commits, but not its slot, so the worker takes the next instance meanwhile."""
+    async with make_engine([quick], concurrency=1, grace_period=0.5) as engine:
+        binding = engine.workflow("quick")
+        first = await binding.create(id="first", params=1)
+        second = await binding.create(id="second", params=2)
+        first_pk = (await first.record()).pk
+        store = engine.store
+        real_finish = store.finish
+        second_ran = asyncio.Event()
+
+        async def slow_finish(lease: Any, finish: Any, now: float) -> str:
+            if lease.pk == first_pk:
+                await second_ran.wait()  # the first one's finish waits until the second has run
+            else:
+                second_ran.set()
+            return await real_finish(lease, finish, now)
+
+        store.finish = slow_finish  # type: ignore[method-assign]
+        worker = asyncio.create_task(engine.worker.run())
+        try:
+            assert (await second.wait(timeout=5)).output == 2
+            assert (await first.wait(timeout=5)).output == 1
+        finally:
+            engine.worker.stop()
+            await worker

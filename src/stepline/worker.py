@@ -31,7 +31,8 @@ class WorkerSettings:
     """Tuning of a worker. Defaults suit most deployments."""
 
     concurrency: int = 100
-    """Activations run at once."""
+    """Activations run at once. One whose run is over no longer counts while its final write
+    (finish) is in flight: it holds its lease until that commits, but runs no more code."""
     lease: float = 30.0
     """Seconds a claim is valid without renewal; a dead worker's instances move after this."""
     poll_interval: float = 0.5
@@ -98,6 +99,9 @@ class Worker:
         """Whether the last claim may have left runnable instances behind (a full batch)."""
         self._offered = 0
         """Slots promised to creates in flight (:meth:`offer`)."""
+        self._ending = 0
+        """Activations whose run is over and whose final write is in flight: they hold their
+        lease until it commits, but no slot (they run no more code)."""
 
     # -- public ----------------------------------------------------------------------------------
 
@@ -127,7 +131,7 @@ class Worker:
             return None
         if workflow not in self.registry:
             return None
-        take = min(count, self.settings.concurrency - len(self._active) - self._offered)
+        take = min(count, self._free_slots())
         if take <= 0:
             return None
         self._offered += take
@@ -178,7 +182,7 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
-                free = self.settings.concurrency - len(self._active) - self._offered
+                free = self._free_slots()
                 if free > 0:
                     limit = min(free, self.settings.claim_batch)
                     try:
@@ -213,6 +217,10 @@ class Worker:
             log.info("worker %s stopped", self.id)
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _free_slots(self) -> int:
+        running = len(self._active) - self._ending
+        return self.settings.concurrency - running - self._offered
 
     async def _claim(self, limit: int) -> list[Claim]:
         if not self._workflows:
@@ -260,6 +268,8 @@ class Worker:
                 activation.request_stop(slot.stop_reason)
             finish = await activation.execute()
             slot.ending = True  # its lease is about to be released: not "lost"
+            self._ending += 1
+            self._wake.set()  # its slot is free: claim more while its final write is in flight
             if finish.status == "waiting" and activation.stop_reason == "shutdown":
                 await self.store.release(lease, self.store.now())
                 return
@@ -291,6 +301,8 @@ class Worker:
                 await self.store.release(lease, self.store.now())
         finally:
             self._active.pop(lease.pk, None)
+            if slot.ending:
+                self._ending -= 1
             self._wake.set()
 
     async def _renew_loop(self) -> None:
