@@ -4,7 +4,8 @@ For each store and each fleet size, on a fresh database: the instances (``bench-
 durable ``step.sleep`` of S seconds, then one step) are created with ``create_batch`` before any
 worker runs; one worker process (engine defaults: concurrency 100, lease 30 s, poll interval
 0.5 s) starts, reports ready, and is let go. Every 0.25 s the benchmark samples the worker's RSS
-(``VmRSS`` of ``/proc/<pid>/status``) and the instance counts by status, until all complete.
+(``VmRSS`` of ``/proc/<pid>/status``) and, every second, the instance counts by status, until
+all complete.
 
 - RSS idle: the worker with its store open, before it claims anything.
 - RSS while sleeping: the median of the samples taken while at least 99% of the fleet was
@@ -48,6 +49,9 @@ from ._workflows import Sleeper, SleeperProbe
 
 NAME = "fleet"
 SAMPLE_INTERVAL = 0.25
+STATUS_INTERVAL = 1.0
+"""Between the benchmark's status counts: each reads the whole instances table, work that would
+otherwise compete with the worker and the server for the same 2 cores."""
 PROBES = 10
 PROBE_GAP = 0.1
 PROBE_SLEEP = 0.5
@@ -121,7 +125,7 @@ async def measure(url: str, logs: Path, *, count: int, sleep: float) -> FleetRun
                     probing = asyncio.create_task(_probe(url))
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"fleet of {count} not complete in time: {counts}")
-                await asyncio.sleep(SAMPLE_INTERVAL)
+                await asyncio.sleep(STATUS_INTERVAL)
             cpu = (cpu_seconds(worker.pid) or 0.0) - cpu_before
             finished = time.time()
             if probing is not None:
@@ -131,7 +135,7 @@ async def measure(url: str, logs: Path, *, count: int, sleep: float) -> FleetRun
     most = max(n for _, n in sleeping)
     threshold = max(int(count * 0.99), 1) if most >= count * 0.99 else most
     windows = [t for t, n in sleeping if n >= threshold]
-    during = rss.between(min(windows), max(windows) + SAMPLE_INTERVAL) if windows else []
+    during = rss.between(min(windows), max(windows) + STATUS_INTERVAL) if windows else []
     if not during:
         during = [kib for _, kib in rss.samples]
     rows = await _sleeps(url, Sleeper.name)
