@@ -327,8 +327,8 @@ class Activation:
         self._rollbacks: list[_Rollback] = []
         self._unsent: list[StepWrite] = []
         """Records nothing waits for yet (:meth:`_write_soon`), to send at the end of the turn."""
-        self._sending: list[asyncio.Task[None]] = []
-        """Records sent and maybe not yet committed."""
+        self._sending: list[asyncio.Future[None]] = []
+        """Records sent and maybe not yet committed (one future per group sent)."""
         self.step = WorkflowStep(self)
 
     # -- control from the worker -----------------------------------------------------------------
@@ -549,23 +549,33 @@ class Activation:
             self._sending.append(task)
 
     async def _write_all(self, writes: list[StepWrite]) -> None:
-        if len(writes) == 1:
-            await self._write(writes[0])
-        else:
-            await asyncio.gather(*(self._write(w) for w in writes))
+        await asyncio.gather(*(self._write(w) for w in writes))
 
     async def _committed(self) -> None:
         """Wait until every record so far has committed (raises :class:`ActivationAborted` if one
         could not be written). Counted in flight, so nothing suspends meanwhile."""
-        self._send_unsent()
-        if not self._sending:
+        if not self._sending and not self._unsent:
             return
         self._begin()
         try:
+            if self._unsent:
+                # Written from this task (no task of its own: cheaper, and a lone writer commits
+                # at once); others that must wait for it wait for its future.
+                writes, self._unsent = self._unsent, []
+                sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._sending.append(sent)
+                try:
+                    await (self._write(writes[0]) if len(writes) == 1 else self._write_all(writes))
+                except BaseException as exc:
+                    sent.set_exception(exc)
+                    sent.exception()  # retrieved: raised here, and to whoever awaits it
+                    raise
+                else:
+                    sent.set_result(None)
             while self._sending:
-                task = self._sending[0]
-                await task
-                if self._sending and self._sending[0] is task:
+                pending = self._sending[0]
+                await pending
+                if self._sending and self._sending[0] is pending:
                     self._sending.pop(0)
         finally:
             self._end()
