@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import inspect
 import logging
@@ -367,7 +366,11 @@ class Activation:
             await self._sending[0]
             self._sending.pop(0)
         if self._unsent:
-            finish = dataclasses.replace(finish, steps=tuple(self._unsent))
+            # Not dataclasses.replace: it costs ~4% of a short activation.
+            finish = Finish(
+                finish.status, finish.output, finish.error, finish.rollback, finish.wake_at,
+                finish.event_seq, tuple(self._unsent),
+            )  # fmt: skip
             self._unsent = []
         return finish
 
