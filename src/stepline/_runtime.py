@@ -326,6 +326,8 @@ class Activation:
         self._rollbacks: list[_Rollback] = []
         self._unsent: list[StepWrite] = []
         """Records nothing waits for yet (:meth:`_write_soon`), to send at the end of the turn."""
+        self._send_scheduled = False
+        """An end-of-turn send is scheduled (one per turn, however many records)."""
         self._sending: list[asyncio.Future[None]] = []
         """Records sent and maybe not yet committed (one future per group sent)."""
         self.step = WorkflowStep(self)
@@ -461,7 +463,7 @@ class Activation:
         finally:
             self._settling = False
             if not suspended and self._unsent:  # held back while settling: send them now
-                asyncio.get_running_loop().call_soon(self._send_at_turn_end)
+                self._schedule_send()
 
     def _begin(self) -> None:
         self._in_flight += 1
@@ -534,13 +536,18 @@ class Activation:
         """
         if write.ended_at is not None:
             self._ended_at[(write.name, write.count)] = write.ended_at
-        if not self._unsent:
-            asyncio.get_running_loop().call_soon(self._send_at_turn_end)
         self._unsent.append(write)
+        self._schedule_send()
+
+    def _schedule_send(self) -> None:
+        if not self._send_scheduled:
+            self._send_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_at_turn_end)
 
     def _send_at_turn_end(self) -> None:
+        self._send_scheduled = False
         # Not while the activation settles: it is about to suspend, and its finish carries them
-        # (if it does not suspend after all, the settle calls this again).
+        # (if it does not suspend after all, the settle schedules this again).
         if not self._settling:
             self._send_unsent()
 
