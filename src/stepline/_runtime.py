@@ -328,6 +328,8 @@ class Activation:
         """Records nothing waits for yet (:meth:`_write_soon`), to send at the end of the turn."""
         self._send_scheduled = False
         """An end-of-turn send is scheduled (one per turn, however many records)."""
+        self._loop = asyncio.get_running_loop()
+        """Kept: ``asyncio.get_running_loop()`` costs a ``getpid`` system call each time."""
         self._sending: list[asyncio.Future[None]] = []
         """Records sent and maybe not yet committed (one future per group sent)."""
         self.step = WorkflowStep(self)
@@ -431,7 +433,7 @@ class Activation:
     async def _park(self, wake_at: float | None) -> NoReturn:
         if self._terminating:
             raise _Terminating()
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = self._loop.create_future()
         self._parked.append((wake_at, fut))
         self._progress += 1
         self._check_quiescent()
@@ -441,7 +443,7 @@ class Activation:
     def _check_quiescent(self) -> None:
         if self._in_flight == 0 and self._parked and not self._settling:
             self._settling = True
-            asyncio.get_running_loop().create_task(self._settle())
+            self._loop.create_task(self._settle())
 
     async def _settle(self) -> None:
         """Suspend once run() is stuck on parked steps only (a few idle loop turns)."""
@@ -542,7 +544,7 @@ class Activation:
     def _schedule_send(self) -> None:
         if not self._send_scheduled:
             self._send_scheduled = True
-            asyncio.get_running_loop().call_soon(self._send_at_turn_end)
+            self._loop.call_soon(self._send_at_turn_end)
 
     def _send_at_turn_end(self) -> None:
         self._send_scheduled = False
@@ -554,7 +556,7 @@ class Activation:
     def _send_unsent(self) -> None:
         if self._unsent:
             writes, self._unsent = self._unsent, []
-            task = asyncio.get_running_loop().create_task(self._write_all(writes))
+            task = self._loop.create_task(self._write_all(writes))
             task.add_done_callback(_retrieve)
             self._sending.append(task)
 
@@ -572,7 +574,7 @@ class Activation:
                 # Written from this task (no task of its own: cheaper, and a lone writer commits
                 # at once); others that must wait for it wait for its future.
                 writes, self._unsent = self._unsent, []
-                sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                sent: asyncio.Future[None] = self._loop.create_future()
                 self._sending.append(sent)
                 try:
                     await (self._write(writes[0]) if len(writes) == 1 else self._write_all(writes))

@@ -238,9 +238,9 @@ class SqliteStore(Store):
         if self._retry_task is not None or self._flush_scheduled:
             return fut
         writer = self._turn_writer
-        if self._eager and (writer is None or writer is asyncio.current_task()):
+        if self._eager and (writer is None or writer is asyncio.current_task(loop)):
             if writer is None:
-                self._turn_writer = asyncio.current_task()
+                self._turn_writer = asyncio.current_task(loop)
                 loop.call_soon(self._end_turn)
             self._flush()
             return fut
