@@ -579,8 +579,11 @@ class Activation:
                 try:
                     await (self._write(writes[0]) if len(writes) == 1 else self._write_all(writes))
                 except BaseException as exc:
-                    sent.set_exception(exc)
-                    sent.exception()  # retrieved: raised here, and to whoever awaits it
+                    if isinstance(exc, asyncio.CancelledError):
+                        sent.cancel()  # this task was cancelled: so are those waiting on it
+                    else:
+                        sent.set_exception(exc)
+                        sent.exception()  # retrieved: raised here, and to whoever awaits it
                     raise
                 else:
                     sent.set_result(None)
