@@ -17,7 +17,7 @@ import inspect
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -275,7 +275,7 @@ class _Mark:
             await self._task
 
 
-def _retrieve(task: asyncio.Task[None]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """A background write's failure is raised where it is awaited; never logged as lost."""
     if not task.cancelled():
         task.exception()
@@ -366,9 +366,7 @@ class Activation:
             return finish
         # Records sent earlier commit before the finish; those still unsent go with it, in its
         # transaction (one commit instead of two for the activation's last records).
-        while self._sending:
-            await self._sending[0]
-            self._sending.pop(0)
+        await self._sent_committed()
         if self._unsent:
             # Not dataclasses.replace: it costs ~4% of a short activation.
             finish = Finish(
@@ -556,12 +554,22 @@ class Activation:
     def _send_unsent(self) -> None:
         if self._unsent:
             writes, self._unsent = self._unsent, []
-            task = self._loop.create_task(self._write_all(writes))
+            task = asyncio.ensure_future(self._write_all(writes), loop=self._loop)
             task.add_done_callback(_retrieve)
             self._sending.append(task)
 
-    async def _write_all(self, writes: list[StepWrite]) -> None:
-        await asyncio.gather(*(self._write(w) for w in writes))
+    def _write_all(self, writes: list[StepWrite]) -> Awaitable[Any]:
+        if len(writes) == 1:
+            return self._write(writes[0])
+        return asyncio.gather(*(self._write(w) for w in writes))
+
+    async def _sent_committed(self) -> None:
+        """Wait until the records already sent have committed."""
+        while self._sending:
+            pending = self._sending[0]
+            await pending
+            if self._sending and self._sending[0] is pending:
+                self._sending.pop(0)
 
     async def _committed(self) -> None:
         """Wait until every record so far has committed (raises :class:`ActivationAborted` if one
@@ -577,7 +585,7 @@ class Activation:
                 sent: asyncio.Future[None] = self._loop.create_future()
                 self._sending.append(sent)
                 try:
-                    await (self._write(writes[0]) if len(writes) == 1 else self._write_all(writes))
+                    await self._write_all(writes)
                 except BaseException as exc:
                     if isinstance(exc, asyncio.CancelledError):
                         sent.cancel()  # this task was cancelled: so are those waiting on it
@@ -587,11 +595,7 @@ class Activation:
                     raise
                 else:
                     sent.set_result(None)
-            while self._sending:
-                pending = self._sending[0]
-                await pending
-                if self._sending and self._sending[0] is pending:
-                    self._sending.pop(0)
+            await self._sent_committed()
         finally:
             self._end()
 

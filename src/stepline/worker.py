@@ -99,9 +99,6 @@ class Worker:
         """Whether the last claim may have left runnable instances behind (a full batch)."""
         self._offered = 0
         """Slots promised to creates in flight (:meth:`offer`)."""
-        self._ending = 0
-        """Activations whose run is over and whose final write is in flight: they hold their
-        lease until it commits, but no slot (they run no more code)."""
 
     # -- public ----------------------------------------------------------------------------------
 
@@ -219,7 +216,9 @@ class Worker:
     # -- internals -------------------------------------------------------------------------------
 
     def _free_slots(self) -> int:
-        running = len(self._active) - self._ending
+        # An activation whose final write is in flight (``ending``) holds its lease until that
+        # commits, but no slot: it runs no more code.
+        running = sum(1 for slot in self._active.values() if not slot.ending)
         return self.settings.concurrency - running - self._offered
 
     async def _claim(self, limit: int) -> list[Claim]:
@@ -268,7 +267,6 @@ class Worker:
                 activation.request_stop(slot.stop_reason)
             finish = await activation.execute()
             slot.ending = True  # its lease is about to be released: not "lost"
-            self._ending += 1
             self._wake.set()  # its slot is free: claim more while its final write is in flight
             if finish.status == "waiting" and activation.stop_reason == "shutdown":
                 await self.store.release(lease, self.store.now())
@@ -301,8 +299,6 @@ class Worker:
                 await self.store.release(lease, self.store.now())
         finally:
             self._active.pop(lease.pk, None)
-            if slot.ending:
-                self._ending -= 1
             self._wake.set()
 
     async def _renew_loop(self) -> None:
