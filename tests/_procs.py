@@ -378,7 +378,8 @@ def read_ledger(directory: Path) -> list[Execution]:
     """Every execution noted in the ledger files of ``directory``."""
     runs: dict[str, Execution] = {}
     for path in sorted(directory.glob("ledger-*.csv")):
-        for line in path.read_text().splitlines():
+        # a writer may be appending right now: only lines that end in a newline are whole
+        for line in path.read_text().split("\n")[:-1]:
             mark, instance, step, attempt, pid, at, token = line.split(",")
             if mark == "S":
                 if token in runs:

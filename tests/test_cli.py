@@ -467,6 +467,12 @@ def status_of(project: Path, workflow: str, instance_id: str) -> str:
     return str(found[0]) if found else "missing"
 
 
+def waiting_on_event(project: Path, workflow: str, instance_id: str) -> bool:
+    """Whether the instance is parked on a ``wait_for_event`` step (not on a sleep)."""
+    steps = read_instance(project, workflow, instance_id)["steps"]
+    return any(s["type"] == "wait_for_event" and s["status"] == "waiting" for s in steps)
+
+
 def test_trigger_and_control_commands(project: Path) -> None:
     out = ok(project, "workflows", "trigger", "greeting", '{"name": "Q"}', "--id", "q1")
     assert out.strip() == '🚀 Workflow instance "q1" has been queued successfully'
@@ -751,7 +757,8 @@ def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project:
     first = start_worker(project, project / "worker1.log")
     try:
         wait_for(lambda: slow_log.exists() and "start" in slow_log.read_text(), "the slow step")
-        wait_for(lambda: status_of(project, "approval", "a1") == "waiting", "the approval wait")
+        # "waiting" alone could be the short nap before the event wait: wait for the wait step
+        wait_for(lambda: waiting_on_event(project, "approval", "a1"), "the approval wait")
         wait_for(lambda: status_of(project, "greeting", "g1") == "complete", "the greeting")
         first.send_signal(signal.SIGTERM)
         wait_for(
