@@ -524,7 +524,7 @@ async def test_a_cancellation_from_outside_is_not_a_timeout() -> None:
         pass
 
     async def attempt() -> None:
-        mark = marks.add(_Activation(), lambda: None, 5.0)  # type: ignore[arg-type,return-value]
+        mark = marks.add(_Activation(), lambda: None, 5.0, asyncio.get_running_loop())  # type: ignore[arg-type,return-value]
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
@@ -542,7 +542,7 @@ async def test_a_cancellation_from_outside_is_not_a_timeout() -> None:
     assert seen == ["cancelled"]
 
     async def short() -> None:
-        mark = marks.add(_Activation(), lambda: None, 0.02)  # type: ignore[arg-type,return-value]
+        mark = marks.add(_Activation(), lambda: None, 0.02, asyncio.get_running_loop())  # type: ignore[arg-type,return-value]
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:

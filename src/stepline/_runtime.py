@@ -107,13 +107,15 @@ def _callback_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
     return shape
 
 
-async def invoke(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+async def invoke(
+    fn: Callable[..., Any], args: tuple[Any, ...], shape: tuple[bool, int] | None = None
+) -> Any:
     """Call a user callback: async ones on the loop, sync ones in the default thread pool.
 
     A single argument (the step context) is passed only to callbacks that take one; rollbacks
-    always receive ``(error, output)``.
+    always receive ``(error, output)``. ``shape`` is ``_callback_shape(fn)`` if known.
     """
-    is_async, wants = _callback_shape(fn)
+    is_async, wants = shape or _callback_shape(fn)
     call_args = args if len(args) != 1 or wants else ()
     if is_async:
         return await fn(*call_args)
@@ -157,12 +159,16 @@ class RunningMarks:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def add(
-        self, activation: Activation, make_write: Callable[[], StepWrite], timeout: float
+        self,
+        activation: Activation,
+        make_write: Callable[[], StepWrite],
+        timeout: float,
+        loop: asyncio.AbstractEventLoop,
     ) -> _Mark:
-        """Start the clock of an attempt of the current task."""
-        loop = asyncio.get_running_loop()
+        """Start the clock of an attempt of the current task, on ``loop`` (the running loop,
+        passed in: asking asyncio for it costs a system call)."""
         now = loop.time()
-        mark = _Mark(self, activation, make_write, now + RECORD_RUNNING_AFTER, now + timeout)
+        mark = _Mark(self, activation, make_write, now + RECORD_RUNNING_AFTER, now + timeout, loop)
         if timeout < self.PRECISE_BELOW:
             mark.timer = loop.call_at(mark.deadline, mark.expire)
         self._pending[id(mark)] = mark
@@ -218,12 +224,13 @@ class _Mark:
         make_write: Callable[[], StepWrite],
         due: float,
         deadline: float,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._marks = marks
         self._activation = activation
         self._make_write = make_write
         self._task: asyncio.Task[None] | None = None
-        self._owner = asyncio.current_task()
+        self._owner = asyncio.current_task(loop)
         self._cancelling = self._owner.cancelling() if self._owner is not None else 0
         self._expired = False
         self.due = due
@@ -268,9 +275,18 @@ class _Mark:
         if self._task is not None:
             self._task.cancel()
 
-    async def settle(self) -> None:
+    def recording(self) -> bool:
+        """Whether the ``running`` record was started (then :meth:`settle` must wait for it)."""
+        return self._task is not None
+
+    def finish(self) -> None:
+        """The attempt is over and no ``running`` record was started: stop its clock."""
         self.disarm()
         self._marks.discard(self)
+
+    async def settle(self) -> None:
+        """The attempt is over: stop its clock and wait for its ``running`` record, if any."""
+        self.finish()
         if self._task is not None:
             await self._task
 
@@ -678,8 +694,11 @@ class Activation:
             raise StepFailedError(label, error["name"], error["message"])
         attempts = list(record.attempts) if record is not None else []
         await self._committed()  # earlier steps' records, before this callback runs
-        await self._gate(record.wake_at if record is not None else None)
+        retry_at = record.wake_at if record is not None else None
+        if retry_at is not None or self._terminating or self._stop_reason is not None:
+            await self._gate(retry_at)  # (not called when it has nothing to do: one coroutine less)
         started_at = record.started_at if record is not None else None
+        shape = _callback_shape(callback)
 
         def write(status: StepStatus, **fields: Any) -> StepWrite:
             return StepWrite(
@@ -694,14 +713,17 @@ class Activation:
                 started_at = now
             self._begin()
             marker = self.settings.marks.add(
-                self, functools.partial(_running_write, write, number, now), cfg.timeout
+                self,
+                functools.partial(_running_write, write, number, now),
+                cfg.timeout,
+                self._loop,
             )
             try:
                 if self.settings.listeners:
                     self._emit("step_start", {"step": label, "attempt": number})
                 if extra_args:
                     args = extra_args
-                elif _callback_shape(callback)[1]:
+                elif shape[1]:
                     args = (
                         StepContext(
                             name, count, number, cfg, self.instance.id, self.instance.workflow
@@ -710,7 +732,7 @@ class Activation:
                 else:
                     args = ()
                 try:
-                    result = await invoke(callback, args)
+                    result = await invoke(callback, args, shape)
                 except asyncio.CancelledError:
                     if marker.timed_out():
                         raise StepTimeoutError(
@@ -746,7 +768,10 @@ class Activation:
                     await self._gate(wake_at)
                 continue
             try:
-                await marker.settle()
+                if marker.recording():
+                    await marker.settle()
+                else:
+                    marker.finish()
                 ended = self.store.now()
                 attempts.append(Attempt(number, now, ended, None))
                 try:
