@@ -51,22 +51,36 @@ class Timing:
     cpu: float
 
 
-async def run_sequential(url: str, *, workflows: int, steps: int, sync: bool) -> Timing:
-    """Run ``workflows`` workflows of ``steps`` steps one after another (each created, then
-    awaited to completion), with an in-process worker."""
-    params = {"steps": steps, "sync": sync}
+async def run_sequential(
+    url: str, *, workflows: int, shapes: Sequence[tuple[int, bool]]
+) -> list[Timing]:
+    """Run ``workflows`` workflows of each shape ``(steps, sync)`` one after another (each
+    created, then awaited to completion), with an in-process worker; one :class:`Timing` per
+    shape.
+
+    The shapes take turns (a workflow of the first, then one of the second, ...), so that a
+    drift of the machine during the run (the disk's fsync time varies from minute to minute)
+    weighs on every shape alike and cancels out of their difference.
+    """
+    params = [{"steps": steps, "sync": sync} for steps, sync in shapes]
+    totals = [0.0] * len(shapes)
+    cpus = [0.0] * len(shapes)
     async with Engine(url, [Trivial]) as engine:
         binding = engine.workflow(Trivial)
         for _ in range(max(workflows // 20, 3)):  # warm up: caches, thread pool, code paths
-            await (await binding.create(params=params)).wait(timeout=60)
-        cpu = time.process_time()
-        start = time.perf_counter()
+            for p in params:
+                await (await binding.create(params=p)).wait(timeout=60)
         for _ in range(workflows):
-            instance = await binding.create(params=params)
-            status = await instance.wait(timeout=60)
-            if status.status != "complete":
-                raise RuntimeError(f"benchmark workflow ended {status.status}: {status.error}")
-        return Timing(time.perf_counter() - start, time.process_time() - cpu)
+            for index, p in enumerate(params):
+                cpu = time.process_time()
+                start = time.perf_counter()
+                instance = await binding.create(params=p)
+                status = await instance.wait(timeout=60)
+                totals[index] += time.perf_counter() - start
+                cpus[index] += time.process_time() - cpu
+                if status.status != "complete":
+                    raise RuntimeError(f"benchmark workflow ended {status.status}: {status.error}")
+    return [Timing(total, cpu) for total, cpu in zip(totals, cpus, strict=True)]
 
 
 async def run_creates(url: str, *, count: int) -> float:
@@ -106,15 +120,14 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
             if store == "postgres":
                 series["async_floor"].append((await postgres_commit_async(config.pg_url)).value)
             timings: dict[str, Timing] = {}
-            for key, n_steps, sync in (
-                ("async", steps, False),
-                ("sync", steps, True),
-                ("one", 1, False),
-            ):
-                with database(config, store, directory) as url:
-                    timings[key] = await run_sequential(
-                        url, workflows=workflows, steps=n_steps, sync=sync
-                    )
+            with database(config, store, directory) as url:
+                timings["async"], timings["one"] = await run_sequential(
+                    url, workflows=workflows, shapes=[(steps, False), (1, False)]
+                )
+            with database(config, store, directory) as url:
+                (timings["sync"],) = await run_sequential(
+                    url, workflows=workflows, shapes=[(steps, True)]
+                )
             with database(config, store, directory) as url:
                 series["create"].append(await run_creates(url, count=workflows) * 1e6)
             us = 1e6 / workflows  # seconds over all workflows -> µs per workflow
@@ -160,7 +173,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
     }
     report.notes = [
         "marginal = (10-step workflow - 1-step workflow, both end to end) / 9: the cost of a "
-        "step without the fixed costs of a workflow",
+        "step without the fixed costs of a workflow (the two kinds take turns in one run)",
         "end to end = wall time / (workflows x steps), from each create to its completion, "
         "including the durable create, the finish and the wait",
         "CPU time = process CPU (all threads) / steps: less sensitive than wall time to other "
