@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -262,6 +263,45 @@ async def test_wait_returns_final_status(make_engine: EngineFactory) -> None:
         inst = await engine.workflow("noop").create(params={"x": 1})
         status = await inst.wait(timeout=10)
         assert status.status == "complete" and status.output == {"x": 1}
+
+
+async def test_an_end_that_lands_while_wait_reads_wakes_it_at_once(
+    make_engine: EngineFactory,
+) -> None:
+    """wait() reads the status, then waits for a change: the instance ending while that read is
+    in flight must not be missed (on PostgreSQL the wait's fallback poll is 1 s away)."""
+    async with make_engine([noop]) as engine:
+        inst = await engine.workflow("noop").create()
+        store = engine.store
+        read = store.get_instance
+        reads = 0
+
+        async def read_then_end(workflow: str, instance_id: str) -> Any:
+            nonlocal reads
+            reads += 1
+            record = await read(workflow, instance_id)
+            if reads == 1:
+                await drain(engine)  # the instance ends after the read saw it queued
+            return record
+
+        store.get_instance = read_then_end  # type: ignore[method-assign]
+        started = time.monotonic()
+        status = await inst.wait(timeout=10)
+        assert status.status == "complete" and reads == 2
+        assert time.monotonic() - started < 0.5, "the wait missed the end and slept"
+
+
+async def test_a_change_before_the_wait_is_kept_by_the_watch(make_engine: EngineFactory) -> None:
+    """A watch sees changes from the moment it starts, not from the moment one waits on it."""
+    async with make_engine([noop]) as engine:
+        inst = await engine.workflow("noop").create()
+        with engine.store.watch_changes("noop", inst.id) as changes:
+            await drain(engine)  # the instance changes before anyone waits
+            started = time.monotonic()
+            await changes.wait(30.0)
+            assert time.monotonic() - started < 1.0
+            with pytest.raises(TimeoutError):  # once seen, a change is not reported twice
+                await asyncio.wait_for(changes.wait(30.0), 0.05)
 
 
 async def test_wait_times_out(make_engine: EngineFactory) -> None:

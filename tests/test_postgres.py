@@ -285,11 +285,12 @@ async def test_a_finish_in_another_process_ends_a_wait_at_once(schemas: list[str
         (claim,) = await worker_store.claim("me", ["w"], 1, 30.0, 1000.0)
         await asyncio.sleep(0.2)  # the create's notification has reached the client's store
         woken.clear()
-        waiting = asyncio.create_task(client_store.wait_changed("w", "a", 30.0))
-        await asyncio.sleep(0.05)
-        started = time.monotonic()
-        await worker_store.finish(claim.lease, Finish("complete", output="1"), 1000.0)
-        await waiting
+        with client_store.watch_changes("w", "a") as changes:
+            waiting = asyncio.create_task(changes.wait(30.0))
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            await worker_store.finish(claim.lease, Finish("complete", output="1"), 1000.0)
+            await waiting
         assert time.monotonic() - started < 10.0, "only the timeout ended the wait"
         assert woken == [], "an ended instance woke the workers of other processes"
     finally:
@@ -491,25 +492,28 @@ async def test_a_commit_whose_reply_is_lost_is_not_repeated(
 
 
 async def test_one_bad_write_in_a_group_fails_alone(schemas: list[str]) -> None:
-    """Writes made at the same moment share one statement; if it fails because of one of them,
-    the others are written on their own and only the bad one fails."""
+    """Writes made while another is in flight share one statement; if it fails because of one
+    of them, the others are written on their own and only the bad one fails. (The first write
+    goes out alone, at once: nothing was in flight.)"""
     store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
     await store.open()
     try:
-        items = [NewInstance("good", None), NewInstance("bad", None)]
+        items = [NewInstance(name, None) for name in ("first", "good", "bad")]
         await store.create_instances("w", items, trigger="api", skip_existing=False)
-        claims = {c.instance.id: c for c in await store.claim("me", ["w"], 2, 30.0, 1000.0)}
+        claims = {c.instance.id: c for c in await store.claim("me", ["w"], 3, 30.0, 1000.0)}
 
         def write(name: str) -> StepWrite:
             return StepWrite(name, 1, 0, "do", "complete", "1", started_at=1000.0, ended_at=1000.0)
 
-        good, bad = await asyncio.gather(
+        first, good, bad = await asyncio.gather(
+            store.record_step(claims["first"].lease, write("alone"), 1000.0),
             store.record_step(claims["good"].lease, write("fine"), 1000.0),
             store.record_step(claims["bad"].lease, write("nul\x00char"), 1000.0),
             return_exceptions=True,
         )
-        assert good == "running"
+        assert (first, good) == ("running", "running")
         assert isinstance(bad, StoreError), bad
+        assert [s.name for s in await store.get_steps("w", "first")] == ["alone"]
         assert [s.name for s in await store.get_steps("w", "good")] == ["fine"]
         assert await store.get_steps("w", "bad") == []
     finally:

@@ -107,19 +107,22 @@ class Instance:
         # as a fallback; otherwise poll quickly at first, then back off.
         notified = self._store.pushes_notifications
         interval, longest = (1.0, 1.0) if notified else (0.005, 0.25)
-        while True:
-            status = await self.status()
-            if status.status in FINISHED_STATUSES:
-                return status
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError(
-                    f"instance {self.id!r} of {self.workflow!r} is still {status.status} "
-                    f"after {timeout} seconds"
-                )
-            pause = interval if remaining is None else min(interval, remaining)
-            await self._store.wait_changed(self.workflow, self.id, pause)
-            interval = min(interval * 2, longest)
+        # Watching from before the first read: an end that lands while a read is in flight
+        # still wakes the wait at once.
+        with self._store.watch_changes(self.workflow, self.id) as changes:
+            while True:
+                status = await self.status()
+                if status.status in FINISHED_STATUSES:
+                    return status
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"instance {self.id!r} of {self.workflow!r} is still {status.status} "
+                        f"after {timeout} seconds"
+                    )
+                pause = interval if remaining is None else min(interval, remaining)
+                await changes.wait(pause)
+                interval = min(interval * 2, longest)
 
 
 class WorkflowBinding:

@@ -468,24 +468,27 @@ class Api:
         last = orjson.dumps(detail)
         yield b"event: instance\ndata: " + last + b"\n\n"
         quiet_since = loop.time()
-        while detail["workflow"]["status"] not in FINISHED_STATUSES:
-            await self.engine.store.wait_changed(workflow, instance_id, self.stream_interval)
-            if await request.is_disconnected():
-                return
-            try:
-                detail = await self._detail(workflow, instance_id)
-            except ApiError as error:
-                data = orjson.dumps({"error": {"code": error.code, "message": error.message}})
-                yield b"event: error\ndata: " + data + b"\n\n"
-                return
-            encoded = orjson.dumps(detail)
-            if encoded != last:
-                last = encoded
-                quiet_since = loop.time()
-                yield b"event: instance\ndata: " + encoded + b"\n\n"
-            elif loop.time() - quiet_since >= self.keepalive:
-                quiet_since = loop.time()
-                yield b": keep-alive\n\n"
+        with self.engine.store.watch_changes(workflow, instance_id) as changes:
+            # The first detail was read before this watch began: read again at once.
+            changes.changed()
+            while detail["workflow"]["status"] not in FINISHED_STATUSES:
+                await changes.wait(self.stream_interval)
+                if await request.is_disconnected():
+                    return
+                try:
+                    detail = await self._detail(workflow, instance_id)
+                except ApiError as error:
+                    data = orjson.dumps({"error": {"code": error.code, "message": error.message}})
+                    yield b"event: error\ndata: " + data + b"\n\n"
+                    return
+                encoded = orjson.dumps(detail)
+                if encoded != last:
+                    last = encoded
+                    quiet_since = loop.time()
+                    yield b"event: instance\ndata: " + encoded + b"\n\n"
+                elif loop.time() - quiet_since >= self.keepalive:
+                    quiet_since = loop.time()
+                    yield b": keep-alive\n\n"
         yield b"event: end\ndata: {}\n\n"
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -149,6 +150,32 @@ class WorkflowMeta:
 ControlAction = Literal["pause", "resume", "terminate", "restart"]
 
 
+class ChangeWatch:
+    """Changes of one instance since the watch began or since its last :meth:`wait` returned
+    (see :meth:`Store.watch_changes`)."""
+
+    def __init__(self) -> None:
+        self._changed = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def changed(self) -> None:
+        """Called by the store when the instance changed."""
+        self._changed = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Return once the instance has changed since the last call (at once if it already
+        has), or after ``timeout`` seconds."""
+        if not self._changed:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait((self._waiter,), timeout=timeout)
+            finally:
+                self._waiter = None
+        self._changed = False
+
+
 class Store(abc.ABC):
     """Abstract store. Subclasses: :class:`~stepline.store.sqlite.SqliteStore`, PostgreSQL."""
 
@@ -160,7 +187,7 @@ class Store(abc.ABC):
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._ready_listeners: list[Callable[[], None]] = []
-        self._change_waiters: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
+        self._change_watches: dict[tuple[str, str], list[ChangeWatch]] = {}
 
     # -- clock and in-process signals ------------------------------------------------------------
 
@@ -181,26 +208,29 @@ class Store(abc.ABC):
             callback()
 
     def _notify_changed(self, workflow: str, instance_id: str) -> None:
-        for fut in self._change_waiters.pop((workflow, instance_id), ()):
-            if not fut.done():
-                fut.set_result(None)
+        for watch in self._change_watches.get((workflow, instance_id), ()):
+            watch.changed()
 
-    async def wait_changed(self, workflow: str, instance_id: str, timeout: float) -> None:
-        """Return when this process changed the instance, or after ``timeout`` seconds.
+    @contextlib.contextmanager
+    def watch_changes(self, workflow: str, instance_id: str) -> Iterator[ChangeWatch]:
+        """Watch one instance for changes from now on, for as long as the block runs.
 
-        Changes made by other processes are seen by polling (callers loop); stores with a
-        notification channel (PostgreSQL) also resolve the wait for those.
+        Start watching *before* reading the instance, then wait on the watch after each read: a
+        change that lands while the read is in flight is kept, not lost (it makes the next
+        :meth:`ChangeWatch.wait` return at once). Changes this process makes are always seen;
+        changes by other processes only on stores that are notified of them (PostgreSQL), so
+        callers also poll, through the wait's timeout.
         """
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters = self._change_waiters.setdefault((workflow, instance_id), [])
-        waiters.append(fut)
+        key = (workflow, instance_id)
+        watch = ChangeWatch()
+        watches = self._change_watches.setdefault(key, [])
+        watches.append(watch)
         try:
-            await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            pass
+            yield watch
         finally:
-            if fut in waiters:
-                waiters.remove(fut)
+            watches.remove(watch)
+            if not watches:
+                del self._change_watches[key]
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

@@ -330,7 +330,7 @@ class PostgresStore(Store):
     def _wake_everything(self) -> None:
         """After the listener reconnects: anything may have changed meanwhile."""
         self._notify_ready()
-        for workflow, instance_id in list(self._change_waiters):
+        for workflow, instance_id in list(self._change_watches):
             self._notify_changed(workflow, instance_id)
 
     # -- workflows -------------------------------------------------------------------------------
