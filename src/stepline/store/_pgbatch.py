@@ -20,9 +20,16 @@ class Batcher(Generic[Item, Result]):
     waits and joins the next batch, so batches grow exactly when the database is the bottleneck
     (and a lone item goes out at once). ``run`` returns one result or exception per item, in
     order. Items with equal ``key`` never share a batch (their statements would conflict); the
-    later one waits for the next batch. An item whose caller was cancelled is still run: its
-    write may save work later. When a whole batch fails and ``split(error)`` says so (an error
-    that one bad item could have caused), each item is run alone, so only the bad one fails.
+    later one waits for the next batch. When a whole batch fails and ``split(error)`` says so
+    (an error that one bad item could have caused), each item is run alone, so only the bad one
+    fails.
+
+    An item submitted while nothing is in flight or queued runs at once in its caller's task,
+    as a batch of one that counts as a flusher: a sequential caller then pays for no task and no
+    extra turns of the event loop. An item queued for a flusher whose caller was cancelled is
+    still run (its write may save work later); a lone item runs in its caller's task, so
+    cancelling the caller interrupts it, and whether it took effect is then unknown, as after a
+    crash.
     """
 
     def __init__(
@@ -43,18 +50,38 @@ class Batcher(Generic[Item, Result]):
         self._flushers: set[asyncio.Task[None]] = set()
         self._idle: asyncio.Task[None] | None = None
         """A flusher task that was started and has not taken its first batch yet."""
+        self._inline: asyncio.Future[None] | None = None
+        """Set while a lone item runs in its caller's task; done when it has run."""
 
     async def submit(self, item: Item) -> Result:
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if self._inline is None and not self._flushers and not self._queue:
+            return await self._run_inline(item, loop)
+        future: asyncio.Future[Result] = loop.create_future()
         self._queue.append((item, future))
         self._schedule()
         return await future
 
+    async def _run_inline(self, item: Item, loop: asyncio.AbstractEventLoop) -> Result:
+        done = self._inline = loop.create_future()
+        try:
+            (outcome,) = await self._outcomes([item])
+        finally:
+            self._inline = None
+            done.set_result(None)
+            self._start()  # items that came meanwhile
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
     async def drain(self) -> None:
         """Wait until everything submitted so far has been run."""
-        while self._flushers or self._queue:
-            if self._flushers:
-                await asyncio.wait(set(self._flushers))
+        while self._flushers or self._queue or self._inline is not None:
+            if self._flushers or self._inline is not None:
+                running: set[asyncio.Future[None]] = set(self._flushers)
+                if self._inline is not None:
+                    running.add(self._inline)
+                await asyncio.wait(running)
             else:
                 self._start()
 
@@ -62,7 +89,8 @@ class Batcher(Generic[Item, Result]):
         # A flusher takes its batch when its task first runs (the next loop iteration), so items
         # submitted in this iteration join it anyway: no need to wait a turn before starting one.
         # A flusher that has not taken its batch yet serves every item queued meanwhile.
-        if self._idle is not None or len(self._flushers) >= self._max_flushers:
+        busy = len(self._flushers) + (self._inline is not None)
+        if self._idle is not None or busy >= self._max_flushers:
             return
         task = asyncio.get_running_loop().create_task(self._flush())
         self._idle = task

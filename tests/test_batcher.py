@@ -1,0 +1,106 @@
+"""The PostgreSQL store's group commit (``Batcher``), on its own: who runs a batch, and when."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from stepline.store._pgbatch import Batcher
+
+
+class Recorder:
+    """A ``run`` that notes each batch and the task it ran in, and fails on 'bad' items."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.tasks: list[asyncio.Task[object] | None] = []
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def run(self, items: list[str]) -> list[str | BaseException]:
+        self.batches.append(list(items))
+        self.tasks.append(asyncio.current_task())
+        await self.release.wait()
+        if "bad" in items and len(items) > 1:
+            raise ValueError("one bad item spoils the batch")
+        return [ValueError("bad item") if i == "bad" else i.upper() for i in items]
+
+
+async def test_a_lone_item_runs_in_its_callers_task() -> None:
+    recorder = Recorder()
+    batcher: Batcher[str, str] = Batcher(recorder.run, key=lambda i: i)
+    assert await batcher.submit("a") == "A"
+    assert await batcher.submit("b") == "B"
+    assert recorder.batches == [["a"], ["b"]]
+    assert recorder.tasks == [asyncio.current_task()] * 2
+
+
+async def test_items_that_come_while_one_runs_share_the_next_batch() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher: Batcher[str, str] = Batcher(recorder.run, key=lambda i: i)
+    first = asyncio.ensure_future(batcher.submit("a"))
+    await asyncio.sleep(0)  # "a" is now in flight, in the task that submitted it
+    assert recorder.batches == [["a"]]
+    rest = [asyncio.ensure_future(batcher.submit(i)) for i in ("b", "c", "d")]
+    await asyncio.sleep(0)
+    recorder.release.set()
+    assert await first == "A"
+    assert await asyncio.gather(*rest) == ["B", "C", "D"]
+    assert recorder.batches == [["a"], ["b", "c", "d"]]  # one flusher took all three
+    assert recorder.tasks[0] is first  # type: ignore[comparison-overlap]
+    assert recorder.tasks[1] not in (first, *rest)
+
+
+async def test_a_failing_batch_is_split_and_only_the_bad_item_fails() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher: Batcher[str, str] = Batcher(
+        recorder.run, key=lambda i: i, split=lambda exc: isinstance(exc, ValueError)
+    )
+    lone = asyncio.ensure_future(batcher.submit("a"))
+    await asyncio.sleep(0)
+    grouped = [asyncio.ensure_future(batcher.submit(i)) for i in ("b", "bad")]
+    await asyncio.sleep(0)
+    recorder.release.set()
+    assert await lone == "A"
+    assert await grouped[0] == "B"
+    with pytest.raises(ValueError, match="bad item"):
+        await grouped[1]
+    assert recorder.batches == [["a"], ["b", "bad"], ["b"], ["bad"]]
+
+
+async def test_a_lone_items_error_is_raised_to_its_caller() -> None:
+    recorder = Recorder()
+    batcher: Batcher[str, str] = Batcher(recorder.run, key=lambda i: i)
+    with pytest.raises(ValueError, match="bad item"):
+        await batcher.submit("bad")
+    assert await batcher.submit("a") == "A"  # and the batcher goes on
+
+
+async def test_drain_waits_for_an_item_running_in_its_callers_task() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher: Batcher[str, str] = Batcher(recorder.run, key=lambda i: i)
+    lone = asyncio.ensure_future(batcher.submit("a"))
+    await asyncio.sleep(0)
+    drained = asyncio.ensure_future(batcher.drain())
+    await asyncio.sleep(0.01)
+    assert not drained.done()
+    recorder.release.set()
+    await drained
+    assert lone.done() and lone.result() == "A"
+
+
+async def test_equal_keys_never_share_a_batch() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher: Batcher[str, str] = Batcher(recorder.run, key=lambda i: i[0])
+    lone = asyncio.ensure_future(batcher.submit("x0"))
+    await asyncio.sleep(0)
+    queued = [asyncio.ensure_future(batcher.submit(i)) for i in ("a1", "a2", "b1")]
+    await asyncio.sleep(0)
+    recorder.release.set()
+    await asyncio.gather(lone, *queued)
+    assert recorder.batches == [["x0"], ["a1", "b1"], ["a2"]]
