@@ -168,3 +168,55 @@ async def test_an_activation_whose_final_write_is_in_flight_frees_its_slot(
         finally:
             engine.worker.stop()
             await worker
+
+
+async def test_a_sequential_workload_in_one_process_makes_no_claims(store_url: str) -> None:
+    """Instances created one after another in the worker's process are handed over, and a slot
+    that frees does not send the worker to the database when its last look found nothing else:
+    no claim per instance (each one would cost a query and, on PostgreSQL, server time)."""
+    async with Engine(store_url, [quick], poll_interval=30) as engine:
+        await asyncio.sleep(0.1)  # the worker has looked once and found nothing
+        store = engine.store
+        real_claim = store.claim
+        claims = 0
+
+        async def counting_claim(*args: Any, **kwargs: Any) -> Any:
+            nonlocal claims
+            claims += 1
+            return await real_claim(*args, **kwargs)
+
+        store.claim = counting_claim  # type: ignore[method-assign]
+        binding = engine.workflow("quick")
+        for n in range(20):
+            assert (await (await binding.create(params=n)).wait(timeout=5)).output == n
+        assert claims <= 2, f"{claims} claims for 20 instances handed over one at a time"
+
+
+async def test_a_slot_that_frees_after_a_wake_while_full_claims_at_once(
+    make_engine: EngineFactory,
+) -> None:
+    """A wake that comes while every slot is taken is not forgotten: when a slot frees, the
+    worker claims the instance another process created meanwhile (not at its next poll)."""
+    global GATE
+    GATE = asyncio.Event()
+    async with make_engine([gated, quick], concurrency=1, poll_interval=30) as engine:
+        worker_task = asyncio.create_task(engine.worker.run())
+        try:
+            await asyncio.sleep(0.1)
+            busy = await engine.workflow("gated").create()  # handed over: the only slot
+            await asyncio.sleep(0.05)
+            assert engine.worker.active_count == 1
+            # "another process" creates an instance: the store's wake reaches a full worker
+            async with make_engine([quick]) as other:
+                later_id = (await other.workflow("quick").create(params="later")).id
+            later = await engine.workflow("quick").get(later_id)
+            engine.worker.wake()  # what the notification does (SQLite has none across engines)
+            await asyncio.sleep(0.05)
+            assert (await later.status()).status == "queued"  # no free slot yet
+            GATE.set()
+            assert (await busy.wait(timeout=5)).output == "through"
+            # with a 30 s poll interval, only the remembered wake can run it this soon
+            assert (await later.wait(timeout=5)).output == "later"
+        finally:
+            engine.worker.stop()
+            await worker_task

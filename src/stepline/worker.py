@@ -97,6 +97,8 @@ class Worker:
         self._running = False
         self._backlog = True
         """Whether the last claim may have left runnable instances behind (a full batch)."""
+        self._wanted = False
+        """Whether :meth:`wake` was called since the last claim (something may be runnable)."""
         self._offered = 0
         """Slots promised to creates in flight (:meth:`offer`)."""
 
@@ -113,7 +115,15 @@ class Worker:
 
     def wake(self) -> None:
         """Something may be runnable: look at the database now instead of at the next poll."""
+        self._wanted = True
         self._wake.set()
+
+    def _slot_freed(self) -> None:
+        # A free slot is worth a claim only if runnable instances may be waiting for one: the
+        # last claim was cut short by the free slots, or a wake came since (perhaps while every
+        # slot was taken). Otherwise new work comes by wake, and timers by the loop's own wait.
+        if self._backlog or self._wanted:
+            self._wake.set()
 
     def offer(self, workflow: str, count: int) -> LeaseOffer | None:
         """Offer to take up to ``count`` instances of ``workflow`` as they are created here.
@@ -182,6 +192,7 @@ class Worker:
                 free = self._free_slots()
                 if free > 0:
                     limit = min(free, self.settings.claim_batch)
+                    self._wanted = False
                     try:
                         claims = await self._claim(limit)
                     except StoreError as exc:
@@ -267,7 +278,7 @@ class Worker:
                 activation.request_stop(slot.stop_reason)
             finish = await activation.execute()
             slot.ending = True  # its lease is about to be released: not "lost"
-            self._wake.set()  # its slot is free: claim more while its final write is in flight
+            self._slot_freed()  # claim more while its final write is in flight
             if finish.status == "waiting" and activation.stop_reason == "shutdown":
                 await self.store.release(lease, self.store.now())
                 return
@@ -299,7 +310,7 @@ class Worker:
                 await self.store.release(lease, self.store.now())
         finally:
             self._active.pop(lease.pk, None)
-            self._wake.set()
+            self._slot_freed()
 
     async def _renew_loop(self) -> None:
         interval = max(self.settings.lease / 3, 0.05)
