@@ -4,6 +4,8 @@ server clock, and surviving killed connections. (The contract suite runs against
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -293,6 +295,56 @@ async def test_a_finish_in_another_process_ends_a_wait_at_once(schemas: list[str
             await waiting
         assert time.monotonic() - started < 10.0, "only the timeout ended the wait"
         assert woken == [], "an ended instance woke the workers of other processes"
+    finally:
+        await worker_store.close()
+        await client_store.close()
+
+
+async def test_instances_ended_together_are_announced_a_few_dozen_per_notification(
+    schemas: list[str],
+) -> None:
+    """Ends committed by one finish statement travel as lists in a handful of notifications (each
+    listener parses every notification), and each still resolves its own waiters elsewhere."""
+    url = url_for(fresh(schemas))
+    worker_store = PostgresStore(url, ManualClock(1000.0))
+    client_store = PostgresStore(url, ManualClock(1000.0))
+    payloads: list[str] = []
+    dispatch = client_store._dispatch
+
+    def counting(payload: str) -> None:
+        payloads.append(payload)
+        dispatch(payload)
+
+    client_store._dispatch = counting  # type: ignore[method-assign]  # before open: it listens
+    await worker_store.open()
+    await client_store.open()
+    try:
+        ids = [f"instance-{n:04d}-{'x' * 80}" for n in range(300)]  # long ids: several chunks
+        await worker_store.create_instances(
+            "w", [NewInstance(i, None) for i in ids], trigger="api", skip_existing=False
+        )
+        claims = await worker_store.claim("me", ["w"], 300, 30.0, 1000.0)
+        await asyncio.sleep(0.2)  # the create's notification has come and gone
+        payloads.clear()
+        watched = [ids[0], ids[150], ids[-1]]
+        with contextlib.ExitStack() as stack:
+            watches = [stack.enter_context(client_store.watch_changes("w", i)) for i in watched]
+            waits = [asyncio.create_task(w.wait(30.0)) for w in watches]
+            started = time.monotonic()
+            await asyncio.gather(
+                *(
+                    worker_store.finish(c.lease, Finish("complete", output="1"), 1000.0)
+                    for c in claims
+                )
+            )
+            await asyncio.gather(*waits)
+            assert time.monotonic() - started < 10.0, "only the timeout ended a wait"
+        await asyncio.sleep(0.2)
+        ended = [item[1] for p in payloads for item in json.loads(p)["ended"]]
+        assert sorted(ended) == ids  # every end announced once
+        assert all(len(p.encode()) < 8000 for p in payloads)
+        assert 3 <= len(payloads) <= 12, len(payloads)
+        assert all(json.loads(p)["e"] is True for p in payloads)  # top-level: nothing runnable
     finally:
         await worker_store.close()
         await client_store.close()

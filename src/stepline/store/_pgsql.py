@@ -267,6 +267,9 @@ _TEMPLATES: dict[str, str] = {
         FROM held WHERE pk = h_pk RETURNING pk, status
     """,
     # The activations' last step records (Finish.steps) are written first, in the same statement.
+    # The instances it ends are announced a few dozen per notification ("ended"), not one each:
+    # every listener receives and parses every notification. Names and ids are at most 100 ASCII
+    # characters, so chunks of about 7,000 characters stay under the 8,000-byte payload limit.
     "finish": """
         WITH f AS (
             SELECT * FROM json_to_recordset(%(rows)s::json) AS f(idx int, pk bigint,
@@ -316,13 +319,18 @@ _TEMPLATES: dict[str, str] = {
             FROM (SELECT DISTINCT ON (k_workflow, k_id) * FROM kids) k
             WHERE p.workflow = k.k_workflow AND p.id = k.k_id
                 AND NOT EXISTS (SELECT 1 FROM f JOIN held ON h_idx = f.idx WHERE f.pk = p.pk)
+        ), ended AS (
+            SELECT workflow, id, parent IS NULL AS top,
+                sum(length(workflow) + length(id) + 8) OVER (ROWS UNBOUNDED PRECEDING) AS upto
+            FROM u WHERE status IN ('complete', 'errored', 'terminated')
+        ), notes AS (
+            SELECT pg_notify(%(channel)s, json_build_object('s', %(source)s::text,
+                'ended', json_agg(json_build_array(workflow, id)), 'e', bool_and(top))::text)
+            FROM ended GROUP BY upto / 7000
         )
         SELECT idx, status, workflow, id,
             parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'),
-            CASE WHEN status IN ('complete', 'errored', 'terminated')
-                THEN (SELECT 1 FROM pg_notify(%(channel)s, json_build_object('w', workflow,
-                    'i', id, 's', %(source)s::text, 'e', parent IS NULL)::text))
-            END
+            (SELECT count(*) FROM notes)
         FROM u
     """,
     "wake_parent_of": """

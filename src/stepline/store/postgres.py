@@ -35,8 +35,10 @@ Design:
 - **Wake-ups.** create, send_event, control actions, release and the end of an instance NOTIFY
   the schema's channel in their transaction; every other store LISTENing on it signals its
   worker and its ``Instance.wait`` callers at once (a store skips its own notifications: it
-  signalled itself when it committed). The end of a top-level instance is marked ``"e": true``:
-  it resolves waiters but wakes no worker, since nothing became runnable. Workers still poll, and
+  signalled itself when it committed). The instances a finish statement ends go out as lists,
+  a few dozen per notification (``"ended"``), not one notification each: every listener receives
+  and parses every notification. Ends of top-level instances only are marked ``"e": true``: they
+  resolve waiters but wake no worker, since nothing became runnable. Workers still poll, and
   waiters still poll too, so a notification lost while the listening connection reconnects costs
   at most one poll interval.
 - **Durability.** Everything acknowledged to a caller (create, send_event, control actions,
@@ -317,11 +319,16 @@ class PostgresStore(Store):
             data = {}
         if data.get("s") == self._source:
             return
-        if data.get("e") is not True:  # "e": an instance ended and nothing became runnable
+        if data.get("e") is not True:  # "e": instances ended and nothing became runnable
             self._notify_ready()
         workflow, instance_id = data.get("w"), data.get("i")
         if workflow is not None and instance_id is not None:
             self._notify_changed(str(workflow), str(instance_id))
+        ended = data.get("ended")  # [[workflow, id], ...]: the instances a finish batch ended
+        if isinstance(ended, list):
+            for item in ended:
+                if isinstance(item, list) and len(item) == 2:
+                    self._notify_changed(str(item[0]), str(item[1]))
 
     def _notify_ready(self) -> None:
         self._generation += 1  # invalidates the timer hint of the last claim
