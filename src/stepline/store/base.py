@@ -14,10 +14,12 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..clock import SystemClock
 from ..records import (
     Attempt,
     InstancePage,
@@ -185,7 +187,9 @@ class Store(abc.ABC):
     (PostgreSQL LISTEN/NOTIFY); then workers need not poll quickly to notice it."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
+        # The system clock itself (not a subclass: tests skew it) is read directly: the engine
+        # asks for the time a few times per step.
+        self._clock = time.time if type(clock) is SystemClock else clock
         self._ready_listeners: list[Callable[[], None]] = []
         self._change_watches: dict[tuple[str, str], list[ChangeWatch]] = {}
 
