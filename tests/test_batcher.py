@@ -53,6 +53,26 @@ async def test_items_that_come_while_one_runs_share_the_next_batch() -> None:
     assert recorder.tasks[1] not in (first, *rest)
 
 
+async def test_once_items_overlap_bursts_are_batched_whole_until_one_comes_alone() -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    batcher: Batcher[str, str] = Batcher(recorder.run, key=lambda i: i)
+    first = [asyncio.ensure_future(batcher.submit(i)) for i in ("a", "b", "c")]
+    await asyncio.sleep(0)
+    recorder.release.set()
+    await asyncio.gather(*first)
+    assert recorder.batches == [["a"], ["b", "c"]]  # the first of a burst went alone, inline
+    burst = [asyncio.ensure_future(batcher.submit(i)) for i in ("d", "e", "f")]
+    await asyncio.gather(*burst)
+    assert recorder.batches[2:] == [["d", "e", "f"]]  # items overlap now: all to one flusher
+    assert recorder.tasks[2] not in burst
+    assert await batcher.submit("g") == "G"  # a flusher finds it alone: one at a time again
+    assert recorder.tasks[3] is not asyncio.current_task()
+    assert await batcher.submit("h") == "H"
+    assert recorder.batches[3:] == [["g"], ["h"]]
+    assert recorder.tasks[4] is asyncio.current_task()  # inline again
+
+
 async def test_a_failing_batch_is_split_and_only_the_bad_item_fails() -> None:
     recorder = Recorder()
     recorder.release.clear()

@@ -24,12 +24,15 @@ class Batcher(Generic[Item, Result]):
     (an error that one bad item could have caused), each item is run alone, so only the bad one
     fails.
 
-    An item submitted while nothing is in flight or queued runs at once in its caller's task,
-    as a batch of one that counts as a flusher: a sequential caller then pays for no task and no
-    extra turns of the event loop. An item queued for a flusher whose caller was cancelled is
-    still run (its write may save work later); a lone item runs in its caller's task, so
-    cancelling the caller interrupts it, and whether it took effect is then unknown, as after a
-    crash.
+    Adaptive, like the SQLite store's group commit: while items come one at a time (a
+    sequential caller), an item submitted with nothing in flight or queued runs at once in its
+    caller's task, as a batch of one that counts as a flusher, and pays for no task and no extra
+    turns of the event loop. As soon as an item comes while another is in flight, items go to
+    flusher tasks (which take everything queued by the time they run), until a flusher finds a
+    lone item again. (Running the first of several items inline would send it alone and split
+    every burst in two.) An item queued for a flusher whose caller was cancelled is still run
+    (its write may save work later); an item run in its caller's task is interrupted with it,
+    and whether it took effect is then unknown, as after a crash.
     """
 
     def __init__(
@@ -52,11 +55,16 @@ class Batcher(Generic[Item, Result]):
         """A flusher task that was started and has not taken its first batch yet."""
         self._inline: asyncio.Future[None] | None = None
         """Set while a lone item runs in its caller's task; done when it has run."""
+        self._eager = True
+        """Whether items have been coming one at a time (then a lone one runs inline)."""
 
     async def submit(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
         if self._inline is None and not self._flushers and not self._queue:
-            return await self._run_inline(item, loop)
+            if self._eager:
+                return await self._run_inline(item, loop)
+        elif self._inline is not None:
+            self._eager = False  # items overlap: batch them from now on
         future: asyncio.Future[Result] = loop.create_future()
         self._queue.append((item, future))
         self._schedule()
@@ -126,6 +134,7 @@ class Batcher(Generic[Item, Result]):
         self._idle = None
         while self._queue:
             batch = self._take()
+            self._eager = len(batch) == 1
             outcomes = await self._outcomes([item for item, _ in batch])
             for (_, future), outcome in zip(batch, outcomes, strict=True):
                 if future.done():
@@ -134,6 +143,9 @@ class Batcher(Generic[Item, Result]):
                     future.set_exception(outcome)
                 else:
                     future.set_result(outcome)
+        # Out of the running now, not when the task's done callback comes a turn later: a caller
+        # this batch woke may submit its next item inline.
+        self._flushers.discard(asyncio.current_task())
 
     async def _outcomes(self, items: list[Item]) -> Sequence[Result | BaseException]:
         try:
