@@ -350,6 +350,41 @@ async def test_instances_ended_together_are_announced_a_few_dozen_per_notificati
         await client_store.close()
 
 
+async def test_a_full_batch_of_short_ids_ends_within_the_payload_limit(schemas: list[str]) -> None:
+    """499 ends in one statement with the shortest names: the most entries per byte, where the
+    JSON around each entry weighs most against the 8,000-byte limit of a notification."""
+    url = url_for(fresh(schemas))
+    store = PostgresStore(url, ManualClock(1000.0))
+    payloads: list[str] = []
+    dispatch = store._dispatch
+
+    def counting(payload: str) -> None:
+        payloads.append(payload)
+        dispatch(payload)
+
+    store._dispatch = counting  # type: ignore[method-assign]  # before open: it listens
+    await store.open()
+    try:
+        ids = [f"{n:03d}" for n in range(500)]
+        await store.create_instances(
+            "job", [NewInstance(i, None) for i in ids], trigger="api", skip_existing=False
+        )
+        claims = await store.claim("me", ["job"], 500, 30.0, 1000.0)
+        statuses = await asyncio.gather(
+            *(store.finish(c.lease, Finish("complete", output="1"), 1000.0) for c in claims)
+        )
+        assert statuses == ["complete"] * 500  # the first alone, then 499 in one statement
+        await asyncio.sleep(0.3)
+        ended = sorted(item[1] for p in payloads for item in json.loads(p).get("ended", []))
+        assert ended == ids
+        assert max(len(p.encode()) for p in payloads) < 8000
+        # the create's, the first end's, and two for the other 499 (had a notification been too
+        # long, the statement would have failed and its 499 finishes run one by one)
+        assert len(payloads) <= 5, len(payloads)
+    finally:
+        await store.close()
+
+
 # -- claims --------------------------------------------------------------------------------------
 
 

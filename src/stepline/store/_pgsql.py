@@ -268,8 +268,10 @@ _TEMPLATES: dict[str, str] = {
     """,
     # The activations' last step records (Finish.steps) are written first, in the same statement.
     # The instances it ends are announced a few dozen per notification ("ended"), not one each:
-    # every listener receives and parses every notification. Names and ids are at most 100 ASCII
-    # characters, so chunks of about 7,000 characters stay under the 8,000-byte payload limit.
+    # every listener receives and parses every notification. An entry ``["w", "i"], `` takes
+    # len(w) + len(i) + 10 bytes (names and ids are ASCII, at most 100 characters), so a chunk
+    # of under 7,000 bytes of entries plus one more and the ~50 bytes around them stays under
+    # the 8,000-byte payload limit.
     "finish": """
         WITH f AS (
             SELECT * FROM json_to_recordset(%(rows)s::json) AS f(idx int, pk bigint,
@@ -321,7 +323,7 @@ _TEMPLATES: dict[str, str] = {
                 AND NOT EXISTS (SELECT 1 FROM f JOIN held ON h_idx = f.idx WHERE f.pk = p.pk)
         ), ended AS (
             SELECT workflow, id, parent IS NULL AS top,
-                sum(length(workflow) + length(id) + 8) OVER (ROWS UNBOUNDED PRECEDING) AS upto
+                sum(length(workflow) + length(id) + 10) OVER (ROWS UNBOUNDED PRECEDING) AS upto
             FROM u WHERE status IN ('complete', 'errored', 'terminated')
         ), notes AS (
             SELECT pg_notify(%(channel)s, json_build_object('s', %(source)s::text,
