@@ -220,3 +220,33 @@ async def test_a_slot_that_frees_after_a_wake_while_full_claims_at_once(
         finally:
             engine.worker.stop()
             await worker_task
+
+
+@workflow(name="napper")
+async def napper(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    await step.sleep("nap", 0.2)
+    return await step.do("after", lambda: "awake")
+
+
+async def test_a_timer_due_while_every_slot_was_taken_runs_when_one_frees(
+    make_engine: EngineFactory,
+) -> None:
+    """A worker with no free slot does not look at the database, timers included; when a slot
+    frees it looks at once (not at its next poll, 30 s away here)."""
+    global GATE
+    GATE = asyncio.Event()
+    async with make_engine([gated, napper], concurrency=1, poll_interval=30) as engine:
+        worker_task = asyncio.create_task(engine.worker.run())
+        try:
+            await asyncio.sleep(0.1)
+            sleeper = await engine.workflow("napper").create()  # runs, sleeps 0.2 s, frees
+            await asyncio.sleep(0.1)
+            busy = await engine.workflow("gated").create()  # handed over: the only slot
+            await asyncio.sleep(0.3)  # the sleeper is due now, but no slot is free
+            assert (await sleeper.status()).status == "waiting"
+            GATE.set()
+            assert (await busy.wait(timeout=5)).output == "through"
+            assert (await sleeper.wait(timeout=5)).output == "awake"
+        finally:
+            engine.worker.stop()
+            await worker_task

@@ -98,7 +98,9 @@ class Worker:
         self._backlog = True
         """Whether the last claim may have left runnable instances behind (a full batch)."""
         self._wanted = False
-        """Whether :meth:`wake` was called since the last claim (something may be runnable)."""
+        """Whether the worker should look at the database when a slot frees: :meth:`wake` was
+        called since the last claim, or the loop skipped looking (timers included) because every
+        slot was taken."""
         self._offered = 0
         """Slots promised to creates in flight (:meth:`offer`)."""
 
@@ -120,8 +122,9 @@ class Worker:
 
     def _slot_freed(self) -> None:
         # A free slot is worth a claim only if runnable instances may be waiting for one: the
-        # last claim was cut short by the free slots, or a wake came since (perhaps while every
-        # slot was taken). Otherwise new work comes by wake, and timers by the loop's own wait.
+        # last claim was cut short by the free slots, a wake came since, or the loop has not
+        # looked since every slot was taken. Otherwise new work comes by wake, and timers by
+        # the loop's own wait.
         if self._backlog or self._wanted:
             self._wake.set()
 
@@ -214,6 +217,7 @@ class Worker:
                     await self._idle(timeout)
                     idle_wait = min(idle_wait * 2, self.settings.poll_interval)
                 else:
+                    self._wanted = True  # not looked at, timers included: look when a slot frees
                     await self._idle(self.settings.poll_interval)
         finally:
             self._running = False
@@ -375,9 +379,13 @@ class Worker:
         log.info("worker %s: waiting for %d running activations", self.id, len(self._active))
         for slot in self._active.values():
             slot.request_stop("shutdown")
-        tasks = [slot.task for slot in self._active.values() if slot.task is not None]
-        _done, pending = await asyncio.wait(tasks, timeout=self.settings.grace_period)
+        slots = {slot.task: slot for slot in self._active.values() if slot.task is not None}
+        _done, pending = await asyncio.wait(slots, timeout=self.settings.grace_period)
         for task in pending:
-            task.cancel()
+            # One whose run is over only waits for its finish, a database write that carries its
+            # last step records: let it land (the store gives up on its own if the database is
+            # gone) rather than lose them and run those steps again.
+            if not slots[task].ending:
+                task.cancel()
         if pending:
             await asyncio.wait(pending)
