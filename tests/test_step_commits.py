@@ -4,6 +4,7 @@ records together with its finish (one commit instead of two)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -153,3 +154,70 @@ async def test_a_shutdown_writes_the_records_before_releasing_the_instance(
         inst = await engine.workflow("stoppable").get(inst.id)
         assert (await inst.wait(timeout=10)).output == "slow"
     assert SEEN["runs"] == 1
+
+
+@workflow(name="cut")
+async def cut(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    async def one() -> int:
+        return 1
+
+    async def branch() -> None:
+        await step.do("first", one)
+        await step.do("second", one)  # commits "first" first, from this task: cancelled then
+
+    running = asyncio.ensure_future(branch())  # as a DAG runs a branch
+    await SEEN["write started"].wait()
+    running.cancel()  # as a DAG cancels the branches still running when one fails
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    return 1
+
+
+async def test_records_whose_write_a_cancellation_cut_off_go_with_the_finish(
+    make_engine: EngineFactory,
+) -> None:
+    """A step task cancelled while it commits the records before it (a DAG cancels the branches
+    still running when one fails): the records are not lost, the finish carries them."""
+    SEEN["write started"] = asyncio.Event()
+    async with make_engine([cut]) as engine:
+        store = engine.store
+        real = store.record_step
+
+        async def cut_off(lease: Any, write: StepWrite, now: float) -> str:
+            if write.name == "first" and not SEEN["write started"].is_set():
+                SEEN["write started"].set()
+                await asyncio.Event().wait()  # never returns: the cancellation ends it
+            return await real(lease, write, now)
+
+        store.record_step = cut_off  # type: ignore[method-assign]
+        inst = await engine.workflow("cut").create()
+        await asyncio.wait_for(drain(engine), 10)
+        assert (await inst.status()).output == 1
+        assert [(s.name, s.status) for s in await inst.steps()] == [("first", "complete")]
+
+
+async def test_a_shutdown_lets_a_finish_in_flight_land(make_engine: EngineFactory) -> None:
+    """Past the grace period, a shutdown cancels activations still running code, not one whose
+    finish (carrying its last step records) is being written."""
+    async with make_engine([chain], grace_period=0.05) as engine:
+        SEEN["store"] = engine.store
+        store = engine.store
+        real = store.finish
+        finishing = asyncio.Event()
+
+        async def slow_finish(lease: Any, finish: Finish, now: float) -> str:
+            finishing.set()
+            await asyncio.sleep(0.3)  # longer than the grace period
+            return await real(lease, finish, now)
+
+        store.finish = slow_finish  # type: ignore[method-assign]
+        inst = await engine.workflow("chain").create()
+        running = asyncio.create_task(engine.worker.run())
+        await asyncio.wait_for(finishing.wait(), 10)
+        engine.worker.stop()
+        await asyncio.wait_for(running, 10)
+        assert (await inst.status()).status == "complete"
+        assert [(s.name, s.status) for s in await inst.steps()] == [
+            ("first", "complete"),
+            ("second", "complete"),
+        ]

@@ -61,7 +61,24 @@ class _Terminating(_EngineSignal):
     """Raised at the first step that is not recorded when a terminate-with-rollback runs."""
 
 
+_JSON_EXACT = frozenset({int, str, bool, type(None)})
+"""Types whose values come back from JSON unchanged (not float: NaN and infinities do not)."""
+
+_VALID_STEP_NAMES: set[str] = set()
+"""Step names already checked (a workflow calls the same few names over and over)."""
+
+
 def validate_step_name(name: object) -> str:
+    if type(name) is str and name in _VALID_STEP_NAMES:
+        return name
+    checked = _check_step_name(name)
+    if len(_VALID_STEP_NAMES) >= 4096:  # names built from data (``f"item-{n}"``) never repeat
+        _VALID_STEP_NAMES.clear()
+    _VALID_STEP_NAMES.add(checked)
+    return checked
+
+
+def _check_step_name(name: object) -> str:
     if not isinstance(name, str) or not 1 <= len(name) <= 256:
         raise ValueError(f"invalid step name {name!r}: use 1 to 256 characters")
     if _CONTROL_CHARS.search(name):
@@ -580,10 +597,18 @@ class Activation:
         return asyncio.gather(*(self._write(w) for w in writes))
 
     async def _sent_committed(self) -> None:
-        """Wait until the records already sent have committed."""
+        """Wait until the records already sent have committed. Records whose write a
+        cancellation cut off are back in ``_unsent`` afterwards (see :meth:`_committed`)."""
         while self._sending:
             pending = self._sending[0]
-            await pending
+            try:
+                # Shielded: a waiter cancelled here must not cancel a write others wait on.
+                await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                task = asyncio.current_task(self._loop)
+                if not (pending.cancelled() and task is not None and not task.cancelling()):
+                    raise
+                # Its writer was cancelled, not this task: the records are back in _unsent.
             if self._sending and self._sending[0] is pending:
                 self._sending.pop(0)
 
@@ -594,26 +619,38 @@ class Activation:
             return
         self._begin()
         try:
-            if self._unsent:
-                # Written from this task (no task of its own: cheaper, and a lone writer commits
-                # at once); others that must wait for it wait for its future.
-                writes, self._unsent = self._unsent, []
-                sent: asyncio.Future[None] = self._loop.create_future()
-                self._sending.append(sent)
-                try:
-                    await self._write_all(writes)
-                except BaseException as exc:
-                    if isinstance(exc, asyncio.CancelledError):
-                        sent.cancel()  # this task was cancelled: so are those waiting on it
-                    else:
-                        sent.set_exception(exc)
-                        sent.exception()  # retrieved: raised here, and to whoever awaits it
-                    raise
-                else:
-                    sent.set_result(None)
-            await self._sent_committed()
+            while self._unsent or self._sending:
+                if self._unsent:
+                    await self._write_unsent()
+                if self._sending:
+                    await self._sent_committed()
         finally:
             self._end()
+
+    async def _write_unsent(self) -> None:
+        # Written from this task (no task of its own: cheaper, and a lone writer commits at
+        # once); others that must wait for it wait for its future.
+        writes, self._unsent = self._unsent, []
+        sent: asyncio.Future[None] = self._loop.create_future()
+        self._sending.append(sent)
+        try:
+            await self._write_all(writes)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                # This task was cancelled, perhaps mid-write (PostgreSQL runs a lone write in its
+                # caller's task): the records go back, for the next write or the finish (written
+                # twice is harmless: a record write replaces the same row), and whoever waits on
+                # them writes them itself.
+                self._sending.remove(sent)
+                self._unsent[:0] = writes
+                sent.cancel()
+            else:
+                sent.set_exception(exc)
+                sent.exception()  # retrieved: raised here, and to whoever awaits it
+            raise
+        sent.set_result(None)
+        if len(self._sending) == 1 and self._sending[0] is sent:
+            self._sending.clear()  # nothing else was in flight: no need to wait on it
 
     async def _record(
         self, key: tuple[str, int], seq: int, kind: StepKind, status: StepStatus, **fields: Any
@@ -783,7 +820,9 @@ class Activation:
                 self._write_soon(write("complete", output=encoded, ended_at=ended))
                 if self.settings.listeners:
                     self._emit("step_complete", {"step": label, "attempt": number})
-                return _json.loads(encoded)
+                # The step returns what a replay will: its result decoded from the record (a
+                # tuple comes back a list), except values that JSON carries exactly.
+                return result if type(result) in _JSON_EXACT else _json.loads(encoded)
             finally:
                 self._end()
 

@@ -168,7 +168,9 @@ class ChangeWatch:
 
     async def wait(self, timeout: float) -> None:
         """Return once the instance has changed since the last call (at once if it already
-        has), or after ``timeout`` seconds."""
+        has), or after ``timeout`` seconds. One wait at a time."""
+        if self._waiter is not None:
+            raise RuntimeError("a ChangeWatch serves one wait at a time")
         if not self._changed:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
