@@ -229,8 +229,10 @@ _TEMPLATES: dict[str, str] = {
                 ORDER BY pk), '[]')::text
                 FROM {s}.events e WHERE e.instance_pk = claimed.pk AND consumed_by IS NULL)
         FROM (
-            SELECT min(ready_at) AS next_ready FROM {s}.instances
-            WHERE ready_at IS NOT NULL AND workflow = ANY(%(workflows)s::text[])
+            SELECT CASE WHEN (SELECT count(*) FROM claimed) < %(limit)s THEN (
+                SELECT min(ready_at) FROM {s}.instances
+                WHERE ready_at IS NOT NULL AND workflow = ANY(%(workflows)s::text[])
+            ) END AS next_ready
         ) AS timers CROSS JOIN async_commit LEFT JOIN claimed ON true
         ORDER BY p_ready, pk
     """,
