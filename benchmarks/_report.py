@@ -33,6 +33,8 @@ class Floor:
     name: str
     value: float
     unit: str
+    runs: tuple[float, ...] = ()
+    """The floor measured in every repetition (``value`` is their median)."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,14 @@ class Figure:
 
     @property
     def ratio(self) -> float | None:
+        """The median of the repetitions' own ratios when the floor was measured in each of
+        them (a value and the floor of the same repetition saw the same machine), else the
+        ratio of the medians."""
         if self.floor is None or self.floor.value <= 0:
             return None
+        runs, floors = self.runs, self.floor.runs
+        if runs and len(runs) == len(floors) and all(f > 0 for f in floors):
+            return median([value / floor for value, floor in zip(runs, floors, strict=True)])
         return self.value / self.floor.value
 
 

@@ -97,7 +97,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                 seconds = await _concurrent(url, concurrent, CONCURRENT_CALLERS)
             series["concurrent_rate"].append(concurrent / seconds)
             series["concurrent_us"].append(seconds / concurrent * 1e6)
-    floor = Floor(floor_name, median(series["floor"]), "µs")
+    floor = Floor(floor_name, median(series["floor"]), "µs", tuple(series["floor"]))
 
     def fig(label: str, key: str, unit: str, with_floor: bool = False) -> Figure:
         return Figure(

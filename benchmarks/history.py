@@ -112,7 +112,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                 f"CPU {cpu_first:,.0f} -> {cpu_last:,.0f} µs",
                 flush=True,
             )
-    floor = Floor(floor_name, median(series["floor"]), "µs")
+    floor = Floor(floor_name, median(series["floor"]), "µs", tuple(series["floor"]))
 
     def fig(label: str, key: str, unit: str = "µs", with_floor: bool = False) -> Figure:
         return Figure(

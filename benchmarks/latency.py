@@ -155,7 +155,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                 f"same {series['event_same_p50'][-1]:.1f} ms",
                 flush=True,
             )
-    floor = Floor(floor_name, median(series["floor"]), "µs")
+    floor = Floor(floor_name, median(series["floor"]), "µs", tuple(series["floor"]))
 
     def fig(label: str, key: str, unit: str = "ms", with_floor: bool = False) -> Figure:
         return Figure(

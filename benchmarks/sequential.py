@@ -138,8 +138,10 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
             series["marginal"].append(
                 (timings["async"].total - timings["one"].total) * us / (steps - 1)
             )
-    step_floor = Floor(names["step"], median(series["step_floor"]), "µs")
-    ack_floor = Floor(names["ack"], median(series["ack_floor"]), "µs")
+    step_floor = Floor(
+        names["step"], median(series["step_floor"]), "µs", tuple(series["step_floor"])
+    )
+    ack_floor = Floor(names["ack"], median(series["ack_floor"]), "µs", tuple(series["ack_floor"]))
 
     def fig(label: str, key: str, floor: Floor | None) -> Figure:
         return Figure(label, median(series[key]), "µs", floor, tuple(series[key]))

@@ -143,7 +143,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                     f"synchronous_commit=off: {result['steps_per_s']:,.0f} steps/s",
                     flush=True,
                 )
-    floor = Floor(floor_name, median(series["floor"]), "/s")
+    floor = Floor(floor_name, median(series["floor"]), "/s", tuple(series["floor"]))
 
     def fig(label: str, key: str, unit: str, with_floor: bool = False) -> Figure:
         return Figure(
