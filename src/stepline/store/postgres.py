@@ -31,7 +31,8 @@ Design:
 - **Group commit.** Step records, history loads and activation ends issued while another of the
   same kind is in flight are sent together: the rows travel as one JSON parameter expanded by
   ``json_to_recordset``, so a group costs one statement, one round trip and one commit. A lone
-  write goes out at once (a step record alone uses plain parameters, cheaper for the server).
+  write goes out at once (a step record alone uses plain parameters, cheaper for the server),
+  from its caller's task while writes come one at a time (see ``Batcher``).
 - **Wake-ups.** create, send_event, control actions, release and the end of an instance NOTIFY
   the schema's channel in their transaction; every other store LISTENing on it signals its
   worker and its ``Instance.wait`` callers at once (a store skips its own notifications: it
