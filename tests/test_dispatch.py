@@ -7,6 +7,8 @@ or a history read; everything else about leases (fencing, expiry, renewal) is un
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from stepline import (
@@ -22,6 +24,17 @@ from stepline.store.base import LeaseOffer, NewInstance, StepWrite, offered_clai
 from .conftest import EngineFactory, drain
 
 GATE: asyncio.Event | None = None
+
+
+@asynccontextmanager
+async def worker_running(engine: Engine) -> AsyncIterator[None]:
+    """The engine's worker running in a task for the block, then stopped gracefully."""
+    task = asyncio.create_task(engine.worker.run())
+    try:
+        yield
+    finally:
+        engine.worker.stop()
+        await task
 
 
 @workflow(name="quick")
@@ -199,27 +212,23 @@ async def test_a_slot_that_frees_after_a_wake_while_full_claims_at_once(
     worker claims the instance another process created meanwhile (not at its next poll)."""
     global GATE
     GATE = asyncio.Event()
-    async with make_engine([gated, quick], concurrency=1, poll_interval=30) as engine:
-        worker_task = asyncio.create_task(engine.worker.run())
-        try:
-            await asyncio.sleep(0.1)
-            busy = await engine.workflow("gated").create()  # handed over: the only slot
-            await asyncio.sleep(0.05)
-            assert engine.worker.active_count == 1
-            # "another process" creates an instance: the store's wake reaches a full worker
-            async with make_engine([quick]) as other:
-                later_id = (await other.workflow("quick").create(params="later")).id
-            later = await engine.workflow("quick").get(later_id)
-            engine.worker.wake()  # what the notification does (SQLite has none across engines)
-            await asyncio.sleep(0.05)
-            assert (await later.status()).status == "queued"  # no free slot yet
-            GATE.set()
-            assert (await busy.wait(timeout=5)).output == "through"
-            # with a 30 s poll interval, only the remembered wake can run it this soon
-            assert (await later.wait(timeout=5)).output == "later"
-        finally:
-            engine.worker.stop()
-            await worker_task
+    engine_cm = make_engine([gated, quick], concurrency=1, poll_interval=30)
+    async with engine_cm as engine, worker_running(engine):
+        await asyncio.sleep(0.1)
+        busy = await engine.workflow("gated").create()  # handed over: the only slot
+        await asyncio.sleep(0.05)
+        assert engine.worker.active_count == 1
+        # "another process" creates an instance: the store's wake reaches a full worker
+        async with make_engine([quick]) as other:
+            later_id = (await other.workflow("quick").create(params="later")).id
+        later = await engine.workflow("quick").get(later_id)
+        engine.worker.wake()  # what the notification does (SQLite has none across engines)
+        await asyncio.sleep(0.05)
+        assert (await later.status()).status == "queued"  # no free slot yet
+        GATE.set()
+        assert (await busy.wait(timeout=5)).output == "through"
+        # with a 30 s poll interval, only the remembered wake can run it this soon
+        assert (await later.wait(timeout=5)).output == "later"
 
 
 @workflow(name="napper")
@@ -235,18 +244,14 @@ async def test_a_timer_due_while_every_slot_was_taken_runs_when_one_frees(
     frees it looks at once (not at its next poll, 30 s away here)."""
     global GATE
     GATE = asyncio.Event()
-    async with make_engine([gated, napper], concurrency=1, poll_interval=30) as engine:
-        worker_task = asyncio.create_task(engine.worker.run())
-        try:
-            await asyncio.sleep(0.1)
-            sleeper = await engine.workflow("napper").create()  # runs, sleeps 0.2 s, frees
-            await asyncio.sleep(0.1)
-            busy = await engine.workflow("gated").create()  # handed over: the only slot
-            await asyncio.sleep(0.3)  # the sleeper is due now, but no slot is free
-            assert (await sleeper.status()).status == "waiting"
-            GATE.set()
-            assert (await busy.wait(timeout=5)).output == "through"
-            assert (await sleeper.wait(timeout=5)).output == "awake"
-        finally:
-            engine.worker.stop()
-            await worker_task
+    engine_cm = make_engine([gated, napper], concurrency=1, poll_interval=30)
+    async with engine_cm as engine, worker_running(engine):
+        await asyncio.sleep(0.1)
+        sleeper = await engine.workflow("napper").create()  # runs, sleeps 0.2 s, frees
+        await asyncio.sleep(0.1)
+        busy = await engine.workflow("gated").create()  # handed over: the only slot
+        await asyncio.sleep(0.3)  # the sleeper is due now, but no slot is free
+        assert (await sleeper.status()).status == "waiting"
+        GATE.set()
+        assert (await busy.wait(timeout=5)).output == "through"
+        assert (await sleeper.wait(timeout=5)).output == "awake"

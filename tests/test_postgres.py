@@ -300,6 +300,20 @@ async def test_a_finish_in_another_process_ends_a_wait_at_once(schemas: list[str
         await client_store.close()
 
 
+def record_notifications(store: PostgresStore) -> list[str]:
+    """The payloads of the notifications ``store`` receives (call before ``open``: it listens
+    from then on), each still dispatched."""
+    payloads: list[str] = []
+    dispatch = store._dispatch
+
+    def recording(payload: str) -> None:
+        payloads.append(payload)
+        dispatch(payload)
+
+    store._dispatch = recording  # type: ignore[method-assign]
+    return payloads
+
+
 async def test_instances_ended_together_are_announced_a_few_dozen_per_notification(
     schemas: list[str],
 ) -> None:
@@ -308,14 +322,7 @@ async def test_instances_ended_together_are_announced_a_few_dozen_per_notificati
     url = url_for(fresh(schemas))
     worker_store = PostgresStore(url, ManualClock(1000.0))
     client_store = PostgresStore(url, ManualClock(1000.0))
-    payloads: list[str] = []
-    dispatch = client_store._dispatch
-
-    def counting(payload: str) -> None:
-        payloads.append(payload)
-        dispatch(payload)
-
-    client_store._dispatch = counting  # type: ignore[method-assign]  # before open: it listens
+    payloads = record_notifications(client_store)
     await worker_store.open()
     await client_store.open()
     try:
@@ -355,14 +362,7 @@ async def test_a_full_batch_of_short_ids_ends_within_the_payload_limit(schemas: 
     JSON around each entry weighs most against the 8,000-byte limit of a notification."""
     url = url_for(fresh(schemas))
     store = PostgresStore(url, ManualClock(1000.0))
-    payloads: list[str] = []
-    dispatch = store._dispatch
-
-    def counting(payload: str) -> None:
-        payloads.append(payload)
-        dispatch(payload)
-
-    store._dispatch = counting  # type: ignore[method-assign]  # before open: it listens
+    payloads = record_notifications(store)
     await store.open()
     try:
         ids = [f"{n:03d}" for n in range(500)]
