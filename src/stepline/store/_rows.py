@@ -59,20 +59,22 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
 
 
 def step_from_row(row: Sequence[Any]) -> StepRecord:
-    attempts = loads(row[7]) or []
+    # Every activation parses its whole history, row by row: the empty columns (most of them,
+    # for most steps) are skipped here rather than in a call each.
+    name, count, seq, kind, status, output, error, attempts, wake_at, started, ended, info = row
     return StepRecord(
-        name=row[0],
-        count=row[1],
-        seq=row[2],
-        kind=cast(StepKind, row[3]),
-        status=cast(StepStatus, row[4]),
-        output=loads(row[5]),
-        error=loads(row[6]),
-        attempts=tuple(Attempt.from_json(a) for a in attempts),
-        wake_at=row[8],
-        started_at=row[9],
-        ended_at=row[10],
-        info=loads(row[11]),
+        name,
+        count,
+        seq,
+        cast(StepKind, kind),
+        cast(StepStatus, status),
+        None if output is None else loads(output),
+        None if error is None else loads(error),
+        () if attempts is None else tuple(Attempt.from_json(a) for a in loads(attempts)),
+        wake_at,
+        started,
+        ended,
+        None if info is None else loads(info),
     )
 
 
