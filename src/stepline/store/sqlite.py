@@ -300,7 +300,7 @@ class SqliteStore(Store):
         """
         conn = self._require()
         batch = self._pending
-        durable = batch[0][2] if len(batch) == 1 else any(d for _, _, d in batch)
+        durable = any(d for _, _, d in batch)
         if durable:
             conn.execute("PRAGMA synchronous=FULL")
         try:
