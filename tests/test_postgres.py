@@ -521,6 +521,59 @@ async def test_a_server_restart_mid_run_loses_nothing() -> None:
         await asyncio.to_thread(server.close)
 
 
+async def test_operations_one_at_a_time_share_the_spare_connection(schemas: list[str]) -> None:
+    """One operation at a time runs on the spare connection, not a pool checkout each; one that
+    comes while the spare is busy takes a pool connection."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    db = store._db
+    pool = db._pool
+    assert pool is not None
+    try:
+        checkouts = pool.get_stats()["requests_num"]
+        pids = [(await db.read("test", "SELECT pg_backend_pid()"))[0][0] for _ in range(5)]
+        assert len(set(pids)) == 1, pids
+        assert pool.get_stats()["requests_num"] - checkouts <= 1
+        both = await asyncio.gather(
+            db.read("test", "SELECT pg_backend_pid(), pg_sleep(0.05)"),
+            db.read("test", "SELECT pg_backend_pid(), pg_sleep(0.05)"),
+        )
+        assert both[0][0][0] != both[1][0][0], both
+        assert pids[0] in {both[0][0][0], both[1][0][0]}
+    finally:
+        await store.close()
+
+
+async def test_an_interrupted_operation_does_not_leave_the_spare_busy(schemas: list[str]) -> None:
+    """An operation cancelled mid-query, or one whose transaction failed, leaves no connection
+    stuck mid-query or mid-transaction for the next operation; a spare whose server process was
+    killed is replaced."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    db = store._db
+    try:
+        slow = asyncio.create_task(db.read("test", "SELECT pg_sleep(30)"))
+        await asyncio.sleep(0.2)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        started = time.monotonic()
+        assert await db.read("test", "SELECT 1") == [(1,)]
+        assert time.monotonic() - started < 5
+
+        async def failing(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute("SELECT 1/0")
+
+        with pytest.raises(StoreError, match="division by zero"):
+            await db.transaction("testing", failing)
+        assert await db.read("test", "SHOW transaction_isolation") == [("read committed",)]
+        pid = (await db.read("test", "SELECT pg_backend_pid()"))[0][0]
+        await asyncio.to_thread(query, "SELECT pg_terminate_backend(%s)", (pid,))
+        assert (await db.read("test", "SELECT pg_backend_pid()"))[0][0] != pid
+    finally:
+        await store.close()
+
+
 async def test_a_transaction_whose_connection_dies_before_commit_runs_once(
     schemas: list[str],
 ) -> None:

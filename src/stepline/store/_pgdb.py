@@ -33,6 +33,10 @@ log = logging.getLogger("stepline.store.postgres")
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[Any]
 
+_SPARE_SECONDS = 60.0
+"""How long the spare connection is kept before it goes back through the pool (which then
+applies its checks and its connection lifetime)."""
+
 DEFAULT_SCHEMA = "stepline"
 _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -101,6 +105,13 @@ class Database:
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._priority_pool: AsyncConnectionPool[Conn] | None = None
         self._listener: asyncio.Task[None] | None = None
+        self._spare: Conn | None = None
+        """One of the pool's connections, kept out of it for operations that come one at a time
+        (a sequential workflow's step writes): taking it is an attribute swap, where a checkout
+        from the pool costs about 15 µs of CPU (its locks, logging and checks). An operation that
+        comes while the spare is in use takes a connection from the pool as before."""
+        self._spare_taken = False
+        self._spare_until = 0.0
 
     @property
     def is_open(self) -> bool:
@@ -142,6 +153,9 @@ class Database:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
             self._listener = None
+        spare, self._spare = self._spare, None
+        if spare is not None and self._pool is not None:
+            await self._pool.putconn(spare)  # (one in use goes back when its operation ends)
         pools = [self._pool, self._priority_pool]
         self._pool = self._priority_pool = None
         for pool in pools:
@@ -188,12 +202,35 @@ class Database:
         while True:
             tries += 1
             try:
-                async with self._require(priority).connection() as conn:
-                    return await attempt(conn)
+                return await self._on_connection(attempt, priority)
             except psycopg.OperationalError as exc:
                 await self._backoff(what, exc, started, tries)
             except psycopg.Error as exc:
                 raise self.error(what, exc) from exc
+
+    async def _on_connection(self, use: Callable[[Conn], Awaitable[T]], priority: bool) -> T:
+        """``use(conn)`` on the spare connection if it is free, else on one from the pool."""
+        if priority or self._spare_taken:
+            async with self._require(priority).connection() as conn:
+                return await use(conn)
+        pool = self._require()
+        self._spare_taken = True
+        spare, self._spare = self._spare, None
+        try:
+            if spare is not None and time.monotonic() > self._spare_until:
+                await pool.putconn(spare)
+                spare = None
+            if spare is None:
+                spare = await pool.getconn()
+                self._spare_until = time.monotonic() + _SPARE_SECONDS
+            result = await use(spare)
+            if spare.info.transaction_status == TransactionStatus.IDLE:
+                self._spare, spare = spare, None  # kept for the next operation
+            return result
+        finally:
+            self._spare_taken = False
+            if spare is not None:  # failed or interrupted: the pool checks it, or replaces it
+                await pool.putconn(spare)
 
     async def read(
         self, what: str, query: str, params: Sequence[Any] = (), *, priority: bool = False
@@ -265,7 +302,7 @@ class Database:
     async def _transaction_once(
         self, body: Callable[[Conn], Awaitable[T]], state: _TxState, pipelined: bool = True
     ) -> T:
-        async with self._require().connection() as conn:
+        async def run(conn: Conn) -> T:
             try:
                 async with conn.pipeline() if pipelined else contextlib.nullcontext():
                     await conn.execute("BEGIN")
@@ -285,6 +322,8 @@ class Database:
                         await conn.execute("ROLLBACK")
                 raise
             return result
+
+        return await self._on_connection(run, priority=False)
 
     async def _committed(self, what: str, xid: str) -> bool:
         """Whether transaction ``xid`` committed, asked on a fresh connection."""
