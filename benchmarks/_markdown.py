@@ -47,7 +47,7 @@ def table(data: dict[str, Any]) -> str:
         ratio = fig.get("ratio")
         lines.append(
             f"| {fig['name']} | {_fmt(fig['value'], fig['unit'])} | {floor_text} | "
-            f"{'' if ratio is None else f'{ratio:.1f}x'} |"
+            f"{'' if ratio is None else f'{ratio:.2f}x'} |"
         )
     lines.append("")
     for name, letter in floors.items():

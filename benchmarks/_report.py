@@ -141,7 +141,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
             figure.name,
             _fmt(figure.value, figure.unit),
             floor_text,
-            f"{ratio:.1f}x" if ratio is not None else "",
+            f"{ratio:.2f}x" if ratio is not None else "",
         )
     console.print(table)
     if report.load:
