@@ -574,6 +574,26 @@ async def test_an_interrupted_operation_does_not_leave_the_spare_busy(schemas: l
         await store.close()
 
 
+async def test_a_spare_in_use_when_the_store_closes_is_closed_when_it_is_done(
+    schemas: list[str],
+) -> None:
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    db = store._db
+    used: list[psycopg.AsyncConnection[Any]] = []
+
+    async def slow(conn: psycopg.AsyncConnection[Any]) -> None:
+        used.append(conn)
+        await conn.execute("SELECT pg_sleep(0.3)")
+
+    running = asyncio.create_task(db.retrying("testing", slow))
+    await asyncio.sleep(0.1)
+    await store.close()
+    await running
+    assert len(used) == 1 and used[0].closed
+    assert db._spare is None
+
+
 async def test_a_transaction_whose_connection_dies_before_commit_runs_once(
     schemas: list[str],
 ) -> None:

@@ -1,7 +1,8 @@
 """Connections to one PostgreSQL database for the PostgreSQL store.
 
-A pool of autocommit connections with retries on connection faults, exactly-once transactions,
-and a listening connection that reconnects by itself. Why each kind of retry is safe is
+A pool of autocommit connections (one of them held out of the pool for operations that come one
+at a time) with retries on connection faults, exactly-once transactions, and a listening
+connection that reconnects by itself. Why each kind of retry is safe is
 explained in :mod:`stepline.store.postgres`.
 """
 
@@ -224,8 +225,10 @@ class Database:
                 spare = await pool.getconn()
                 self._spare_until = time.monotonic() + _SPARE_SECONDS
             result = await use(spare)
-            if spare.info.transaction_status == TransactionStatus.IDLE:
-                self._spare, spare = spare, None  # kept for the next operation
+            # Kept for the next operation unless it is mid-transaction or broken (psycopg itself
+            # brings a query cancelled mid-flight back to idle) or the store closed meanwhile.
+            if self._pool is pool and spare.info.transaction_status == TransactionStatus.IDLE:
+                self._spare, spare = spare, None
             return result
         finally:
             self._spare_taken = False
