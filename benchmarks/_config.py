@@ -35,6 +35,9 @@ class BenchConfig:
     full: bool = False
     """The issue's full sizes where the default run uses smaller ones (100,000 sleepers)."""
     write_json: bool = True
+    pg_vacuum: float = 0.0
+    """Fleet on PostgreSQL: VACUUM the instances table this often (seconds) during the run, a
+    stand-in for autovacuum on a server that has it off (0: never)."""
 
     def repetitions(self, heavy: bool) -> int:
         return self.heavy_runs if heavy else self.runs
@@ -72,6 +75,14 @@ def parser(description: str) -> argparse.ArgumentParser:
         help="the issue's full sizes where the default is smaller (fleet: 100,000 sleepers)",
     )
     p.add_argument("--no-json", action="store_true", help="do not write benchmarks/results/")
+    p.add_argument(
+        "--pg-vacuum",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="fleet on PostgreSQL: VACUUM the instances table every SECONDS during the run, a "
+        "stand-in for autovacuum on a server that has it off (default: never)",
+    )
     return p
 
 
@@ -104,6 +115,10 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         raise SystemExit(
             f"--runs and --heavy-runs must be at least 1, got {args.runs}, {args.heavy_runs}"
         )
+    if args.pg_vacuum < 0:
+        raise SystemExit(
+            f"--pg-vacuum must be 0 (never) or a number of seconds, got {args.pg_vacuum}"
+        )
     if args.quick and args.full:
         raise SystemExit("--quick and --full contradict each other: pass one")
     return BenchConfig(
@@ -115,6 +130,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         quick=args.quick,
         full=args.full,
         write_json=not args.no_json,
+        pg_vacuum=args.pg_vacuum,
     )
 
 

@@ -1,4 +1,5 @@
-"""Read-only SQL against a benchmark database, for figures the client API has no bulk read for.
+"""Read-only SQL against a benchmark database, for figures the client API has no bulk read for
+(and one maintenance command, :func:`vacuum`).
 
 A benchmark that needs a timestamp of 100,000 step records reads them with one query instead
 of 100,000 ``get_steps`` calls. Queries name tables as ``{t}steps``, ``{t}instances``: the
@@ -42,6 +43,17 @@ def _fetch(url: str, query: str) -> list[tuple[Any, ...]]:
 async def fetch(url: str, query: str) -> list[tuple[Any, ...]]:
     """Rows of ``query`` (``{t}`` = table prefix), read in a thread off the event loop."""
     return await asyncio.to_thread(_fetch, url, query)
+
+
+def _vacuum(url: str, table: str) -> None:
+    conninfo, schema = split_pg_url(url)
+    with psycopg.connect(conninfo, autocommit=True) as pg:
+        pg.execute(sql.SQL("VACUUM {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
+
+
+async def vacuum(url: str, table: str) -> None:
+    """``VACUUM`` one stepline table (PostgreSQL), in a thread off the event loop."""
+    await asyncio.to_thread(_vacuum, url, table)
 
 
 async def status_counts(url: str, workflow: str) -> dict[str, int]:

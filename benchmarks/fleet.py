@@ -32,6 +32,7 @@ Run: ``python -m benchmarks fleet`` (``--full`` for 100,000).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import defaultdict
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from ._common import client, cpu_seconds, create_in_batches, wait_for_status
 from ._config import BenchConfig, database, parse, work_directory
-from ._db import fetch, status_counts
+from ._db import fetch, status_counts, vacuum
 from ._procs import RssSampler, WorkerOptions, worker_pool
 from ._report import Figure, Report, median, percentile
 from ._run import execute
@@ -95,8 +96,11 @@ async def run(config: BenchConfig) -> list[Report]:
     return [await _run_store(config, store) for store in config.stores]
 
 
-async def measure(url: str, logs: Path, *, count: int, sleep: float) -> FleetRun:
-    """Put ``count`` sleepers to sleep on ``url`` with one worker process and wake them."""
+async def measure(
+    url: str, logs: Path, *, count: int, sleep: float, vacuum_every: float = 0.0
+) -> FleetRun:
+    """Put ``count`` sleepers to sleep on ``url`` with one worker process and wake them; with
+    ``vacuum_every`` (PostgreSQL), VACUUM the instances table that often meanwhile."""
     async with client(url) as engine:
         await create_in_batches(
             engine, Sleeper.name, ({"params": {"sleep": sleep}} for _ in range(count))
@@ -111,6 +115,7 @@ async def measure(url: str, logs: Path, *, count: int, sleep: float) -> FleetRun
             sleeping: list[tuple[float, int]] = []  # (time, instances waiting)
             deadline = time.monotonic() + max(600.0, sleep * 10)
             probing: asyncio.Task[None] | None = None
+            vacuuming = asyncio.create_task(_vacuum(url, vacuum_every)) if vacuum_every else None
             while True:
                 counts = await status_counts(url, Sleeper.name)
                 now = time.time()
@@ -128,6 +133,10 @@ async def measure(url: str, logs: Path, *, count: int, sleep: float) -> FleetRun
                 await asyncio.sleep(STATUS_INTERVAL)
             cpu = (cpu_seconds(worker.pid) or 0.0) - cpu_before
             finished = time.time()
+            if vacuuming is not None:
+                vacuuming.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await vacuuming
             if probing is not None:
                 await probing
     if pool.problems:
@@ -175,6 +184,14 @@ async def _sleeps(url: str, workflow: str) -> list[tuple[float, float, float]]:
     return [(float(a), float(b), float(c)) for a, b, c in rows]
 
 
+async def _vacuum(url: str, every: float) -> None:
+    """VACUUM the instances table every ``every`` seconds, as autovacuum would on a server that
+    runs it (this one may not): it removes the index entries of the rows' old versions."""
+    while True:
+        await asyncio.sleep(every)
+        await vacuum(url, "instances")
+
+
 async def _probe(url: str) -> None:
     """While the fleet sleeps: ``PROBES`` instances sleeping ``PROBE_SLEEP`` s, created
     ``PROBE_GAP`` s apart; their lag is the timer's own, with no backlog in front."""
@@ -192,11 +209,20 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
     fleet_sizes, sleep = sizes(config)
     runs = config.repetitions(heavy=True)
     series: dict[str, list[float]] = defaultdict(list)
+    autovacuum = ""
     with work_directory(config) as directory:
         for _ in range(runs):
             for count in fleet_sizes:
                 with database(config, store, directory) as url:
-                    result = await measure(url, directory / "logs", count=count, sleep=sleep)
+                    if store == "postgres" and not autovacuum:
+                        autovacuum = str((await fetch(url, "SHOW autovacuum"))[0][0])
+                    result = await measure(
+                        url,
+                        directory / "logs",
+                        count=count,
+                        sleep=sleep,
+                        vacuum_every=config.pg_vacuum if store == "postgres" else 0.0,
+                    )
                 for key, value in vars(result).items():
                     series[f"{key}_{count}"].append(float(value))
                 print(
@@ -251,6 +277,16 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         "targets: RSS < 150 MB (flat in the number of sleepers), lag p99 < 1 s",
         f"heavy benchmark: median of {runs} runs (--heavy-runs)",
     ]
+    if autovacuum:
+        report.notes.append(
+            f"server's autovacuum: {autovacuum} (until a VACUUM, every claim walks the dead "
+            "index entries that the fleet's earlier updates of ready_at left at the low end "
+            "of its index)"
+        )
+        report.details["autovacuum"] = autovacuum
+    if store == "postgres" and config.pg_vacuum:
+        report.title += f", VACUUM every {config.pg_vacuum:g} s (--pg-vacuum)"
+        report.details["pg_vacuum"] = config.pg_vacuum
     return report
 
 
