@@ -432,6 +432,54 @@ async def test_a_claim_reads_the_history_its_activation_replays(schemas: list[st
         await store.close()
 
 
+async def test_claims_read_timers_from_a_floor_and_still_find_stragglers(
+    schemas: list[str],
+) -> None:
+    """After a short claim, claims read the ready_at index from a little below the earliest
+    timer (not from its low end, where dead entries collect): new work is found at once; a row
+    whose ready_at is below that floor (a write that took longer to commit than the margin) is
+    found by the next claim that reads from the low end, at most 10 s later, or at once if the
+    clock went back."""
+    clock = ManualClock(1000.0)
+    store = PostgresStore(url_for(fresh(schemas)), clock)
+    await store.open()
+
+    async def create(*ids: str) -> None:
+        items = [NewInstance(i, None) for i in ids]
+        await store.create_instances("w", items, trigger="api", skip_existing=False)
+
+    async def claim() -> list[str]:
+        return sorted(c.instance.id for c in await store.claim("me", ["w"], 5, 30.0, clock()))
+
+    def set_ready_at(instance_id: str, ready_at: float) -> None:
+        query(
+            sql.SQL("UPDATE {}.instances SET ready_at = %s WHERE id = %s RETURNING id").format(
+                sql.Identifier(store.schema)
+            ),
+            (ready_at, instance_id),
+        )
+
+    try:
+        await create("a")
+        assert await claim() == ["a"]  # short: sets the floor 2 s below now
+        await create("straggler")
+        set_ready_at("straggler", 900.0)  # as if its write took 100 s to commit
+        clock.advance(1.0)
+        await create("new")
+        assert await claim() == ["new"]  # from the floor: new work at once, not the straggler
+        clock.advance(8.5)
+        assert await claim() == []
+        clock.advance(1.0)  # 10 s after the claim that read from the low end
+        assert await claim() == ["straggler"]
+
+        await create("late")
+        set_ready_at("late", 950.0)
+        clock.set(1005.0)  # the clock went back: the floor no longer holds
+        assert await claim() == ["late"]
+    finally:
+        await store.close()
+
+
 async def test_a_claim_commits_asynchronously_and_only_itself(schemas: list[str]) -> None:
     """The claim's ``synchronous_commit = off`` is local to its own transaction: the connection
     goes back to the pool with the server's setting."""

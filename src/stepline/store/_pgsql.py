@@ -200,10 +200,13 @@ _TEMPLATES: dict[str, str] = {
     # undone when the statement's transaction ends; why that is safe for a claim: the store's
     # module docstring), and reads the history of each instance it leases (steps and unconsumed
     # events, as JSON arrays), so that an activation needs no round trip of its own to load it.
+    # ``floor`` (NULL: none) is where the ready_at index is read from instead of its low end,
+    # which holds the dead entries of every earlier update until a VACUUM (see ``claim``).
     "claim": """
         WITH picked AS (
             SELECT pk AS p_pk, status AS p_status, ready_at AS p_ready FROM {s}.instances
-            WHERE ready_at <= %(now)s AND workflow = ANY(%(workflows)s::text[])
+            WHERE ready_at <= %(now)s AND ready_at >= COALESCE(%(floor)s::float8, '-infinity')
+                AND workflow = ANY(%(workflows)s::text[])
             ORDER BY ready_at LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
         ), paused AS (
@@ -231,7 +234,8 @@ _TEMPLATES: dict[str, str] = {
         FROM (
             SELECT CASE WHEN (SELECT count(*) FROM claimed) < %(limit)s THEN (
                 SELECT min(ready_at) FROM {s}.instances
-                WHERE ready_at IS NOT NULL AND workflow = ANY(%(workflows)s::text[])
+                WHERE ready_at >= COALESCE(%(floor)s::float8, '-infinity')
+                    AND workflow = ANY(%(workflows)s::text[])
             ) END AS next_ready
         ) AS timers CROSS JOIN async_commit LEFT JOIN claimed ON true
         ORDER BY p_ready, pk
