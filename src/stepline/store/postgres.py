@@ -19,8 +19,10 @@ Design:
   statement returns each claimed instance's history (steps and unconsumed events, as JSON), which
   :meth:`PostgresStore.load_history` hands to the activation without a round trip of its own
   (the history and ``event_seq`` come from one snapshot; an event sent later is caught by
-  ``finish`` comparing ``event_seq``, as before). An empty claim also reads the earliest timer,
-  which :meth:`PostgresStore.next_wakeup` reuses once.
+  ``finish`` comparing ``event_seq``, as before). A short claim also reads the earliest timer,
+  which :meth:`PostgresStore.next_wakeup` reuses once (if nothing was claimed) and which sets
+  the floor the next claims read the ``ready_at`` index from (:class:`_ClaimFloor`), past the
+  dead entries that collect at its low end until a VACUUM.
 - **Fencing.** Every activation write matches ``(pk, lease_token, lease_owner)`` and raises
   :class:`LeaseLostError` (writing nothing) when the lease is gone. Step writes take ``FOR KEY
   SHARE`` on the instance row while they check the fence; control actions (terminate, restart,
