@@ -17,6 +17,7 @@ from psycopg import sql
 
 from stepline import Engine, InstanceNotFoundError, ManualClock, SystemClock, Workflow
 from stepline.errors import StoreError
+from stepline.store._pgdb import kept_cursor
 from stepline.store.base import Finish, History, NewInstance, StepWrite
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
@@ -622,6 +623,36 @@ async def test_an_interrupted_operation_does_not_leave_the_spare_busy(schemas: l
         await store.close()
 
 
+async def test_step_writes_one_at_a_time_reuse_one_cursor_even_after_a_failed_one(
+    schemas: list[str],
+) -> None:
+    """Sequential step writes run on the spare connection's kept cursor; a write that fails
+    (a NUL character PostgreSQL text cannot hold) leaves it usable for the next."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        await store.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+
+        def write(name: str, count: int) -> StepWrite:
+            return StepWrite(name, count, count, "do", "complete", "1", ended_at=1000.0)
+
+        assert await store.record_step(claim.lease, write("one", 1), 1000.0) == "running"
+        spare = store._db._spare
+        assert spare is not None
+        cursor = kept_cursor(spare)
+        with pytest.raises(StoreError):
+            await store.record_step(claim.lease, write("nul\x00", 2), 1000.0)
+        assert await store.record_step(claim.lease, write("two", 3), 1000.0) == "running"
+        assert store._db._spare is spare and kept_cursor(spare) is cursor
+        names = [s.name for s in await store.get_steps("w", "a")]
+        assert names == ["one", "two"]
+    finally:
+        await store.close()
+
+
 async def test_a_spare_in_use_when_the_store_closes_is_closed_when_it_is_done(
     schemas: list[str],
 ) -> None:
@@ -766,11 +797,33 @@ class LosesOneReply:
 
     async def execute(self, query: Any, params: Any = None) -> Any:
         cur = await self._conn.execute(query, params)
+        await self._maybe_lose(query, cur)
+        return cur
+
+    def cursor(self) -> Any:
+        return _LosingCursor(self, self._conn.cursor())
+
+    async def _maybe_lose(self, query: Any, cur: Any) -> None:
         if self._marker in str(query) and not self._lost:
             self._lost.append(True)
             await cur.fetchall()
             raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return cur
+
+
+class _LosingCursor:
+    """A cursor of a :class:`LosesOneReply` connection, losing the reply the same way."""
+
+    def __init__(self, conn: LosesOneReply, cur: Any) -> None:
+        self._conn, self._cur = conn, cur
+        self.closed = False
+
+    async def execute(self, query: Any, params: Any = None) -> Any:
+        await self._cur.execute(query, params)
+        await self._conn._maybe_lose(query, self._cur)
+        return self
+
+    async def fetchall(self) -> Any:
+        return await self._cur.fetchall()
 
 
 def lose_one_reply(

@@ -110,7 +110,7 @@ from ..errors import (
 )
 from ..records import InstancePage, InstanceRecord, StepRecord, WorkflowInfo
 from ._pgbatch import Batcher
-from ._pgdb import Conn, Database, describe, split_url
+from ._pgdb import Conn, Database, describe, kept_cursor, split_url
 from ._pgsql import Statements, history_from_json, indexed_rows, json_rows
 from ._rows import (
     INSTANCE_COLUMNS,
@@ -699,7 +699,8 @@ class PostgresStore(Store):
             params = (indexed_rows(rows),)
 
         async def attempt(conn: Conn) -> list[Any]:
-            cur = await conn.execute(query, params)
+            cur = kept_cursor(conn)
+            await cur.execute(query, params)
             return await cur.fetchall()
 
         held = dict(await self._db.retrying("recording steps", attempt))
@@ -767,7 +768,8 @@ class PostgresStore(Store):
         async def attempt(conn: Conn) -> dict[int, _Finished]:
             nonlocal faulted
             try:
-                cur = await conn.execute(self._sql.finish, params)
+                cur = kept_cursor(conn)
+                await cur.execute(self._sql.finish, params)
                 done = {r[0]: (r[1], r[2], r[3], bool(r[4])) for r in await cur.fetchall()}
                 if faulted and len(done) < len(rows):
                     # An attempt whose reply was lost may have committed: its instances are
