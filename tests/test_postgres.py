@@ -18,7 +18,7 @@ from psycopg import sql
 from stepline import Engine, InstanceNotFoundError, ManualClock, SystemClock, Workflow
 from stepline.errors import StoreError
 from stepline.store._pgdb import kept_cursor
-from stepline.store.base import Finish, History, NewInstance, StepWrite
+from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
 from stepline.worker import Worker, WorkerSettings
@@ -90,6 +90,15 @@ class Chain(Workflow):
 
             total += await step.do(f"part{n}", part)
         return total
+
+
+async def claim_new(store: PostgresStore, instance_id: str = "a") -> Claim:
+    """Create one instance of workflow ``w`` and claim it as worker ``me`` (at 1000.0)."""
+    await store.create_instances(
+        "w", [NewInstance(instance_id, None)], trigger="api", skip_existing=False
+    )
+    (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+    return claim
 
 
 def idle_worker(engine: Engine) -> Worker:
@@ -631,10 +640,7 @@ async def test_step_writes_one_at_a_time_reuse_one_cursor_even_after_a_failed_on
     store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
     await store.open()
     try:
-        await store.create_instances(
-            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
-        )
-        (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        claim = await claim_new(store)
 
         def write(name: str, count: int) -> StepWrite:
             return StepWrite(name, count, count, "do", "complete", "1", ended_at=1000.0)
@@ -868,10 +874,7 @@ async def test_a_finish_whose_reply_is_lost_still_reports_its_status(
     store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
     await store.open()
     try:
-        await store.create_instances(
-            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
-        )
-        (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        claim = await claim_new(store)
         lost = lose_one_reply(store, monkeypatch, "json_build_object")
         status = await store.finish(claim.lease, Finish("complete", output="7"), 1000.0)
         assert lost == [True], "the fault was not injected"
