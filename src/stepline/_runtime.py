@@ -672,6 +672,11 @@ class Activation:
         finally:
             self._end()
 
+    def _gate_needed(self, wake_at: float | None) -> bool:
+        """Whether :meth:`_gate` would do anything (on a step's path, skipping it saves making a
+        coroutine)."""
+        return wake_at is not None or self._terminating or self._stop_reason is not None
+
     async def _gate(self, wake_at: float | None = None) -> None:
         """Before new work: park if the activation is stopping or terminating."""
         if self._terminating:
@@ -732,8 +737,8 @@ class Activation:
         attempts = list(record.attempts) if record is not None else []
         await self._committed()  # earlier steps' records, before this callback runs
         retry_at = record.wake_at if record is not None else None
-        if retry_at is not None or self._terminating or self._stop_reason is not None:
-            await self._gate(retry_at)  # (not called when it has nothing to do: one coroutine less)
+        if self._gate_needed(retry_at):
+            await self._gate(retry_at)
         started_at = record.started_at if record is not None else None
         shape = _callback_shape(callback)
 

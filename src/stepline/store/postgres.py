@@ -662,7 +662,7 @@ class PostgresStore(Store):
         # became runnable meanwhile (which would have gone through _notify_ready).
         self._timer_hint = None
         if not claims and rows:
-            self._timer_hint = (tuple(workflows), generation, rows[0][_N_ICOLS + 4])
+            self._timer_hint = (key, generation, rows[0][_N_ICOLS + 4])
         if len(claims) < limit and rows and not recovered:  # it read the earliest timer left
             next_ready: float | None = rows[0][_N_ICOLS + 4]
             earliest = now if next_ready is None else min(next_ready, now)
