@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -577,6 +578,17 @@ async def test_a_server_restart_mid_run_loses_nothing() -> None:
             assert {i.id for i in page.instances} == {i.id for i in created}
     finally:
         await asyncio.to_thread(server.close)
+
+
+async def test_a_server_that_cannot_be_reached_is_reported_with_its_reason() -> None:
+    """Opening the store makes its first connection directly: a closed port fails at once with
+    the driver's reason, not after the pool's 15 s of background retries with a bare timeout."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/test?schema=x")
+    with pytest.raises(StoreError, match=rf"127\.0\.0\.1:{port}/test .*[Cc]onnection refused"):
+        await store.open()
 
 
 async def test_operations_one_at_a_time_share_the_spare_connection(schemas: list[str]) -> None:

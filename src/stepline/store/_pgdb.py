@@ -136,6 +136,14 @@ class Database:
         return self._pool is not None
 
     async def open(self) -> None:
+        # One connection first, made directly: a wrong host, port, password or database fails
+        # at once with the server's own reason, where the pool would retry in the background
+        # and report only, 15 s later, that it timed out.
+        try:
+            probe = await psycopg.AsyncConnection.connect(self.conninfo, **self._kwargs)
+        except psycopg.Error as exc:
+            raise self._cannot_connect(exc) from exc
+        await probe.close()
         # The small pool keeps lease renewals and claims from queueing behind bulk work: a
         # renewal that waits too long for a connection would let its leases expire.
         self._pool = await self._open_pool("stepline", self._max_connections)
@@ -159,11 +167,15 @@ class Database:
             await pool.open(wait=True, timeout=15.0)
         except psycopg.Error as exc:
             await pool.close()
-            raise StoreError(
-                f"cannot connect to PostgreSQL at {self.where}: {exc}; check that the server is "
-                "running and that the URL's host, port, user, password and database are right"
-            ) from exc
+            raise self._cannot_connect(exc) from exc
         return pool
+
+    def _cannot_connect(self, exc: psycopg.Error) -> StoreError:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return StoreError(
+            f"cannot connect to PostgreSQL at {self.where}: {reason}; check that the server is "
+            "running and that the URL's host, port, user, password and database are right"
+        )
 
     async def close(self) -> None:
         if self._listener is not None:
