@@ -703,6 +703,13 @@ CHECKS = [
 ]
 
 
+# The server runs in a thread of this process, and psycopg_pool jitters a new connection's
+# lifetime with the global `random`. When that lands while Hypothesis draws a case, Hypothesis
+# sees the global state move and blames the strategy (its own code notes this threading race).
+@pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module inside strategies"
+    ":hypothesis.errors.HypothesisDeprecationWarning"
+)
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_openapi_matches_behaviour(live_api: str, mode: GenerationMode) -> None:
     """schemathesis generates requests from /api/openapi.json (valid ones, and invalid ones

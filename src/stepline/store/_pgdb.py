@@ -33,6 +33,11 @@ from .migrations import Migration
 log = logging.getLogger("stepline.store.postgres")
 
 T = TypeVar("T")
+
+# Reconnect back-off jitter draws from its own generator: the store's retries leave the global
+# `random` state, which an application may have seeded for its own use, where it was.
+_jitter = random.Random()
+
 Conn = psycopg.AsyncConnection[Any]
 
 _KEPT_CURSORS: weakref.WeakKeyDictionary[Conn, psycopg.AsyncCursor[Any]] = (
@@ -217,7 +222,7 @@ class Database:
                     with contextlib.suppress(psycopg.Error):
                         await pool.check()  # drop the other dead connections at once
         delay = min(0.02 * 2 ** (attempt - 1), 1.0)
-        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        await asyncio.sleep(delay * _jitter.uniform(0.5, 1.0))
 
     async def retrying(
         self, what: str, attempt: Callable[[Conn], Awaitable[T]], *, priority: bool = False
@@ -451,5 +456,5 @@ class Database:
                     with contextlib.suppress(psycopg.Error):
                         await conn.close()
                     conn = None
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            await asyncio.sleep(delay * _jitter.uniform(0.5, 1.0))
             delay = min(delay * 2, 5.0)
