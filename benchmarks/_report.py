@@ -151,6 +151,9 @@ def print_report(report: Report, console: Console | None = None) -> None:
             if value is not None
         )
         console.print(f"  load average (1, 5, 15 min): {loads}", markup=False, highlight=False)
+    if "event_loop" in report.details:
+        loop = report.details["event_loop"]
+        console.print(f"  event loop: {loop} ($STEPLINE_EVENT_LOOP)", markup=False, highlight=False)
     for letter, floor in floors.items():
         console.print(f"  [{letter}] {floor.name}", markup=False, highlight=False)
     for note in report.notes:

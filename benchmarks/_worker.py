@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from stepline import Engine
+from stepline import Engine, _loop
 
 from ._workflows import WORKFLOWS
 
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
     )
-    asyncio.run(_serve(args))
+    _loop.run(_serve(args))  # the loop `stepline worker` runs on
 
 
 if __name__ == "__main__":

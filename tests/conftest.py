@@ -3,10 +3,14 @@
 ``STEPLINE_TEST_STORES`` (default ``sqlite,postgres``) selects the stores. PostgreSQL tests use
 the server named by ``STEPLINE_TEST_DATABASE_URL`` (default: 127.0.0.1:5432, database ``test``),
 each test in a fresh schema.
+
+Async tests run on asyncio's loop; modules marked ``both_loops`` run on uvloop's too, the loop
+stepline's CLI runs on where uvloop is installed (:mod:`stepline._loop`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -19,7 +23,23 @@ from stepline import Engine, ManualClock
 
 from ._pg import drop_schema, pg_admin_url
 
+try:
+    import uvloop
+except ImportError:  # not on this platform: the both_loops modules run on asyncio alone
+    uvloop = None
+
 STORES = [s.strip() for s in os.environ.get("STEPLINE_TEST_STORES", "sqlite,postgres").split(",")]
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+        "asyncio": asyncio.new_event_loop
+    }
+    if uvloop is not None and item.get_closest_marker("both_loops") is not None:
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories
 
 
 @pytest.fixture(

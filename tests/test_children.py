@@ -25,6 +25,8 @@ from stepline.store.base import Finish, NewInstance
 
 from .conftest import EngineFactory, drain
 
+pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
+
 RUNS: list[Any] = []
 
 

@@ -24,6 +24,13 @@ import pytest
 
 from stepline import Engine
 
+try:
+    import uvloop  # noqa: F401
+
+    HAVE_UVLOOP = True
+except ImportError:
+    HAVE_UVLOOP = False
+
 pytestmark = pytest.mark.slow
 
 FLOWS = '''
@@ -694,6 +701,16 @@ def test_broken_config_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
     assert "key 'workflows[0].class_name' is missing" in worker.stderr
 
 
+def test_an_unknown_event_loop_is_one_line_exit_2(project: Path) -> None:
+    for command in (["workflows", "instances", "list", "greeting"], ["worker"]):
+        result = stepline(project, *command, env=cli_env(STEPLINE_EVENT_LOOP="trio"))
+        assert result.returncode == 2, (command, result.stderr)
+        assert result.stderr.strip() == (
+            "Error: STEPLINE_EVENT_LOOP='trio' is not one of auto, uvloop, asyncio"
+        )
+        assert not result.stdout
+
+
 def test_worker_without_workflows_explains_what_to_do(tmp_path: Path) -> None:
     (tmp_path / "stepline.toml").write_text("", encoding="utf-8")
     result = stepline(tmp_path, "worker")
@@ -719,13 +736,13 @@ def test_colours_on_a_terminal(ran: dict[str, Any]) -> None:
 # -- workers ------------------------------------------------------------------------------------
 
 
-def start_worker(project: Path, log: Path) -> subprocess.Popen[str]:
+def start_worker(project: Path, log: Path, **env: str) -> subprocess.Popen[str]:
     handle = log.open("w", encoding="utf-8")
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "stepline.cli", "worker", "--concurrency", "4"],
             cwd=project,
-            env=cli_env(),
+            env=cli_env(**env),
             stdout=handle,
             stderr=subprocess.STDOUT,
             text=True,
@@ -754,7 +771,7 @@ def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project:
     assert [r.returncode for r in triggered] == [0, 0, 0], [r.stderr for r in triggered]
     slow_log = project / "slow.log"
 
-    first = start_worker(project, project / "worker1.log")
+    first = start_worker(project, project / "worker1.log", STEPLINE_EVENT_LOOP="auto")
     try:
         wait_for(lambda: slow_log.exists() and "start" in slow_log.read_text(), "the slow step")
         # "waiting" alone could be the short nap before the event wait: wait for the wait step
@@ -770,6 +787,7 @@ def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project:
         code = stop_worker(first)
     log1 = (project / "worker1.log").read_text(encoding="utf-8")
     assert code == 0, log1
+    assert f"event loop {'uvloop' if HAVE_UVLOOP else 'asyncio'});" in log1
     # graceful: the running step finished, no new step started
     assert "slow/s1: step 'slow step-1' complete (attempt 1)" in log1
     assert "step 'last-1' started" not in log1
@@ -796,7 +814,7 @@ def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project:
         '"boss"',
     )
 
-    second = start_worker(project, project / "worker2.log")
+    second = start_worker(project, project / "worker2.log", STEPLINE_EVENT_LOOP="asyncio")
     try:
         wait_for(lambda: status_of(project, "slow", "s1") == "complete", "slow to complete")
         wait_for(lambda: status_of(project, "approval", "a1") == "complete", "approval")
@@ -804,6 +822,7 @@ def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project:
         code = stop_worker(second)
     log2 = (project / "worker2.log").read_text(encoding="utf-8")
     assert code == 0, log2
+    assert "event loop asyncio);" in log2
     assert "slow/s1: step 'last-1' complete (attempt 1)" in log2
     assert "step 'slow step-1' started" not in log2
     assert "approval/a1: step 'approval-1' received event 'approved'" in log2

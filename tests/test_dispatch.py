@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
+
 from stepline import (
     Engine,
     InstanceNotFoundError,
@@ -22,6 +24,8 @@ from stepline import (
 from stepline.store.base import LeaseOffer, NewInstance, StepWrite, offered_claims
 
 from .conftest import EngineFactory, drain
+
+pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 
 GATE: asyncio.Event | None = None
 

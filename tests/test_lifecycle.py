@@ -23,6 +23,8 @@ from stepline.store.sqlite import SqliteStore
 
 from .conftest import EngineFactory, drain
 
+pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
+
 RUNS: list[str] = []
 
 

@@ -29,6 +29,7 @@ from .conftest import STORES
 
 pytestmark = [
     pytest.mark.postgres,
+    pytest.mark.both_loops,  # the store's connection handling on the CLI's loop too
     pytest.mark.skipif("postgres" not in STORES, reason="STEPLINE_TEST_STORES leaves out postgres"),
 ]
 

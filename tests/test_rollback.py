@@ -11,6 +11,8 @@ from stepline import ManualClock, NonRetryableError, WorkflowEvent, WorkflowStep
 
 from .conftest import EngineFactory, drain
 
+pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
+
 LOG: list[Any] = []
 
 

@@ -19,6 +19,8 @@ from stepline import (
 
 from .conftest import EngineFactory, drain
 
+pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
+
 RUNS: list[str] = []
 
 

@@ -14,6 +14,8 @@ from stepline.store.base import Finish, StepWrite, Store
 
 from .conftest import EngineFactory, drain
 
+pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
+
 SEEN: dict[str, Any] = {}
 
 

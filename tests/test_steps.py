@@ -23,6 +23,8 @@ from stepline.workflow import definition_of
 
 from .conftest import EngineFactory, drain
 
+pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
+
 CALLS: dict[str, int] = {}
 
 

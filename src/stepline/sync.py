@@ -16,6 +16,7 @@ from collections.abc import Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
+from . import _loop
 from .client import Instance, WorkflowBinding
 from .engine import Engine
 from .records import InstancePage, InstanceStatus, StepRecord, WorkflowInfo
@@ -27,7 +28,7 @@ class _Portal:
     """An event loop in a daemon thread; :meth:`call` runs a coroutine there and waits."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = _loop.new_event_loop()
         self._thread = threading.Thread(
             target=self.loop.run_forever, daemon=True, name="stepline-sync"
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
@@ -14,6 +13,7 @@ import click
 import orjson
 from rich.console import Console
 
+from .. import _loop
 from ..engine import Engine
 from ..errors import (
     ConfigError,
@@ -85,7 +85,7 @@ def cli_errors() -> Iterator[None]:
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine with stepline errors turned into one-line CLI errors."""
     with cli_errors():
-        return asyncio.run(coro)
+        return _loop.run(coro)
 
 
 def make_console(*, stderr: bool = False) -> Console:

@@ -15,6 +15,7 @@ import click
 from rich.logging import RichHandler
 from rich.text import Text
 
+from .. import _loop
 from .._json import parse_json_argument
 from ..client import Instance
 from ..engine import Engine
@@ -116,10 +117,11 @@ async def _worker(state: State, workflows: list[Any], concurrency: int | None) -
     engine = state.engine(workflows, **options)
     names = ", ".join(sorted(engine.workflows))
     logging.getLogger("stepline.cli").info(
-        "worker on %s for %s (concurrency %d); stop with Ctrl-C or SIGTERM",
+        "worker on %s for %s (concurrency %d, event loop %s); stop with Ctrl-C or SIGTERM",
         engine.url,
         names,
         engine.settings.concurrency,
+        _loop.running_loop_name(),
     )
     try:
         await engine.run_worker()

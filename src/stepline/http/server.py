@@ -10,6 +10,7 @@ from collections.abc import Callable
 import uvicorn
 from starlette.applications import Starlette
 
+from .. import _loop
 from ..engine import Engine
 from ..errors import ConfigError
 from .app import create_app
@@ -59,7 +60,7 @@ def build_server(
         port=port,
         http="h11",
         ws="none",
-        loop="asyncio",
+        loop=_loop.loop_name(),  # uvicorn makes the loop: the kind stepline's CLI runs on
         lifespan="on",
         log_level=log_level,
         access_log=access_log,
