@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from . import create, fleet, history, latency, recovery, sequential, throughput
+from . import create, fleet, history, latency, loops, recovery, sequential, throughput
 from ._config import config_from, parser
 from ._run import Benchmark, execute
 
@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     history.NAME: history.run,
     recovery.NAME: recovery.run,
     latency.NAME: latency.run,
+    loops.NAME: loops.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 

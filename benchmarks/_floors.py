@@ -57,7 +57,7 @@ def sqlite_commit(directory: Path, *, synchronous: Synchronous = "NORMAL", n: in
 
 
 @contextmanager
-def _floor_table(url: str) -> Iterator[str]:
+def floor_table(url: str) -> Iterator[str]:
     """A throwaway schema with an ordinary (WAL-logged) table, dropped afterwards; yields the
     single-row ``INSERT`` into it. ``url`` may carry stepline's ``?schema=`` parameter; it is
     ignored. (A temporary table would skip the WAL flush at commit and understate the floor.)"""
@@ -74,7 +74,7 @@ def _floor_table(url: str) -> Iterator[str]:
 def postgres_commit(url: str, *, n: int = 500) -> Floor:
     """Microseconds for one single-row committed ``INSERT`` (autocommit) over ``url``: with the
     server on 127.0.0.1, one loopback round trip plus the server's WAL flush."""
-    with _floor_table(url) as insert, psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+    with floor_table(url) as insert, psycopg.connect(url.split("?")[0], autocommit=True) as conn:
         for _ in range(50):
             conn.execute(insert, ("warm-up",))
         start = time.perf_counter()
@@ -90,7 +90,7 @@ async def postgres_commit_async(url: str, *, n: int = 500) -> Floor:
     """:func:`postgres_commit` through psycopg's asyncio connection, the driver mode the engine
     uses: not a floor of the database, but of what any asyncio client of it pays per statement.
     """
-    with _floor_table(url) as insert:
+    with floor_table(url) as insert:
         async with await psycopg.AsyncConnection.connect(
             url.split("?")[0], autocommit=True
         ) as conn:
