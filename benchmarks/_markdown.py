@@ -58,6 +58,9 @@ def table(data: dict[str, Any]) -> str:
     ]
     if parts:
         lines.append(f"Load average (1, 5, 15 min): {'; '.join(parts)}. ")
+    loop = (data.get("details") or {}).get("event_loop")
+    if loop:
+        lines.append(f"Event loop: {loop}. ")
     return "\n".join(lines).rstrip() + "\n"
 
 
