@@ -56,6 +56,10 @@ def test_serve_command_refuses_bad_options(tmp_path: Path, monkeypatch: pytest.M
     result = runner.invoke(serve_command, ["--worker"], env=env)
     assert result.exit_code == 2
     assert "--worker needs workflows to run" in result.output
+    result = runner.invoke(serve_command, [], env=env | {"STEPLINE_EVENT_LOOP": "trio"})
+    assert result.exit_code == 2
+    assert "STEPLINE_EVENT_LOOP='trio' is not one of auto, uvloop, asyncio" in result.output
+    assert "stepline dashboard" not in result.output  # stopped before anything started
 
 
 def test_redact_hides_passwords() -> None:

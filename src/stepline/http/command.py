@@ -7,6 +7,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
+from .. import _loop
 from ..engine import Engine
 from ..errors import ConfigError
 from ..project import load_project, load_workflows
@@ -83,6 +84,7 @@ def serve_command(
     config_path = root.get("config_path")
     try:
         check_bind(host, token, insecure)
+        _loop.loop_name()  # a bad $STEPLINE_EVENT_LOOP stops here, before anything starts
         project = load_project(
             database=database, config_path=Path(config_path) if config_path else None
         )
