@@ -261,7 +261,8 @@ class Database:
             result = await use(spare)
             # Kept for the next operation unless it is mid-transaction or broken (psycopg itself
             # brings a query cancelled mid-flight back to idle) or the store closed meanwhile.
-            if self._pool is pool and spare.info.transaction_status == TransactionStatus.IDLE:
+            # (libpq's own status: `spare.info` builds a wrapper object per call, 1.4 µs here.)
+            if self._pool is pool and spare.pgconn.transaction_status == TransactionStatus.IDLE:
                 self._spare, spare = spare, None
             return result
         finally:
