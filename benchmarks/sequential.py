@@ -145,7 +145,10 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                 (timings["async"].total - timings["one"].total) * us / (steps - 1)
             )
     checkpoint = Floor(
-        names["step"], median(series["step_floor"]), "µs", tuple(series["step_floor"])
+        f"{names['step']}; the mean of right before and right after the workflows",
+        median(series["step_floor"]),
+        "µs",
+        tuple(series["step_floor"]),
     )
     ack_floor = Floor(names["ack"], median(series["ack_floor"]), "µs", tuple(series["ack_floor"]))
 
