@@ -24,12 +24,7 @@ import pytest
 
 from stepline import Engine
 
-try:
-    import uvloop  # noqa: F401
-
-    HAVE_UVLOOP = True
-except ImportError:
-    HAVE_UVLOOP = False
+from .conftest import uvloop
 
 pytestmark = pytest.mark.slow
 
@@ -787,7 +782,7 @@ def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project:
         code = stop_worker(first)
     log1 = (project / "worker1.log").read_text(encoding="utf-8")
     assert code == 0, log1
-    assert f"event loop {'uvloop' if HAVE_UVLOOP else 'asyncio'});" in log1
+    assert f"event loop {'asyncio' if uvloop is None else 'uvloop'});" in log1
     # graceful: the running step finished, no new step started
     assert "slow/s1: step 'slow step-1' complete (attempt 1)" in log1
     assert "step 'last-1' started" not in log1
