@@ -18,7 +18,6 @@ from psycopg import sql
 
 from stepline import Engine, InstanceNotFoundError, ManualClock, SystemClock, Workflow
 from stepline.errors import StoreError
-from stepline.store._pgdb import kept_cursor
 from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
@@ -661,11 +660,11 @@ async def test_step_writes_one_at_a_time_reuse_one_cursor_even_after_a_failed_on
         assert await store.record_step(claim.lease, write("one", 1), 1000.0) == "running"
         spare = store._db._spare
         assert spare is not None
-        cursor = kept_cursor(spare)
+        cursor = spare.kept_cursor()
         with pytest.raises(StoreError):
             await store.record_step(claim.lease, write("nul\x00", 2), 1000.0)
         assert await store.record_step(claim.lease, write("two", 3), 1000.0) == "running"
-        assert store._db._spare is spare and kept_cursor(spare) is cursor
+        assert store._db._spare is spare and spare.kept_cursor() is cursor
         names = [s.name for s in await store.get_steps("w", "a")]
         assert names == ["one", "two"]
     finally:
@@ -821,6 +820,9 @@ class LosesOneReply:
 
     def cursor(self) -> Any:
         return _LosingCursor(self, self._conn.cursor())
+
+    def kept_cursor(self) -> Any:
+        return _LosingCursor(self, self._conn.kept_cursor())
 
     async def _maybe_lose(self, query: Any, cur: Any) -> None:
         if self._marker in str(query) and not self._lost:

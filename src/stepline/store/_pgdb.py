@@ -15,7 +15,6 @@ import logging
 import random
 import re
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,6 +27,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import StoreError
+from ._pgconn import StoreConnection
 from .migrations import Migration
 
 log = logging.getLogger("stepline.store.postgres")
@@ -38,23 +38,7 @@ T = TypeVar("T")
 # `random` state, which an application may have seeded for its own use, where it was.
 _jitter = random.Random()
 
-Conn = psycopg.AsyncConnection[Any]
-
-_KEPT_CURSORS: weakref.WeakKeyDictionary[Conn, psycopg.AsyncCursor[Any]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def kept_cursor(conn: Conn) -> psycopg.AsyncCursor[Any]:
-    """A cursor that stays with ``conn``, for the statements of the hot path (step writes,
-    finishes): ``conn.execute`` makes a new cursor, with its own adaptation context, for every
-    statement, about 15 µs of CPU. A connection runs one operation at a time, so its cursor is
-    never shared; it holds on to its last (small) result until its next statement."""
-    cursor = _KEPT_CURSORS.get(conn)
-    if cursor is None or cursor.closed:
-        cursor = _KEPT_CURSORS[conn] = conn.cursor()
-    return cursor
-
+Conn = StoreConnection
 
 _SPARE_SECONDS = 60.0
 """How long the spare connection is kept before it goes back through the pool (which then
@@ -145,7 +129,7 @@ class Database:
         # at once with the server's own reason, where the pool would retry in the background
         # and report only, 15 s later, that it timed out.
         try:
-            probe = await psycopg.AsyncConnection.connect(self.conninfo, **self._kwargs)
+            probe = await StoreConnection.connect(self.conninfo, **self._kwargs)
         except psycopg.Error as exc:
             raise self._cannot_connect(exc) from exc
         await probe.close()
@@ -164,6 +148,7 @@ class Database:
             min_size=1,
             max_size=size,
             kwargs=self._kwargs,
+            connection_class=StoreConnection,
             open=False,
             timeout=10.0,
             name=name,
@@ -425,7 +410,7 @@ class Database:
         )
 
     async def _listen_connection(self, channel: str) -> Conn:
-        conn = await psycopg.AsyncConnection.connect(self.conninfo, **self._kwargs)
+        conn = await StoreConnection.connect(self.conninfo, **self._kwargs)
         try:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         except BaseException:

@@ -110,7 +110,7 @@ from ..errors import (
 )
 from ..records import InstancePage, InstanceRecord, StepRecord, WorkflowInfo
 from ._pgbatch import Batcher
-from ._pgdb import Conn, Database, describe, kept_cursor, split_url
+from ._pgdb import Conn, Database, describe, split_url
 from ._pgsql import Statements, history_from_json, indexed_rows, json_rows
 from ._rows import (
     INSTANCE_COLUMNS,
@@ -699,7 +699,7 @@ class PostgresStore(Store):
             params = (indexed_rows(rows),)
 
         async def attempt(conn: Conn) -> list[Any]:
-            cur = kept_cursor(conn)
+            cur = conn.kept_cursor()
             await cur.execute(query, params)
             return await cur.fetchall()
 
@@ -768,7 +768,7 @@ class PostgresStore(Store):
         async def attempt(conn: Conn) -> dict[int, _Finished]:
             nonlocal faulted
             try:
-                cur = kept_cursor(conn)
+                cur = conn.kept_cursor()
                 await cur.execute(self._sql.finish, params)
                 done = {r[0]: (r[1], r[2], r[3], bool(r[4])) for r in await cur.fetchall()}
                 if faulted and len(done) < len(rows):
