@@ -1,9 +1,10 @@
 """Event loops: what one PostgreSQL round trip costs the client on each loop.
 
-The engine talks to PostgreSQL through psycopg's asyncio connection, which registers the socket
-with the event loop and arms a timer for every wait. This measures that price on asyncio's own
-loop and on uvloop (the loop stepline's CLI runs on where it is installed), against psycopg's
-blocking connection, which waits in C: a single-row ``INSERT`` one after another, with
+psycopg's asyncio connection registers the socket with the event loop and arms a timer for every
+wait; the store's own connection class (``stepline.store._pgconn.StoreConnection``) keeps the
+socket registered between round trips. This measures both on asyncio's own loop and on uvloop
+(the loop stepline's CLI runs on where it is installed), against psycopg's blocking connection,
+which waits in C: a single-row ``INSERT`` one after another, with
 ``synchronous_commit=off`` for the session so that no WAL flush (whose time drifts by more than
 the difference measured) hides the client's share. Wall and CPU time per statement; CPU is the
 measuring thread's own (user + system), so it is what the client spends per round trip.
@@ -19,8 +20,11 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import psycopg
+
+from stepline.store._pgconn import StoreConnection
 
 from ._config import BenchConfig, parse
 from ._floors import floor_table
@@ -42,8 +46,10 @@ def _blocking(url: str, insert: str, n: int) -> tuple[float, float]:
         return time.perf_counter() - wall, time.thread_time() - cpu
 
 
-async def _async(url: str, insert: str, n: int) -> tuple[float, float]:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+async def _async(
+    url: str, insert: str, n: int, cls: type[psycopg.AsyncConnection[Any]]
+) -> tuple[float, float]:
+    async with await cls.connect(url, autocommit=True) as conn:
         await conn.execute("SET synchronous_commit = off")
         for _ in range(100):
             await conn.execute(insert, ("warm-up",))
@@ -56,21 +62,31 @@ async def _async(url: str, insert: str, n: int) -> tuple[float, float]:
 Measure = Callable[[str, str, int], tuple[float, float]]
 
 
-def _on_loop(factory: Callable[[], asyncio.AbstractEventLoop]) -> Measure:
+def _on_loop(
+    factory: Callable[[], asyncio.AbstractEventLoop], cls: type[psycopg.AsyncConnection[Any]]
+) -> Measure:
     def measure(url: str, insert: str, n: int) -> tuple[float, float]:
         with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(_async(url, insert, n))
+            return runner.run(_async(url, insert, n, cls))
 
     return measure
 
 
 def _modes() -> dict[str, Measure]:
-    modes = {"blocking": _blocking, "asyncio": _on_loop(asyncio.new_event_loop)}
+    loops: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
     try:
         import uvloop
     except ImportError:
-        return modes
-    return modes | {"uvloop": _on_loop(uvloop.new_event_loop)}
+        pass
+    else:
+        loops["uvloop"] = uvloop.new_event_loop
+    modes: dict[str, Measure] = {"blocking": _blocking}
+    for loop, factory in loops.items():
+        modes[f"psycopg's asyncio connection on {loop}"] = _on_loop(
+            factory, psycopg.AsyncConnection
+        )
+        modes[f"the store's connection on {loop}"] = _on_loop(factory, StoreConnection)
+    return modes
 
 
 async def run(config: BenchConfig) -> list[Report]:
@@ -106,9 +122,7 @@ async def run(config: BenchConfig) -> list[Report]:
         for mode in modes:
             if mode != "blocking":
                 runs = tuple(series[f"{mode}_{kind}"])
-                report.figures.append(
-                    Figure(f"{label}, asyncio connection on {mode}", median(runs), "µs", base, runs)
-                )
+                report.figures.append(Figure(f"{label}, {mode}", median(runs), "µs", base, runs))
     report.details = {"store": "postgres", "statements": n, "runs": config.runs}
     report.notes = [
         "one single-row INSERT per round trip, autocommit, synchronous_commit=off for the session",
