@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from stepline.store import _pgconn
 from stepline.store._pgconn import StoreConnection
 
 from ._pg import pg_admin_url
@@ -205,3 +206,16 @@ async def test_a_wait_with_a_timeout_uses_psycopgs_own(conn: StoreConnection) ->
     assert not registered(conn)  # psycopg's wait registers and unregisters on its own
     assert await (await conn.execute("SELECT 4")).fetchall() == [(4,)]
     assert registered(conn)
+
+
+@pytest.mark.both_loops
+async def test_without_poll_psycopgs_own_wait_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where ``select.poll`` is missing (Windows), the connection waits as psycopg does."""
+    monkeypatch.setattr(_pgconn, "_HAS_POLL", False)
+    fresh = await StoreConnection.connect(pg_admin_url(), autocommit=True)
+    try:
+        for n in range(3):
+            assert await (await fresh.execute("SELECT %s::int", (n,))).fetchall() == [(n,)]
+        assert fresh._watch is None
+    finally:
+        await fresh.close()

@@ -22,7 +22,8 @@ asyncio's loop (``python -m benchmarks loops``), and 20-35 µs per step of a seq
 - Everything else is psycopg's own wait, unchanged: a wait to write (a query too large for the
   socket's buffer), a wait with a timeout, a connection over TLS or GSSAPI encryption (which can
   hold decrypted data that the socket does not signal; psycopg's wait polls again every 0.1 s),
-  and a connection used from another event loop than the one it registered with.
+  a connection used from another event loop than the one it registered with, and any connection
+  where ``select.poll`` is missing (Windows).
 - A task cancelled mid-query behaves as with psycopg's own wait: the query is cancelled in the
   server and the connection brought back to idle, or closed if that fails.
 
@@ -45,6 +46,9 @@ from psycopg.waiting import Ready, Wait
 log = logging.getLogger("stepline.store.postgres")
 
 _INTERRUPTED = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)
+_HAS_POLL = hasattr(select, "poll")
+"""Whether ``poll(2)`` is there for the check before each wait (not on Windows, where the
+connections use psycopg's own wait)."""
 _POLL_INTERVAL = 0.1
 """psycopg's own interval for its wait (the same as its default)."""
 
@@ -173,7 +177,7 @@ class StoreConnection(psycopg.AsyncConnection[Any]):
         if watch is not None and watch.registered and not watch.loop.is_closed():
             return None  # registered with a loop still open (in another thread, maybe)
         pgconn = self.pgconn
-        if pgconn.ssl_in_use or pgconn.used_gssapi:
+        if pgconn.ssl_in_use or pgconn.used_gssapi or not _HAS_POLL:
             return None
         watch = self._watch = _Watch(self, loop, pgconn.socket)
         return watch
