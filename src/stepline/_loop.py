@@ -3,8 +3,8 @@
 The CLI (``stepline worker``, ``serve``, ``run`` and the rest) and the synchronous API start
 their own event loops; an application that embeds an :class:`~stepline.Engine` runs it on
 whatever loop the application chose. uvloop's loop is written in C on libuv: every database
-round trip registers and drops a socket reader and a timer, and each of those costs a fraction
-of what asyncio's pure-Python selector loop pays (docs/performance.md has the figures).
+round trip wakes a task when its socket becomes readable, and that costs a fraction of what
+asyncio's pure-Python selector loop pays (docs/performance.md has the figures).
 Behaviour is the same on both; the choice only moves speed.
 
 ``$STEPLINE_EVENT_LOOP`` overrides the choice: ``auto`` (the default: uvloop if importable),

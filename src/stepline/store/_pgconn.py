@@ -79,18 +79,17 @@ class _Watch:
 
     async def readable_soon(self) -> None:
         """Return when the socket is readable (or in error)."""
-        if not self.registered:
-            self.register()
-        else:
+        if self.registered:
             # uvloop stops watching a socket in error after one last callback, which looks like
             # any other, so the registration is trusted only while the socket shows no error or
             # hang-up (one poll(2) call, no wait); data already there needs no wait at all.
-            for _, events in self.probe.poll(0):
-                if events != select.POLLIN:
-                    self.unregister()  # and again, afresh: it reports the error at once
-                    self.register()
-                    break
+            ready = self.probe.poll(0)
+            if ready and ready[0][1] == select.POLLIN:
                 return
+            if ready:
+                self.unregister()  # and afresh below: it reports the error at once
+        if not self.registered:
+            self.register()
         waiter = self.waiter = self.loop.create_future()
         try:
             await waiter
@@ -138,8 +137,10 @@ class StoreConnection(psycopg.AsyncConnection[Any]):
         self, gen: PQGen[RV], interval: float = _POLL_INTERVAL, timeout: float | None = None
     ) -> RV:
         pgconn = self.pgconn
-        watch = self._watched()
-        if watch is None or timeout is not None or pgconn.status != ConnStatus.OK:
+        watch = None
+        if timeout is None and pgconn.status == ConnStatus.OK:
+            watch = self._watched()
+        if watch is None:
             # (On a lost connection psycopg's wait raises before it starts the generator.)
             self._unwatch()
             return await super().wait(gen, interval, timeout)
