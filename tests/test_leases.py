@@ -110,6 +110,42 @@ async def test_recorded_steps_do_not_rerun_after_a_crash(
         assert (await inst.status()).status == "complete"
 
 
+async def test_a_write_marked_new_replaces_a_record_it_finds_and_is_still_fenced(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    """``StepWrite.new`` is a hint that lets a store skip looking for a record to replace; one
+    that is there after all (a write whose reply was lost) is replaced, and the lease still
+    fences the write."""
+    async with make_engine([two], clock=clock, lease=30) as engine:
+        store = engine.store
+        inst = await engine.workflow("two").create(id="i")
+        (claim,) = await store.claim("w1", ["two"], 1, 30, store.now())
+        now = store.now()
+        running = StepWrite("first", 1, 1, "do", "running", started_at=now, new=True)
+        assert await store.record_step(claim.lease, running, now) == "running"
+        done = StepWrite(
+            "first", 1, 1, "do", "complete", "1", started_at=now, ended_at=now + 1, new=True
+        )
+        assert await store.record_step(claim.lease, done, now + 1) == "running"
+        (record,) = await inst.steps()
+        assert (record.name, record.status, record.output, record.ended_at) == (
+            "first",
+            "complete",
+            1,
+            now + 1,
+        )
+        clock.advance(31)
+        (taken,) = await store.claim("w2", ["two"], 1, 30, store.now())
+        stale = StepWrite("second", 1, 2, "do", "complete", "2", new=True)
+        with pytest.raises(LeaseLostError):
+            await store.record_step(claim.lease, stale, store.now())
+        assert [r.name for r in await inst.steps()] == ["first"]
+        await store.release(taken.lease, store.now())
+        await drain(engine)
+        assert RUNS == ["second"]  # the replaced record counts: 'first' does not run again
+        assert (await inst.status()).output == "ok"
+
+
 async def test_renewal_keeps_the_lease(make_engine: EngineFactory, clock: ManualClock) -> None:
     async with make_engine([two], clock=clock, lease=30) as engine:
         store = engine.store

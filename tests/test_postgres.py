@@ -883,6 +883,29 @@ async def test_a_claim_whose_reply_is_lost_is_recovered(
         await store.close()
 
 
+async def test_a_first_step_write_whose_reply_is_lost_is_written_again_as_a_replacement(
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's first record goes as a plain INSERT; retried after its reply was lost, it finds
+    its own committed row (a duplicate key) and replaces it instead of failing."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        claim = await claim_new(store)
+        assert "ON CONFLICT" not in store._sql.record_step_new
+        lost = lose_one_reply(store, monkeypatch, store._sql.record_step_new)
+        write = StepWrite(
+            "s", 1, 0, "do", "complete", "7", started_at=1000.0, ended_at=1000.0, new=True
+        )
+        assert await store.record_step(claim.lease, write, 1000.0) == "running"
+        assert lost == [True], "the fault was not injected"
+        monkeypatch.undo()
+        (record,) = await store.get_steps("w", "a")
+        assert (record.status, record.output) == ("complete", 7)
+    finally:
+        await store.close()
+
+
 async def test_a_finish_whose_reply_is_lost_still_reports_its_status(
     schemas: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -223,3 +223,50 @@ async def test_a_shutdown_lets_a_finish_in_flight_land(make_engine: EngineFactor
             ("first", "complete"),
             ("second", "complete"),
         ]
+
+
+@workflow(name="first-records")
+async def first_records(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    def flaky() -> str:
+        SEEN["flaky"] = SEEN.get("flaky", 0) + 1
+        if SEEN["flaky"] == 1:
+            raise RuntimeError("once")
+        return "ok"
+
+    await step.do("plain", lambda: 1)
+    await step.do("flaky", {"retries": {"limit": 1, "delay": 0}}, flaky)
+    got = await step.wait_for_event("approval", type="approval", timeout=60)
+    await step.do("after", lambda: 2)
+    return got.payload
+
+
+async def test_writes_say_whether_the_step_has_a_record_yet(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    """``StepWrite.new`` (which lets PostgreSQL insert without looking for a record to replace)
+    is set on a step's first record only: not on a retry's, nor on one after a suspension."""
+    async with make_engine([first_records], clock=clock) as engine:
+        writes: list[tuple[str, str, bool]] = []
+        real = engine.store.record_step
+
+        async def logging(lease: Any, write: StepWrite, now: float) -> str:
+            writes.append((write.name, write.status, write.new))
+            return await real(lease, write, now)
+
+        engine.store.record_step = logging  # type: ignore[method-assign]
+        inst = await engine.workflow("first-records").create()
+        await drain(engine)
+        await inst.send_event("approval", {"ok": True})
+        await drain(engine)
+        assert (await inst.status()).output == {"ok": True}
+        # (Whether "flaky"'s result is written alone or goes with the suspension depends on
+        # the store's timing; when alone, it is not new.)
+        flags = {(name, status): new for name, status, new in writes}
+        assert len(flags) == len(writes), writes
+        assert flags.pop(("flaky", "complete"), False) is False
+        assert flags == {
+            ("plain", "complete"): True,
+            ("flaky", "waiting"): True,  # the failed attempt, retried at once
+            ("approval", "waiting"): True,  # then the activation suspends
+            ("approval", "complete"): False,
+        }

@@ -742,11 +742,16 @@ class Activation:
         started_at = record.started_at if record is not None else None
         shape = _callback_shape(callback)
 
+        new = record is None  # until the first write: then the step has a record to replace
+
         def write(status: StepStatus, **fields: Any) -> StepWrite:
-            return StepWrite(
+            nonlocal new
+            step_write = StepWrite(
                 name, count, seq, kind, status,
-                attempts=tuple(attempts), started_at=started_at, **fields,
+                attempts=tuple(attempts), started_at=started_at, new=new, **fields,
             )  # fmt: skip
+            new = False
+            return step_write
 
         while True:
             number = len(attempts) + 1
@@ -865,14 +870,14 @@ class Activation:
             if record is None:
                 done = StepWrite(
                     name, key[1], seq, "sleep", "complete",
-                    wake_at=wake_at, started_at=started, ended_at=wake_at,
+                    wake_at=wake_at, started_at=started, ended_at=wake_at, new=True,
                 )  # fmt: skip
                 await self._write_alone(done)
             return
         if record is None:
             self._emit("step_sleep", {"step": f"{name}-{key[1]}", "until": wake_at})
             start = StepWrite(
-                name, key[1], seq, "sleep", "waiting", wake_at=wake_at, started_at=started
+                name, key[1], seq, "sleep", "waiting", wake_at=wake_at, started_at=started, new=True
             )
             self._write_soon(start)
         await self._park(wake_at)
@@ -907,6 +912,7 @@ class Activation:
                     seq,
                     "wait_for_event",
                     "complete",
+                    new=record is None,
                     output=_json.dumps(event.to_json(), what="event", limit=1 << 62),
                     wake_at=deadline,
                     started_at=started,
@@ -926,6 +932,7 @@ class Activation:
                 seq,
                 "wait_for_event",
                 "errored",
+                new=record is None,
                 error=error,
                 wake_at=deadline,
                 started_at=started,
@@ -940,6 +947,7 @@ class Activation:
                 seq,
                 "wait_for_event",
                 "waiting",
+                new=record is None,
                 wake_at=deadline,
                 started_at=started,
                 info=info,
@@ -987,6 +995,7 @@ class Activation:
                 seq,
                 "start_workflow",
                 "complete",
+                new=record is None,
                 output=_json.dumps(child_id, what="id"),
                 started_at=now,
                 ended_at=self.store.now(),
@@ -1028,6 +1037,7 @@ class Activation:
                         seq,
                         "wait_for_workflow",
                         "complete",
+                        new=record is None,
                         output=self._encode(child.output, "child output"),
                         started_at=started,
                         ended_at=now,
@@ -1044,6 +1054,7 @@ class Activation:
                     seq,
                     "wait_for_workflow",
                     "errored",
+                    new=record is None,
                     error=err,
                     started_at=started,
                     ended_at=now,
@@ -1060,6 +1071,7 @@ class Activation:
                     seq,
                     "wait_for_workflow",
                     "errored",
+                    new=record is None,
                     error=err,
                     wake_at=deadline,
                     started_at=started,
@@ -1073,6 +1085,7 @@ class Activation:
                     seq,
                     "wait_for_workflow",
                     "waiting",
+                    new=record is None,
                     wake_at=deadline,
                     started_at=started,
                     info=info,

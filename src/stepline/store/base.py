@@ -114,6 +114,10 @@ class StepWrite:
     info: dict[str, Any] | None = None
     consume_event: int | None = None
     """The pk of a pending event this step consumes, atomically with the write."""
+    new: bool = False
+    """The writer knows of no earlier record of this step: a store may insert without first
+    looking for one to replace (cheaper on PostgreSQL). A hint, never a promise: a store must
+    still replace a record it finds (one whose write committed but whose reply was lost)."""
 
 
 FinishStatus = Literal["complete", "errored", "terminated", "waiting"]

@@ -173,6 +173,7 @@ def _step_row(lease: Lease, write: StepWrite) -> dict[str, Any]:
         "ended_at": write.ended_at,
         "info": _json_or_none(write.info, "step info"),
         "event": write.consume_event,
+        "new": write.new,
     }
 
 
@@ -693,14 +694,25 @@ class PostgresStore(Store):
         query: str
         params: dict[str, Any] | tuple[str]
         if len(rows) == 1:  # the common case: plain parameters are cheaper for the server
-            query, params = (q.record_step_consuming if consuming else q.record_step), rows[0]
+            row = params = rows[0]
+            if consuming:
+                query = q.record_step_consuming
+            else:
+                query = q.record_step_new if row["new"] else q.record_step
         else:
             query = q.record_steps_consuming if consuming else q.record_steps
             params = (indexed_rows(rows),)
 
         async def attempt(conn: Conn) -> list[Any]:
             cur = conn.kept_cursor()
-            await cur.execute(query, params)
+            try:
+                await cur.execute(query, params)
+            except psycopg.errors.UniqueViolation:
+                if query is not q.record_step_new:
+                    raise
+                # The step has a record after all: this write's own, committed on an attempt
+                # whose reply was lost (then retried here), or the writer's hint was wrong.
+                await cur.execute(q.record_step, params)
             return await cur.fetchall()
 
         held = dict(await self._db.retrying("recording steps", attempt))
