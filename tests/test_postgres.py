@@ -491,6 +491,42 @@ async def test_claims_read_timers_from_a_floor_and_still_find_stragglers(
         await store.close()
 
 
+async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
+    schemas: list[str],
+) -> None:
+    """A table that grew faster than its statistics (never analyzed here) makes the planner
+    expect a few runnable rows and prefer a bitmap scan of every due row, sorted, which costs a
+    claim the whole backlog. The claims' connections read the ready_at index in order and stop at
+    the claim's limit."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        items = [NewInstance(f"i{n}", None) for n in range(5000)]
+        await store.create_instances("w", items, trigger="api", skip_existing=False)
+        params = {
+            "now": 2000.0,
+            "floor": None,
+            "workflows": ["w"],
+            "limit": 100,
+            "owner": "me",
+            "nonce": 1,
+            "expires": 2030.0,
+        }
+
+        async def plan(conn: Any) -> str:
+            cur = await conn.execute("EXPLAIN " + store._sql.claim, params)
+            return "\n".join(row[0] for row in await cur.fetchall())
+
+        assert store._db._priority_pool is not None
+        async with store._db._priority_pool.connection() as conn:
+            claims = await plan(conn)
+        picked = claims[claims.index("CTE picked") : claims.index("CTE paused")]
+        assert "Index Scan using instances_ready" in picked, claims
+        assert "Bitmap" not in picked and "Sort" not in picked, claims
+    finally:
+        await store.close()
+
+
 async def test_a_claim_commits_asynchronously_and_only_itself(schemas: list[str]) -> None:
     """The claim's ``synchronous_commit = off`` is local to its own transaction: the connection
     goes back to the pool with the server's setting."""
