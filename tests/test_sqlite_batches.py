@@ -62,3 +62,36 @@ async def test_a_failing_write_in_a_batch_fails_alone(store: SqliteStore, failin
         assert "after" in rows(store)
     finally:
         await store.close()
+
+
+async def test_timer_reads_follow_the_ready_at_index_without_statistics(tmp_path: Path) -> None:
+    """The idle poll, the claim and the next wake-up read ``ready_at`` in order, not every
+    instance of the workflow through ``instances_status`` (what SQLite's planner picks for
+    ``workflow IN (...)`` on a database never analyzed): a fleet's size must not weigh on
+    them."""
+    from stepline.store.base import NewInstance
+
+    store = SqliteStore(f"sqlite:///{tmp_path}/plans.db")
+    await store.open()
+    try:
+        items = [NewInstance(f"i{n}", None) for n in range(3000)]
+        await store.create_instances("w", items, trigger="api", skip_existing=False)
+        conn = store._conn
+        assert conn is not None
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        try:
+            await store.claim("me", ["w", "v"], 10, 30.0, store.now() - 3600)  # nothing due
+            await store.claim("me", ["w", "v"], 10, 30.0, store.now() + 1)
+            await store.next_wakeup(["w", "v"])
+        finally:
+            conn.set_trace_callback(None)
+        timer_reads = [
+            sql for sql in statements if sql.lstrip().startswith("SELECT") and "ready_at" in sql
+        ]
+        assert len(timer_reads) >= 3, statements
+        for sql in timer_reads:
+            plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql))
+            assert "instances_ready" in plan and "instances_status" not in plan, (sql, plan)
+    finally:
+        await store.close()

@@ -72,6 +72,20 @@ class _PartialWrite(Exception):
     """An op of a batch failed after writing: the batch must run again with savepoints."""
 
 
+def _in_workflows(workflows: Sequence[str]) -> str:
+    """The timer reads' filter on workflows (idle poll, claim, next wake-up): ``+workflow IN
+    (?, ...)``.
+
+    The unary plus (SQLite's documented way to keep a term from choosing an index) leaves these
+    reads to the ``ready_at`` index, in order. Without statistics (a database never analyzed, or
+    one that grew since) the planner otherwise reads every instance the workflows ever ran
+    through ``instances_status`` (workflow, status) and sorts the due ones: with 100,000
+    instances, 25-35 ms for each idle poll, claim and timer read, against 0.01 ms in
+    ``ready_at`` order.
+    """
+    return "+workflow IN (" + ",".join("?" * len(workflows)) + ")"
+
+
 def _is_locked(exc: sqlite3.OperationalError) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
@@ -685,10 +699,10 @@ class SqliteStore(Store):
     ) -> list[Claim]:
         if not workflows or limit <= 0:
             return []
-        marks = ",".join("?" * len(workflows))
+        in_workflows = _in_workflows(workflows)
         # A read first: an idle poll must not take the database's write lock.
         if not await self._read(
-            f"SELECT 1 FROM instances WHERE ready_at <= ? AND workflow IN ({marks}) LIMIT 1",
+            f"SELECT 1 FROM instances WHERE ready_at <= ? AND {in_workflows} LIMIT 1",
             (now, *workflows),
         ):
             return []
@@ -698,7 +712,7 @@ class SqliteStore(Store):
             # from the rows read under the write lock (SQLite's RETURNING costs ~20 µs a row).
             rows = c.execute(
                 f"SELECT {INSTANCE_COLUMNS}, lease_token, control, event_seq FROM instances"
-                f" WHERE ready_at <= ? AND workflow IN ({marks}) ORDER BY ready_at LIMIT ?",
+                f" WHERE ready_at <= ? AND {in_workflows} ORDER BY ready_at LIMIT ?",
                 (now, *workflows, limit),
             ).fetchall()
             claims: list[Claim] = []
@@ -920,10 +934,9 @@ class SqliteStore(Store):
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
         if not workflows:
             return None
-        marks = ",".join("?" * len(workflows))
         rows = await self._read(
             f"SELECT min(ready_at) FROM instances WHERE ready_at IS NOT NULL"
-            f" AND workflow IN ({marks})",
+            f" AND {_in_workflows(workflows)}",
             tuple(workflows),
         )
         value = rows[0][0] if rows else None
