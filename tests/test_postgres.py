@@ -19,6 +19,7 @@ from psycopg import sql
 from stepline import Engine, InstanceNotFoundError, ManualClock, SystemClock, Workflow
 from stepline.errors import StoreError
 from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
+from stepline.store import postgres as postgres_store
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
 from stepline.worker import Worker, WorkerSettings
@@ -496,8 +497,9 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
 ) -> None:
     """A table that grew faster than its statistics (never analyzed here) makes the planner
     expect a few runnable rows and prefer a bitmap scan of every due row, sorted, which costs a
-    claim the whole backlog. The claims' connections read the ready_at index in order and stop at
-    the claim's limit."""
+    claim the whole backlog. The claim's transaction plans it in ready_at order, stopping at its
+    limit, and leaves no setting behind on its connection (a pooler in transaction mode would
+    hand it to other clients)."""
     store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
     await store.open()
     try:
@@ -512,17 +514,22 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
             "nonce": 1,
             "expires": 2030.0,
         }
+        pool = store._db._priority_pool
+        assert pool is not None
+        async with pool.connection() as conn:
+            async with conn.transaction():
+                await conn.execute(postgres_store._CLAIM_IN_ORDER)
+                cur = await conn.execute("EXPLAIN " + store._sql.claim, params)
+                plan = "\n".join(row[0] for row in await cur.fetchall())
+        picked = plan[plan.index("CTE picked") : plan.index("CTE paused")]
+        assert "Index Scan using instances_ready" in picked, plan
+        assert "Bitmap" not in picked and "Sort" not in picked, plan
 
-        async def plan(conn: Any) -> str:
-            cur = await conn.execute("EXPLAIN " + store._sql.claim, params)
-            return "\n".join(row[0] for row in await cur.fetchall())
-
-        assert store._db._priority_pool is not None
-        async with store._db._priority_pool.connection() as conn:
-            claims = await plan(conn)
-        picked = claims[claims.index("CTE picked") : claims.index("CTE paused")]
-        assert "Index Scan using instances_ready" in picked, claims
-        assert "Bitmap" not in picked and "Sort" not in picked, claims
+        assert len(await store.claim("me", ["w"], 10, 30.0, 2000.0)) == 10
+        async with pool.connection() as first, pool.connection() as second:
+            for conn in (first, second):
+                cur = await conn.execute("SHOW enable_bitmapscan")
+                assert await cur.fetchone() == ("on",)
     finally:
         await store.close()
 
@@ -844,7 +851,9 @@ async def test_a_child_ending_alongside_its_parent_suspending_still_wakes_it(
 
 class LosesOneReply:
     """Wraps a connection: the first statement containing ``marker`` runs (and commits), then its
-    reply is "lost" as if the connection had died."""
+    reply is "lost" as if the connection had died: at once for ``execute`` on the connection,
+    and when its rows are fetched for a cursor (after the pipeline, and the transaction it
+    commits, if the statement went in one)."""
 
     def __init__(self, conn: Any, marker: str, lost: list[bool]) -> None:
         self._conn, self._marker, self._lost = conn, marker, lost
@@ -860,6 +869,12 @@ class LosesOneReply:
     def kept_cursor(self) -> Any:
         return _LosingCursor(self, self._conn.kept_cursor())
 
+    def pipeline(self) -> Any:
+        return self._conn.pipeline()
+
+    def transaction(self) -> Any:
+        return self._conn.transaction()
+
     async def _maybe_lose(self, query: Any, cur: Any) -> None:
         if self._marker in str(query) and not self._lost:
             self._lost.append(True)
@@ -868,18 +883,20 @@ class LosesOneReply:
 
 
 class _LosingCursor:
-    """A cursor of a :class:`LosesOneReply` connection, losing the reply the same way."""
+    """A cursor of a :class:`LosesOneReply` connection, losing the reply when it is fetched."""
 
     def __init__(self, conn: LosesOneReply, cur: Any) -> None:
         self._conn, self._cur = conn, cur
+        self._query: Any = None
         self.closed = False
 
     async def execute(self, query: Any, params: Any = None) -> Any:
         await self._cur.execute(query, params)
-        await self._conn._maybe_lose(query, self._cur)
+        self._query = query
         return self
 
     async def fetchall(self) -> Any:
+        await self._conn._maybe_lose(self._query, self._cur)
         return await self._cur.fetchall()
 
 

@@ -86,21 +86,6 @@ def describe(conninfo: str, schema: str) -> str:
     return f"{host}:{port}/{info.get('dbname') or ''} (schema {schema})"
 
 
-async def _read_timers_in_order(conn: Conn) -> None:
-    """Pin the claim's plan (the priority pool's connections serve claims, lease renewals and
-    timer reads): read the ``ready_at`` index in order and stop at the claim's limit.
-
-    With statistics that lag behind the table (never analyzed, or a fleet that grew faster than
-    autovacuum's next ANALYZE), the planner expects a handful of runnable rows and prefers a
-    bitmap scan of every due row, sorted, for the claim: harmless while few rows are due, but
-    while a worker works off a backlog each claim then reads and sorts the whole backlog (100,000
-    due rows: about 100 ms a claim, against 10 ms in index order), and the backlog grows. No
-    statement this pool serves gains from a bitmap scan: they look rows up by key or read one
-    index in order.
-    """
-    await conn.execute("SET enable_bitmapscan = off")
-
-
 @dataclass
 class _TxState:
     xid: str | None = None
@@ -152,27 +137,18 @@ class Database:
         # renewal that waits too long for a connection would let its leases expire.
         self._pool = await self._open_pool("stepline", self._max_connections)
         try:
-            self._priority_pool = await self._open_pool(
-                "stepline-leases", 2, configure=_read_timers_in_order
-            )
+            self._priority_pool = await self._open_pool("stepline-leases", 2)
         except BaseException:
             await self.close()
             raise
 
-    async def _open_pool(
-        self,
-        name: str,
-        size: int,
-        *,
-        configure: Callable[[Conn], Awaitable[None]] | None = None,
-    ) -> AsyncConnectionPool[Conn]:
+    async def _open_pool(self, name: str, size: int) -> AsyncConnectionPool[Conn]:
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
             min_size=1,
             max_size=size,
             kwargs=self._kwargs,
             connection_class=StoreConnection,
-            configure=configure,
             open=False,
             timeout=10.0,
             name=name,

@@ -33,7 +33,7 @@ _STEP_UPSERT = """
 # without expanding a JSON batch, which costs the server about a fifth of the statement.
 # ``{conflict}`` is the upsert clause, or nothing for a step's first record (``record_step_new``):
 # a plain insert skips the upsert's speculative insertion (its index pre-check and its second
-# WAL record), 20-40 µs of a committed step write here; a duplicate key then means the record
+# WAL record), 11-33 µs of a committed step write here; a duplicate key then means the record
 # exists after all (a write whose reply was lost), and the store writes it again as an upsert.
 _RECORD_STEP = """
     WITH fence AS (
