@@ -18,8 +18,8 @@ from psycopg import sql
 
 from stepline import Engine, InstanceNotFoundError, ManualClock, SystemClock, Workflow
 from stepline.errors import StoreError
-from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
 from stepline.store import postgres as postgres_store
+from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
 from stepline.worker import Worker, WorkerSettings
@@ -516,11 +516,10 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
         }
         pool = store._db._priority_pool
         assert pool is not None
-        async with pool.connection() as conn:
-            async with conn.transaction():
-                await conn.execute(postgres_store._CLAIM_IN_ORDER)
-                cur = await conn.execute("EXPLAIN " + store._sql.claim, params)
-                plan = "\n".join(row[0] for row in await cur.fetchall())
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute(postgres_store._CLAIM_IN_ORDER)
+            cur = await conn.execute("EXPLAIN " + store._sql.claim, params)
+            plan = "\n".join(row[0] for row in await cur.fetchall())
         picked = plan[plan.index("CTE picked") : plan.index("CTE paused")]
         assert "Index Scan using instances_ready" in picked, plan
         assert "Bitmap" not in picked and "Sort" not in picked, plan
