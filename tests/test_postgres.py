@@ -533,6 +533,34 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
         await store.close()
 
 
+async def test_histories_load_through_the_primary_key_whatever_the_statistics(
+    schemas: list[str],
+) -> None:
+    """Loading histories looks each instance's steps up by key: with ``instance_pk = ANY(...)`` a
+    planner without statistics scanned the whole steps table."""
+    store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
+    await store.open()
+    try:
+        query(
+            sql.SQL(
+                "INSERT INTO {}.steps (instance_pk, name, count, seq, kind, status)"
+                " SELECT i / 5, 's' || i, 1, mod(i, 5), 'do', 'complete'"
+                " FROM generate_series(0, 99999) AS i RETURNING 1"
+            ).format(sql.Identifier(store.schema))
+        )
+        async with store._db._require().connection() as conn:
+            cur = await conn.execute("EXPLAIN " + store._sql.history_steps, (list(range(50)),))
+            plan = "\n".join(row[0] for row in await cur.fetchall())
+        assert "Seq Scan on steps" not in plan, plan
+        history = await store._load_histories([3, 7])
+        assert [[s.name for s in h.steps] for h in history] == [
+            ["s15", "s16", "s17", "s18", "s19"],
+            ["s35", "s36", "s37", "s38", "s39"],
+        ]
+    finally:
+        await store.close()
+
+
 async def test_a_claim_commits_asynchronously_and_only_itself(schemas: list[str]) -> None:
     """The claim's ``synchronous_commit = off`` is local to its own transaction: the connection
     goes back to the pool with the server's setting."""

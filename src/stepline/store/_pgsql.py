@@ -122,9 +122,15 @@ _TEMPLATES: dict[str, str] = {
     """,
     "get_instance": "SELECT {icols} FROM {s}.instances WHERE workflow = %s AND id = %s",
     "get_instance_by_pk": "SELECT {icols} FROM {s}.instances WHERE pk = %s",
+    # Each instance's steps through the primary key, one lookup per instance: with `instance_pk =
+    # ANY(...)` a planner without statistics (a table that grew since its last ANALYZE) chose to
+    # scan the whole table (16 ms for 50 instances among 100,000, against 1 ms).
     "history_steps": """
-        SELECT instance_pk, {scols} FROM {s}.steps WHERE instance_pk = ANY(%s::bigint[])
-        ORDER BY instance_pk, seq
+        SELECT p.pk, s.* FROM unnest(%s::bigint[]) AS p(pk)
+        CROSS JOIN LATERAL (
+            SELECT {scols} FROM {s}.steps WHERE instance_pk = p.pk ORDER BY seq
+        ) AS s
+        ORDER BY p.pk, s.seq
     """,
     "history_events": """
         SELECT instance_pk, pk, type, payload, created_at FROM {s}.events
