@@ -124,7 +124,7 @@ _TEMPLATES: dict[str, str] = {
     "get_instance_by_pk": "SELECT {icols} FROM {s}.instances WHERE pk = %s",
     # Each instance's steps through the primary key, one lookup per instance: with `instance_pk =
     # ANY(...)` a planner without statistics (a table that grew since its last ANALYZE) chose to
-    # scan the whole table (16 ms for 50 instances among 100,000, against 1 ms).
+    # scan the whole table (16 ms for 50 instances among 100,000, against 0.5 ms).
     "history_steps": """
         SELECT p.pk, s.* FROM unnest(%s::bigint[]) AS p(pk)
         CROSS JOIN LATERAL (

@@ -701,12 +701,14 @@ class PostgresStore(Store):
         consuming = any(row["event"] is not None for row in rows)
         query: str
         params: dict[str, Any] | tuple[str]
+        plain_insert = False  # a step's first record, without the upsert (`record_step_new`)
         if len(rows) == 1:  # the common case: plain parameters are cheaper for the server
-            row = params = rows[0]
+            single = params = rows[0]
+            plain_insert = bool(single["new"]) and not consuming
             if consuming:
                 query = q.record_step_consuming
             else:
-                query = q.record_step_new if row["new"] else q.record_step
+                query = q.record_step_new if plain_insert else q.record_step
         else:
             query = q.record_steps_consuming if consuming else q.record_steps
             params = (indexed_rows(rows),)
@@ -716,7 +718,7 @@ class PostgresStore(Store):
             try:
                 await cur.execute(query, params)
             except psycopg.errors.UniqueViolation:
-                if query is not q.record_step_new:
+                if not plain_insert:
                     raise
                 # The step has a record after all: this write's own, committed on an attempt
                 # whose reply was lost (then retried here), or the writer's hint was wrong.
