@@ -275,6 +275,15 @@ def test_workflows_list_without_a_database_shows_config_and_creates_nothing(proj
     assert not (project / "stepline.db").exists()
 
 
+def test_workflows_list_says_when_the_database_it_was_given_is_missing(tmp_path: Path) -> None:
+    """An empty list for a mistyped path would look like an empty project."""
+    typo = tmp_path / "typo.db"
+    result = stepline(tmp_path, "--database", f"sqlite:///{typo}", "workflows", "list")
+    assert result.returncode == 0, result.stderr
+    assert f"no stepline database at {typo} (from --database)" in result.stdout, result.stdout
+    assert not typo.exists()
+
+
 def test_run_prints_the_describe_output(ran: dict[str, Any]) -> None:
     result = ran["greeting"]
     assert result.returncode == 0, result.stderr

@@ -130,14 +130,19 @@ class State:
     async def client(self, *, must_exist: bool = True) -> AsyncIterator[Engine]:
         """An opened client engine. With ``must_exist`` a missing SQLite file is an error
         instead of being created empty."""
-        if must_exist and not self.database_exists():
-            path = path_from_url(self.project.database)
-            raise CliError(
-                f"no stepline database at {path} ({self.database_source()}); "
-                "trigger or run a workflow first, or pass --database"
-            )
+        missing = self.missing_database() if must_exist else None
+        if missing is not None:
+            raise CliError(f"{missing}; trigger or run a workflow first, or pass --database")
         async with self.engine() as engine:
             yield engine
+
+    def missing_database(self) -> str | None:
+        """For a SQLite file that does not exist yet, ``no stepline database at PATH (where the
+        URL came from)``; else None."""
+        if self.database_exists():
+            return None
+        path = path_from_url(self.project.database)
+        return f"no stepline database at {path} ({self.database_source()})"
 
     def database_exists(self) -> bool:
         """False only for a SQLite file that does not exist yet (servers always exist)."""

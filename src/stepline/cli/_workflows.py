@@ -69,9 +69,12 @@ def list_workflows(state: State, as_json: bool) -> None:
         print_json([_info_json(info, state) for info in rows])
         return
     if not rows:
+        missing = state.missing_database()  # a typo in the path looks like an empty project
         state.out.print(
             Text(
-                "No workflows yet: add [[workflows]] to stepline.toml, or use "
+                "No workflows yet"
+                + (f", and {missing}" if missing else "")
+                + ": add [[workflows]] to stepline.toml, or use "
                 "`stepline run path/to/file.py:ClassName`."
             )
         )
