@@ -444,6 +444,31 @@ async def test_a_claim_reads_the_history_its_activation_replays(schemas: list[st
         await store.close()
 
 
+class _Claims:
+    """A store on a manual clock, with instances of workflow ``w`` to create and claim."""
+
+    def __init__(self, schema: str, limit: int) -> None:
+        self.clock = ManualClock(1000.0)
+        self.store = PostgresStore(url_for(schema), self.clock)
+        self.limit = limit
+
+    async def create(self, *ids: str) -> None:
+        items = [NewInstance(i, None) for i in ids]
+        await self.store.create_instances("w", items, trigger="api", skip_existing=False)
+
+    async def claim(self) -> list[str]:
+        claims = await self.store.claim("me", ["w"], self.limit, 30.0, self.clock())
+        return sorted(c.instance.id for c in claims)
+
+    def set_ready_at(self, instance_id: str, ready_at: float) -> None:
+        query(
+            sql.SQL("UPDATE {}.instances SET ready_at = %s WHERE id = %s RETURNING id").format(
+                sql.Identifier(self.store.schema)
+            ),
+            (ready_at, instance_id),
+        )
+
+
 async def test_claims_read_timers_from_a_floor_and_still_find_stragglers(
     schemas: list[str],
 ) -> None:
@@ -452,44 +477,53 @@ async def test_claims_read_timers_from_a_floor_and_still_find_stragglers(
     whose ready_at is below that floor (a write that took longer to commit than the margin) is
     found by the next claim that reads from the low end, at most 10 s later, or at once if the
     clock went back."""
-    clock = ManualClock(1000.0)
-    store = PostgresStore(url_for(fresh(schemas)), clock)
-    await store.open()
-
-    async def create(*ids: str) -> None:
-        items = [NewInstance(i, None) for i in ids]
-        await store.create_instances("w", items, trigger="api", skip_existing=False)
-
-    async def claim() -> list[str]:
-        return sorted(c.instance.id for c in await store.claim("me", ["w"], 5, 30.0, clock()))
-
-    def set_ready_at(instance_id: str, ready_at: float) -> None:
-        query(
-            sql.SQL("UPDATE {}.instances SET ready_at = %s WHERE id = %s RETURNING id").format(
-                sql.Identifier(store.schema)
-            ),
-            (ready_at, instance_id),
-        )
-
+    w = _Claims(fresh(schemas), limit=5)
+    await w.store.open()
     try:
-        await create("a")
-        assert await claim() == ["a"]  # short: sets the floor 2 s below now
-        await create("straggler")
-        set_ready_at("straggler", 900.0)  # as if its write took 100 s to commit
-        clock.advance(1.0)
-        await create("new")
-        assert await claim() == ["new"]  # from the floor: new work at once, not the straggler
-        clock.advance(8.5)
-        assert await claim() == []
-        clock.advance(1.0)  # 10 s after the claim that read from the low end
-        assert await claim() == ["straggler"]
+        await w.create("a")
+        assert await w.claim() == ["a"]  # short: sets the floor 2 s below now
+        await w.create("straggler")
+        w.set_ready_at("straggler", 900.0)  # as if its write took 100 s to commit
+        w.clock.advance(1.0)
+        await w.create("new")
+        assert await w.claim() == ["new"]  # from the floor: new work at once, not the straggler
+        w.clock.advance(8.5)
+        assert await w.claim() == []
+        w.clock.advance(1.0)  # 10 s after the claim that read from the low end
+        assert await w.claim() == ["straggler"]
 
-        await create("late")
-        set_ready_at("late", 950.0)
-        clock.set(1005.0)  # the clock went back: the floor no longer holds
-        assert await claim() == ["late"]
+        await w.create("late")
+        w.set_ready_at("late", 950.0)
+        w.clock.set(1005.0)  # the clock went back: the floor no longer holds
+        assert await w.claim() == ["late"]
     finally:
-        await store.close()
+        await w.store.close()
+
+
+async def test_a_full_claim_moves_the_floor_up_to_its_first_pick(schemas: list[str]) -> None:
+    """While a worker works off a backlog (every claim full), each claim reads the ready_at index
+    from a margin below its predecessor's first pick, not from where the floor was when the
+    backlog began; a row left below that (held locked by another transaction during the claim,
+    or a slow write) is found by the next read from the low end, 10 s after the last one."""
+    w = _Claims(fresh(schemas), limit=3)
+    await w.store.open()
+    try:
+        await w.create("a1", "a2", "a3", "a4")
+        assert await w.claim() == ["a1", "a2", "a3"]  # full, from the low end: floor 998
+        w.clock.set(1004.0)
+        await w.create("b1", "b2")
+        assert await w.claim() == ["a4", "b1", "b2"]  # full, first pick at 1000: floor stays 998
+        w.clock.set(1006.0)
+        await w.create("c1", "c2", "c3")
+        assert await w.claim() == ["c1", "c2", "c3"]  # full, first pick at 1006: floor 1004
+        await w.create("behind")
+        w.set_ready_at("behind", 1003.0)
+        w.clock.set(1009.0)
+        assert await w.claim() == []  # below the floor
+        w.clock.set(1010.0)  # 10 s after the read from the low end
+        assert await w.claim() == ["behind"]
+    finally:
+        await w.store.close()
 
 
 async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(

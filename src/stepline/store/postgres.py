@@ -22,7 +22,8 @@ Design:
   ``finish`` comparing ``event_seq``, as before). A short claim also reads the earliest timer,
   which :meth:`PostgresStore.next_wakeup` reuses once (if nothing was claimed) and which sets
   the floor the next claims read the ``ready_at`` index from (:class:`_ClaimFloor`), past the
-  dead entries that collect at its low end until a VACUUM.
+  dead entries that collect at its low end until a VACUUM; a full claim moves the floor up to
+  its first pick.
 - **Fencing.** Every activation write matches ``(pk, lease_token, lease_owner)`` and raises
   :class:`LeaseLostError` (writing nothing) when the lease is gone. Step writes take ``FOR KEY
   SHARE`` on the instance row while they check the fence; control actions (terminate, restart,
@@ -672,10 +673,20 @@ class PostgresStore(Store):
         self._timer_hint = None
         if not claims and rows:
             self._timer_hint = (key, generation, rows[0][_N_ICOLS + 4])
-        if len(claims) < limit and rows and not recovered:  # it read the earliest timer left
-            next_ready: float | None = rows[0][_N_ICOLS + 4]
-            earliest = now if next_ready is None else min(next_ready, now)
+        if rows and not recovered:
             rechecked = now if floor is None else floor.rechecked
+            if len(claims) < limit:  # it read the earliest timer left
+                next_ready: float | None = rows[0][_N_ICOLS + 4]
+                earliest = now if next_ready is None else min(next_ready, now)
+            else:
+                # A full claim (a backlog): no live row it could lock lies below its first pick,
+                # so the next claims read from a margin below that, not from wherever the floor
+                # was when the backlog began (each would walk the dead entries of every instance
+                # claimed since). A row that another transaction held locked below it is found
+                # by the next read from the low end, as a straggler is.
+                earliest = rows[0][_N_ICOLS + 3]
+                if floor is not None:
+                    earliest = max(earliest, floor.at + _FLOOR_MARGIN)
             self._claim_floors[key] = _ClaimFloor(earliest - _FLOOR_MARGIN, now, rechecked)
         return claims
 
@@ -863,8 +874,12 @@ class _ClaimFloor:
     reading the index from its low end walks all of them (a fleet of 100,000 sleepers waking:
     0.4 ms per claim instead of 0.04 ms). A claim that came back short read the earliest live
     timer; every later write sets ``ready_at`` to a time no earlier than its own clock (now, a
-    wake-up time, a lease expiry), so the claims after it can start a margin below that. Every
-    ``_FLOOR_RECHECK`` seconds, or if the clock went back, a claim reads from the low end again.
+    wake-up time, a lease expiry), so the claims after it can start a margin below that. A full
+    claim (a worker working off a backlog) moves the floor up to its first pick: without that,
+    the claims of a backlog kept the floor of its start and each walked the dead entries of every
+    instance claimed since (100,000 sleepers waking: claims from 3.7 to 5.4 ms, and from the low
+    end for good once the floor expired mid-backlog). Every ``_FLOOR_RECHECK`` seconds, or if the
+    clock went back, a claim reads from the low end again.
     """
 
     at: float
