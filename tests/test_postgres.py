@@ -508,11 +508,13 @@ async def test_a_full_claim_moves_the_floor_up_to_its_first_pick(schemas: list[s
     w = _Claims(fresh(schemas), limit=3)
     await w.store.open()
     try:
-        await w.create("a1", "a2", "a3", "a4")
-        assert await w.claim() == ["a1", "a2", "a3"]  # full, from the low end: floor 998
+        for n in range(1, 5):  # ready at 1000.1, 1000.2, ...: claimed in that order
+            w.clock.set(1000.0 + n / 10)
+            await w.create(f"a{n}")
+        assert await w.claim() == ["a1", "a2", "a3"]  # full, from the low end: floor 998.1
         w.clock.set(1004.0)
         await w.create("b1", "b2")
-        assert await w.claim() == ["a4", "b1", "b2"]  # full, first pick at 1000: floor stays 998
+        assert await w.claim() == ["a4", "b1", "b2"]  # full, first pick at 1000.4: floor 998.4
         w.clock.set(1006.0)
         await w.create("c1", "c2", "c3")
         assert await w.claim() == ["c1", "c2", "c3"]  # full, first pick at 1006: floor 1004
@@ -520,7 +522,7 @@ async def test_a_full_claim_moves_the_floor_up_to_its_first_pick(schemas: list[s
         w.set_ready_at("behind", 1003.0)
         w.clock.set(1009.0)
         assert await w.claim() == []  # below the floor
-        w.clock.set(1010.0)  # 10 s after the read from the low end
+        w.clock.set(1010.4)  # 10 s after the read from the low end (at 1000.4)
         assert await w.claim() == ["behind"]
     finally:
         await w.store.close()

@@ -22,8 +22,8 @@ Design:
   ``finish`` comparing ``event_seq``, as before). A short claim also reads the earliest timer,
   which :meth:`PostgresStore.next_wakeup` reuses once (if nothing was claimed) and which sets
   the floor the next claims read the ``ready_at`` index from (:class:`_ClaimFloor`), past the
-  dead entries that collect at its low end until a VACUUM; a full claim moves the floor up to
-  its first pick.
+  dead entries that collect at its low end until a VACUUM; a full claim moves the floor to a
+  margin below its first pick.
 - **Fencing.** Every activation write matches ``(pk, lease_token, lease_owner)`` and raises
   :class:`LeaseLostError` (writing nothing) when the lease is gone. Step writes take ``FOR KEY
   SHARE`` on the instance row while they check the fence; control actions (terminate, restart,
@@ -679,14 +679,13 @@ class PostgresStore(Store):
                 next_ready: float | None = rows[0][_N_ICOLS + 4]
                 earliest = now if next_ready is None else min(next_ready, now)
             else:
-                # A full claim (a backlog): no live row it could lock lies below its first pick,
-                # so the next claims read from a margin below that, not from wherever the floor
-                # was when the backlog began (each would walk the dead entries of every instance
-                # claimed since). A row that another transaction held locked below it is found
-                # by the next read from the low end, as a straggler is.
+                # A full claim (a backlog, or a busy worker filling its free slots): no live row
+                # it could lock lies below its first pick, so the next claims read from a margin
+                # below that, not from wherever the floor was when the backlog began (each would
+                # walk the dead entries of every instance claimed since). A row another
+                # transaction held locked below it is found by the next read from the low end,
+                # as a straggler is. (The floor may move down a little: that only reads more.)
                 earliest = rows[0][_N_ICOLS + 3]
-                if floor is not None:
-                    earliest = max(earliest, floor.at + _FLOOR_MARGIN)
             self._claim_floors[key] = _ClaimFloor(earliest - _FLOOR_MARGIN, now, rechecked)
         return claims
 
@@ -875,11 +874,15 @@ class _ClaimFloor:
     0.4 ms per claim instead of 0.04 ms). A claim that came back short read the earliest live
     timer; every later write sets ``ready_at`` to a time no earlier than its own clock (now, a
     wake-up time, a lease expiry), so the claims after it can start a margin below that. A full
-    claim (a worker working off a backlog) moves the floor up to its first pick: without that,
+    claim (a backlog, or a busy worker filling its free slots) picked every live row below its
+    first pick that it could lock, so the floor moves to a margin below that pick: without that,
     the claims of a backlog kept the floor of its start and each walked the dead entries of every
     instance claimed since (100,000 sleepers waking: claims from 3.7 to 5.4 ms, and from the low
-    end for good once the floor expired mid-backlog). Every ``_FLOOR_RECHECK`` seconds, or if the
-    clock went back, a claim reads from the low end again.
+    end for good once the floor expired mid-backlog). A runnable row that another transaction
+    held locked during such a claim without changing its ``ready_at`` (an event sent to a queued
+    instance, a child waking a parent that is not waiting, a claim that rolled back) can be left
+    below the floor until the next read from the low end. Every ``_FLOOR_RECHECK`` seconds, or if
+    the clock went back, a claim reads from the low end again.
     """
 
     at: float
