@@ -713,8 +713,8 @@ class PostgresStore(Store):
         params: dict[str, Any] | tuple[str]
         plain_insert = False  # a step's first record, without the upsert (`record_step_new`)
         if len(rows) == 1:  # the common case: plain parameters are cheaper for the server
-            single = params = rows[0]
-            plain_insert = bool(single["new"]) and not consuming
+            params = rows[0]
+            plain_insert = bool(params["new"]) and not consuming
             if consuming:
                 query = q.record_step_consuming
             else:
