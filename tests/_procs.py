@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import itertools
 import logging
 import os
@@ -62,12 +63,14 @@ def _ledger_fd(directory: str) -> int:
         return fd
 
 
-def _note(directory: str, mark: str, ctx: StepContext, token: str) -> None:
-    line = (
-        f"{mark},{ctx.instance_id},{ctx.step_name},{ctx.attempt},{os.getpid()},"
-        f"{time.time():.6f},{token}\n"
-    )
+def note(directory: str, mark: str, instance_id: str, step: str, attempt: int, token: str) -> None:
+    """Append one ledger line (``S`` start or ``E`` end of an execution) for this process."""
+    line = f"{mark},{instance_id},{step},{attempt},{os.getpid()},{time.time():.6f},{token}\n"
     os.write(_ledger_fd(directory), line.encode())
+
+
+def _note(directory: str, mark: str, ctx: StepContext, token: str) -> None:
+    note(directory, mark, ctx.instance_id, ctx.step_name, ctx.attempt, token)
 
 
 def step_kind(params: dict[str, Any], index: int) -> str:
@@ -131,8 +134,12 @@ def expected_steps(params: dict[str, Any]) -> list[str]:
     return names
 
 
-async def _worker_main(url: str, lease: float, concurrency: int, poll: float) -> None:
-    engine = Engine(url, [LedgerWorkflow], lease=lease, concurrency=concurrency, poll_interval=poll)
+async def _worker_main(
+    url: str, lease: float, concurrency: int, poll: float, workflows: str | None
+) -> None:
+    # ``--workflows MODULE`` registers that module's ``WORKFLOWS`` instead of the ledger workflow
+    registered = importlib.import_module(workflows).WORKFLOWS if workflows else [LedgerWorkflow]
+    engine = Engine(url, registered, lease=lease, concurrency=concurrency, poll_interval=poll)
     try:
         await engine.open()
         print(f"ready {os.getpid()}", flush=True)
@@ -147,13 +154,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--lease", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--poll", type=float, default=0.05)
+    parser.add_argument("--workflows", help="a module whose WORKFLOWS list the worker registers")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING,
         stream=sys.stderr,
         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
     )
-    asyncio.run(_worker_main(args.url, args.lease, args.concurrency, args.poll))
+    asyncio.run(_worker_main(args.url, args.lease, args.concurrency, args.poll, args.workflows))
 
 
 # -- test side: worker processes -----------------------------------------------------------
@@ -199,6 +207,8 @@ class WorkerPool:
     logs: Path
     lease: float = 10.0
     concurrency: int = 100
+    workflows: str | None = None
+    """A module whose ``WORKFLOWS`` the workers register (default: the ledger workflow)."""
     workers: list[WorkerProc] = field(default_factory=list)
 
     def start(self) -> WorkerProc:
@@ -216,6 +226,7 @@ class WorkerPool:
                     str(self.lease),
                     "--concurrency",
                     str(self.concurrency),
+                    *(["--workflows", self.workflows] if self.workflows else []),
                 ],
                 cwd=ROOT,
                 stdout=stdout,
