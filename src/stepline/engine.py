@@ -165,15 +165,29 @@ class Engine:
     async def run_worker(self, *, handle_signals: bool = True) -> None:
         """Run a worker until SIGINT/SIGTERM (or ``engine.worker.stop()``), then shut down
         gracefully: stop claiming, let running steps finish within the grace period, release
-        leases."""
+        leases. A second SIGINT/SIGTERM cuts the grace period short (the leases are released
+        all the same)."""
         await self.open()
         worker = self.worker
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
+        signalled = False
+
+        def on_signal() -> None:
+            # The first signal stops gracefully; another one (an impatient Ctrl-C) at once.
+            nonlocal signalled
+            if not signalled:
+                log.info(
+                    "stopping: running steps have %g s to finish; signal again to stop at once",
+                    self.settings.grace_period,
+                )
+            worker.stop(at_once=signalled)
+            signalled = True
+
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(sig, worker.stop)
+                    loop.add_signal_handler(sig, on_signal)
                     installed.append(sig)
         try:
             await worker.run()

@@ -93,6 +93,8 @@ class Worker:
         self._active: dict[int, _Slot] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._at_once = asyncio.Event()
+        """Set by ``stop(at_once=True)``: cut the grace period short."""
         self._workflows = sorted(registry)
         self._running = False
         self._backlog = True
@@ -110,8 +112,13 @@ class Worker:
     def active_count(self) -> int:
         return len(self._active)
 
-    def stop(self) -> None:
-        """Ask :meth:`run` to stop claiming and shut down gracefully."""
+    def stop(self, *, at_once: bool = False) -> None:
+        """Ask :meth:`run` to stop claiming and shut down gracefully: running activations get
+        the grace period to finish their steps. With ``at_once`` (a second signal), what still
+        runs is cancelled now, without waiting for the rest of the grace period; either way
+        their instances are released, for another worker to continue at once."""
+        if at_once:
+            self._at_once.set()
         self._stopping.set()
         self._wake.set()
 
@@ -380,7 +387,9 @@ class Worker:
         for slot in self._active.values():
             slot.request_stop("shutdown")
         slots = {slot.task: slot for slot in self._active.values() if slot.task is not None}
-        _done, pending = await asyncio.wait(slots, timeout=self.settings.grace_period)
+        pending = await self._grace(set(slots))
+        if pending and self._at_once.is_set():
+            log.warning("worker %s: stopping at once, cancelling %d", self.id, len(pending))
         for task in pending:
             # One whose run is over only waits for its finish, a database write that carries its
             # last step records: let it land (the store gives up on its own if the database is
@@ -389,3 +398,22 @@ class Worker:
                 task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+    async def _grace(self, tasks: set[asyncio.Task[None]]) -> set[asyncio.Task[None]]:
+        """Wait for ``tasks`` until the grace period is over or ``stop(at_once=True)``; return
+        those still running."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.grace_period
+        cut = asyncio.ensure_future(self._at_once.wait())
+        try:
+            while tasks and not cut.done():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.wait(
+                    {*tasks, cut}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                tasks = {task for task in tasks if not task.done()}
+        finally:
+            cut.cancel()
+        return tasks

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +126,32 @@ async def _worker(state: State, workflows: list[Any], concurrency: int | None) -
         engine.settings.concurrency,
         _loop.running_loop_name(),
     )
+    # The worker's own thread pool for sync step callbacks, so that it can tell at exit whether
+    # one still runs (Python cannot stop a thread, and would wait for it before exiting).
+    steps = ThreadPoolExecutor(thread_name_prefix="stepline-step")
+    asyncio.get_running_loop().set_default_executor(steps)
     try:
         await engine.run_worker()
     finally:
         await engine.close()
+    if not _threads_done(steps, timeout=1.0):
+        # Past the grace period (or on a second signal) their instances were released and
+        # another worker runs them again; their results would be refused. Do not wait for them.
+        logging.getLogger("stepline.cli").warning(
+            "exiting with step callbacks still running in threads: their results are discarded"
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_OK)
+
+
+def _threads_done(executor: ThreadPoolExecutor, timeout: float) -> bool:
+    """Shut ``executor`` down; whether its threads ended within ``timeout`` seconds."""
+    joiner = threading.Thread(target=executor.shutdown, name="stepline-join", daemon=True)
+    joiner.start()
+    joiner.join(timeout)
+    return not joiner.is_alive()
 
 
 @click.command("worker", short_help="Run a worker until SIGINT/SIGTERM.")
