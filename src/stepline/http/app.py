@@ -24,17 +24,22 @@ log = logging.getLogger("stepline.http")
 
 #: Default limit of a request body: four times the engine's payload limit (4 MiB by default).
 BODY_FACTOR = 4
+#: Longest URL (path and query string) served, in bytes; the API's URLs stay well under it.
+MAX_URL = 8192
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; "
-    "form-action 'self'"
+    "form-action 'self'; require-trusted-types-for 'script'"
 )
+"""Trusted Types turn any HTML string reaching an HTML sink (``innerHTML``) into an error in
+browsers that support them: the dashboard builds its DOM with text nodes only."""
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 class _Guard:
-    """Pure ASGI middleware: bearer-token check on ``/api`` and security headers everywhere."""
+    """Pure ASGI middleware: the URL size limit, the bearer-token check on ``/api`` and security
+    headers everywhere."""
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.app = app
@@ -56,6 +61,9 @@ class _Guard:
             await self.app(scope, receive, send)
             return
         is_api = scope["path"] == "/api" or scope["path"].startswith("/api/")
+        url_size = len(scope.get("raw_path") or scope["path"].encode()) + len(
+            scope.get("query_string", b"")
+        )
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -68,6 +76,15 @@ class _Guard:
                     headers.setdefault("Cache-Control", "no-store")
             await send(message)
 
+        if url_size > MAX_URL:
+            response = error_response(
+                414,
+                "uri_too_long",
+                f"the URL is {url_size:,} bytes (path and query string), over the limit of "
+                f"{MAX_URL:,} bytes; send large data in a request body",
+            )
+            await response(scope, receive, send_with_headers)
+            return
         if is_api and not self._authorised(scope):
             response = error_response(
                 401,

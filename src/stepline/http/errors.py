@@ -16,6 +16,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
     405: ("method_not_allowed",),
     409: ("instance_exists", "illegal_state"),
     413: ("payload_too_large",),
+    414: ("uri_too_long",),
     422: ("invalid_json",),
     500: ("internal_error",),
 }

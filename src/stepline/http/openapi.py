@@ -34,6 +34,7 @@ _ERRORS = {
     404: "Unknown workflow or instance.",
     409: "Duplicate instance id, or a change the instance's status does not allow.",
     413: "Request body or payload over the size limit.",
+    414: "URL (path and query string) over the size limit.",
     422: "The request body is not valid JSON.",
     503: "The database failed.",
 }
@@ -41,7 +42,7 @@ _ERRORS = {
 
 def _responses(ok: dict[str, Any], *statuses: int) -> dict[str, Any]:
     out: dict[str, Any] = dict(ok)
-    for status in (400, 401, *statuses, 503):
+    for status in (400, 401, *statuses, 414, 503):
         out[str(status)] = {
             "description": _ERRORS[status],
             "content": _json_content(_ref("Error")),
