@@ -1096,3 +1096,48 @@ def test_url_parameters_with_spaces_survive() -> None:
     )
     assert schema == "s1"
     assert "options=-c%20synchronous_commit%3Doff" in conninfo
+
+
+@pytest.mark.parametrize("doomed", ["delete", "purge"])
+async def test_rows_added_while_an_instance_is_deleted_go_with_it(
+    schemas: list[str], doomed: str
+) -> None:
+    """A delete that waits for a writer's lock on the instance deletes what that writer added:
+    the instance's steps and events are read after the lock, not in the delete's older snapshot
+    (which would leave them behind, orphaned)."""
+    clock = ManualClock(1000.0)
+    store = PostgresStore(url_for(fresh(schemas)), clock)
+    await store.open()
+    table = sql.SQL("{}.{}").format
+    schema = sql.Identifier(store.schema)
+    try:
+        claim = await claim_new(store)
+        if doomed == "purge":
+            await store.finish(claim.lease, Finish("complete", output="1"), 1000.0)
+        with connect(pg_admin_url()) as writer, writer.transaction():
+            writer.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE pk = %s FOR UPDATE").format(
+                    table(schema, sql.Identifier("instances"))
+                ),
+                (claim.lease.pk,),
+            )
+            writer.execute(
+                sql.SQL(
+                    "INSERT INTO {} (instance_pk, type, payload, created_at) VALUES (%s, 't', "
+                    "NULL, 1000)"
+                ).format(table(schema, sql.Identifier("events"))),
+                (claim.lease.pk,),
+            )
+            if doomed == "delete":
+                deleting = asyncio.ensure_future(store.delete_instances("w", ["a"]))
+            else:
+                deleting = asyncio.ensure_future(store.purge_instances("w", ["complete"], 2000.0))
+            await asyncio.sleep(0.5)
+            assert not deleting.done(), "the delete should wait for the writer's lock"
+        assert await deleting == 1
+        left = query(
+            sql.SQL("SELECT count(*) FROM {}").format(table(schema, sql.Identifier("events")))
+        )
+        assert left == [(0,)], "the event committed while the delete waited was left behind"
+    finally:
+        await store.close()

@@ -177,6 +177,20 @@ _TEMPLATES: dict[str, str] = {
         SELECT pg_notify(%(channel)s, %(note)s)
     """,
     "notify": "SELECT pg_notify(%s, %s)",
+    # A delete locks its instance rows first, in a statement of its own: the deleting statement
+    # then reads their steps and events in a snapshot taken after every writer holding those
+    # rows committed (a step write or an event sent while it waited would otherwise be missed
+    # by its older snapshot and left behind).
+    "lock_instances_by_id": """
+        SELECT pk FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[])
+        ORDER BY pk FOR UPDATE
+    """,
+    "lock_finished": """
+        SELECT pk FROM {s}.instances WHERE status = ANY(%(statuses)s::text[])
+            AND ended_at < %(older_than)s
+            AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+        ORDER BY pk FOR UPDATE
+    """,
     "delete_instances": """
         WITH d AS (
             DELETE FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[]) RETURNING pk
@@ -203,10 +217,9 @@ _TEMPLATES: dict[str, str] = {
     # -- activations -----------------------------------------------------------------------------
     # The claim commits without waiting for the WAL flush (``async_commit``: a local setting,
     # undone when the statement's transaction ends; why that is safe for a claim: the store's
-    # module docstring), and reads the history of each instance it leases (steps and unconsumed
-    # events, as JSON arrays), so that an activation needs no round trip of its own to load it.
-    # ``floor`` (NULL: none) is where the ready_at index is read from instead of its low end,
-    # which holds the dead entries of every earlier update until a VACUUM (see ``claim``).
+    # module docstring). ``floor`` (NULL: none) is where the ready_at index is read from instead
+    # of its low end, which holds the dead entries of every earlier update until a VACUUM (see
+    # ``claim``). The claimed instances' histories are read by ``claimed_histories``, not here.
     "claim": """
         WITH picked AS (
             SELECT pk AS p_pk, status AS p_status, ready_at AS p_ready FROM {s}.instances
@@ -230,12 +243,7 @@ _TEMPLATES: dict[str, str] = {
         , async_commit AS (
             SELECT set_config('synchronous_commit', 'off', true)
         )
-        SELECT claimed.*, next_ready,
-            (SELECT COALESCE(json_agg(json_build_array({scols}) ORDER BY seq), '[]')::text
-                FROM {s}.steps WHERE instance_pk = claimed.pk),
-            (SELECT COALESCE(json_agg(json_build_array(pk, type, payload, created_at)
-                ORDER BY pk), '[]')::text
-                FROM {s}.events e WHERE e.instance_pk = claimed.pk AND consumed_by IS NULL)
+        SELECT claimed.*, next_ready
         FROM (
             SELECT CASE WHEN (SELECT count(*) FROM claimed) < %(limit)s THEN (
                 SELECT min(ready_at) FROM {s}.instances
@@ -245,8 +253,27 @@ _TEMPLATES: dict[str, str] = {
         ) AS timers CROSS JOIN async_commit LEFT JOIN claimed ON true
         ORDER BY p_ready, pk
     """,
+    # The histories of the instances a claim just leased, read by the next statement of the
+    # claim's transaction. Not by the claim statement itself: under READ COMMITTED its row locks
+    # and updates act on the newest version of each row (an event committed while the claim ran
+    # included, in ``event_seq``), while its other reads see the statement's snapshot, which
+    # misses that event; the activation would then suspend believing it had seen every event.
+    # A statement that starts after the locks were taken sees everything committed before them,
+    # and nothing can change the leased rows' events until the claim commits (``send_event``
+    # must update the locked instance row), so ``event_seq`` and the events agree.
+    "claimed_histories": """
+        SELECT i.pk, i.event_seq,
+            (SELECT COALESCE(json_agg(json_build_array({scols}) ORDER BY seq), '[]')::text
+                FROM {s}.steps WHERE instance_pk = i.pk),
+            (SELECT COALESCE(json_agg(json_build_array(pk, type, payload, created_at)
+                ORDER BY pk), '[]')::text
+                FROM {s}.events e WHERE e.instance_pk = i.pk AND consumed_by IS NULL)
+        FROM {s}.instances i
+        WHERE i.ready_at = %(expires)s AND i.lease_owner = %(owner)s
+            AND i.lease_nonce = %(nonce)s
+    """,
     "claimed_by": """
-        SELECT {icols}, lease_token, control, event_seq, ready_at, NULL::float8, NULL, NULL
+        SELECT {icols}, lease_token, control, event_seq, ready_at, NULL::float8
         FROM {s}.instances WHERE lease_owner = %s AND lease_nonce = %s ORDER BY pk
     """,
     "record_step": _RECORD_STEP.replace("{conflict}", _STEP_UPSERT).replace("{consume}", ""),
@@ -401,9 +428,12 @@ class Statements:
     restart: str
     send_event: str
     notify: str
+    lock_instances_by_id: str
+    lock_finished: str
     delete_instances: str
     purge_instances: str
     claim: str
+    claimed_histories: str
     claimed_by: str
     record_step: str
     record_step_new: str

@@ -15,11 +15,13 @@ Design:
   hot path is one statement and one round trip (claim with history, step record, finish), and a
   client transaction pipelines its statements (see ``Database.transaction``).
 - **Claims** pick runnable rows with ``FOR UPDATE SKIP LOCKED`` and lease them in the same
-  statement, so concurrent workers never block each other or take the same instance. The same
-  statement returns each claimed instance's history (steps and unconsumed events, as JSON), which
-  :meth:`PostgresStore.load_history` hands to the activation without a round trip of its own
-  (the history and ``event_seq`` come from one snapshot; an event sent later is caught by
-  ``finish`` comparing ``event_seq``, as before). A short claim also reads the earliest timer,
+  statement, so concurrent workers never block each other or take the same instance. The next
+  statement of the same transaction, pipelined with it, returns each claimed instance's history
+  (steps and unconsumed events, as JSON), which :meth:`PostgresStore.load_history` hands to the
+  activation without a round trip of its own. It reads after the claim's locks are taken, so the
+  history and ``event_seq`` agree (a locking statement sees the newest row versions but reads
+  other tables in its older snapshot); an event sent later is caught by ``finish`` comparing
+  ``event_seq``. A short claim also reads the earliest timer,
   which :meth:`PostgresStore.next_wakeup` reuses once (if nothing was claimed) and which sets
   the floor the next claims read the ``ready_at`` index from (:class:`_ClaimFloor`), past the
   dead entries that collect at its low end until a VACUUM; a full claim moves the floor to a
@@ -586,11 +588,12 @@ class PostgresStore(Store):
         self._notify_ready()
 
     async def delete_instances(self, workflow: str, instance_ids: Sequence[str]) -> int:
-        query = self._sql.delete_instances
+        q = self._sql
         ids = list(instance_ids)
 
         async def body(conn: Conn) -> int:
-            cur = await conn.execute(query, (workflow, ids))
+            await conn.execute(q.lock_instances_by_id, (workflow, ids))
+            cur = await conn.execute(q.delete_instances, (workflow, ids))
             row = await cur.fetchone()
             return int(row[0]) if row else 0
 
@@ -600,10 +603,11 @@ class PostgresStore(Store):
         self, workflow: str | None, statuses: Sequence[str], older_than: float
     ) -> int:
         params = {"statuses": list(statuses), "older_than": older_than, "workflow": workflow}
-        query = self._sql.purge_instances
+        q = self._sql
 
         async def body(conn: Conn) -> int:
-            cur = await conn.execute(query, params)
+            await conn.execute(q.lock_finished, params)
+            cur = await conn.execute(q.purge_instances, params)
             row = await cur.fetchone()
             return int(row[0]) if row else 0
 
@@ -632,7 +636,7 @@ class PostgresStore(Store):
         }
         faulted = recovered = False
 
-        async def attempt(conn: Conn) -> list[Any]:
+        async def attempt(conn: Conn) -> tuple[list[Any], dict[int, Any]]:
             nonlocal faulted, recovered
             try:
                 if faulted:  # the reply of a claim may have been lost: recover its leases
@@ -640,34 +644,37 @@ class PostgresStore(Store):
                     rows = await cur.fetchall()
                     if rows:
                         recovered = True
-                        return rows
+                        return rows, {}
                 # One round trip: BEGIN, the planner setting (local to the transaction, so a
-                # pooler in transaction mode never hands it to another client), the claim, COMMIT.
-                # (A failed claim leaves the transaction aborted; the pool rolls it back.)
+                # pooler in transaction mode never hands it to another client), the claim, the
+                # claimed instances' histories, COMMIT. (A failed claim leaves the transaction
+                # aborted; the pool rolls it back.)
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
                     await conn.execute(_CLAIM_IN_ORDER)
                     cur = conn.cursor()
                     await cur.execute(self._sql.claim, params)
+                    histories = conn.cursor()
+                    await histories.execute(self._sql.claimed_histories, params)
                     await conn.execute("COMMIT")
-                return await cur.fetchall()
+                rows = await cur.fetchall()
+                return rows, {row[0]: row for row in await histories.fetchall()}
             except psycopg.OperationalError:
                 faulted = True
                 raise
 
         generation = self._generation
-        rows = await self._db.retrying("claiming instances", attempt, priority=True)
+        rows, histories = await self._db.retrying("claiming instances", attempt, priority=True)
         claims: list[Claim] = []
         for row in rows:
             if row[0] is None:
                 continue
             lease = Lease(row[0], row[_N_ICOLS], owner)
-            claims.append(
-                Claim(instance_from_row(row), lease, row[_N_ICOLS + 1], row[_N_ICOLS + 2])
-            )
-            if row[_N_ICOLS + 5] is not None:  # the claim read the history (a recovery does not)
-                history = history_from_json(row[_N_ICOLS + 5], row[_N_ICOLS + 6])
-                self._prefetched[lease.pk] = (lease.token, history)
+            read = histories.get(lease.pk)  # a recovered claim reads its histories later
+            event_seq = row[_N_ICOLS + 2] if read is None else read[1]
+            claims.append(Claim(instance_from_row(row), lease, row[_N_ICOLS + 1], event_seq))
+            if read is not None:
+                self._prefetched[lease.pk] = (lease.token, history_from_json(read[2], read[3]))
         # An empty claim also read the earliest timer: next_wakeup() can use it once, if nothing
         # became runnable meanwhile (which would have gone through _notify_ready).
         self._timer_hint = None
