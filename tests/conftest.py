@@ -31,6 +31,23 @@ except ImportError:  # not on this platform: the both_loops modules run on async
 STORES = [s.strip() for s in os.environ.get("STEPLINE_TEST_STORES", "sqlite,postgres").split(",")]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chaos", "fault injection (tests/chaos)")
+    group.addoption(
+        "--chaos-rounds",
+        type=int,
+        default=1,
+        help="how many times each chaos scenario runs, each with its own seed (default 1)",
+    )
+    group.addoption(
+        "--chaos-seed",
+        type=int,
+        default=None,
+        help="the seed of the first round (default: random); a failing run prints the seed to "
+        "replay it",
+    )
+
+
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
