@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from stepline import (
     WorkflowStep,
     workflow,
 )
+from stepline.store.base import ChangeWatch
 from stepline.store.sqlite import SqliteStore
 
 from .conftest import EngineFactory, drain
@@ -64,9 +67,18 @@ async def test_invalid_ids_are_rejected(make_engine: EngineFactory, bad: str) ->
 
 
 async def test_valid_id_edges(make_engine: EngineFactory) -> None:
+    """Ids at the edges of the pattern are accepted and kept exactly as given."""
+    good = ("a", "_x", "9-a_b", "Mixed-Case_1", "x" * 100)
     async with make_engine([noop]) as engine:
-        for good in ("a", "_x", "9-a_b", "x" * 100):
-            await engine.workflow("noop").create(id=good)
+        binding = engine.workflow("noop")
+        for instance_id in good:
+            assert (await binding.create(id=instance_id, params=instance_id)).id == instance_id
+        await drain(engine)
+        for instance_id in good:
+            record = await (await binding.get(instance_id)).record()
+            assert record.id == record.output == instance_id and record.status == "complete"
+        page = await engine.list_instances("noop", limit=10)
+        assert sorted(r.id for r in page.instances) == sorted(good)
 
 
 async def test_duplicate_id(make_engine: EngineFactory) -> None:
@@ -271,12 +283,23 @@ async def test_an_end_that_lands_while_wait_reads_wakes_it_at_once(
     make_engine: EngineFactory,
 ) -> None:
     """wait() reads the status, then waits for a change: the instance ending while that read is
-    in flight must not be missed (on PostgreSQL the wait's fallback poll is 1 s away)."""
+    in flight must not be missed. The wait's fallback poll (1 s on PostgreSQL, 5 ms at first on
+    SQLite) is made 5 s here, so that only the change signal can wake it in time."""
     async with make_engine([noop]) as engine:
         inst = await engine.workflow("noop").create()
         store = engine.store
         read = store.get_instance
         reads = 0
+        watch_changes = store.watch_changes
+
+        @contextlib.contextmanager
+        def slow_polling(workflow: str, instance_id: str) -> Iterator[ChangeWatch]:
+            with watch_changes(workflow, instance_id) as changes:
+                wait = changes.wait
+                changes.wait = lambda timeout: wait(5.0)  # type: ignore[method-assign]
+                yield changes
+
+        store.watch_changes = slow_polling  # type: ignore[method-assign]
 
         async def read_then_end(workflow: str, instance_id: str) -> Any:
             nonlocal reads
