@@ -115,6 +115,14 @@ class StoreError(SteplineError):
     """The database failed in a way stepline could not recover from."""
 
 
+class StoreUnavailableError(StoreError):
+    """The database could not be reached for the whole of the store's retry period.
+
+    The call failed without hanging; it can be repeated once the database is back (the message
+    says whether the change may have been applied meanwhile).
+    """
+
+
 class LeaseLostError(SteplineError):
     """This worker no longer holds the lease of the instance it was running.
 

@@ -4,6 +4,14 @@ A pool of autocommit connections (one of them held out of the pool for operation
 at a time) with retries on connection faults, exactly-once transactions, and a listening
 connection that reconnects by itself. Why each kind of retry is safe is
 explained in :mod:`stepline.store.postgres`.
+
+An outage (the server unreachable: stopped, restarting, cut off) is logged once, when a retry
+fails too, and once when the first operation succeeds again, not once per failed statement. A
+connection that dies and is replaced at once (killed by an administrator, dropped by a proxy) is
+no outage: logged at INFO. What psycopg logs about the store's own connections meanwhile (every
+reconnect attempt of each pool, every dead connection discarded) is demoted to DEBUG. No
+operation waits past ``retry_seconds`` for the database to come back, a wait for a pooled
+connection included.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailableError
 from ._pgconn import StoreConnection
 from .migrations import Migration
 
@@ -43,6 +51,11 @@ Conn = StoreConnection
 _SPARE_SECONDS = 60.0
 """How long the spare connection is kept before it goes back through the pool (which then
 applies its checks and its connection lifetime)."""
+
+_POOL_WAIT = 10.0
+"""Longest wait for a connection from the pool, when the retry period leaves that much."""
+
+_POOL_NAMES = ("stepline", "stepline-leases")
 
 DEFAULT_SCHEMA = "stepline"
 _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -86,6 +99,64 @@ def describe(conninfo: str, schema: str) -> str:
     return f"{host}:{port}/{info.get('dbname') or ''} (schema {schema})"
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class _OwnConnectionNoise(logging.Filter):
+    """Demotes to DEBUG the records psycopg logs about the store's own pools and connections
+    failing, which come by the dozen per outage (the store logs the outage itself)."""
+
+    MESSAGES = frozenset(
+        {
+            "error connecting in %r: %s",
+            "discarding broken connection: %s",
+            "discarding closed connection: %s",
+            "error ignored terminating %r: %s",
+        }
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg not in self.MESSAGES or record.levelno <= logging.DEBUG:
+            return True
+        first = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        ours = (
+            first in _POOL_NAMES
+            or isinstance(first, StoreConnection)
+            or isinstance(getattr(first, "_conn", None), StoreConnection)  # a pipeline's
+        )
+        if not ours:
+            return True
+        # The logger's level let a warning through; as DEBUG the record goes on only where
+        # DEBUG is wanted (a handler's level alone would not stop it).
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+_noise_filter = _OwnConnectionNoise()
+
+
+def _quiet_psycopg() -> None:
+    for name in ("psycopg", "psycopg.pool"):
+        logger = logging.getLogger(name)
+        if _noise_filter not in logger.filters:
+            logger.addFilter(_noise_filter)
+
+
+async def _closing_on_fault(use: Callable[[Conn], Awaitable[T]], conn: Conn) -> T:
+    """``use(conn)``; after a connection fault, the connection is closed unless it is idle: the
+    server may have ended it with its reply half read, and the pool, given it back in the middle
+    of an operation, would log a warning for each one."""
+    try:
+        return await use(conn)
+    except psycopg.OperationalError:
+        if not conn.closed and conn.pgconn.transaction_status != TransactionStatus.IDLE:
+            await conn.close()
+        raise
+
+
 @dataclass
 class _TxState:
     xid: str | None = None
@@ -119,12 +190,16 @@ class Database:
         comes while the spare is in use takes a connection from the pool as before."""
         self._spare_taken = False
         self._spare_until = 0.0
+        self._outage: float | None = None
+        """When the current outage began (monotonic), or None while the database answers."""
+        self._last_fault = -1e9
 
     @property
     def is_open(self) -> bool:
         return self._pool is not None
 
     async def open(self) -> None:
+        _quiet_psycopg()
         # One connection first, made directly: a wrong host, port, password or database fails
         # at once with the server's own reason, where the pool would retry in the background
         # and report only, 15 s later, that it timed out.
@@ -193,46 +268,120 @@ class Database:
     def error(self, what: str, exc: BaseException) -> StoreError:
         return StoreError(f"PostgreSQL error while {what} on {self.where}: {exc}")
 
-    async def _backoff(self, what: str, exc: psycopg.Error, started: float, attempt: int) -> None:
-        """Sleep before retrying a connection fault, or raise StoreError when time is up."""
-        if time.monotonic() - started > self.retry_seconds:
-            raise StoreError(
-                f"lost the connection to PostgreSQL at {self.where} while {what} and could not "
-                f"reconnect for {self.retry_seconds:g} s: {exc}; check that the server is up"
+    async def _backoff(
+        self,
+        what: str,
+        exc: psycopg.Error,
+        started: float,
+        attempt: int,
+        *,
+        applied: str | None,
+    ) -> None:
+        """Sleep before retrying a connection fault, or raise StoreUnavailableError when the
+        retry period is over (``applied`` says what became of the change, if any)."""
+        left = started + self.retry_seconds - time.monotonic()
+        if left <= 0:
+            outcome = f"; {applied}" if applied else ""
+            raise StoreUnavailableError(
+                f"the database is unreachable: PostgreSQL at {self.where} did not answer for "
+                f"{self.retry_seconds:g} s while {what} ({_one_line(exc)}){outcome}. Check "
+                "that the server is running and reachable, then repeat the call"
             ) from exc
-        if attempt == 1:
-            log.warning("connection fault while %s, retrying: %s", what, exc)
-            for pool in (self._pool, self._priority_pool):
-                if pool is not None:
-                    with contextlib.suppress(psycopg.Error):
-                        await pool.check()  # drop the other dead connections at once
+        if attempt <= 2:
+            await self._fault(what, exc, outage=attempt == 2)
         delay = min(0.02 * 2 ** (attempt - 1), 1.0)
-        await asyncio.sleep(delay * _jitter.uniform(0.5, 1.0))
+        await asyncio.sleep(min(delay * _jitter.uniform(0.5, 1.0), left))
+
+    async def _fault(self, what: str, exc: BaseException, *, outage: bool) -> None:
+        """A connection fault; ``outage``: a retry failed too. The first fault of an outage is
+        logged as such. On a first fault the connections that died with it are dropped at once
+        (the spare too), so that they do not fail one by one later, after the retries of the
+        first one succeeded."""
+        now = time.monotonic()
+        quiet, self._last_fault = now - self._last_fault < 1.0, now
+        if outage and self._outage is None:
+            self._outage = now
+            log.warning(
+                "lost the connection to PostgreSQL at %s while %s (%s); reconnecting, each "
+                "operation for up to %g s",
+                self.where,
+                what,
+                _one_line(exc),
+                self.retry_seconds,
+            )
+        elif self._outage is None and not quiet:
+            log.info(
+                "connection to PostgreSQL at %s lost while %s (%s); retrying",
+                self.where,
+                what,
+                _one_line(exc),
+            )
+        else:
+            log.debug("connection fault while %s: %s", what, _one_line(exc))
+        if outage:
+            return
+        pool = self._pool
+        spare = None if self._spare_taken else self._spare
+        if spare is not None and pool is not None:
+            self._spare = None
+            await pool.putconn(spare)  # checked below with the pool's idle connections
+        for each in (pool, self._priority_pool):
+            if each is not None:
+                with contextlib.suppress(psycopg.Error):
+                    await each.check()
+
+    def _answered(self) -> None:
+        """The database answered: the end of an outage, if one was going on, is logged."""
+        began, self._outage = self._outage, None
+        if began is not None:
+            log.warning(
+                "reconnected to PostgreSQL at %s after %.1f s",
+                self.where,
+                time.monotonic() - began,
+            )
+
+    def _wait_limit(self, started: float) -> float:
+        """How long an attempt may wait for a pooled connection: not past the retry period."""
+        return max(0.05, min(_POOL_WAIT, started + self.retry_seconds - time.monotonic()))
 
     async def retrying(
-        self, what: str, attempt: Callable[[Conn], Awaitable[T]], *, priority: bool = False
+        self,
+        what: str,
+        attempt: Callable[[Conn], Awaitable[T]],
+        *,
+        priority: bool = False,
+        writes: bool = True,
     ) -> T:
         """Run ``attempt`` on a pooled connection, retrying connection faults.
 
         Only for operations that are safe to repeat. Other driver errors become StoreError.
-        ``priority`` uses the small pool reserved for leases and claims.
+        ``priority`` uses the small pool reserved for leases and claims; ``writes=False`` says
+        that ``attempt`` only reads (for the message if the database stays unreachable).
         """
+        applied = "it may have been applied" if writes else None
         started = time.monotonic()
         tries = 0
         while True:
             tries += 1
             try:
-                return await self._on_connection(attempt, priority)
+                result = await self._on_connection(attempt, priority, self._wait_limit(started))
             except psycopg.OperationalError as exc:
-                await self._backoff(what, exc, started, tries)
+                await self._backoff(what, exc, started, tries, applied=applied)
             except psycopg.Error as exc:
                 raise self.error(what, exc) from exc
+            else:
+                if self._outage is not None:
+                    self._answered()
+                return result
 
-    async def _on_connection(self, use: Callable[[Conn], Awaitable[T]], priority: bool) -> T:
-        """``use(conn)`` on the spare connection if it is free, else on one from the pool."""
+    async def _on_connection(
+        self, use: Callable[[Conn], Awaitable[T]], priority: bool, wait: float = _POOL_WAIT
+    ) -> T:
+        """``use(conn)`` on the spare connection if it is free, else on one from the pool
+        (waiting for one at most ``wait`` seconds)."""
         if priority or self._spare_taken:
-            async with self._require(priority).connection() as conn:
-                return await use(conn)
+            async with self._require(priority).connection(timeout=wait) as conn:
+                return await _closing_on_fault(use, conn)
         pool = self._require()
         self._spare_taken = True
         spare, self._spare = self._spare, None
@@ -241,9 +390,9 @@ class Database:
                 await pool.putconn(spare)
                 spare = None
             if spare is None:
-                spare = await pool.getconn()
+                spare = await pool.getconn(timeout=wait)
                 self._spare_until = time.monotonic() + _SPARE_SECONDS
-            result = await use(spare)
+            result = await _closing_on_fault(use, spare)
             # Kept for the next operation unless it is mid-transaction or broken (psycopg itself
             # brings a query cancelled mid-flight back to idle) or the store closed meanwhile.
             # (libpq's own status: `spare.info` builds a wrapper object per call, 1.4 µs here.)
@@ -264,7 +413,7 @@ class Database:
             cur = await conn.execute(query, params)
             return await cur.fetchall()
 
-        return await self.retrying(what, attempt, priority=priority)
+        return await self.retrying(what, attempt, priority=priority, writes=False)
 
     async def read_many(
         self, what: str, queries: Sequence[tuple[str, Sequence[Any]]]
@@ -280,7 +429,7 @@ class Database:
                     cursors.append(cur)
             return [await cur.fetchall() for cur in cursors]
 
-        return await self.retrying(what, attempt)
+        return await self.retrying(what, attempt, writes=False)
 
     async def transaction(
         self, what: str, body: Callable[[Conn], Awaitable[T]], *, pipelined: bool = True
@@ -304,26 +453,37 @@ class Database:
             tries += 1
             state = _TxState()
             try:
-                return await self._transaction_once(body, state, pipelined)
+                result = await self._transaction_once(
+                    body, state, pipelined, self._wait_limit(started)
+                )
             except psycopg.OperationalError as exc:
                 if state.commit_sent and state.xid is not None:
                     try:
                         committed = await self._committed(what, state.xid)
                     except StoreError as lost:
-                        raise StoreError(
-                            f"lost the connection to PostgreSQL at {self.where} while committing "
-                            f"({what}) and could not reconnect to learn whether the change was "
-                            "applied; check its effect before repeating it"
+                        raise StoreUnavailableError(
+                            f"the database is unreachable: lost the connection to PostgreSQL at "
+                            f"{self.where} while committing ({what}) and could not reconnect to "
+                            "learn whether the change was applied; check its effect before "
+                            "repeating it"
                         ) from lost
                     if committed:
-                        result: T = state.result
-                        return result
-                await self._backoff(what, exc, started, tries)
+                        done: T = state.result
+                        return done
+                await self._backoff(what, exc, started, tries, applied="nothing was changed")
             except psycopg.Error as exc:
                 raise self.error(what, exc) from exc
+            else:
+                if self._outage is not None:
+                    self._answered()
+                return result
 
     async def _transaction_once(
-        self, body: Callable[[Conn], Awaitable[T]], state: _TxState, pipelined: bool = True
+        self,
+        body: Callable[[Conn], Awaitable[T]],
+        state: _TxState,
+        pipelined: bool = True,
+        wait: float = _POOL_WAIT,
     ) -> T:
         async def run(conn: Conn) -> T:
             try:
@@ -346,7 +506,7 @@ class Database:
                 raise
             return result
 
-        return await self._on_connection(run, priority=False)
+        return await self._on_connection(run, False, wait)
 
     async def _committed(self, what: str, xid: str) -> bool:
         """Whether transaction ``xid`` committed, asked on a fresh connection."""
@@ -427,16 +587,20 @@ class Database:
     ) -> None:
         delay = 0.05
         while True:
+            lost = False
             try:
                 if conn is None:
                     conn = await self._listen_connection(channel)
+                    self._answered()
                     log.info("listening for wake-ups on %s again", self.where)
                     on_reconnect()
+                lost = True  # connected: a fault from now on is a new one, not a failed reconnect
                 delay = 0.05
                 async for note in conn.notifies():
                     on_note(note.payload)
             except psycopg.Error as exc:
-                log.warning("wake-up listener lost its connection (%s); reconnecting", exc)
+                # A reconnect that fails (the listener's retry) means an outage.
+                await self._fault("listening for wake-ups", exc, outage=not lost)
             finally:
                 if conn is not None:
                     with contextlib.suppress(psycopg.Error):
