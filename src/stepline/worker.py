@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ from .store.base import Claim, History, LeaseOffer, Store, offered_claims
 from .workflow import WorkflowDefinition
 
 log = logging.getLogger("stepline.worker")
+
+CLOCK_STEP = 0.5
+"""Seconds the store's clock may run ahead of the monotonic clock between two looks before the
+worker takes it for a clock stepped forward (an NTP step, an operator)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,10 @@ class Worker:
         slot was taken."""
         self._offered = 0
         """Slots promised to creates in flight (:meth:`offer`)."""
+        self._clock_mark: tuple[float, float] | None = None
+        """(store time, monotonic time) at the last look at the clock (:meth:`_clock_step`)."""
+        self._claim_after = 0.0
+        """Monotonic time before which the loop claims nothing (after a clock step)."""
 
     # -- public ----------------------------------------------------------------------------------
 
@@ -200,7 +209,22 @@ class Worker:
             while not self._stopping.is_set():
                 self._wake.clear()
                 free = self._free_slots()
-                if free > 0:
+                step = self._clock_step()
+                if step > 0:
+                    # Leases written by the clock before the step look expired by the one after
+                    # it, to this worker's claims and to other workers' on this machine: renew
+                    # ours now, and give the others a renewal interval to renew theirs.
+                    log.warning(
+                        "worker %s: the clock jumped %.1f s forward; renewing leases first",
+                        self.id,
+                        step,
+                    )
+                    await self.renew_now()
+                    self._claim_after = time.monotonic() + self.settings.lease / 2
+                hold = self._claim_after - time.monotonic()
+                if hold > 0 and free > 0:
+                    await self._idle(min(hold, self.settings.poll_interval))
+                elif free > 0:
                     limit = min(free, self.settings.claim_batch)
                     self._wanted = False
                     try:
@@ -236,6 +260,17 @@ class Worker:
             log.info("worker %s stopped", self.id)
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _clock_step(self) -> float:
+        """How far the store's clock moved ahead of the monotonic clock since the last call, if
+        more than :data:`CLOCK_STEP` (else 0). A clock stepped back needs nothing: leases then
+        look longer, and timers wait at most the step longer (the loop re-reads them)."""
+        now, mono = self.store.now(), time.monotonic()
+        last, self._clock_mark = self._clock_mark, (now, mono)
+        if last is None:
+            return 0.0
+        ahead = (now - last[0]) - (mono - last[1])
+        return ahead if ahead > CLOCK_STEP else 0.0
 
     def _free_slots(self) -> int:
         # An activation whose final write is in flight (``ending``) holds its lease until that

@@ -15,11 +15,11 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from stepline import Engine
+from stepline import Engine, SystemClock, Workflow, WorkflowEvent, WorkflowStep
 
 from .._procs import (
     WORKFLOW,
@@ -264,3 +264,144 @@ async def test_past_the_grace_period_the_instance_is_released_and_a_second_signa
         assert [r.pid for r in runs_of(ledger, "s0")] == [first.pid, second.pid]
     problems = pool.stderr_problems(forbid=CLEAN)
     assert not problems, "\n".join(problems)
+
+
+# -- a wall clock that jumps -------------------------------------------------------------------
+
+
+class JumpingClock(SystemClock):
+    """This machine's clock, moved by :meth:`jump` as an NTP step or an operator would move it.
+
+    A subclass of the system clock, so that each store treats it as it treats the real one (the
+    PostgreSQL store corrects it to the server's clock when it measures the offset)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def jump(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+class Napper(Workflow):
+    """One step, a durable sleep of ``nap`` seconds, one step; or, with ``work``, one long step
+    (counted in ``RUNS``) instead."""
+
+    name = "napper"
+    RUNS: ClassVar[list[str]] = []
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        params: dict[str, Any] = event.payload
+        if params.get("work"):
+
+            async def long_step() -> str:
+                Napper.RUNS.append(event.instance_id)
+                await asyncio.sleep(params["work"])
+                return "worked"
+
+            return await step.do("work", long_step)
+        await step.do("before", lambda: "before")
+        await step.sleep("nap", params["nap"])
+        return await step.do("after", lambda: "after")
+
+
+async def statuses(engine: Engine, ids: list[str]) -> dict[str, str]:
+    binding = engine.workflow(Napper)
+    return {i: (await (await binding.get(i)).status()).status for i in ids}
+
+
+async def wait_statuses(
+    engine: Engine, wanted: dict[str, str], what: str, timeout: float = 20.0
+) -> float:
+    """Poll until every instance of ``wanted`` has its status; return how long it took."""
+    started = time.monotonic()
+    found: dict[str, str] = {}
+    while time.monotonic() - started < timeout:
+        found = await statuses(engine, list(wanted))
+        if found == wanted:
+            return time.monotonic() - started
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what}: wanted {wanted}, still {found} after {timeout} s")
+
+
+async def test_a_clock_jump_forward_fires_timers_no_earlier_than_the_jump_and_steals_no_lease(
+    store_url: str, chaos_seeds: list[int]
+) -> None:
+    """The wall clock jumps an hour forward while a worker has sleeping instances and a long step
+    under lease: sleeps due within the hour wake (early by less than the jump), a sleep due after
+    it does not, and the running step is taken neither by its own worker nor by the idle one
+    beside it (its lease, written by the old clock, looks expired by the new one): it runs
+    once."""
+    for seed in chaos_seeds:
+        rng = random.Random(seed)
+        near, far = rng.uniform(600, 3000), rng.uniform(3700, 7200)
+        work = rng.uniform(2.0, 3.0)
+        clock = JumpingClock()
+        Napper.RUNS.clear()
+        options: dict[str, Any] = {"clock": clock, "lease": 3.0}
+        # Two workers on one machine's clock: the one running the step (its instances are
+        # created here, so it takes them), and an idle peer that looks at the database more
+        # often, so that it would see the stale lease first.
+        async with (
+            Engine(store_url, [Napper], poll_interval=0.5, **options) as engine,
+            Engine(store_url, [Napper], poll_interval=0.05, **options),
+        ):
+            binding = engine.workflow(Napper)
+            await binding.create(f"near-{seed}", {"nap": near})
+            await binding.create(f"far-{seed}", {"nap": far})
+            await binding.create(f"busy-{seed}", {"work": work})
+            await wait_statuses(
+                engine, {f"near-{seed}": "waiting", f"far-{seed}": "waiting"}, "asleep"
+            )
+            while not Napper.RUNS:  # noqa: ASYNC110 - the step runs in the engine's worker
+                await asyncio.sleep(0.01)
+            clock.jump(3600)
+            woke_in = await wait_statuses(
+                engine, {f"near-{seed}": "complete", f"busy-{seed}": "complete"}, "after the jump"
+            )
+            await asyncio.sleep(0.5)  # a worker that fires wrongly early does so at once
+            after = await statuses(engine, [f"far-{seed}"])
+            runs = list(Napper.RUNS)
+        say(
+            f"seed {seed}: clock +3600 s with sleeps of {near:.0f} and {far:.0f} s and a step "
+            f"of {work:.1f} s under a 3 s lease: the near one and the step were done "
+            f"{woke_in:.1f} s later, the far one is {after[f'far-{seed}']}, the step ran "
+            f"{len(runs)} time(s)"
+        )
+        assert after == {f"far-{seed}": "waiting"}, "a timer fired earlier than the jump explains"
+        assert runs == [f"busy-{seed}"], (
+            f"the step ran {runs}: a worker took it over from a live one"
+        )
+
+
+async def test_a_clock_jump_back_delays_a_timer_by_at_most_the_jump(
+    store_url: str, chaos_seeds: list[int]
+) -> None:
+    """The wall clock jumps a minute back while an instance sleeps, then (a minute later, here
+    moved on at once) the clock reaches its wake time: the worker wakes it soon (after the pause
+    of half a lease that follows any forward step, see the test above), not after a wait
+    computed from the clock before it caught up; meanwhile it does not fire early."""
+    for seed in chaos_seeds:
+        rng = random.Random(seed)
+        nap = rng.uniform(1.0, 2.0)
+        clock = JumpingClock()
+        options: dict[str, Any] = {"clock": clock, "lease": 2.0, "poll_interval": 0.2}
+        async with Engine(store_url, [Napper], **options) as engine:
+            await engine.workflow(Napper).create(f"nap-{seed}", {"nap": nap})
+            await wait_statuses(engine, {f"nap-{seed}": "waiting"}, "asleep")
+            clock.jump(-60)
+            await asyncio.sleep(nap + 0.5)
+            meanwhile = await statuses(engine, [f"nap-{seed}"])
+            clock.jump(60)  # the minute has passed
+            woke_in = await wait_statuses(
+                engine, {f"nap-{seed}": "complete"}, "after the clock caught up"
+            )
+        say(
+            f"seed {seed}: a sleep of {nap:.1f} s, clock -60 s: "
+            f"{meanwhile[f'nap-{seed}']} past its time; clock back on time: woke {woke_in:.1f} s "
+            "later"
+        )
+        assert meanwhile == {f"nap-{seed}": "waiting"}
+        assert woke_in < 5.0, "the worker slept on a wait computed before the clock caught up"
