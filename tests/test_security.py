@@ -233,8 +233,12 @@ def _serve(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def test_serve_refuses_a_public_bind_without_a_token(tmp_path: Path) -> None:
-    refused = _serve(tmp_path, "--host", "0.0.0.0")
-    output = refused.communicate(timeout=60)[0]
+    refused = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(_free_port()))
+    try:
+        output = refused.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        refused.kill()
+        raise AssertionError(f"it served: {refused.communicate()[0]}") from None
     assert refused.returncode == 2, output
     assert "refusing to serve on '0.0.0.0' without a token" in output
     assert "--insecure" in output and "STEPLINE_API_TOKEN" in output
