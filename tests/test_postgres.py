@@ -1070,6 +1070,30 @@ async def test_the_store_clock_follows_the_server_not_a_skewed_local_clock(
         await manual.close()
 
 
+class _MovableClock(SystemClock):
+    """This machine's clock, which an operator or an NTP step moves while the store is open."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+async def test_a_jump_of_the_local_clock_moves_neither_timers_nor_leases(
+    schemas: list[str],
+) -> None:
+    clock = _MovableClock()
+    store = PostgresStore(url_for(fresh(schemas)), clock)
+    await store.open()
+    try:
+        for jump in (3600.0, -3660.0):
+            clock.offset += jump
+            assert abs(store.now() - server_time()) < 1.0, f"the store followed a {jump} s jump"
+    finally:
+        await store.close()
+
+
 async def test_workers_with_skewed_clocks_agree_on_leases(schemas: list[str]) -> None:
     url = url_for(fresh(schemas))
     fast = PostgresStore(url, SkewedClock())

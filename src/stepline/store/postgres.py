@@ -212,7 +212,10 @@ class PostgresStore(Store):
         self._timer_hint: tuple[tuple[str, ...], int, float | None] | None = None
         self._claim_floors: dict[tuple[str, ...], _ClaimFloor] = {}
         self._server_clock = isinstance(clock, SystemClock) or clock is time.time
-        self._offset = 0.0
+        # With the server's clock, time is the server's time at the last measurement moved on by
+        # the monotonic clock, so a jump of the local wall clock never moves timers or leases.
+        self._ticks: Callable[[], float] = time.monotonic if self._server_clock else self._clock
+        self._offset = time.time() - time.monotonic() if self._server_clock else 0.0
         self._clock_task: asyncio.Task[None] | None = None
         self._step_writes: Batcher[dict[str, Any], str] = Batcher(
             self._record_steps,
@@ -240,22 +243,23 @@ class PostgresStore(Store):
     # -- clock -----------------------------------------------------------------------------------
 
     def now(self) -> float:
-        """The local clock, corrected to the database server's clock when it is the system clock."""
-        return self._clock() + self._offset
+        """The database server's clock when the engine's is the system clock (measured at open
+        and every 30 s, carried between measurements by the monotonic clock); else the engine's."""
+        return self._ticks() + self._offset
 
     @property
     def clock_offset(self) -> float:
-        """Seconds added to the local clock to get the server's (0 with a custom clock)."""
-        return self._offset
+        """Seconds between the engine's clock and :meth:`now` (0 with a custom clock)."""
+        return self.now() - self._clock()
 
     async def _measure_offset(self) -> None:
         """Set the offset to the server's clock from the fastest of three round trips."""
 
         async def sample(conn: Conn) -> tuple[float, float]:
-            before = self._clock()  # timed on the connection, not while waiting for one
+            before = self._ticks()  # timed on the connection, not while waiting for one
             cur = await conn.execute(_CLOCK_QUERY)
             row = await cur.fetchone()
-            after = self._clock()
+            after = self._ticks()
             server = float(row[0]) if row else (before + after) / 2
             return after - before, server - (before + after) / 2
 
