@@ -120,21 +120,29 @@ async def sleep_wf(event: WorkflowEvent, step: WorkflowStep) -> Any:
     p = event.payload
     a = await step.do("a", effect(p, p["x"]))
     await step.sleep("nap", p["nap"])
-    b = await step.do("b", effect(p, a["value"] * 3))
+    # ``long``: a step that outlives the lease, which the live worker must keep renewing
+    b = await step.do("b", effect({**p, "work": p["long"] or p["work"]}, a["value"] * 3))
     return {"a": a["value"], "b": b["value"]}
 
 
 @workflow(name="chaos-event")
 async def event_wf(event: WorkflowEvent, step: WorkflowStep) -> Any:
-    """Waits for ``approve``, then ``ship``; the sender sends ``ship`` first, so that event
-    wakes the instance while it waits for the other one."""
+    """Waits for ``approve`` and ``ship``, then ``confirm`` and ``pack``. The sender sends each
+    pair second event first, so that one wakes the instance while it waits for the other (a
+    claim racing with the event that follows), and the second pair later than the first."""
     p = event.payload
     a = await step.do("a", effect(p, p["x"]))
-    approve = await step.wait_for_event("approval", type="approve", timeout=EVENT_TIMEOUT)
-    ship = await step.wait_for_event("shipment", type="ship", timeout=EVENT_TIMEOUT)
-    tags = [approve.payload["tag"], ship.payload["tag"]]
-    b = await step.do("b", effect(p, [a["value"], *tags]))
-    return {"approve": tags[0], "ship": tags[1], "b": b["value"]}
+    tags: dict[str, str] = {}
+    for wait, type_ in WAITS.items():
+        if wait == "confirmation":
+            await step.do("b", effect(p, [a["value"], tags["approve"], tags["ship"]]))
+        got = await step.wait_for_event(wait, type=type_, timeout=EVENT_TIMEOUT)
+        tags[type_] = got.payload["tag"]
+    return tags
+
+
+WAITS = {"approval": "approve", "shipment": "ship", "confirmation": "confirm", "packing": "pack"}
+"""The ``wait_for_event`` steps of ``chaos-event``, in order, and the event type of each."""
 
 
 @workflow(name="chaos-parallel")
@@ -303,9 +311,9 @@ def make_mix(rng: random.Random, count: int, ledger: str, prefix: str = "") -> l
             p.update(limit=2, delay=rng.choice([0.1, 0.3]), fails=rng.choice([0, 1, 2, 2, 9]))
         elif kind == "sleep":
             p["nap"] = rng.choice([0.2, 0.5, 1.0])
+            p["long"] = rng.choice([0.0, 0.0, 0.0, 3.0])
         elif kind == "event":
-            p.update(approve=uuid.UUID(int=rng.getrandbits(128)).hex[:12])
-            p.update(ship=uuid.UUID(int=rng.getrandbits(128)).hex[:12])
+            p.update({t: uuid.UUID(int=rng.getrandbits(128)).hex[:12] for t in WAITS.values()})
         elif kind == "parallel":
             p["width"] = rng.choice([2, 3, 4])
         elif kind in ("saga", "dag"):
@@ -323,12 +331,16 @@ def make_mix(rng: random.Random, count: int, ledger: str, prefix: str = "") -> l
     return mix
 
 
-def events_for(planned: Planned) -> list[tuple[str, dict[str, Any]]]:
-    """The events the sender sends to an instance, in order (``ship`` first: see event_wf)."""
+def events_for(planned: Planned) -> list[list[tuple[str, dict[str, Any]]]]:
+    """The events the sender sends to an instance: two bursts, each sent in order (the event
+    waited for second goes first: see event_wf)."""
     if planned.workflow != "chaos-event":
         return []
     p = planned.params
-    return [("ship", {"tag": p["ship"]}), ("approve", {"tag": p["approve"]})]
+    return [
+        [("ship", {"tag": p["ship"]}), ("approve", {"tag": p["approve"]})],
+        [("pack", {"tag": p["pack"]}), ("confirm", {"tag": p["confirm"]})],
+    ]
 
 
 def children(planned: Planned) -> list[Planned]:
@@ -362,8 +374,8 @@ def expect(planned: Planned) -> Outcome:
     if kind == "event":
         return Outcome(
             "complete",
-            {"approve": p["approve"], "ship": p["ship"], "b": [x, p["approve"], p["ship"]]},
-            steps=frozenset({"a", "approval", "shipment", "b"}),
+            {t: p[t] for t in WAITS.values()},
+            steps=frozenset({"a", "b", *WAITS}),
         )
     if kind == "parallel":
         values = [x * i for i in range(p["width"])]

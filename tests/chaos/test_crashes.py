@@ -28,7 +28,7 @@ import pytest
 from stepline import Engine, InstanceRecord, StepRecord
 
 from .._procs import ROOT, Execution, WorkerPool, read_ledger
-from ._mix import WORKFLOWS, Outcome, Planned, children, events_for, expect, make_mix
+from ._mix import WAITS, WORKFLOWS, Outcome, Planned, children, events_for, expect, make_mix
 from .conftest import say
 
 pytestmark = pytest.mark.slow
@@ -37,13 +37,12 @@ INSTANCES = 500
 WORKERS = 3
 KILLS = 10
 LEASE = 2.0
-"""Short, so a killed worker's instances move on quickly; renewed every third of it."""
+"""Short, so a killed worker's instances move on quickly; renewed every third of it (some steps
+of ``chaos-sleep`` take longer than the lease: a live worker keeps them)."""
 SETTLE = 120.0
 """Bound on the time from the last kill until every instance has ended."""
 FORBIDDEN = ["Traceback", " ERROR ", "database is locked"]
 TOKEN = re.compile(r"\bT[0-9a-f]{16}\b")
-WAIT_STEPS = {"approve": "approval", "ship": "shipment"}
-"""The ``wait_for_event`` step of ``chaos-event`` that consumes each event type."""
 
 
 @pytest.fixture
@@ -96,20 +95,17 @@ async def crash_round(url: str, work: Path, seed: int, pool: WorkerPool) -> None
     intervals = [rng.uniform(2.5, 4.0) for _ in range(KILLS)]
     offsets = [sum(intervals[:k]) for k in range(KILLS)]
     kill_after = [rng.uniform(0.3, 1.2) for _ in range(KILLS)]
-    sends = [
-        {
-            "at": offsets[k] + rng.uniform(0.0, 3.0),
-            "workflow": planned.workflow,
-            "id": planned.id,
-            "events": events_for(planned),
-        }
-        for k, wave in enumerate(waves)
-        for planned in wave
-        if events_for(planned)
-    ]
+    sends = []
+    for k, wave in enumerate(waves):
+        for planned in wave:
+            at = offsets[k] + rng.uniform(0.0, 3.0)
+            for burst in events_for(planned):
+                sends.append({"at": at, "workflow": planned.workflow, "id": planned.id})
+                sends[-1]["events"] = burst
+                at += rng.uniform(0.3, 1.5)
     say(
         f"seed {seed}: {len(mix)} instances (+{len(everything) - len(mix)} children) on {url}, "
-        f"{WORKERS} workers, lease {LEASE} s, {KILLS} kills, {len(sends)} instances get events"
+        f"{WORKERS} workers, lease {LEASE} s, {KILLS} kills, {len(sends)} bursts of events"
     )
     kills: list[Kill] = []
     started = time.monotonic()
@@ -202,8 +198,11 @@ def sender_log(work: Path) -> str:
 def sent_events(work: Path) -> list[tuple[str, str, str, str]]:
     """(workflow, id, type, tag) of every event the sender had acknowledged."""
     path = work / "sent.csv"
-    lines = path.read_text().split("\n")[:-1] if path.exists() else []
-    return [tuple(line.split(",")[1:]) for line in lines]  # type: ignore[misc]
+    found = []
+    for line in path.read_text().split("\n")[:-1] if path.exists() else []:
+        _, workflow, instance_id, type_, tag = line.split(",")
+        found.append((workflow, instance_id, type_, tag))
+    return found
 
 
 async def pause_until(when: float, pool: WorkerPool, sender: subprocess.Popen[bytes]) -> None:
@@ -440,16 +439,19 @@ def check_events(
 ) -> None:
     """The sender sent every planned event, and each was consumed by the wait meant for it."""
     planned = {
-        (p.workflow, p.id, type_, payload["tag"]) for p in everything for type_, payload in
-        events_for(p)
-    }  # fmt: skip
+        (p.workflow, p.id, type_, payload["tag"])
+        for p in everything
+        for burst in events_for(p)
+        for type_, payload in burst
+    }
+    wait_step = {type_: name for name, type_ in WAITS.items()}
     assert sorted(sent) == sorted(planned), (
         f"the sender acknowledged {len(sent)} events, {len(planned)} planned; missing "
         f"{sorted(planned - set(sent))[:5]}"
     )
     for workflow, instance_id, type_, tag in sent:
         record, steps = records[instance_id]
-        wait = next((s for s in steps if s.name == WAIT_STEPS[type_]), None)
+        wait = next((s for s in steps if s.name == wait_step[type_]), None)
         consumed = wait.output.get("payload") if wait and isinstance(wait.output, dict) else None
         assert consumed == {"tag": tag}, (
             f"event lost: {type_} {tag} sent to {workflow} {instance_id}, which is "
