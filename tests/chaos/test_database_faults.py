@@ -21,6 +21,8 @@ import asyncio
 import logging
 import random
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -34,6 +36,7 @@ import pytest
 from stepline import Engine, StoreError
 from stepline.errors import StoreUnavailableError
 from stepline.store.postgres import PostgresStore
+from stepline.store.sqlite import SqliteStore
 
 from .._pg import connect, drop_schema, pg_admin_url
 from .._procs import WORKFLOW, WorkerPool, load_records, read_ledger
@@ -415,4 +418,143 @@ async def test_server_stopped_and_started_again_mid_run(
                 )
             OutageLog.of(client_log.lines).check("the client", outages, at_least=1)
         finally:
+            pool.cleanup()
+
+
+# -- SQLite: writers of several processes, a long reader, checkpoints ------------------------
+
+HOLDER = r"""
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=60)
+for line in sys.stdin:
+    command = line.strip()
+    if command == "read":  # a read transaction: its snapshot holds back every checkpoint
+        conn.execute("BEGIN")
+        out = f"reading {conn.execute('SELECT count(*) FROM steps').fetchone()[0]} steps"
+    elif command == "write":  # the write lock: every other writer waits
+        conn.execute("BEGIN IMMEDIATE")
+        out = "writing"
+    elif command == "end":
+        conn.execute("COMMIT")
+        out = "ended"
+    else:  # waits for the readers, and holds writers off while it copies the WAL back
+        out = f"checkpoint {conn.execute('PRAGMA wal_checkpoint(RESTART)').fetchone()}"
+    print(out, flush=True)
+"""
+
+
+class Holder:
+    """Another process with its own connection to the SQLite file, told what to hold."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    async def do(self, command: str) -> str:
+        def send() -> str:
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+            return self.proc.stdout.readline().strip()
+
+        answer = await asyncio.to_thread(send)
+        assert answer, f"the holder died on {command!r}"
+        return answer
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+SQLITE_RETRY = 1.5
+"""The client's lock wait here; longer than the holder's ordinary holds, shorter than its
+lock-out."""
+
+
+async def test_sqlite_writers_contend_with_a_long_reader_and_checkpoints(
+    chaos_seeds: list[int], tmp_path: Path, client_log: Captured
+) -> None:
+    """Three worker processes and the client write to one SQLite file while another process
+    holds read transactions open for seconds (holding back checkpoints), takes the write lock
+    for a while, and runs RESTART checkpoints: everything acknowledged is kept, nothing runs
+    twice, nothing is logged; a call that cannot get the lock within the retry period fails
+    with StoreUnavailableError instead of waiting on."""
+    for seed in chaos_seeds:
+        rng = random.Random(seed)
+        logs = tmp_path / f"seed-{seed}"
+        logs.mkdir()
+        path = logs / "stepline.db"
+        url = f"sqlite:///{path}"
+        pool = WorkerPool(url, logs, lease=30.0, workflows="tests.chaos._dbflows")
+        client_log.lines.clear()
+        holder: Holder | None = None
+        try:
+            async with Engine(url, WORKFLOWS, worker=False) as client:
+                store = client.store
+                assert isinstance(store, SqliteStore)
+                store.retry_seconds = SQLITE_RETRY
+                pool.wait_ready([pool.start() for _ in range(3)])
+                holder = Holder(path)
+                traffic = Traffic(client, rng, ledger_params(logs / "ledger"), "i")
+                stop = asyncio.Event()
+                drivers = [asyncio.create_task(traffic.run(stop)) for _ in range(3)]
+                wal = path.with_name(path.name + "-wal")
+                done: Counter[str] = Counter()
+                largest_wal = 0
+                started = time.monotonic()
+                while time.monotonic() - started < 6.0:
+                    kind = rng.choice(["read", "read", "write", "checkpoint"])
+                    answer = await holder.do(kind)
+                    if kind != "checkpoint":
+                        held = rng.uniform(0.5, 2.0) if kind == "read" else rng.uniform(0.1, 0.6)
+                        await asyncio.sleep(held)
+                        await holder.do("end")
+                    done[kind] += 1
+                    largest_wal = max(largest_wal, wal.stat().st_size if wal.exists() else 0)
+                    if kind == "checkpoint":
+                        say(f"seed {seed}: {answer}")
+                    await asyncio.sleep(rng.uniform(0.05, 0.3))
+                # The lock held past the client's retry period: a call fails, and in time.
+                await holder.do("write")
+                probe = time.monotonic()
+                with pytest.raises(StoreUnavailableError, match="stayed locked") as caught:
+                    await client.workflow(WORKFLOW).create("probe", traffic.params)
+                took = time.monotonic() - probe
+                await asyncio.sleep(0.5)
+                await holder.do("end")
+                traffic.retry_creates.append((WORKFLOW, "probe"))
+                say(
+                    f"seed {seed}: holder ran {dict(done)} in {time.monotonic() - started:.1f} s, "
+                    f"WAL up to {largest_wal // 1024} KiB; with the lock held, a create failed "
+                    f"after {took:.1f} s: {caught.value}"
+                )
+                assert took <= SQLITE_RETRY + SLACK, f"a call took {took:.1f} s to fail"
+                await asyncio.sleep(rng.uniform(0.3, 1.0))
+                stop.set()
+                await asyncio.gather(*drivers)
+                say(f"seed {seed}: {traffic.summary()}")
+                for call in traffic.errors():
+                    assert isinstance(call.error, StoreUnavailableError), call
+                slowest = max(c.seconds for c in traffic.calls)
+                assert slowest <= SQLITE_RETRY + SLACK, f"a call took {slowest:.1f} s"
+                await traffic.complete()
+                await settle(client, pool, traffic)
+            pool.stop_all()
+            for n, worker in enumerate(pool.workers):
+                OutageLog.of(worker.stderr_text().splitlines()).check(f"worker {n}", 0)
+            OutageLog.of(client_log.lines).check("the client", 0)
+        finally:
+            if holder is not None:
+                holder.close()
             pool.cleanup()

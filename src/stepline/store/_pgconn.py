@@ -29,6 +29,9 @@ asyncio's loop (``python -m benchmarks loops``), and 20-35 µs per step of a seq
 
 Only the generator protocol (``psycopg.waiting.Wait`` and ``Ready``) and public methods are
 used; ``tests/test_pgconn.py`` holds the class to each of the points above.
+
+The module also holds the log filter that demotes to DEBUG what psycopg logs about the store's
+own connections as they fail in an outage, which the store reports once itself (``_pgdb``).
 """
 
 from __future__ import annotations
@@ -208,3 +211,52 @@ class StoreConnection(psycopg.AsyncConnection[Any]):
             self.pgconn.finish()
             if not isinstance(exc, Exception):
                 raise  # a new interruption goes on; an error does not replace the first one
+
+
+# -- logs ------------------------------------------------------------------------------------
+
+POOL_NAMES = ("stepline", "stepline-leases")
+"""The store's connection pools: the general one, and the small one for leases and claims."""
+
+
+class _OwnConnectionNoise(logging.Filter):
+    """Demotes to DEBUG the records psycopg logs about the store's own pools and connections
+    failing, which come by the dozen per outage (the store logs the outage itself)."""
+
+    MESSAGES = frozenset(
+        {
+            "error connecting in %r: %s",
+            "discarding broken connection: %s",
+            "discarding closed connection: %s",
+            "error ignored terminating %r: %s",
+        }
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg not in self.MESSAGES or record.levelno <= logging.DEBUG:
+            return True
+        first = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        ours = (
+            first in POOL_NAMES
+            or isinstance(first, StoreConnection)
+            or isinstance(getattr(first, "_conn", None), StoreConnection)  # a pipeline's
+        )
+        if not ours:
+            return True
+        # The logger's level let a warning through; as DEBUG the record goes on only where
+        # DEBUG is wanted (a handler's level alone would not stop it).
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+_noise_filter = _OwnConnectionNoise()
+
+
+def quiet_psycopg() -> None:
+    """Installs the filter (once) on psycopg's loggers."""
+    for name in ("psycopg", "psycopg.pool"):
+        logger = logging.getLogger(name)
+        if _noise_filter not in logger.filters:
+            logger.addFilter(_noise_filter)

@@ -35,7 +35,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import StoreError, StoreUnavailableError
-from ._pgconn import StoreConnection
+from ._pgconn import POOL_NAMES, StoreConnection, quiet_psycopg
 from .migrations import Migration
 
 log = logging.getLogger("stepline.store.postgres")
@@ -54,8 +54,6 @@ applies its checks and its connection lifetime)."""
 
 _POOL_WAIT = 10.0
 """Longest wait for a connection from the pool, when the retry period leaves that much."""
-
-_POOL_NAMES = ("stepline", "stepline-leases")
 
 DEFAULT_SCHEMA = "stepline"
 _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -101,48 +99,6 @@ def describe(conninfo: str, schema: str) -> str:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
-
-
-class _OwnConnectionNoise(logging.Filter):
-    """Demotes to DEBUG the records psycopg logs about the store's own pools and connections
-    failing, which come by the dozen per outage (the store logs the outage itself)."""
-
-    MESSAGES = frozenset(
-        {
-            "error connecting in %r: %s",
-            "discarding broken connection: %s",
-            "discarding closed connection: %s",
-            "error ignored terminating %r: %s",
-        }
-    )
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg not in self.MESSAGES or record.levelno <= logging.DEBUG:
-            return True
-        first = record.args[0] if isinstance(record.args, tuple) and record.args else None
-        ours = (
-            first in _POOL_NAMES
-            or isinstance(first, StoreConnection)
-            or isinstance(getattr(first, "_conn", None), StoreConnection)  # a pipeline's
-        )
-        if not ours:
-            return True
-        # The logger's level let a warning through; as DEBUG the record goes on only where
-        # DEBUG is wanted (a handler's level alone would not stop it).
-        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
-            return False
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
-
-
-_noise_filter = _OwnConnectionNoise()
-
-
-def _quiet_psycopg() -> None:
-    for name in ("psycopg", "psycopg.pool"):
-        logger = logging.getLogger(name)
-        if _noise_filter not in logger.filters:
-            logger.addFilter(_noise_filter)
 
 
 async def _closing_on_fault(use: Callable[[Conn], Awaitable[T]], conn: Conn) -> T:
@@ -199,7 +155,7 @@ class Database:
         return self._pool is not None
 
     async def open(self) -> None:
-        _quiet_psycopg()
+        quiet_psycopg()
         # One connection first, made directly: a wrong host, port, password or database fails
         # at once with the server's own reason, where the pool would retry in the background
         # and report only, 15 s later, that it timed out.
@@ -210,9 +166,9 @@ class Database:
         await probe.close()
         # The small pool keeps lease renewals and claims from queueing behind bulk work: a
         # renewal that waits too long for a connection would let its leases expire.
-        self._pool = await self._open_pool("stepline", self._max_connections)
+        self._pool = await self._open_pool(POOL_NAMES[0], self._max_connections)
         try:
-            self._priority_pool = await self._open_pool("stepline-leases", 2)
+            self._priority_pool = await self._open_pool(POOL_NAMES[1], 2)
         except BaseException:
             await self.close()
             raise
@@ -345,20 +301,23 @@ class Database:
         return max(0.05, min(_POOL_WAIT, started + self.retry_seconds - time.monotonic()))
 
     async def retrying(
-        self,
-        what: str,
-        attempt: Callable[[Conn], Awaitable[T]],
-        *,
-        priority: bool = False,
-        writes: bool = True,
+        self, what: str, attempt: Callable[[Conn], Awaitable[T]], *, priority: bool = False
     ) -> T:
         """Run ``attempt`` on a pooled connection, retrying connection faults.
 
         Only for operations that are safe to repeat. Other driver errors become StoreError.
-        ``priority`` uses the small pool reserved for leases and claims; ``writes=False`` says
-        that ``attempt`` only reads (for the message if the database stays unreachable).
+        ``priority`` uses the small pool reserved for leases and claims.
         """
-        applied = "it may have been applied" if writes else None
+        return await self._retrying(what, attempt, priority, "it may have been applied")
+
+    async def _retrying(
+        self,
+        what: str,
+        attempt: Callable[[Conn], Awaitable[T]],
+        priority: bool,
+        applied: str | None,
+    ) -> T:
+        """:meth:`retrying`; ``applied`` is what the error says of the change (None: a read)."""
         started = time.monotonic()
         tries = 0
         while True:
@@ -413,7 +372,7 @@ class Database:
             cur = await conn.execute(query, params)
             return await cur.fetchall()
 
-        return await self.retrying(what, attempt, priority=priority, writes=False)
+        return await self._retrying(what, attempt, priority, None)
 
     async def read_many(
         self, what: str, queries: Sequence[tuple[str, Sequence[Any]]]
@@ -429,7 +388,7 @@ class Database:
                     cursors.append(cur)
             return [await cur.fetchall() for cur in cursors]
 
-        return await self.retrying(what, attempt, writes=False)
+        return await self._retrying(what, attempt, False, None)
 
     async def transaction(
         self, what: str, body: Callable[[Conn], Awaitable[T]], *, pipelined: bool = True

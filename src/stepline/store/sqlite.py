@@ -32,6 +32,7 @@ from ..errors import (
     LeaseLostError,
     SteplineError,
     StoreError,
+    StoreUnavailableError,
 )
 from ..records import InstancePage, InstanceRecord, PendingEvent, StepRecord, WorkflowInfo
 from ._rows import (
@@ -156,6 +157,9 @@ class SqliteStore(Store):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._prefetched: dict[int, tuple[int, History]] = {}
         """Histories read by :meth:`claim` with its leases: pk -> (lease token, history)."""
+        self.retry_seconds = _LOCK_GIVE_UP_SECONDS
+        """How long an operation waits for another connection's lock before it fails with
+        StoreUnavailableError."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -222,13 +226,15 @@ class SqliteStore(Store):
 
     async def _retry_locked(self, fn: Callable[[], T]) -> T:
         delay = 0.001
-        deadline = time.monotonic() + _LOCK_GIVE_UP_SECONDS
+        deadline = time.monotonic() + self.retry_seconds
         while True:
             try:
                 return fn()
             except sqlite3.OperationalError as exc:
-                if not _is_locked(exc) or time.monotonic() > deadline:
+                if not _is_locked(exc):
                     raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
+                if time.monotonic() > deadline:
+                    raise self._locked_out(exc) from exc
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -281,24 +287,37 @@ class SqliteStore(Store):
 
     async def _flush_when_unlocked(self) -> None:
         delay = 0.0005
-        deadline = time.monotonic() + _LOCK_GIVE_UP_SECONDS
+        deadline = time.monotonic() + self.retry_seconds
         try:
             while self._pending:
                 await asyncio.sleep(delay)
                 try:
                     self._commit_batch()
                     delay = 0.0005
+                    # The writes queued since get their own retry period.
+                    deadline = time.monotonic() + self.retry_seconds
                 except sqlite3.OperationalError as exc:
-                    if not _is_locked(exc) or time.monotonic() > deadline:
+                    if not _is_locked(exc):
                         self._fail_pending(exc)
+                        return
+                    if time.monotonic() > deadline:
+                        self._fail_pending(exc, self._locked_out(exc))
                         return
                     delay = min(delay * 2, 0.02)
         finally:
             self._retry_task = None
 
-    def _fail_pending(self, exc: Exception) -> None:
+    def _locked_out(self, exc: Exception) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"the database is unavailable: {self.path!r} stayed locked by another connection "
+            f"for {self.retry_seconds:g} s ({exc}); nothing was changed. Find what keeps a write "
+            "transaction open on it (another program, an open sqlite3 shell), then repeat the call"
+        )
+
+    def _fail_pending(self, exc: Exception, error: StoreError | None = None) -> None:
         batch, self._pending = self._pending, []
-        error = StoreError(f"SQLite error on {self.path!r}: {exc}")
+        if error is None:
+            error = StoreError(f"SQLite error on {self.path!r}: {exc}")
         error.__cause__ = exc
         for _, fut, _ in batch:
             if not fut.done():
