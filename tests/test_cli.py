@@ -447,6 +447,38 @@ def test_run_interrupted_keeps_the_instance_for_a_worker(project: Path) -> None:
     assert "💤 Sleeping" in out
 
 
+def test_run_stops_at_once_on_a_second_interrupt_during_a_long_step(project: Path) -> None:
+    """A first Ctrl-C gives the running sync step the grace period (10 s here); a second one
+    stops at once, without waiting for the step's thread, and the instance is left for a
+    worker."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepline.cli", "run", "slow", "--id", "s9"],
+        cwd=project,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    slow_log = project / "slow.log"
+    try:
+        wait_for(lambda: slow_log.exists() and "start" in slow_log.read_text(), "the slow step")
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert proc.poll() is None, "the first interrupt should wait for the running step"
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 8, f"the second interrupt took {took:.1f} s to stop the run: {err}"
+    assert "end" not in slow_log.read_text(), "the step should still have been running"
+    assert proc.returncode == 130, err
+    assert "Interrupted: instance s9 is" in err
+    assert status_of(project, "slow", "s9") in ("queued", "running")
+
+
 # -- trigger and control ------------------------------------------------------------------------
 
 

@@ -126,24 +126,38 @@ async def _worker(state: State, workflows: list[Any], concurrency: int | None) -
         engine.settings.concurrency,
         _loop.running_loop_name(),
     )
-    # The worker's own thread pool for sync step callbacks, so that it can tell at exit whether
-    # one still runs (Python cannot stop a thread, and would wait for it before exiting).
-    steps = ThreadPoolExecutor(thread_name_prefix="stepline-step")
-    asyncio.get_running_loop().set_default_executor(steps)
+    steps = _step_threads()
     try:
         await engine.run_worker()
     finally:
         await engine.close()
-    if not _threads_done(steps, timeout=1.0):
-        # Past the grace period (or on a second signal) their instances were released and
-        # another worker runs them again; their results would be refused. Do not wait for them.
-        logging.getLogger("stepline.cli").warning(
-            "exiting with step callbacks still running in threads: their results are discarded"
-        )
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_OK)
+    _exit_leaving_threads(steps, EXIT_OK)
+
+
+def _step_threads() -> ThreadPoolExecutor:
+    """Give the running loop a thread pool of its own for sync step callbacks, so that the
+    command can tell at exit whether one still runs (Python cannot stop a thread, and would wait
+    for it before exiting)."""
+    steps = ThreadPoolExecutor(thread_name_prefix="stepline-step")
+    asyncio.get_running_loop().set_default_executor(steps)
+    return steps
+
+
+def _exit_leaving_threads(steps: ThreadPoolExecutor, code: int) -> None:
+    """Exit with ``code`` at once if a step callback still runs in one of ``steps``' threads.
+
+    Its instance was released (past the grace period, or on a second signal) and another worker
+    runs the step again; its result would be refused. Called on the loop, before asyncio's
+    shutdown would wait for the thread."""
+    if _threads_done(steps, timeout=1.0):
+        return
+    logging.getLogger("stepline.cli").warning(
+        "exiting with step callbacks still running in threads: their results are discarded"
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _threads_done(executor: ThreadPoolExecutor, timeout: float) -> bool:
@@ -204,9 +218,16 @@ async def _run(
         instance: Instance = await engine.workflow(name).create(instance_id, params, trigger="cli")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            # The first signal stops gracefully; another one (an impatient Ctrl-C) at once.
+            if stop.is_set():
+                engine.worker.stop(at_once=True)
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal)
         try:
             with progress if show_progress else contextlib.nullcontext():
                 worker_task = asyncio.create_task(engine.worker.run(), name="stepline-run-worker")
@@ -264,21 +285,29 @@ def run(
             workflow = load_target(state, target)
         except WorkflowNotFoundError as exc:
             fail(_target_error(target, exc))
-    described, interrupted = run_async(
-        _run(state, workflow, params, instance_id or str(uuid.uuid4()), show_progress=not as_json)
-    )
-    show_instance(
-        state, described, as_json=as_json, step_output=step_output, limit=truncate_output_limit
-    )
-    record = described.record
-    if record.status == "complete":
-        sys.exit(EXIT_OK)
-    if record.status in FINISHED_STATUSES:
-        sys.exit(EXIT_FAILED)
-    state.err.print(
-        Text(
-            f"Interrupted: instance {record.id} is {record.status}; `stepline worker` (with "
-            "this workflow configured) continues it."
+
+    async def run_and_show() -> int:
+        steps = _step_threads()
+        described, interrupted = await _run(
+            state, workflow, params, instance_id or str(uuid.uuid4()), show_progress=not as_json
         )
-    )
-    sys.exit(EXIT_INTERRUPTED if interrupted else EXIT_FAILED)
+        show_instance(
+            state, described, as_json=as_json, step_output=step_output, limit=truncate_output_limit
+        )
+        record = described.record
+        if record.status == "complete":
+            code = EXIT_OK
+        elif record.status in FINISHED_STATUSES:
+            code = EXIT_FAILED
+        else:
+            state.err.print(
+                Text(
+                    f"Interrupted: instance {record.id} is {record.status}; `stepline worker` "
+                    "(with this workflow configured) continues it."
+                )
+            )
+            code = EXIT_INTERRUPTED if interrupted else EXIT_FAILED
+        _exit_leaving_threads(steps, code)
+        return code
+
+    sys.exit(run_async(run_and_show()))
