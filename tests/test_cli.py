@@ -467,7 +467,7 @@ def test_run_stops_at_once_on_a_second_interrupt_during_a_long_step(project: Pat
         assert proc.poll() is None, "the first interrupt should wait for the running step"
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
-        out, err = proc.communicate(timeout=30)
+        _out, err = proc.communicate(timeout=30)
         took = time.monotonic() - started
     finally:
         if proc.poll() is None:
