@@ -18,20 +18,19 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stepline import Engine, InstanceRecord, StepRecord
+from stepline.records import Attempt, StepKind
 
 from .._procs import ROOT, Execution, WorkerPool, read_ledger
 from ._mix import WAITS, WORKFLOWS, Outcome, Planned, children, events_for, expect, make_mix
 from .conftest import say
-
-pytestmark = pytest.mark.slow
 
 INSTANCES = 500
 WORKERS = 3
@@ -54,6 +53,7 @@ def pools() -> Iterator[list[WorkerPool]]:
         pool.cleanup()
 
 
+@pytest.mark.slow
 async def test_workers_killed_under_a_mixed_load(
     store_url: str, tmp_path: Path, chaos_seeds: list[int], pools: list[WorkerPool]
 ) -> None:
@@ -95,13 +95,14 @@ async def crash_round(url: str, work: Path, seed: int, pool: WorkerPool) -> None
     intervals = [rng.uniform(2.5, 4.0) for _ in range(KILLS)]
     offsets = [sum(intervals[:k]) for k in range(KILLS)]
     kill_after = [rng.uniform(0.3, 1.2) for _ in range(KILLS)]
-    sends = []
+    sends: list[dict[str, Any]] = []
     for k, wave in enumerate(waves):
         for planned in wave:
             at = offsets[k] + rng.uniform(0.0, 3.0)
             for burst in events_for(planned):
-                sends.append({"at": at, "workflow": planned.workflow, "id": planned.id})
-                sends[-1]["events"] = burst
+                sends.append(
+                    {"at": at, "workflow": planned.workflow, "id": planned.id, "events": burst}
+                )
                 at += rng.uniform(0.3, 1.5)
     say(
         f"seed {seed}: {len(mix)} instances (+{len(everything) - len(mix)} children) on {url}, "
@@ -116,18 +117,23 @@ async def crash_round(url: str, work: Path, seed: int, pool: WorkerPool) -> None
         plan = work / "plan.json"
         plan.write_text(json.dumps({"start": t0, "sends": sends}))
         sender = start_sender(url, work, plan)
+
+        def log() -> str:
+            return sender_log(work)
+
         try:
             for k, wave in enumerate(waves):
-                await pause_until(t0 + offsets[k], pool, sender)
+                await pause_until(t0 + offsets[k], pool, sender, log)
                 await create_wave(client, wave)
-                await pause_until(t0 + offsets[k] + kill_after[k], pool, sender)
+                await pause_until(t0 + offsets[k] + kill_after[k], pool, sender, log)
                 live = [w for w in pool.workers if w.killed_at is None]
                 victim = live[rng.randrange(len(live))]
                 pool.kill(victim)
                 kills.append(Kill(time.time() - t0, victim.pid))
                 last_kill = time.monotonic()
+                say(f"kill {k + 1}: pid {victim.pid} at {kills[-1].at:.1f} s")
                 pool.start()
-                await pause_until(t0 + offsets[k] + intervals[k], pool, sender)
+                await pause_until(t0 + offsets[k] + intervals[k], pool, sender, log)
             await wait_finished(client, pool, sender, everything, already, SETTLE)
             settled = time.monotonic() - last_kill
             assert sender.wait(timeout=60) == 0, f"the event sender failed\n{sender_log(work)}"
@@ -205,12 +211,14 @@ def sent_events(work: Path) -> list[tuple[str, str, str, str]]:
     return found
 
 
-async def pause_until(when: float, pool: WorkerPool, sender: subprocess.Popen[bytes]) -> None:
+async def pause_until(
+    when: float, pool: WorkerPool, sender: subprocess.Popen[bytes], stderr: Callable[[], str]
+) -> None:
     """Sleep until the wall-clock time ``when``, failing at once if a process broke."""
     while time.time() < when:
         pool.check_alive()
         if sender.poll() not in (None, 0):
-            raise AssertionError(f"the event sender exited with {sender.returncode}")
+            raise AssertionError(f"the event sender exited with {sender.returncode}\n{stderr()}")
         await asyncio.sleep(min(0.05, max(0.0, when - time.time())))
 
 
@@ -457,3 +465,81 @@ def check_events(
             f"event lost: {type_} {tag} sent to {workflow} {instance_id}, which is "
             f"{record.status} (ready_at {record.ready_at}); its wait recorded {wait}"
         )
+
+
+# -- the check's own test: it rejects each violation -------------------------------------------
+
+
+def _tok(n: int) -> str:
+    return f"T{n:016x}"
+
+
+def _rec(
+    name: str, *tokens: int, kind: StepKind = "do", seq: int = 1, ended: float = 0.0
+) -> StepRecord:
+    """A recorded step whose attempts produced ``tokens`` (all failed but the last)."""
+    attempts = [
+        Attempt(n, 0.0, 0.0, {"name": "RuntimeError", "message": f"fails (token {_tok(t)})"})
+        for n, t in enumerate(tokens[:-1], start=1)
+    ]
+    attempts.append(Attempt(len(tokens), 0.0, 0.0, None))
+    output = {"token": _tok(tokens[-1])}
+    return StepRecord(
+        name, 1, seq, kind, "complete", output, attempts=tuple(attempts), ended_at=ended
+    )
+
+
+def _run(
+    step: str, attempt: int, pid: int, start: float, token: int, end: float | None
+) -> Execution:
+    return Execution("i", step, attempt, pid, start, _tok(token), end)
+
+
+def test_the_crash_check_rejects_each_violation() -> None:
+    """check_runs, check_rollback_order and check_events accept clean histories and a re-run
+    explained by a kill, and reject each rule's violation, so the scenario above can fail."""
+    steps = [_rec("s", 1, 2), _rec("t", 3, seq=2)]
+    clean = [
+        _run("s", 1, 10, 1.0, 1, 1.1),
+        _run("s", 2, 10, 2.0, 2, 2.1),
+        _run("t", 1, 10, 3.0, 3, 3.1),
+    ]
+    assert check_runs("i", steps, clean, {}, 0.0) == []
+    cut = _run("s", 2, 20, 1.5, 9, None)  # worker 20 killed at 1.6 mid-attempt 2
+    assert len(check_runs("i", steps, [*clean, cut], {20: 1.6}, 0.0)) == 1
+    cases = [
+        ([*clean, _run("s", 2, 11, 1.5, 9, 1.55)], {}, "without a kill"),
+        ([*clean, _run("s", 2, 20, 2.5, 9, 2.6)], {20: 3.0}, "without a kill"),
+        ([*clean, _run("s", 2, 20, 1.7, 9, None)], {20: 1.6}, "without a kill"),
+        ([*clean, cut, _run("s", 2, 20, 1.55, 8, 1.58)], {20: 1.6}, "without a kill"),
+        (clean[:1] + clean[2:], {}, "no finished execution"),
+        ([clean[0], _run("s", 2, 10, 2.0, 2, None), clean[2]], {}, "no finished execution"),
+        ([*clean, _run("u", 1, 10, 4.0, 5, 4.1)], {}, "never recorded"),
+        ([*clean[:2], _run("t", 1, 11, 2.05, 3, 3.1)], {}, "two workers at once"),
+    ]
+    for runs, killed, message in cases:
+        with pytest.raises(AssertionError, match=message):
+            check_runs("i", steps, runs, killed, 0.0)
+    forward = [_rec("a", 1, seq=1, ended=1.0), _rec("b", 2, seq=2, ended=2.0)]
+    undo_b, undo_a = (
+        _rec("b:rollback", 3, kind="rollback", seq=3),
+        _rec("a:rollback", 4, kind="rollback", seq=4),
+    )
+    check_rollback_order("i", [*forward, undo_b, undo_a])
+    swapped = [replace(undo_a, seq=3), replace(undo_b, seq=4)]
+    with pytest.raises(AssertionError, match="rollbacks ran in the order"):
+        check_rollback_order("i", [*forward, *swapped])
+    planned = Planned("chaos-event", "i", {t: f"tag-{t}" for t in WAITS.values()})
+    record = InstanceRecord(
+        1, "chaos-event", "i", "complete", None, None, None, None, "api", 0.0, 0.0, None, None
+    )
+    waits = [
+        StepRecord(name, 1, n, "wait_for_event", "complete", {"payload": {"tag": f"tag-{t}"}})
+        for n, (name, t) in enumerate(WAITS.items())
+    ]
+    sent = [("chaos-event", "i", t, f"tag-{t}") for burst in events_for(planned) for t, _ in burst]
+    check_events([planned], {"i": (record, waits)}, sent)
+    with pytest.raises(AssertionError, match="sender acknowledged"):
+        check_events([planned], {"i": (record, waits)}, sent[1:])
+    with pytest.raises(AssertionError, match="event lost: pack"):
+        check_events([planned], {"i": (record, waits[:3])}, sent)
