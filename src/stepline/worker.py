@@ -19,12 +19,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._runtime import Activation, ActivationAborted, ActivationSettings
-from .errors import LeaseLostError, StoreError
+from .errors import LeaseLostError, StoreError, StoreUnavailableError
 from .records import InstanceRecord
 from .store.base import Claim, History, LeaseOffer, Store, offered_claims
 from .workflow import WorkflowDefinition
 
 log = logging.getLogger("stepline.worker")
+
+
+def _level(exc: BaseException, level: int) -> int:
+    """``level``, or INFO for a failure caused by the database being unreachable: the store
+    logs each outage once, when it begins and when it ends, so the claims, renewals and
+    activations that fail meanwhile do not repeat it (once per instance, say)."""
+    cause = exc if isinstance(exc, StoreUnavailableError) else exc.__cause__
+    return logging.INFO if isinstance(cause, StoreUnavailableError) else level
+
 
 CLOCK_STEP = 0.5
 """Seconds the store's clock may run ahead of the monotonic clock between two looks before the
@@ -230,7 +239,7 @@ class Worker:
                     try:
                         claims = await self._claim(limit)
                     except StoreError as exc:
-                        log.warning("claim failed, retrying: %s", exc)
+                        log.log(_level(exc, logging.WARNING), "claim failed, retrying: %s", exc)
                         claims = []
                         await self._idle(1.0)
                     self._backlog = len(claims) == limit
@@ -337,7 +346,13 @@ class Worker:
                 status,
             )
         except (ActivationAborted, LeaseLostError) as exc:
-            log.warning("instance %s/%s abandoned: %s", record.workflow, record.id, exc)
+            log.log(
+                _level(exc, logging.WARNING),
+                "instance %s/%s abandoned: %s",
+                record.workflow,
+                record.id,
+                exc,
+            )
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release(lease, self.store.now()))
@@ -345,7 +360,8 @@ class Worker:
         except Exception as exc:
             # A store failure (or a bug) must not leave the instance stuck until its lease
             # expires: give it back so that this or another worker retries it.
-            log.error(
+            log.log(
+                _level(exc, logging.ERROR),
                 "instance %s/%s: activation failed, releasing it: %s",
                 record.workflow,
                 record.id,
@@ -375,7 +391,9 @@ class Worker:
             try:
                 await self.purge_now()
             except StoreError as exc:
-                log.warning("retention clean-up failed, will retry: %s", exc)
+                log.log(
+                    _level(exc, logging.WARNING), "retention clean-up failed, will retry: %s", exc
+                )
             await asyncio.sleep(interval)
 
     async def purge_now(self) -> int:
@@ -399,7 +417,7 @@ class Worker:
         try:
             held = await self.store.renew(leases, self.settings.lease, self.store.now())
         except StoreError as exc:
-            log.warning("lease renewal failed: %s", exc)
+            log.log(_level(exc, logging.WARNING), "lease renewal failed: %s", exc)
             return
         for slot in slots:
             lease = slot.claim.lease

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import re
 import subprocess
@@ -39,15 +40,22 @@ from stepline.store.postgres import PostgresStore
 from stepline.store.sqlite import SqliteStore
 
 from .._pg import connect, drop_schema, pg_admin_url
-from .._procs import WORKFLOW, WorkerPool, load_records, read_ledger
+from .._procs import (
+    WORKFLOW,
+    WorkerPool,
+    check_history,
+    load_records,
+    read_ledger,
+    status_counts,
+)
 from ._dbflows import WAITER, WORKFLOWS
 from ._pgserver import PgServer
 from .conftest import say
 
 pytestmark = pytest.mark.slow
 
-LOST = "lost the connection to PostgreSQL at"
-BACK = "reconnected to PostgreSQL at"
+LOST = re.compile(r"lost the connection to PostgreSQL at|stayed locked by another connection for")
+BACK = re.compile(r"reconnected to PostgreSQL at|is writable again after")
 NOISE = re.compile(r" (WARNING|ERROR|CRITICAL) |Traceback")
 
 LEDGER_KINDS = ["async-sleep", "sync", "async", "sync-sleep"]
@@ -205,8 +213,8 @@ class OutageLog:
 
     @classmethod
     def of(cls, lines: list[str]) -> OutageLog:
-        lost = [line for line in lines if LOST in line]
-        back = [line for line in lines if BACK in line]
+        lost = [line for line in lines if LOST.search(line)]
+        back = [line for line in lines if BACK.search(line)]
         other = [line for line in lines if NOISE.search(line) and line not in lost + back]
         return cls(lost, back, other)
 
@@ -340,7 +348,7 @@ SLACK = 5.0
 connection, which the store once let a call spend past its retry period."""
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def pg_server() -> Iterator[PgServer]:
     server = PgServer()
     try:
@@ -419,6 +427,51 @@ async def test_server_stopped_and_started_again_mid_run(
             OutageLog.of(client_log.lines).check("the client", outages, at_least=1)
         finally:
             pool.cleanup()
+
+
+@pytest.mark.postgres
+async def test_an_outage_longer_than_the_retry_period_is_survived_quietly(
+    chaos_seeds: list[int], tmp_path: Path, client_log: Captured, pg_server: PgServer
+) -> None:
+    """The server stays down past the store's retry period while an in-process worker runs
+    steps: the step writes and claims of that time fail, the activations stop and run again
+    once the server is back. Every instance completes, a step re-runs only if its record had
+    not committed (at most once), and the outage is still one line (and one for its end), not a
+    line per instance or per failed write."""
+    for seed in chaos_seeds:
+        rng = random.Random(seed)
+        url = f"{pg_server.url}?schema=chaos_long_{seed}"
+        params = ledger_params(tmp_path / f"seed-{seed}" / "ledger") | {"steps": 8, "work": 0.2}
+        client_log.lines.clear()
+        async with Engine(url, WORKFLOWS, worker=True, lease=5.0) as engine:
+            store = engine.store
+            assert isinstance(store, PostgresStore)
+            store.retry_seconds = 1.0
+            ids = [f"i{n}" for n in range(40)]
+            await engine.workflow(WORKFLOW).create_batch([{"id": i, "params": params} for i in ids])
+            await asyncio.sleep(rng.uniform(0.3, 0.8))
+            before = await status_counts(engine)
+            assert before.get("complete", 0) < len(ids), f"all done before the outage: {before}"
+            mode = rng.choice(["fast", "immediate"])
+            await asyncio.to_thread(pg_server.stop, mode)
+            down = rng.uniform(2.5, 4.0)
+            await asyncio.sleep(down)
+            await asyncio.to_thread(pg_server.start)
+            back = time.time()
+            store.retry_seconds = 60.0  # the checks below must not fail while it reconnects
+            for instance_id in ids:
+                status = await (await engine.workflow(WORKFLOW).get(instance_id)).wait(60)
+                assert status.status == "complete", (instance_id, status)
+            records = await load_records(engine, ids, params)
+        executions = read_ledger(Path(params["ledger"]))
+        # One process ran everything; the outage stands for a kill of it at its end.
+        verdict = check_history(records, executions, {os.getpid(): back})
+        say(
+            f"seed {seed}: {mode} stop for {down:.1f} s (retry period 1 s), instances by status "
+            f"then {before}; {verdict.reruns} steps ran again; the process logged "
+            f"{len(client_log.lines)} lines"
+        )
+        OutageLog.of(client_log.lines).check("the worker's process", 1, at_least=1)
 
 
 # -- SQLite: writers of several processes, a long reader, checkpoints ------------------------
@@ -553,7 +606,8 @@ async def test_sqlite_writers_contend_with_a_long_reader_and_checkpoints(
             pool.stop_all()
             for n, worker in enumerate(pool.workers):
                 OutageLog.of(worker.stderr_text().splitlines()).check(f"worker {n}", 0)
-            OutageLog.of(client_log.lines).check("the client", 0)
+            # The client's lock-out is one outage (its end: the client's next write).
+            OutageLog.of(client_log.lines).check("the client", 1, at_least=1)
         finally:
             if holder is not None:
                 holder.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -61,6 +62,8 @@ from .base import (
     WorkflowMeta,
 )
 from .migrations import load_migrations
+
+log = logging.getLogger("stepline.store.sqlite")
 
 T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
@@ -160,6 +163,9 @@ class SqliteStore(Store):
         self.retry_seconds = _LOCK_GIVE_UP_SECONDS
         """How long an operation waits for another connection's lock before it fails with
         StoreUnavailableError."""
+        self._locked_since: float | None = None
+        """When an operation first gave up waiting for the lock (monotonic), until one gets it:
+        logged once then, and once when the database is writable again."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -229,12 +235,16 @@ class SqliteStore(Store):
         deadline = time.monotonic() + self.retry_seconds
         while True:
             try:
-                return fn()
+                result = fn()
             except sqlite3.OperationalError as exc:
                 if not _is_locked(exc):
                     raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
                 if time.monotonic() > deadline:
                     raise self._locked_out(exc) from exc
+            else:
+                if self._locked_since is not None:
+                    self._unlocked()
+                return result
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -308,11 +318,28 @@ class SqliteStore(Store):
             self._retry_task = None
 
     def _locked_out(self, exc: Exception) -> StoreUnavailableError:
+        if self._locked_since is None:
+            self._locked_since = time.monotonic()
+            log.warning(
+                "the SQLite database %r stayed locked by another connection for %g s; calls fail "
+                "until it is released (find what keeps a write transaction open on it)",
+                self.path,
+                self.retry_seconds,
+            )
         return StoreUnavailableError(
             f"the database is unavailable: {self.path!r} stayed locked by another connection "
             f"for {self.retry_seconds:g} s ({exc}); nothing was changed. Find what keeps a write "
             "transaction open on it (another program, an open sqlite3 shell), then repeat the call"
         )
+
+    def _unlocked(self) -> None:
+        began, self._locked_since = self._locked_since, None
+        if began is not None:
+            log.warning(
+                "the SQLite database %r is writable again after %.1f s",
+                self.path,
+                time.monotonic() - began + self.retry_seconds,
+            )
 
     def _fail_pending(self, exc: Exception, error: StoreError | None = None) -> None:
         batch, self._pending = self._pending, []
@@ -353,6 +380,8 @@ class SqliteStore(Store):
                 outcomes = self._run_ops(conn, batch, savepoints=True)
             if conn.in_transaction:
                 conn.execute("COMMIT")
+            if self._locked_since is not None:
+                self._unlocked()
         except BaseException as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
