@@ -127,9 +127,9 @@ async def sleep_wf(event: WorkflowEvent, step: WorkflowStep) -> Any:
 
 @workflow(name="chaos-event")
 async def event_wf(event: WorkflowEvent, step: WorkflowStep) -> Any:
-    """Waits for ``approve`` and ``ship``, then ``confirm`` and ``pack``. The sender sends each
-    pair second event first, so that one wakes the instance while it waits for the other (a
-    claim racing with the event that follows), and the second pair later than the first."""
+    """Waits for ``approve`` and ``ship``, then ``confirm`` and ``pack``. The sender sends the
+    second event of each pair first: it wakes the instance while it waits for the other, so a
+    claim races with the event sent right after it. The second pair comes a little later."""
     p = event.payload
     a = await step.do("a", effect(p, p["x"]))
     tags: dict[str, str] = {}

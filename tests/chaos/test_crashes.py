@@ -134,7 +134,7 @@ async def crash_round(url: str, work: Path, seed: int, pool: WorkerPool) -> None
                 say(f"kill {k + 1}: pid {victim.pid} at {kills[-1].at:.1f} s")
                 pool.start()
                 await pause_until(t0 + offsets[k] + intervals[k], pool, sender, log)
-            await wait_finished(client, pool, sender, everything, already, SETTLE)
+            await wait_finished(client, pool, work, everything, already, SETTLE)
             settled = time.monotonic() - last_kill
             assert sender.wait(timeout=60) == 0, f"the event sender failed\n{sender_log(work)}"
             pool.stop_all()
@@ -233,11 +233,13 @@ async def create_wave(client: Engine, wave: list[Planned]) -> None:
 async def wait_finished(
     client: Engine,
     pool: WorkerPool,
-    sender: subprocess.Popen[bytes],
+    work: Path,
     everything: list[Planned],
     already: int,
     timeout: float,
 ) -> None:
+    """Wait until every instance has ended; else fail naming the unfinished ones, with the
+    events the sender had acknowledged to each (a wait stuck on one of them lost it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pool.check_alive()
@@ -246,9 +248,13 @@ async def wait_finished(
             return
         await asyncio.sleep(0.2)
     records = await load(client, everything)
+    acknowledged: dict[str, list[str]] = defaultdict(list)
+    for _, instance_id, type_, _ in sent_events(work):
+        acknowledged[instance_id].append(type_)
     stuck = [
         f"{p.workflow} {p.id}: {rec.status}, ready_at {rec.ready_at}, lease {rec.lease_owner}, "
-        f"steps {[(s.display_name, s.status) for s in steps]}"
+        f"steps {[(s.display_name, s.status) for s in steps]}, events acknowledged to it "
+        f"{acknowledged.get(p.id, [])}"
         for p in everything
         for rec, steps in [records[p.id]]
         if rec.status not in ("complete", "errored", "terminated")
