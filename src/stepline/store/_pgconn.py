@@ -229,6 +229,7 @@ class _OwnConnectionNoise(logging.Filter):
             "discarding broken connection: %s",
             "discarding closed connection: %s",
             "error ignored terminating %r: %s",
+            "reconnection attempt in pool %r failed after %s sec",
         }
     )
 

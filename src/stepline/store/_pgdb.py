@@ -55,6 +55,21 @@ applies its checks and its connection lifetime)."""
 _POOL_WAIT = 10.0
 """Longest wait for a connection from the pool, when the retry period leaves that much."""
 
+_RECONNECT_SECONDS = 2.0
+"""How long one of the pool's attempts to replace a lost connection keeps trying (with psycopg's
+backoff: now, after 1 s, after 2 s) before it gives up; the next request for a connection starts
+a fresh one. psycopg's default, 5 minutes, spaces the attempts of a long outage further and
+further apart (1, 2, 4, ... 64 s), so that a pool could stay empty for a minute after the server
+came back."""
+
+_SETTLE = 2.0
+"""Seconds after the end of an outage during which a new one is taken for the same one settling
+(logged only if it lasts that long)."""
+
+_OUTAGE_POOL_WAIT = 1.0
+"""Longest wait for a pooled connection during an outage: each new request makes the pool try
+to connect again if its attempts gave up."""
+
 DEFAULT_SCHEMA = "stepline"
 _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -149,6 +164,9 @@ class Database:
         self._outage: float | None = None
         """When the current outage began (monotonic), or None while the database answers."""
         self._last_fault = -1e9
+        self._outage_logged = False
+        """Whether the current outage's start was logged (not if it began just after one ended)."""
+        self._recovered_at = -1e9
 
     @property
     def is_open(self) -> bool:
@@ -181,7 +199,8 @@ class Database:
             kwargs=self._kwargs,
             connection_class=StoreConnection,
             open=False,
-            timeout=10.0,
+            timeout=_POOL_WAIT,
+            reconnect_timeout=_RECONNECT_SECONDS,
             name=name,
         )
         try:
@@ -243,20 +262,28 @@ class Database:
                 f"{self.retry_seconds:g} s while {what} ({_one_line(exc)}){outcome}. Check "
                 "that the server is running and reachable, then repeat the call"
             ) from exc
-        if attempt <= 2:
-            await self._fault(what, exc, outage=attempt == 2)
+        await self._fault(what, exc, outage=attempt >= 2)
         delay = min(0.02 * 2 ** (attempt - 1), 1.0)
         await asyncio.sleep(min(delay * _jitter.uniform(0.5, 1.0), left))
 
     async def _fault(self, what: str, exc: BaseException, *, outage: bool) -> None:
         """A connection fault; ``outage``: a retry failed too. The first fault of an outage is
-        logged as such. On a first fault the connections that died with it are dropped at once
-        (the spare too), so that they do not fail one by one later, after the retries of the
-        first one succeeded."""
+        logged as such, unless it comes within ``_SETTLE`` seconds of the end of the last one:
+        then it is the same one still settling (operations that were waiting for the pool when
+        another one got through), and it is logged only if it lasts. On a first fault the
+        connections that died with it are dropped at once (the spare too), so that they do not
+        fail one by one later, after the retries of the first one succeeded."""
         now = time.monotonic()
         quiet, self._last_fault = now - self._last_fault < 1.0, now
         if outage and self._outage is None:
             self._outage = now
+            self._outage_logged = False
+        if (
+            outage
+            and not self._outage_logged
+            and (now - self._recovered_at >= _SETTLE or now - (self._outage or now) >= _SETTLE)
+        ):
+            self._outage_logged = True
             log.warning(
                 "lost the connection to PostgreSQL at %s while %s (%s); reconnecting, each "
                 "operation for up to %g s",
@@ -265,7 +292,7 @@ class Database:
                 _one_line(exc),
                 self.retry_seconds,
             )
-        elif self._outage is None and not quiet:
+        elif not outage and self._outage is None and not quiet:
             log.info(
                 "connection to PostgreSQL at %s lost while %s (%s); retrying",
                 self.where,
@@ -289,7 +316,9 @@ class Database:
     def _answered(self) -> None:
         """The database answered: the end of an outage, if one was going on, is logged."""
         began, self._outage = self._outage, None
-        if began is not None:
+        if began is not None and self._outage_logged:
+            self._outage_logged = False
+            self._recovered_at = time.monotonic()
             log.warning(
                 "reconnected to PostgreSQL at %s after %.1f s",
                 self.where,
@@ -298,7 +327,8 @@ class Database:
 
     def _wait_limit(self, started: float) -> float:
         """How long an attempt may wait for a pooled connection: not past the retry period."""
-        return max(0.05, min(_POOL_WAIT, started + self.retry_seconds - time.monotonic()))
+        longest = _POOL_WAIT if self._outage is None else _OUTAGE_POOL_WAIT
+        return max(0.05, min(longest, started + self.retry_seconds - time.monotonic()))
 
     async def retrying(
         self, what: str, attempt: Callable[[Conn], Awaitable[T]], *, priority: bool = False
@@ -423,8 +453,9 @@ class Database:
                         raise StoreUnavailableError(
                             f"the database is unreachable: lost the connection to PostgreSQL at "
                             f"{self.where} while committing ({what}) and could not reconnect to "
-                            "learn whether the change was applied; check its effect before "
-                            "repeating it"
+                            "learn whether the change was applied. Check that the server is "
+                            "running and reachable, then check the change's effect before "
+                            "repeating the call"
                         ) from lost
                     if committed:
                         done: T = state.result
