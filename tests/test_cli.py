@@ -787,8 +787,10 @@ def start_worker(project: Path, log: Path, **env: str) -> subprocess.Popen[str]:
         handle.close()
 
 
-def stop_worker(proc: subprocess.Popen[str]) -> int:
-    proc.send_signal(signal.SIGTERM)
+def stop_worker(proc: subprocess.Popen[str], *, signalled: bool = False) -> int:
+    """Stop a worker with SIGTERM (unless ``signalled`` already: a second one stops at once)."""
+    if not signalled:
+        proc.send_signal(signal.SIGTERM)
     try:
         return proc.wait(timeout=30)
     finally:
@@ -820,7 +822,7 @@ def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project:
         )
         (project / "release").touch()  # now the running step may finish
     finally:
-        code = stop_worker(first)
+        code = stop_worker(first, signalled=True)
     log1 = (project / "worker1.log").read_text(encoding="utf-8")
     assert code == 0, log1
     assert f"event loop {'asyncio' if uvloop is None else 'uvloop'});" in log1
