@@ -29,6 +29,7 @@ EXPECTED = {
     "StepTimeoutError",
     "SteplineError",
     "StoreError",
+    "StoreUnavailableError",
     "SyncEngine",
     "SyncInstance",
     "SyncWorkflowBinding",

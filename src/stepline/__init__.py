@@ -26,6 +26,7 @@ from .errors import (
     SteplineError,
     StepTimeoutError,
     StoreError,
+    StoreUnavailableError,
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "StepTimeoutError",
     "SteplineError",
     "StoreError",
+    "StoreUnavailableError",
     "SyncEngine",
     "SyncInstance",
     "SyncWorkflowBinding",
