@@ -139,7 +139,8 @@ async def test_two_schemas_in_one_database_do_not_see_each_other(schemas: list[s
         " WHERE table_schema = ANY(%s) GROUP BY table_schema",
         ([a, b],),
     )
-    assert dict(tables) == {a: 5, b: 5}  # workflows, instances, steps, events, schema_migrations
+    # workflows, instances, steps, events, workers, schema_migrations
+    assert dict(tables) == {a: 6, b: 6}
 
 
 # -- migrations ----------------------------------------------------------------------------------

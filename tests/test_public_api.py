@@ -34,6 +34,7 @@ EXPECTED = {
     "SyncInstance",
     "SyncWorkflowBinding",
     "SystemClock",
+    "WorkerInfo",
     "Workflow",
     "WorkflowBinding",
     "WorkflowEvent",

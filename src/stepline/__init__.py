@@ -30,7 +30,14 @@ from .errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
-from .records import EventRecord, InstancePage, InstanceRecord, InstanceStatus, StepRecord
+from .records import (
+    EventRecord,
+    InstancePage,
+    InstanceRecord,
+    InstanceStatus,
+    StepRecord,
+    WorkerInfo,
+)
 from .step import StepContext, WorkflowStep
 from .sync import SyncEngine, SyncInstance, SyncWorkflowBinding
 from .workflow import Workflow, WorkflowEvent, workflow
@@ -69,6 +76,7 @@ __all__ = [
     "SyncInstance",
     "SyncWorkflowBinding",
     "SystemClock",
+    "WorkerInfo",
     "Workflow",
     "WorkflowBinding",
     "WorkflowEvent",

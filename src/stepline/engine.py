@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -16,7 +16,8 @@ from .client import Instance, WorkflowBinding
 from .clock import SystemClock
 from .durations import Duration, parse_duration
 from .errors import DefinitionError, WorkflowNotFoundError
-from .records import InstancePage, WorkflowInfo
+from .liveness import unserved_warning
+from .records import InstancePage, InstanceRecord, WorkerInfo, WorkflowInfo
 from .store import Store, create_store
 from .store.base import WorkflowMeta
 from .worker import Worker, WorkerSettings
@@ -40,7 +41,9 @@ class Engine:
     without renewal: a dead worker's instances move on after it), ``poll_interval`` (longest idle
     wait between looks at the database), ``grace_period`` (how long running steps may finish at
     shutdown), ``max_payload`` (bytes, for params, results and event payloads), ``retention``
-    (finished instances are deleted this long after they ended; default: kept forever).
+    (finished instances are deleted this long after they ended; default: kept forever),
+    ``heartbeat`` (how often the worker writes its row in the worker list, which shows it live
+    while its last heartbeat is at most three intervals old).
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class Engine:
         grace_period: Duration = 10,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         retention: Duration | None = None,
+        heartbeat: Duration = 5,
         clock: Callable[[], float] | None = None,
         worker_id: str | None = None,
         listeners: Iterable[Listener] = (),
@@ -67,6 +71,9 @@ class Engine:
         lease_seconds = parse_duration(lease, what="lease")
         if lease_seconds < 0.1:
             raise ValueError(f"lease must be at least 0.1 seconds, got {lease!r}")
+        heartbeat_seconds = parse_duration(heartbeat, what="heartbeat")
+        if heartbeat_seconds < 0.05:
+            raise ValueError(f"heartbeat must be at least 0.05 seconds, got {heartbeat!r}")
         self.settings = WorkerSettings(
             concurrency=concurrency,
             lease=lease_seconds,
@@ -74,6 +81,7 @@ class Engine:
             grace_period=parse_duration(grace_period, what="grace_period"),
             max_payload=max_payload,
             retention=None if retention is None else parse_duration(retention, what="retention"),
+            heartbeat=heartbeat_seconds,
         )
         self.clock = clock or SystemClock()
         self.store: Store = create_store(self.url, self.clock)
@@ -232,3 +240,19 @@ class Engine:
     async def list_workflows(self) -> list[WorkflowInfo]:
         """Workflows known to the database, with instance counts by status."""
         return await self.store.list_workflows()
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Workers registered in the database, live or not (``info.live(engine.store.now())``),
+        oldest first. A worker registers when it starts, beats every ``heartbeat`` seconds,
+        deregisters when it stops gracefully; the row of one that died expires."""
+        return await self.store.list_workers()
+
+    async def unserved_warnings(self, records: Sequence[InstanceRecord]) -> list[str | None]:
+        """For each record, ``"no live worker serves 'name'"`` if it is due to run and no live
+        worker runs its workflow, else None (:func:`stepline.liveness.unserved_warning`). Reads
+        the worker list once, and only if some record is due."""
+        now = self.store.now()
+        if not any(r.ready_at is not None and r.ready_at <= now for r in records):
+            return [None] * len(records)
+        workers = await self.store.list_workers()
+        return [unserved_warning(record, workers, now) for record in records]

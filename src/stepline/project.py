@@ -14,6 +14,7 @@ The configuration is found by walking up from the current directory, like ``wran
     lease = "30 seconds"
     poll_interval = "0.5 seconds"
     grace_period = "10 seconds"
+    heartbeat = "5 seconds"
 
 The database URL is taken, first match wins, from the ``--database`` option, the
 ``STEPLINE_DATABASE_URL`` environment variable, the ``database`` key, and finally
@@ -46,7 +47,7 @@ DEFAULT_DATABASE_FILE = "stepline.db"
 
 _TOP_KEYS = ("database", "workflows", "worker")
 _WORKFLOW_KEYS = ("name", "class_name")
-_WORKER_KEYS = ("concurrency", "lease", "poll_interval", "grace_period", "retention")
+_WORKER_KEYS = ("concurrency", "lease", "poll_interval", "grace_period", "retention", "heartbeat")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class WorkerConfig:
     grace_period: float = 10.0
     retention: float | None = None
     """Delete finished instances this long after they ended (None: keep them)."""
+    heartbeat: float = 5.0
+    """Seconds between a worker's heartbeats (its row in ``stepline workers list``)."""
 
     def engine_options(self) -> dict[str, Any]:
         """Keyword arguments for :class:`stepline.Engine`."""
@@ -78,6 +81,7 @@ class WorkerConfig:
             "poll_interval": self.poll_interval,
             "grace_period": self.grace_period,
             "retention": self.retention,
+            "heartbeat": self.heartbeat,
         }
 
 
@@ -197,6 +201,9 @@ def _worker(raw: Any, path: Path, prefix: str) -> WorkerConfig:
     lease = _duration(raw.get("lease", defaults.lease), path, f"{key}.lease")
     if lease < 0.1:
         raise ConfigError(f"{path}: key '{key}.lease' must be at least 0.1 seconds")
+    heartbeat = _duration(raw.get("heartbeat", defaults.heartbeat), path, f"{key}.heartbeat")
+    if heartbeat < 0.05:
+        raise ConfigError(f"{path}: key '{key}.heartbeat' must be at least 0.05 seconds")
     return WorkerConfig(
         concurrency=concurrency,
         lease=lease,
@@ -209,6 +216,7 @@ def _worker(raw: Any, path: Path, prefix: str) -> WorkerConfig:
         retention=_duration(raw["retention"], path, f"{key}.retention")
         if "retention" in raw
         else None,
+        heartbeat=heartbeat,
     )
 
 

@@ -201,3 +201,48 @@ class WorkflowInfo:
             "definition": self.definition,
             "counts": self.counts,
         }
+
+
+WORKER_LIVE_BEATS = 3
+"""A worker is live while its last heartbeat is at most this many of its own heartbeat
+intervals old: one late or lost beat does not make it look dead."""
+WORKER_EXPIRE_BEATS = 20
+"""A worker's row is deleted, by the next heartbeat of any worker, once its last heartbeat is
+this many of its own intervals old (a worker killed without a graceful shutdown)."""
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker as it registers itself in the database with every heartbeat."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: float
+    last_seen: float
+    """When its last heartbeat was written (seconds since the epoch, the store's clock)."""
+    heartbeat: float
+    """Seconds between its heartbeats."""
+    workflows: tuple[str, ...]
+    """The workflows it runs."""
+    concurrency: int
+    running: int
+    """Activations it was running at its last heartbeat."""
+
+    def live(self, now: float) -> bool:
+        """Whether its last heartbeat is recent enough (:data:`WORKER_LIVE_BEATS`) at ``now``."""
+        return now - self.last_seen <= self.heartbeat * WORKER_LIVE_BEATS
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "last_seen": self.last_seen,
+            "heartbeat": self.heartbeat,
+            "workflows": list(self.workflows),
+            "concurrency": self.concurrency,
+            "running": self.running,
+            "live": self.live(now),
+        }

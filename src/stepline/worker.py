@@ -1,8 +1,8 @@
 """The worker: claims runnable instances under a lease and runs their activations.
 
-One :meth:`Worker.run` with named side tasks (lease renewal) under a stop event and a graceful
-shutdown timeout. :meth:`Worker.run_once` is one iteration of the claim loop at the store's
-current time, so tests drive time with a manual clock instead of sleeping.
+One :meth:`Worker.run` with named side tasks (lease renewal, heartbeat, retention) under a stop
+event and a graceful shutdown timeout. :meth:`Worker.run_once` is one iteration of the claim
+loop at the store's current time, so tests drive time with a manual clock instead of sleeping.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from ._runtime import Activation, ActivationAborted, ActivationSettings
 from .errors import LeaseLostError, StoreError, StoreUnavailableError
-from .records import InstanceRecord
+from .records import InstanceRecord, WorkerInfo
 from .store.base import Claim, History, LeaseOffer, Store, offered_claims
 from .workflow import WorkflowDefinition
 
@@ -59,6 +59,10 @@ class WorkerSettings:
     max_payload: int = 1024 * 1024
     retention: float | None = None
     """Delete complete, errored and terminated instances this long after they ended."""
+    heartbeat: float = 5.0
+    """Seconds between the worker's heartbeats: its row in the store's worker list (what
+    ``stepline workers list`` shows). It counts as live while its last heartbeat is at most
+    :data:`~stepline.records.WORKER_LIVE_BEATS` intervals old."""
 
 
 class _Slot:
@@ -123,6 +127,8 @@ class Worker:
         """(store time, monotonic time) at the last look at the clock (:meth:`_clock_step`)."""
         self._claim_after = 0.0
         """Monotonic time before which the loop claims nothing (after a clock step)."""
+        self._started_at: float | None = None
+        """When :meth:`run` began (store time), for the heartbeat."""
 
     # -- public ----------------------------------------------------------------------------------
 
@@ -197,8 +203,10 @@ class Worker:
     async def run(self) -> None:
         """Run until :meth:`stop` is called, then shut down gracefully."""
         self.store.add_ready_listener(self.wake)
+        self._started_at = self.store.now()
         side_tasks = [
             asyncio.create_task(self._renew_loop(), name=f"stepline-renew-{self.id}"),
+            asyncio.create_task(self._heartbeat_loop(), name=f"stepline-heartbeat-{self.id}"),
         ]
         if self.settings.retention is not None:
             side_tasks.append(
@@ -266,6 +274,7 @@ class Worker:
             for task in side_tasks:
                 task.cancel()
             await asyncio.gather(*side_tasks, return_exceptions=True)
+            await self._forget()
             log.info("worker %s stopped", self.id)
 
     # -- internals -------------------------------------------------------------------------------
@@ -379,6 +388,44 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             await self.renew_now()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            try:
+                await self.beat_now()
+            except StoreError as exc:
+                log.log(_level(exc, logging.WARNING), "heartbeat failed, will retry: %s", exc)
+            await asyncio.sleep(self.settings.heartbeat)
+
+    async def beat_now(self) -> None:
+        """Write this worker's heartbeat: its row in the store's worker list, which the same
+        write clears of workers that stopped beating long ago."""
+        now = self.store.now()
+        started = self._started_at if self._started_at is not None else now
+        info = WorkerInfo(
+            self.id,
+            socket.gethostname(),
+            os.getpid(),
+            started,
+            now,
+            self.settings.heartbeat,
+            tuple(self._workflows),
+            self.settings.concurrency,
+            len(self._active),
+        )
+        await self.store.heartbeat(info, now)
+
+    async def _forget(self) -> None:
+        """Remove this worker's row on a graceful stop. Bounded: with the database gone the
+        stop does not wait for it; the row then shows the worker dead, and expires."""
+        try:
+            await asyncio.wait_for(
+                self.store.forget_worker(self.id), max(self.settings.heartbeat, 1.0)
+            )
+        except (StoreError, TimeoutError) as exc:
+            log.log(
+                _level(exc, logging.WARNING), "worker %s: could not deregister: %s", self.id, exc
+            )
 
     async def _retention_loop(self) -> None:
         retention = self.settings.retention

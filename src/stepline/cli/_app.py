@@ -12,6 +12,7 @@ from .. import __version__
 from ._common import State
 from ._instances import instances
 from ._run import run, worker
+from ._workers import workers
 from ._workflows import workflows
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -68,6 +69,7 @@ def cli(ctx: click.Context, database: str | None, config_path: Path | None) -> N
 workflows.add_command(instances)
 cli.add_command(workflows)
 cli.add_command(worker)
+cli.add_command(workers)
 cli.add_command(run)
 
 

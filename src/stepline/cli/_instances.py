@@ -123,6 +123,8 @@ class Described:
     steps: list[StepRecord]
     now: float
     definition: dict[str, Any] | None = None
+    warning: str | None = None
+    """``no live worker serves 'NAME'`` (:meth:`Engine.unserved_warnings`), or None."""
 
 
 async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
@@ -131,7 +133,8 @@ async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
     definition = next(
         (w.definition for w in await engine.list_workflows() if w.name == record.workflow), None
     )
-    return Described(record, steps, engine.store.now(), definition)
+    (warning,) = await engine.unserved_warnings([record])
+    return Described(record, steps, engine.store.now(), definition, warning)
 
 
 def show_instance(
@@ -139,7 +142,9 @@ def show_instance(
 ) -> None:
     """Print the describe layout (or its JSON) on stdout."""
     if as_json:
-        print_json(describe_json(described.record, described.steps))
+        print_json(
+            {**describe_json(described.record, described.steps), "warning": described.warning}
+        )
         return
     state.out.print(
         describe_instance(
@@ -149,6 +154,7 @@ def show_instance(
             step_output=step_output,
             limit=limit,
             definition=described.definition,
+            warning=described.warning,
         )
     )
 

@@ -244,13 +244,19 @@ def describe_instance(
     step_output: bool = True,
     limit: int | None = DEFAULT_TRUNCATE,
     definition: dict[str, Any] | None = None,
+    warning: str | None = None,
 ) -> RenderableType:
     """The ``instances describe`` layout; a DAG or pipeline also gets its graph with the state
-    of every node."""
+    of every node. ``warning`` (no live worker serves the workflow) follows the status."""
     fields: list[Field] = [
         ("Workflow Name", record.workflow),
         ("Instance Id", record.id),
         ("Status", status_text(record.status)),
+    ]
+    if warning:
+        hint = "start `stepline worker`; `stepline workers list` shows the workers"
+        fields.append(("Warning", Text(f"⚠ {warning} ({hint})", style="yellow")))
+    fields += [
         ("Trigger", trigger_text(record.trigger)),
         ("Queued", fmt_time(record.created_at)),
     ]

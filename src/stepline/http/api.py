@@ -242,9 +242,12 @@ class Api:
             await self._require_workflow(workflow)
         with client_errors():
             page = await self.engine.list_instances(workflow, status, limit, cursor)
-        return JsonResponse(
-            {"instances": [instance_summary(r) for r in page.instances], "cursor": page.cursor}
-        )
+            warnings = await self.engine.unserved_warnings(page.instances)
+        summaries = [
+            {**instance_summary(r), "warning": warning}
+            for r, warning in zip(page.instances, warnings, strict=True)
+        ]
+        return JsonResponse({"instances": summaries, "cursor": page.cursor})
 
     async def _detail(self, workflow: str, instance_id: str) -> dict[str, Any]:
         try:
@@ -252,6 +255,7 @@ class Api:
                 instance = await self.engine.workflow(workflow).get(instance_id)
                 record = await instance.record()
                 steps = await instance.steps()
+                (warning,) = await self.engine.unserved_warnings([record])
         except ApiError as error:
             if isinstance(error.__cause__, InstanceNotFoundError):
                 raise await self._instance_missing(error.__cause__) from None
@@ -259,7 +263,11 @@ class Api:
         graph = graph_of(await self._definition(workflow))
         if graph is not None:
             graph["states"] = self._node_states(graph, steps, instance_id)
-        return {"workflow": record.to_json(), "steps": [s.to_json() for s in steps], "graph": graph}
+        return {
+            "workflow": {**record.to_json(), "warning": warning},
+            "steps": [s.to_json() for s in steps],
+            "graph": graph,
+        }
 
     async def _definition(self, workflow: str) -> dict[str, Any] | None:
         """The workflow's definition: from this engine's registry, else from the database
@@ -292,6 +300,12 @@ class Api:
 
     async def openapi(self, request: Request) -> Response:
         return JsonResponse(openapi_document(self.max_body, self.max_payload, secured=self.secured))
+
+    async def list_workers(self, request: Request) -> Response:
+        with client_errors():
+            workers = await self.engine.list_workers()
+        now = self.engine.store.now()
+        return JsonResponse({"workers": [worker.to_json(now) for worker in workers]})
 
     async def list_workflows(self, request: Request) -> Response:
         with client_errors():
@@ -498,6 +512,7 @@ def api_routes(api: Api) -> list[Route]:
     one = base + "/{id}"
     return [
         Route("/openapi.json", api.openapi, methods=["GET"]),
+        Route("/workers", api.list_workers, methods=["GET"]),
         Route("/workflows", api.list_workflows, methods=["GET"]),
         Route("/workflows/{name}", api.get_workflow, methods=["GET"]),
         Route("/instances", api.list_all_instances, methods=["GET"]),

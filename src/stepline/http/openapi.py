@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import INSTANCE_STATUSES
+from ..records import INSTANCE_STATUSES, WORKER_EXPIRE_BEATS, WORKER_LIVE_BEATS
 
 NAME_PATTERN = "^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$"
 _REF = "#/components/schemas/"
@@ -102,6 +102,14 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "started_at": _NUMBER_OR_NULL,
         "ended_at": _NUMBER_OR_NULL,
         "wake_at": {**_NUMBER_OR_NULL, "description": "When a waiting instance wakes up."},
+        "warning": {
+            "type": ["string", "null"],
+            "description": (
+                "`no live worker serves 'NAME'` when the instance is due to run (queued, or "
+                "its wake-up time or its dead worker's lease has come) and no live worker runs "
+                "its workflow; else null."
+            ),
+        },
     }
     return {
         "Error": {
@@ -144,6 +152,44 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                     },
                 },
             },
+        },
+        "Worker": {
+            "type": "object",
+            "required": [
+                "id",
+                "host",
+                "pid",
+                "started_at",
+                "last_seen",
+                "heartbeat",
+                "workflows",
+                "concurrency",
+                "running",
+                "live",
+            ],
+            "properties": {
+                "id": {"type": "string"},
+                "host": {"type": "string"},
+                "pid": {"type": "integer"},
+                "started_at": {"type": "number", "description": "Seconds since the epoch."},
+                "last_seen": {"type": "number", "description": "Its last heartbeat."},
+                "heartbeat": {"type": "number", "description": "Seconds between heartbeats."},
+                "workflows": {"type": "array", "items": {"type": "string"}},
+                "concurrency": {"type": "integer", "minimum": 1},
+                "running": {"type": "integer", "minimum": 0},
+                "live": {
+                    "type": "boolean",
+                    "description": (
+                        f"Its last heartbeat is at most {WORKER_LIVE_BEATS} of its heartbeat "
+                        "intervals old."
+                    ),
+                },
+            },
+        },
+        "WorkerList": {
+            "type": "object",
+            "required": ["workers"],
+            "properties": {"workers": {"type": "array", "items": _ref("Worker")}},
         },
         "WorkflowList": {
             "type": "object",
@@ -306,6 +352,19 @@ def _paths() -> dict[str, Any]:
     one = instances + "/{id}"
     json_body = {"required": True, "content": _json_content({})}
     return {
+        "/api/workers": {
+            "get": {
+                "operationId": "listWorkers",
+                "summary": "Workers registered in the database, live or not, oldest first.",
+                "description": (
+                    "A worker registers when it starts and writes a heartbeat every few "
+                    "seconds; it deregisters when it stops gracefully. The row of a worker "
+                    f"that died stays (`live` false) until it is {WORKER_EXPIRE_BEATS} heartbeat "
+                    "intervals old."
+                ),
+                "responses": _responses(_ok(200, "The workers.", "WorkerList")),
+            }
+        },
         "/api/workflows": {
             "get": {
                 "operationId": "listWorkflows",

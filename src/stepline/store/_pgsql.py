@@ -402,6 +402,26 @@ _TEMPLATES: dict[str, str] = {
         SELECT min(ready_at) FROM {s}.instances
         WHERE ready_at IS NOT NULL AND workflow = ANY(%s::text[])
     """,
+    # -- worker liveness -------------------------------------------------------------------------
+    "heartbeat": """
+        WITH expired AS (
+            DELETE FROM {s}.workers
+            WHERE id <> %(id)s AND last_seen + heartbeat * %(expire_beats)s < %(now)s
+        )
+        INSERT INTO {s}.workers (id, host, pid, started_at, last_seen, heartbeat, workflows,
+            concurrency, running)
+        VALUES (%(id)s, %(host)s, %(pid)s, %(started_at)s, %(now)s, %(heartbeat)s,
+            %(workflows)s, %(concurrency)s, %(running)s)
+        ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
+            started_at = excluded.started_at, last_seen = excluded.last_seen,
+            heartbeat = excluded.heartbeat, workflows = excluded.workflows,
+            concurrency = excluded.concurrency, running = excluded.running
+    """,
+    "list_workers": """
+        SELECT id, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running
+        FROM {s}.workers ORDER BY started_at, id
+    """,
+    "forget_worker": "DELETE FROM {s}.workers WHERE id = %s",
 }
 
 
@@ -446,6 +466,9 @@ class Statements:
     finished_by: str
     release: str
     next_wakeup: str
+    heartbeat: str
+    list_workers: str
+    forget_worker: str
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:

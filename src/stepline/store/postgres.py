@@ -111,7 +111,14 @@ from ..errors import (
     LeaseLostError,
     StoreError,
 )
-from ..records import InstancePage, InstanceRecord, StepRecord, WorkflowInfo
+from ..records import (
+    WORKER_EXPIRE_BEATS,
+    InstancePage,
+    InstanceRecord,
+    StepRecord,
+    WorkerInfo,
+    WorkflowInfo,
+)
 from ._pgbatch import Batcher
 from ._pgdb import Conn, Database, describe, split_url
 from ._pgsql import Statements, history_from_json, indexed_rows, json_rows
@@ -856,6 +863,43 @@ class PostgresStore(Store):
         )
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
+
+    # -- worker liveness -------------------------------------------------------------------------
+
+    async def heartbeat(self, info: WorkerInfo, now: float) -> None:
+        params = {
+            "id": info.id,
+            "host": info.host,
+            "pid": info.pid,
+            "started_at": info.started_at,
+            "now": now,
+            "heartbeat": info.heartbeat,
+            "workflows": dumps(list(info.workflows), what="worker workflows", limit=1 << 24),
+            "concurrency": info.concurrency,
+            "running": info.running,
+            "expire_beats": WORKER_EXPIRE_BEATS,
+        }
+        query = self._sql.heartbeat
+
+        async def attempt(conn: Conn) -> None:
+            await conn.execute(query, params)
+
+        await self._db.retrying(f"recording the heartbeat of worker {info.id!r}", attempt)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        rows = await self._db.read("listing workers", self._sql.list_workers)
+        return [
+            WorkerInfo(r[0], r[1], r[2], r[3], r[4], r[5], tuple(loads(r[6])), r[7], r[8])
+            for r in rows
+        ]
+
+    async def forget_worker(self, worker_id: str) -> None:
+        query = self._sql.forget_worker
+
+        async def attempt(conn: Conn) -> None:
+            await conn.execute(query, (worker_id,))
+
+        await self._db.retrying(f"removing worker {worker_id!r}", attempt)
 
 
 _CLAIM_IN_ORDER = "SET LOCAL enable_bitmapscan = off"

@@ -35,7 +35,15 @@ from ..errors import (
     StoreError,
     StoreUnavailableError,
 )
-from ..records import InstancePage, InstanceRecord, PendingEvent, StepRecord, WorkflowInfo
+from ..records import (
+    WORKER_EXPIRE_BEATS,
+    InstancePage,
+    InstanceRecord,
+    PendingEvent,
+    StepRecord,
+    WorkerInfo,
+    WorkflowInfo,
+)
 from ._rows import (
     INSTANCE_COLUMNS,
     INTERRUPTED,
@@ -989,3 +997,47 @@ class SqliteStore(Store):
         )
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
+
+    # -- worker liveness -------------------------------------------------------------------------
+
+    async def heartbeat(self, info: WorkerInfo, now: float) -> None:
+        workflows = dumps(list(info.workflows), what="worker workflows", limit=1 << 24)
+
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "DELETE FROM workers WHERE id <> ? AND last_seen + heartbeat * ? < ?",
+                (info.id, WORKER_EXPIRE_BEATS, now),
+            )
+            c.execute(
+                "INSERT OR REPLACE INTO workers (id, host, pid, started_at, last_seen, heartbeat,"
+                " workflows, concurrency, running) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    info.id,
+                    info.host,
+                    info.pid,
+                    info.started_at,
+                    now,
+                    info.heartbeat,
+                    workflows,
+                    info.concurrency,
+                    info.running,
+                ),
+            )
+
+        await self._write(op)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        rows = await self._read(
+            "SELECT id, host, pid, started_at, last_seen, heartbeat, workflows, concurrency,"
+            " running FROM workers ORDER BY started_at, id"
+        )
+        return [
+            WorkerInfo(r[0], r[1], r[2], r[3], r[4], r[5], tuple(loads(r[6])), r[7], r[8])
+            for r in rows
+        ]
+
+    async def forget_worker(self, worker_id: str) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+
+        await self._write(op)

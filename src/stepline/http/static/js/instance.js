@@ -16,6 +16,7 @@ import {
 import { graph } from "./graph.js";
 import { go } from "./router.js";
 import { timeline } from "./timeline.js";
+import { unservedBanner } from "./workers.js";
 
 function stepDuration(step) {
   if (!step.started_at) return null;
@@ -101,6 +102,7 @@ export function render(root, params) {
     h("h3", {}, "Graph"), h("div", {}));
   const timelineBox = h("div", {});
   const stepsBox = h("div", { class: "table-scroll" });
+  const warningBox = h("div", {});
 
   const button = (label, testid, cls, onclick) =>
     h("button", { type: "button", class: cls, "data-testid": testid, onclick }, label);
@@ -185,6 +187,7 @@ export function render(root, params) {
       h("div", {}, h("h1", { class: "mono inst-id" }, id), h("div", { class: "summary" }, workflow)),
       h("div", { class: "head-status" }, live, badge),
     ),
+    warningBox,
     h(
       "div",
       { class: "grid-2" },
@@ -224,6 +227,7 @@ export function render(root, params) {
     current = detail;
     const inst = detail.workflow;
     replace(badge, statusBadge(inst.status, "badge-lg"));
+    replace(warningBox, unservedBanner(inst));
     const finished = FINISHED.has(inst.status);
     live.textContent = finished ? "" : "● live";
     pauseBtn.disabled = !["queued", "running", "waiting"].includes(inst.status);

@@ -41,7 +41,9 @@ function row(inst) {
       inst.error
         ? h("span", { class: "err-text", title: `${inst.error.name}: ${inst.error.message}` },
           truncate(`${inst.error.name}: ${inst.error.message}`, 80))
-        : inst.status === "waiting" && inst.wake_at
+        : inst.warning
+          ? h("span", { class: "unserved-text", "data-testid": "unserved" }, `⚠ ${inst.warning}`)
+          : inst.status === "waiting" && inst.wake_at
           ? h("span", { class: "muted" }, "wakes ", timeCell(inst.wake_at))
           : null,
     ),

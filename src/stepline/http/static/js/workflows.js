@@ -3,6 +3,7 @@
 import { api, enc } from "./api.js";
 import { STATUSES, clear, h, relativeTime, replace, toast } from "./dom.js";
 import { go } from "./router.js";
+import { workersPanel } from "./workers.js";
 
 const REFRESH_MS = 4000;
 
@@ -152,6 +153,8 @@ export function render(root) {
     ),
     grid,
   );
+  const workers = workersPanel();
+  root.append(workers.el);
   let timer = null;
   let stopped = false;
   const cards = new Map();
@@ -217,5 +220,6 @@ export function render(root) {
   return () => {
     stopped = true;
     clearTimeout(timer);
+    workers.stop();
   };
 }
