@@ -110,7 +110,7 @@ async def test_a_heartbeat_expires_rows_by_their_own_interval(
         clock.advance(1.0)
         await store.heartbeat(info("beater", t0, heartbeat=1.0), store.now())
         assert {w.id for w in await store.list_workers()} == {"slow", "beater"}
-        # A worker never expires its own row, however late its heartbeat is.
+        # Much later the slow one beats again: the beater, silent since, has expired in turn.
         clock.advance(WORKER_EXPIRE_BEATS * 10.0 + 1)
         await store.heartbeat(info("slow", t0, heartbeat=10.0), store.now())
         assert {w.id for w in await store.list_workers()} == {"slow"}
@@ -209,9 +209,15 @@ async def test_instances_not_due_are_not_flagged(
         paused = await engine.workflow("served").create(id="p")
         await paused.pause()
         await drain(engine)  # "s" now sleeps for a minute
-        records = [await sleeper.record(), await paused.record()]
-        assert [r.status for r in records] == ["waiting", "paused"]
-        assert await engine.unserved_warnings(records) == [None, None]
+        queued = await engine.workflow("served").create(id="q")
+        records = [await sleeper.record(), await paused.record(), await queued.record()]
+        assert [r.status for r in records] == ["waiting", "paused", "queued"]
+        assert await engine.unserved_warnings(records) == [
+            None,
+            None,
+            "no live worker serves 'served'",
+        ]
+        await queued.terminate()
         clock.advance(61)  # the nap is over: due, and no worker runs it
         record = await sleeper.record()
         assert await engine.unserved_warnings([record]) == ["no live worker serves 'served'"]

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 
 from .records import InstanceRecord, WorkerInfo
 
-_DUE_STATUSES = frozenset({"queued", "running", "waiting", "waitingForPause"})
-
 
 def unserved_warning(
     record: InstanceRecord, workers: Sequence[WorkerInfo], now: float
@@ -22,11 +20,11 @@ def unserved_warning(
     """``"no live worker serves 'name'"`` when ``record`` is due to run at ``now`` and none of
     the live ``workers`` runs its workflow; else None.
 
-    Due: unfinished, not paused, and its ``ready_at`` (creation, wake-up time, retry time, or
-    the expiry of the lease of the worker running it) has come. An instance sleeping until a
-    later time is not flagged: it needs no worker yet.
+    Due: its ``ready_at`` (creation, wake-up time, retry time, or the expiry of the lease of
+    the worker running it) has come; paused and finished instances have none. An instance
+    sleeping until a later time is not flagged: it needs no worker yet.
     """
-    if record.status not in _DUE_STATUSES or record.ready_at is None or record.ready_at > now:
+    if record.ready_at is None or record.ready_at > now:
         return None
     if any(record.workflow in worker.workflows and worker.live(now) for worker in workers):
         return None

@@ -29,11 +29,7 @@ def workers_table(rows: Sequence[WorkerInfo], now: float) -> Table:
         wrap=["Workflows"],
     )
     for row in rows:
-        state = (
-            Text("● live", style="green")
-            if row.live(now)
-            else Text("✖ dead (no heartbeat)", style="red")
-        )
+        state = Text("● live", style="green") if row.live(now) else Text("✖ dead", style="red")
         table.add_row(
             row.id,
             row.host,
