@@ -10,6 +10,7 @@ tests/test_dashboard_workers.py.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stepline import Engine, ManualClock, WorkflowEvent, WorkflowStep, workflow
+from stepline import Engine, ManualClock, SyncEngine, WorkflowEvent, WorkflowStep, workflow
 from stepline.http import create_app
 from stepline.records import WORKER_EXPIRE_BEATS, WORKER_LIVE_BEATS, WorkerInfo
 
@@ -168,6 +169,15 @@ async def _wait_for_worker(engine: Engine, done: Any, timeout: float = 20.0) -> 
             return rows
         assert asyncio.get_running_loop().time() < deadline, rows
         await asyncio.sleep(0.02)
+
+
+def test_sync_engine_lists_workers(store_url: str) -> None:
+    with SyncEngine(store_url, [served], worker=True, heartbeat=0.05) as engine:
+        deadline = time.monotonic() + 20
+        while not (rows := engine.list_workers()):
+            assert time.monotonic() < deadline, "the in-process worker never registered"
+            time.sleep(0.02)
+        assert [row.workflows for row in rows] == [("served",)]
 
 
 def test_heartbeat_must_be_positive() -> None:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from . import _loop
 from .client import Instance, WorkflowBinding
 from .engine import Engine
-from .records import InstancePage, InstanceStatus, StepRecord, WorkflowInfo
+from .records import InstancePage, InstanceStatus, StepRecord, WorkerInfo, WorkflowInfo
 
 T = TypeVar("T")
 
@@ -129,6 +129,9 @@ class SyncEngine:
 
     def list_workflows(self) -> list[WorkflowInfo]:
         return self._portal.call(self.engine.list_workflows())
+
+    def list_workers(self) -> list[WorkerInfo]:
+        return self._portal.call(self.engine.list_workers())
 
     def close(self) -> None:
         try:
