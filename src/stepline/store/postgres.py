@@ -884,7 +884,11 @@ class PostgresStore(Store):
         async def attempt(conn: Conn) -> None:
             await conn.execute(query, params)
 
-        await self._db.retrying(f"recording the heartbeat of worker {info.id!r}", attempt)
+        # On the pool kept for leases and claims: a worker busy enough to exhaust the main pool
+        # must not look dead for it.
+        await self._db.retrying(
+            f"recording the heartbeat of worker {info.id!r}", attempt, priority=True
+        )
 
     async def list_workers(self) -> list[WorkerInfo]:
         rows = await self._db.read("listing workers", self._sql.list_workers)
