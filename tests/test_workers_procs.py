@@ -6,6 +6,7 @@ deregisters. Heartbeats every 0.2 s, so this takes seconds. Both stores (``store
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from stepline import Engine
 from stepline.records import WORKER_EXPIRE_BEATS, WORKER_LIVE_BEATS
 
 from .test_cli import cli_env
@@ -108,13 +110,19 @@ class Project:
         return data
 
 
+async def _create_database(url: str) -> None:
+    async with Engine(url, worker=False):
+        pass  # opening creates and migrates the database
+
+
 @pytest.fixture
 def project(store_url: str, tmp_path: Path) -> Iterator[Project]:
     (tmp_path / "flows.py").write_text(FLOWS)
     (tmp_path / "stepline.toml").write_text(CONFIG)
     made = Project(tmp_path, store_url)
-    init = made.run("workflows", "trigger", "orphan", "--id", "o1")  # creates the database
-    assert init.returncode == 0, init.stderr
+    asyncio.run(_create_database(store_url))
+    queued = made.run("workflows", "trigger", "orphan", "--id", "o1")
+    assert queued.returncode == 0, queued.stderr
     yield made
     for proc in made.procs:
         if proc.poll() is None:
