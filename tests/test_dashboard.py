@@ -181,7 +181,20 @@ def watch() -> Watch:
 
 @pytest.fixture
 def page(browser: Browser, site: Site, watch: Watch) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield from _watched_page(browser, watch, viewport={"width": 1280, "height": 900})
+
+
+PHONE = {"width": 390, "height": 844}  # an iPhone 12-15 viewport, in CSS pixels
+
+
+@pytest.fixture
+def phone(browser: Browser, site: Site, watch: Watch) -> Iterator[Page]:
+    """A page the size of a phone, with touch (its meta viewport applies, as on a phone)."""
+    yield from _watched_page(browser, watch, viewport=PHONE, is_mobile=True, has_touch=True)
+
+
+def _watched_page(browser: Browser, watch: Watch, **options: Any) -> Iterator[Page]:
+    context = browser.new_context(**options)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT)
 
@@ -381,27 +394,132 @@ def test_dag_graph_nodes_coloured_by_state(page: Page, site: Site) -> None:
     expect(enrich.locator("[data-kind=failed]")).to_have_count(2)
     expect(enrich.locator("[data-kind=delay]")).to_have_count(2)
     expect(enrich.locator("[data-kind=ok]")).to_have_count(1)
+    assert axis_labels_apart(page) == 5  # a desktop-wide axis has room for all its labels
 
 
-def test_token_is_asked_once_and_sent(browser: Browser, tmp_path: Path) -> None:
+def test_token_dialog_enter_saves_and_cancel_explains(browser: Browser, tmp_path: Path) -> None:
     with _serve(tmp_path / "secured.db", "let-me-in") as server:
         context = browser.new_context()
         page = context.new_page()
         page.set_default_timeout(TIMEOUT)
         page.goto(f"{server.url}/#/workflows")
         dialog = page.locator("#token-dialog")
+        field = page.locator("[data-testid=token-input]")
         expect(dialog).to_be_visible()
-        page.locator("[data-testid=token-input]").fill("wrong")
+        # Cancel leaves a page that says what is missing, with a way back to the prompt.
+        page.locator("[data-testid=token-cancel]").click()
+        expect(dialog).to_be_hidden()
+        needed = page.locator("[data-testid=token-needed]")
+        expect(needed).to_contain_text("needs an API token")
+        needed.locator("button").click()
+        expect(dialog).to_be_visible()
+        field.fill("wrong")
         page.locator("[data-testid=token-save]").click()
         expect(dialog).to_contain_text("refused")
-        page.locator("[data-testid=token-input]").fill("let-me-in")
-        page.locator("[data-testid=token-save]").click()
+        # Enter in the field saves (it must not press Cancel, the form's other button).
+        field.fill("let-me-in")
+        field.press("Enter")
         expect(page.locator("[data-testid=workflow-quick]")).to_be_visible()
+        expect(dialog).to_be_hidden()
         assert page.evaluate("sessionStorage.getItem('stepline.token')") == "let-me-in"
         page.reload()
         expect(page.locator("[data-testid=workflow-quick]")).to_be_visible()
         expect(dialog).to_be_hidden()
         context.close()
+
+
+def axis_labels_apart(page: Page) -> int:
+    """Assert that the timeline's axis labels lie inside the axis, at least 4 px apart, the
+    first and the last one shown; return how many are shown."""
+    boxes = page.evaluate(
+        """() => {
+          const axis = document.querySelector("[data-testid=timeline] .tl-axis");
+          const a = axis.getBoundingClientRect();
+          const shown = [...axis.querySelectorAll(".tick")]
+            .filter((t) => t.getClientRects().length);
+          return {axis: [a.left, a.right], ticks: shown.map((t) => {
+            const r = t.getBoundingClientRect();
+            return {text: t.textContent, left: r.left, right: r.right, top: r.top,
+              bottom: r.bottom};
+          })};
+        }"""
+    )
+    ticks = boxes["ticks"]
+    left, right = boxes["axis"]
+    assert len(ticks) >= 2, boxes
+    assert ticks[0]["text"] == "+0 ms", boxes  # the start and the end are always labelled
+    assert ticks[-1]["right"] == pytest.approx(right, abs=1), boxes
+    for tick in ticks:
+        assert left - 0.5 <= tick["left"] and tick["right"] <= right + 0.5, (tick, boxes["axis"])
+    for i, a in enumerate(ticks):
+        for b in ticks[i + 1 :]:
+            apart_x = a["right"] + 4 <= b["left"] or b["right"] + 4 <= a["left"]
+            apart_y = a["bottom"] <= b["top"] or b["bottom"] <= a["top"]
+            assert apart_x or apart_y, f"axis labels overlap: {a} and {b}"
+    return len(ticks)
+
+
+TAP_TARGETS = (
+    "button, select, textarea, input:not([type=checkbox]), summary, label.check, label.toggle, "
+    ".topbar a, a.button"
+)
+
+
+def small_tap_targets(page: Page, least: int = 44) -> list[str]:
+    """The visible controls smaller than ``least`` CSS pixels either way (44 is Apple's minimum
+    for a touch target; checkboxes count by their label, which is what a finger hits)."""
+    return list(
+        page.evaluate(
+            """([selector, least]) => [...document.querySelectorAll(selector)]
+              .filter((el) => el.getClientRects().length)
+              .map((el) => [el, el.getBoundingClientRect()])
+              .filter(([, r]) => r.width < least || r.height < least)
+              .map(([el, r]) => `${el.dataset.testid || el.tagName} "${el.textContent.trim()
+                .slice(0, 24)}" ${Math.round(r.width)}x${Math.round(r.height)}`)""",
+            [TAP_TARGETS, least],
+        )
+    )
+
+
+def test_on_a_phone_every_page_fits_and_stays_usable(
+    phone: Page, site: Site, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path_factory.mktemp("screenshots-phone")
+    long_params = {"customer": "a-customer-with-a-rather-long-name-" * 3, "total": 99}
+    site.post("/api/workflows/etl/instances", {"id": "etl-phone", "params": long_params})
+    site.post("/api/workflows/approval/instances", {"id": "order-phone", "params": long_params})
+    site.wait_status("etl", "etl-phone", "complete")
+    site.wait_status("approval", "order-phone", "waiting")
+    pages = [
+        ("workflows", "#/workflows", "[data-testid=workflow-etl]"),
+        ("instances", "#/instances", "[data-testid=instance-row]"),
+        ("instance-dag", "#/workflows/etl/instances/etl-phone", "[data-testid=dag]"),
+        ("instance-wait", "#/workflows/approval/instances/order-phone", "[data-testid=event-type]"),
+    ]
+    for name, route, ready in pages:
+        phone.goto(f"{site.url}/{route}")
+        expect(phone.locator(ready).first).to_be_visible()
+        if name.startswith("instance-"):
+            expect(phone.locator("[data-testid=step-row]").first).to_be_visible()
+        phone.screenshot(path=out / f"{name}.png", full_page=True)
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], f"the {name} page is {width} px wide on a phone"
+        assert small_tap_targets(phone) == [], name
+        if name.startswith("instance-"):
+            assert axis_labels_apart(phone) >= 2
+    # Turned sideways the same page lays out again (the axis shows more labels when it can).
+    phone.set_viewport_size({"width": PHONE["height"], "height": PHONE["width"]})
+    phone.screenshot(path=out / "instance-waiting-landscape.png", full_page=True)
+    assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["height"]
+    assert axis_labels_apart(phone) == 5
+    # The narrowest phones still sold (320 px) fit too, with fewer axis labels.
+    phone.set_viewport_size({"width": 320, "height": 568})
+    phone.goto(f"{site.url}/#/workflows/etl/instances/etl-phone")
+    expect(phone.locator("[data-testid=step-row]").first).to_be_visible()
+    phone.screenshot(path=out / "instance-dag-320.png", full_page=True)
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 320
+    assert axis_labels_apart(phone) == 3
+    print(f"screenshots in {out}")
 
 
 def test_screenshots_of_the_three_pages(

@@ -1,7 +1,7 @@
 // Dashboard entry point: routing, navigation state and the API token prompt.
 
 import { getToken, onTokenNeeded, setToken } from "./api.js";
-import { clear, h } from "./dom.js";
+import { clear, h, replace } from "./dom.js";
 import { render as renderInstance } from "./instance.js";
 import { render as renderInstances } from "./instances.js";
 import { parse } from "./router.js";
@@ -43,6 +43,8 @@ function askForToken(wrong) {
     ? "That token was refused. Enter the server's API token."
     : "This server needs an API token (STEPLINE_API_TOKEN or --token).";
   input.value = "";
+  // Escape closes the dialog without touching returnValue: clear the last one.
+  dialog.returnValue = "";
   return new Promise((resolve) => {
     dialog.addEventListener(
       "close",
@@ -53,9 +55,28 @@ function askForToken(wrong) {
     input.focus();
   }).then((token) => {
     updateLock();
-    if (!token) throw new Error("an API token is needed to use this dashboard");
+    if (!token) {
+      tokenNeeded();
+      throw new Error("an API token is needed to use this dashboard");
+    }
     return token;
   });
+}
+
+/** After Cancel: stop the page and say what is missing, with a way back to the prompt. */
+function tokenNeeded() {
+  if (cleanup) cleanup();
+  cleanup = null;
+  replace(
+    document.getElementById("view"),
+    h(
+      "div",
+      { class: "empty-state", "data-testid": "token-needed" },
+      h("h2", {}, "This server needs an API token"),
+      h("p", {}, "It was set with STEPLINE_API_TOKEN or --token when the server started."),
+      h("button", { type: "button", class: "primary", onclick: route }, "Enter the token"),
+    ),
+  );
 }
 
 function updateLock() {
@@ -64,6 +85,9 @@ function updateLock() {
 }
 
 onTokenNeeded(askForToken);
+document.querySelector("#token-dialog [data-testid=token-cancel]").addEventListener("click", () => {
+  document.getElementById("token-dialog").close("cancel");
+});
 document.getElementById("lock").addEventListener("click", () => {
   setToken("");
   updateLock();

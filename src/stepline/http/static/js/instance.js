@@ -222,6 +222,7 @@ export function render(root, params) {
 
   let current = null;
   let stop = null;
+  let stopped = false;
 
   function update(detail) {
     current = detail;
@@ -305,10 +306,12 @@ export function render(root, params) {
       restartFollow();
     })
     .catch((err) => {
+      if (stopped) return;
       replace(root, h("div", { class: "empty-state" }, h("h2", {}, "Cannot show this instance"), h("p", {}, err.message)));
     });
 
   return () => {
+    stopped = true;
     clearInterval(ticker);
     if (stop) stop();
   };

@@ -101,15 +101,19 @@ export function render(root, params) {
       "div",
       { class: "card table-card" },
       h(
-        "table",
-        { class: "table", "data-testid": "instances" },
+        "div",
+        { class: "table-scroll" },
         h(
-          "thead",
-          {},
-          h("tr", {}, ["Instance", "Workflow", "Status", "Created", "Duration", "Detail"].map(
-            (t) => h("th", {}, t))),
+          "table",
+          { class: "table", "data-testid": "instances" },
+          h(
+            "thead",
+            {},
+            h("tr", {}, ["Instance", "Workflow", "Status", "Created", "Duration", "Detail"].map(
+              (t) => h("th", {}, t))),
+          ),
+          body,
         ),
-        body,
       ),
       h("div", { class: "pager" }, newer, info, older),
     ),
@@ -200,7 +204,9 @@ export function render(root, params) {
       for (const name of names) workflowSelect.append(h("option", { value: name }, name));
       workflowSelect.value = state.workflow;
     })
-    .catch((err) => toast(err.message, "error"));
+    .catch((err) => {
+      if (!stopped) toast(err.message, "error");
+    });
   load();
   return () => {
     stopped = true;

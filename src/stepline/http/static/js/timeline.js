@@ -88,10 +88,13 @@ export function barsOf(step, now) {
   return bars;
 }
 
+// A narrow axis hides the quarter ticks, then the middle one (style.css, by container width).
+const TICK_CLASSES = ["tick", "tick quarter", "tick mid", "tick quarter", "tick"];
+
 function ticks(t0, t1) {
   const out = h("div", { class: "tl-axis" });
   for (let i = 0; i <= 4; i += 1) {
-    const tick = h("span", { class: "tick" }, `+${formatDuration(((t1 - t0) * i) / 4)}`);
+    const tick = h("span", { class: TICK_CLASSES[i] }, `+${formatDuration(((t1 - t0) * i) / 4)}`);
     tick.style.left = `${i * 25}%`;
     out.append(tick);
   }
