@@ -73,7 +73,8 @@ function tokenNeeded() {
       "div",
       { class: "empty-state", "data-testid": "token-needed" },
       h("h2", {}, "This server needs an API token"),
-      h("p", {}, "It was set with STEPLINE_API_TOKEN or --token when the server started."),
+      h("p", {}, "It was set with ", h("code", {}, "STEPLINE_API_TOKEN"), " or ", h("code", {}, "--token"),
+        " when the server started."),
       h("button", { type: "button", class: "primary", onclick: route }, "Enter the token"),
     ),
   );
