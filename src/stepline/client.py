@@ -3,25 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from . import _json
 from ._json import DEFAULT_MAX_PAYLOAD
+from .durations import Duration, parse_duration
+from .errors import InstanceNotFoundError
 from .records import (
     FINISHED_STATUSES,
+    INSTANCE_STATUSES,
+    InstanceEvent,
     InstancePage,
     InstanceRecord,
     InstanceStatus,
     StepRecord,
 )
-from .store.base import LeaseOffer, NewInstance, Store
+from .store.base import ChangeWatch, LeaseOffer, NewInstance, Store
 from .workflow import validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
+
+FINISHED_ORDER = tuple(s for s in INSTANCE_STATUSES if s in FINISHED_STATUSES)
+
+
+async def _delete(store: Store, workflow: str, ids: Sequence[str], force: bool) -> int:
+    return await store.delete_instances(workflow, ids, finished_only=not force)
 
 
 class Dispatcher(Protocol):
@@ -66,6 +77,31 @@ class Instance:
     async def steps(self) -> list[StepRecord]:
         """The full step history in start order, with every attempt."""
         return await self._store.get_steps(self.workflow, self.id)
+
+    async def events(self) -> list[InstanceEvent]:
+        """Every event sent to the instance, in send order: ``type``, ``payload``, ``sent_at``
+        and ``consumed_by`` (the ``wait_for_event`` step that took it, ``name-count``; None
+        while it is pending)."""
+        return await self._store.get_events(self.workflow, self.id)
+
+    async def delete(self, *, force: bool = False) -> None:
+        """Delete the instance with its steps and events.
+
+        Only a finished instance (complete, errored, terminated) is deleted, unless ``force``:
+        otherwise :class:`~stepline.IllegalStateError` (terminate it first). The status is
+        checked in the deleting transaction. Unknown: ``InstanceNotFoundError``.
+        """
+        deleted = await _delete(self._store, self.workflow, [self.id], force)
+        if not deleted:
+            raise InstanceNotFoundError(self.workflow, self.id)
+
+    @contextlib.contextmanager
+    def watch_changes(self) -> Iterator[ChangeWatch]:
+        """Watch the instance for changes while the block runs (see
+        :meth:`stepline.store.base.Store.watch_changes`): changes made in this process always
+        wake ``await watch.wait(timeout)``; other processes' only on PostgreSQL, so poll too."""
+        with self._store.watch_changes(self.workflow, self.id) as watch:
+            yield watch
 
     async def pause(self) -> None:
         """Pause: at once if queued or waiting; when the running step ends if running."""
@@ -219,7 +255,40 @@ class WorkflowBinding:
         return Instance(self._store, self.name, id, self._max_payload)
 
     async def list(
-        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> InstancePage:
-        """Instances of this workflow, newest first."""
-        return await self._store.list_instances(self.name, status, limit, cursor)
+        """Instances of this workflow, newest first (or oldest first)."""
+        return await self._store.list_instances(
+            self.name, status, limit, cursor, oldest_first=oldest_first
+        )
+
+    async def delete(self, ids: Iterable[str], *, force: bool = False) -> int:
+        """Delete the instances ``ids`` (with their steps and events); return how many existed.
+
+        All or nothing: unless ``force``, if any of them is unfinished, nothing is deleted and
+        :class:`~stepline.IllegalStateError` names it (checked in the deleting transaction).
+        Unknown ids are skipped.
+        """
+        chosen = [validate_name(i, what="instance id") for i in ids]
+        return await _delete(self._store, self.name, chosen, force)
+
+    async def purge(
+        self, *, statuses: Iterable[str] = FINISHED_ORDER, older_than: Duration = 0
+    ) -> int:
+        """Delete finished instances in ``statuses`` (default: complete, errored, terminated)
+        that ended more than ``older_than`` ago; return how many. Unfinished statuses are
+        refused (``ValueError``): delete those by id with ``force``."""
+        chosen = tuple(statuses)
+        wrong = [s for s in chosen if s not in FINISHED_STATUSES]
+        if wrong or not chosen:
+            raise ValueError(
+                f"purge deletes finished instances only ({', '.join(FINISHED_ORDER)}), "
+                f"got {wrong[0] if wrong else 'no status'!r}"
+            )
+        age = parse_duration(older_than, what="older_than")
+        return await self._store.purge_instances(self.name, chosen, self._store.now() - age)

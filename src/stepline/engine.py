@@ -44,6 +44,10 @@ class Engine:
     (finished instances are deleted this long after they ended; default: kept forever),
     ``heartbeat`` (how often the worker writes its row in the worker list, which shows it live
     while its last heartbeat is at most three intervals old).
+
+    ``create`` (default True): opening creates a SQLite file that does not exist (with its
+    directories). A client that must not create a database no worker reads passes
+    ``create=False``: a missing file then raises :class:`~stepline.ConfigError` naming it.
     """
 
     def __init__(
@@ -62,6 +66,7 @@ class Engine:
         clock: Callable[[], float] | None = None,
         worker_id: str | None = None,
         listeners: Iterable[Listener] = (),
+        create: bool = True,
     ) -> None:
         self.url = url or os.environ.get("STEPLINE_DATABASE_URL") or DEFAULT_URL
         if concurrency < 1:
@@ -84,7 +89,7 @@ class Engine:
             heartbeat=heartbeat_seconds,
         )
         self.clock = clock or SystemClock()
-        self.store: Store = create_store(self.url, self.clock)
+        self.store: Store = create_store(self.url, self.clock, create=create)
         self._registry: dict[str, WorkflowDefinition] = {}
         self._opened = False
         for wf in workflows:
@@ -174,23 +179,33 @@ class Engine:
         """Run a worker until SIGINT/SIGTERM (or ``engine.worker.stop()``), then shut down
         gracefully: stop claiming, let running steps finish within the grace period, release
         leases. A second SIGINT/SIGTERM cuts the grace period short (the leases are released
-        all the same)."""
-        await self.open()
+        all the same).
+
+        The signals are handled from the start: one that comes while the store opens (and
+        migrates) returns once the open is done, without claiming anything; a second one
+        abandons the open at once."""
         worker = self.worker
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
-        signalled = False
+        signals = 0
+        opening: asyncio.Future[None] | None = None
 
         def on_signal() -> None:
             # The first signal stops gracefully; another one (an impatient Ctrl-C) at once.
-            nonlocal signalled
-            if not signalled:
+            nonlocal signals
+            signals += 1
+            if opening is None or not opening.done():
+                if signals == 1:
+                    log.info("stopping before the worker started; signal again to stop at once")
+                elif opening is not None:
+                    opening.cancel()
+                return
+            if signals == 1:
                 log.info(
                     "stopping: running steps have %g s to finish; signal again to stop at once",
                     self.settings.grace_period,
                 )
-            worker.stop(at_once=signalled)
-            signalled = True
+            worker.stop(at_once=signals > 1)
 
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -198,6 +213,16 @@ class Engine:
                     loop.add_signal_handler(sig, on_signal)
                     installed.append(sig)
         try:
+            opening = asyncio.ensure_future(self.open())
+            try:
+                await opening
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if signals < 2 or (task is not None and task.cancelling()):
+                    raise
+                return  # abandoned by a second signal: nothing was claimed
+            if signals:
+                return
             await worker.run()
         finally:
             for sig in installed:
@@ -231,11 +256,21 @@ class Engine:
         status: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        *,
+        oldest_first: bool = False,
     ) -> InstancePage:
-        """Page through instances, newest first; pass ``page.cursor`` back for the next page."""
+        """Page through instances, newest first (or oldest first); pass ``page.cursor`` back
+        for the next page."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        return await self.store.list_instances(workflow, status, limit, cursor)
+        return await self.store.list_instances(
+            workflow, status, limit, cursor, oldest_first=oldest_first
+        )
+
+    def now(self) -> float:
+        """The store's clock (seconds since the epoch): the time timers and leases follow (on
+        PostgreSQL the server's), for showing how long ago or how soon something happens."""
+        return self.store.now()
 
     async def list_workflows(self) -> list[WorkflowInfo]:
         """Workflows known to the database, with instance counts by status."""

@@ -114,6 +114,25 @@ class EventRecord:
 
 
 @dataclass(frozen=True)
+class InstanceEvent:
+    """An event sent to an instance, pending or consumed (:meth:`stepline.Instance.events`)."""
+
+    type: str
+    payload: Any
+    sent_at: float
+    consumed_by: str | None
+    """The ``wait_for_event`` step that consumed it (``name-count``), or None while pending."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "payload": self.payload,
+            "sent_at": self.sent_at,
+            "consumed_by": self.consumed_by,
+        }
+
+
+@dataclass(frozen=True)
 class PendingEvent:
     """An event that no ``wait_for_event`` has consumed yet (store-internal id included)."""
 

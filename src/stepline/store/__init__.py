@@ -12,15 +12,19 @@ from .sqlite import SqliteStore
 __all__ = ["SqliteStore", "Store", "create_store"]
 
 
-def create_store(url: str, clock: Callable[[], float]) -> Store:
+def create_store(url: str, clock: Callable[[], float], *, create: bool = True) -> Store:
     """A store for ``url``: ``sqlite:///file.db`` or ``postgresql://user@host/db``.
+
+    ``create=False``: a SQLite file that does not exist is an error when the store is opened,
+    instead of being created (a PostgreSQL database always has to exist; its schema is created
+    either way).
 
     The PostgreSQL store is imported only when a PostgreSQL URL is used: importing psycopg
     costs about a third of a second, which every ``stepline`` command on the embedded SQLite
     database would otherwise pay (this is start-up time, not a way around an import cycle).
     """
     if url.startswith("sqlite:"):
-        return SqliteStore(url, clock)
+        return SqliteStore(url, clock, create=create)
     if url.startswith(("postgresql:", "postgres:")):
         module = importlib.import_module(".postgres", __name__)
         return cast(Store, module.PostgresStore(url, clock))

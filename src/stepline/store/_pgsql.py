@@ -182,8 +182,13 @@ _TEMPLATES: dict[str, str] = {
     # rows committed (a step write or an event sent while it waited would otherwise be missed
     # by its older snapshot and left behind).
     "lock_instances_by_id": """
-        SELECT pk FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[])
+        SELECT id, status FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[])
         ORDER BY pk FOR UPDATE
+    """,
+    "events_of_instance": """
+        SELECT type, payload, created_at, consumed_by FROM {s}.events WHERE instance_pk =
+            (SELECT pk FROM {s}.instances WHERE workflow = %s AND id = %s)
+        ORDER BY pk
     """,
     "lock_finished": """
         SELECT pk FROM {s}.instances WHERE status = ANY(%(statuses)s::text[])
@@ -449,6 +454,7 @@ class Statements:
     send_event: str
     notify: str
     lock_instances_by_id: str
+    events_of_instance: str
     lock_finished: str
     delete_instances: str
     purge_instances: str

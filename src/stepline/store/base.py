@@ -22,6 +22,7 @@ from typing import Any, Literal
 from ..clock import SystemClock
 from ..records import (
     Attempt,
+    InstanceEvent,
     InstancePage,
     InstanceRecord,
     PendingEvent,
@@ -336,8 +337,24 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def delete_instances(self, workflow: str, instance_ids: Sequence[str]) -> int:
-        """Delete instances with their steps and events; return how many existed."""
+    async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
+        """Every event sent to the instance and still stored, pending or consumed, in send
+        order, each with the step that consumed it (``name-count``, None while pending); or
+        ``InstanceNotFoundError``. A restart that removes the consuming step makes its event
+        pending again."""
+
+    @abc.abstractmethod
+    async def delete_instances(
+        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
+    ) -> int:
+        """Delete instances with their steps and events; return how many existed.
+
+        Ids that do not exist are skipped. With ``finished_only`` the statuses are checked in
+        the deleting transaction, under the lock that status changes take: if any of the
+        instances is unfinished at that moment, ``IllegalStateError`` names the first such one
+        (in ``instance_ids`` order) and nothing is deleted. So an instance that a resume or a
+        restart makes unfinished concurrently is either deleted before it or kept.
+        """
 
     @abc.abstractmethod
     async def purge_instances(

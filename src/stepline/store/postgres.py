@@ -112,7 +112,9 @@ from ..errors import (
     StoreError,
 )
 from ..records import (
+    FINISHED_STATUSES,
     WORKER_EXPIRE_BEATS,
+    InstanceEvent,
     InstancePage,
     InstanceRecord,
     StepRecord,
@@ -598,12 +600,33 @@ class PostgresStore(Store):
         await self._db.transaction(f"sending an event to instance {instance_id!r}", body)
         self._notify_ready()
 
-    async def delete_instances(self, workflow: str, instance_ids: Sequence[str]) -> int:
+    async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
+        found, events = await self._db.read_many(
+            f"reading the events of instance {instance_id!r}",
+            [
+                (self._sql.get_instance, (workflow, instance_id)),
+                (self._sql.events_of_instance, (workflow, instance_id)),
+            ],
+        )
+        if not found:
+            raise InstanceNotFoundError(workflow, instance_id)
+        return [InstanceEvent(r[0], loads(r[1]), r[2], r[3]) for r in events]
+
+    async def delete_instances(
+        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
+    ) -> int:
         q = self._sql
         ids = list(instance_ids)
 
         async def body(conn: Conn) -> int:
-            await conn.execute(q.lock_instances_by_id, (workflow, ids))
+            cur = await conn.execute(q.lock_instances_by_id, (workflow, ids))
+            # The rows stay locked until the delete commits: no status changes meanwhile.
+            statuses = {row[0]: row[1] for row in await cur.fetchall()}
+            if finished_only:
+                for instance_id in ids:
+                    status = statuses.get(instance_id)
+                    if status is not None and status not in FINISHED_STATUSES:
+                        raise IllegalStateError(workflow, instance_id, status, "delete")
             cur = await conn.execute(q.delete_instances, (workflow, ids))
             row = await cur.fetchone()
             return int(row[0]) if row else 0

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from .._json import dumps, loads
 from ..errors import (
+    ConfigError,
     IllegalStateError,
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
@@ -36,7 +37,9 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..records import (
+    FINISHED_STATUSES,
     WORKER_EXPIRE_BEATS,
+    InstanceEvent,
     InstancePage,
     InstanceRecord,
     PendingEvent,
@@ -152,12 +155,19 @@ def path_from_url(url: str) -> str:
 
 
 class SqliteStore(Store):
-    """The embedded store. ``url`` is ``sqlite:///path/to/file.db``."""
+    """The embedded store. ``url`` is ``sqlite:///path/to/file.db``.
 
-    def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
+    :meth:`open` creates a missing file (and its directories) unless ``create`` is False; then
+    a missing file raises :class:`~stepline.ConfigError` naming it, and nothing is created.
+    """
+
+    def __init__(
+        self, url: str, clock: Callable[[], float] = time.time, *, create: bool = True
+    ) -> None:
         super().__init__(clock)
         self.url = url
         self.path = path_from_url(url)
+        self.create = create
         self._conn: sqlite3.Connection | None = None
         self._pending: list[tuple[Op, asyncio.Future[Any], bool]] = []
         self._flush_scheduled = False
@@ -181,14 +191,7 @@ class SqliteStore(Store):
         if self._conn is not None:
             return
         self._loop = asyncio.get_running_loop()
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=0
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        conn = self._connect()
         self._conn = conn
         await self._retry_locked(lambda: conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}"))
         mode = await self._retry_locked(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone())
@@ -196,6 +199,34 @@ class SqliteStore(Store):
             raise StoreError(f"cannot switch {self.path!r} to WAL mode (got {mode[0]!r})")
         conn.execute("PRAGMA synchronous=NORMAL")
         await self._migrate()
+
+    def _connect(self) -> sqlite3.Connection:
+        target = self.path
+        if self.path != ":memory:" and self.create:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        elif self.path != ":memory:":
+            if not Path(self.path).is_file():
+                raise ConfigError(self.missing_message())
+            # Read-write, never create: a file removed since the check is not made anew.
+            target = Path(self.path).resolve().as_uri() + "?mode=rw"
+        try:
+            return sqlite3.connect(
+                target,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=0,
+                uri=target != self.path,
+            )
+        except sqlite3.Error as exc:
+            if not self.create and not Path(self.path).exists():
+                raise ConfigError(self.missing_message()) from None
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+
+    def missing_message(self) -> str:
+        return (
+            f"no stepline database at {Path(self.path).absolute()}: check the path, or create "
+            "the database first (a worker creates it, or an engine opened with create=True)"
+        )
 
     async def close(self) -> None:
         if self._conn is None:
@@ -706,8 +737,29 @@ class SqliteStore(Store):
         await self._write(op, durable=True)
         self._notify_ready()
 
-    async def delete_instances(self, workflow: str, instance_ids: Sequence[str]) -> int:
+    async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
+        instance = await self.get_instance(workflow, instance_id)
+        rows = await self._read(
+            "SELECT type, payload, created_at, consumed_by FROM events"
+            " WHERE instance_pk = ? ORDER BY pk",
+            (instance.pk,),
+        )
+        return [InstanceEvent(r[0], loads(r[1]), r[2], r[3]) for r in rows]
+
+    async def delete_instances(
+        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
+    ) -> int:
         def op(c: sqlite3.Connection) -> int:
+            if finished_only:
+                # Under the write lock (BEGIN IMMEDIATE): no status can change before the
+                # deletes below, and nothing is written if one is unfinished.
+                for instance_id in instance_ids:
+                    row = c.execute(
+                        "SELECT status FROM instances WHERE workflow = ? AND id = ?",
+                        (workflow, instance_id),
+                    ).fetchone()
+                    if row is not None and row[0] not in FINISHED_STATUSES:
+                        raise IllegalStateError(workflow, instance_id, row[0], "delete")
             deleted = 0
             for instance_id in instance_ids:
                 row = c.execute(
