@@ -488,6 +488,22 @@ def small_tap_targets(page: Page, least: int = 44) -> list[str]:
     )
 
 
+def cut_off(page: Page) -> list[str]:
+    """Tables and graphs wider than the box that clips them, where that box does not scroll
+    (so part of them cannot be reached)."""
+    return list(
+        page.evaluate(
+            """() => [...document.querySelectorAll("#view table, #view svg.dag")].flatMap((el) => {
+              let box = el.parentElement;
+              while (box && getComputedStyle(box).overflowX === "visible") box = box.parentElement;
+              if (!box || el.getBoundingClientRect().width <= box.clientWidth + 0.5) return [];
+              const scrolls = ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
+              return scrolls ? [] : [`${el.dataset.testid || el.tagName} in ${box.className}`];
+            })"""
+        )
+    )
+
+
 def test_on_a_phone_every_page_fits_and_stays_usable(
     phone: Page, site: Site, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -514,6 +530,7 @@ def test_on_a_phone_every_page_fits_and_stays_usable(
             phone.screenshot(path=out / f"{name}-{width}.png", full_page=True)
             wide = phone.evaluate("document.documentElement.scrollWidth")
             assert wide <= width, f"the {name} page is {wide} px wide on a {width} px phone"
+            assert cut_off(phone) == [], (name, width)
             assert small_tap_targets(phone) == [], (name, width)
             if name.startswith("instance-"):
                 assert axis_labels_apart(phone) == 3  # fewer than on a wider screen, below
