@@ -517,6 +517,7 @@ def waiting_on_event(project: Path, workflow: str, instance_id: str) -> bool:
 
 
 def test_trigger_and_control_commands(project: Path) -> None:
+    ok(project, "db", "init")  # trigger never creates a database (a worker or db init does)
     out = ok(project, "workflows", "trigger", "greeting", '{"name": "Q"}', "--id", "q1")
     assert out.strip() == '🚀 Workflow instance "q1" has been queued successfully'
     generated = as_json(project, "workflows", "trigger", "greeting")
@@ -597,6 +598,7 @@ def test_restart_from_a_step(project: Path) -> None:
 
 
 def test_delete_by_id_and_by_age(project: Path) -> None:
+    ok(project, "db", "init")
     ok(project, "workflows", "trigger", "greeting", "--id", "d1")
     triggered = in_parallel(
         project, [["workflows", "trigger", "greeting", "--id", i] for i in ("d2", "d3")]
@@ -799,6 +801,7 @@ def stop_worker(proc: subprocess.Popen[str], *, signalled: bool = False) -> int:
 
 
 def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project: Path) -> None:
+    ok(project, "db", "init")
     triggered = in_parallel(
         project,
         [

@@ -245,6 +245,8 @@ def test_serve_refuses_a_public_bind_without_a_token(tmp_path: Path) -> None:
     assert "stepline dashboard" not in output  # nothing was started
 
     port = _free_port()
+    # serve without --worker only opens an existing database (stepline db init creates it)
+    sqlite3.connect(tmp_path / "s.db").close()
     insecure = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(port), "--insecure")
     try:
         deadline = time.monotonic() + 30

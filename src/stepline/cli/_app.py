@@ -10,6 +10,7 @@ import click
 
 from .. import __version__
 from ._common import State
+from ._db import db
 from ._instances import instances
 from ._run import run, worker
 from ._workers import workers
@@ -71,6 +72,7 @@ cli.add_command(workflows)
 cli.add_command(worker)
 cli.add_command(workers)
 cli.add_command(run)
+cli.add_command(db)
 
 
 def main() -> None:

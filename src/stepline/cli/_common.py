@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import click
 import orjson
 from rich.console import Console
 
 from .. import _loop
+from .._json import parse_json_argument
 from ..engine import Engine
 from ..errors import (
     ConfigError,
@@ -127,14 +128,23 @@ class State:
             return Engine(self.project.database, workflows, **merged)
 
     @contextlib.asynccontextmanager
-    async def client(self, *, must_exist: bool = True) -> AsyncIterator[Engine]:
-        """An opened client engine. With ``must_exist`` a missing SQLite file is an error
-        instead of being created empty."""
-        missing = self.missing_database() if must_exist else None
-        if missing is not None:
-            raise CliError(f"{missing}; trigger or run a workflow first, or pass --database")
-        async with self.engine() as engine:
+    async def client(self, workflows: Iterable[Any] = ()) -> AsyncIterator[Engine]:
+        """An opened client engine on an existing database: a missing SQLite file is an error
+        (exit 2, :meth:`require_database`), never created empty. ``workflows`` are registered
+        in the database (a trigger of a configured workflow no worker registered yet)."""
+        self.require_database()
+        async with self.engine(workflows, create=False) as engine:
             yield engine
+
+    def require_database(self) -> None:
+        """Stop with exit code 2 if the SQLite file does not exist: only a worker, `run` and
+        `db init` create a database (a mistyped path must not become one no worker reads)."""
+        missing = self.missing_database()
+        if missing is not None:
+            raise CliError(
+                f"{missing}; create it with `stepline db init` (`stepline worker` and "
+                "`stepline run` create it too), or pass the right --database"
+            )
 
     def missing_database(self) -> str | None:
         """For a SQLite file that does not exist yet, ``no stepline database at PATH (where the
@@ -205,7 +215,31 @@ async def resolve_instance(engine: Engine, state: State, workflow: str, id: str)
             raise CliError(f"workflow {workflow!r} has no instances yet, so there is no latest")
         return page.instances[0]
     validate_name(id, what="instance id")
-    return await engine.store.get_instance(workflow, id)
+    return await (await engine.get_instance(workflow, id)).record()
+
+
+def read_json_input(
+    inline: str | None, inline_name: str, file: IO[bytes] | None, file_option: str
+) -> Any:
+    """The JSON given inline (an argument or option) or in a file (``-``: stdin); None when
+    neither is given. Both at once: exit code 2."""
+    if inline is not None and file is not None:
+        fail(f"give {inline_name} or {file_option}, not both")
+    if inline is not None:
+        return parse_json_argument(inline, what=inline_name)
+    if file is None:
+        return None
+    source = f"{file_option} {getattr(file, 'name', '-')}"
+    try:
+        text = file.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"{source} is not UTF-8 text: {exc}")
+    return parse_json_argument(text, what=source)
+
+
+def json_file_option(name: str, help: str) -> Callable[[Any], Any]:
+    """``--params-file F`` / ``--payload-file F``: JSON read from a file, ``-`` for stdin."""
+    return click.option(name, type=click.File("rb"), metavar="FILE", help=help)
 
 
 def json_option(fn: Any) -> Any:

@@ -3,28 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import IO, Any
 
 import click
 from rich.text import Text
 
-from .._json import parse_json_argument
 from ..client import Instance
 from ..durations import format_duration, parse_duration
 from ..engine import Engine
-from ..errors import IllegalStateError
-from ..records import FINISHED_STATUSES, INSTANCE_STATUSES, InstanceRecord, StepRecord
-from ..store.base import Store
+from ..errors import IllegalStateError, InstanceNotFoundError
+from ..records import (
+    FINISHED_STATUSES,
+    INSTANCE_STATUSES,
+    InstanceEvent,
+    InstanceRecord,
+    StepRecord,
+)
 from ..workflow import validate_name
 from ._common import (
     State,
     check_workflow,
     cli_errors,
     fail,
+    json_file_option,
     json_option,
     pass_state,
     print_json,
+    read_json_input,
     resolve_instance,
     run_async,
 )
@@ -58,15 +64,16 @@ async def _list(
     async with state.client() as engine:
         await check_workflow(engine, state, name)
         cursor: str | None = None
+        binding = engine.workflow(name)
         for _ in range(page - 1):
-            skipped = await engine.store.list_instances(
-                name, status, per_page, cursor, oldest_first=reverse
+            skipped = await binding.list(
+                status=status, limit=per_page, cursor=cursor, oldest_first=reverse
             )
             cursor = skipped.cursor
             if cursor is None:
                 return [], False
-        found = await engine.store.list_instances(
-            name, status, per_page, cursor, oldest_first=reverse
+        found = await binding.list(
+            status=status, limit=per_page, cursor=cursor, oldest_first=reverse
         )
         return found.instances, found.cursor is not None
 
@@ -125,16 +132,20 @@ class Described:
     definition: dict[str, Any] | None = None
     warning: str | None = None
     """``no live worker serves 'NAME'`` (:meth:`Engine.unserved_warnings`), or None."""
+    events: list[InstanceEvent] = field(default_factory=list)
 
 
 async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
-    """The instance's steps and its workflow's stored definition (for DAG graphs)."""
-    steps = await engine.store.get_steps(record.workflow, record.id)
+    """The instance's steps and events, and its workflow's stored definition (for DAG
+    graphs)."""
+    instance = await engine.get_instance(record.workflow, record.id)
+    steps = await instance.steps()
+    events = await instance.events()
     definition = next(
         (w.definition for w in await engine.list_workflows() if w.name == record.workflow), None
     )
     (warning,) = await engine.unserved_warnings([record])
-    return Described(record, steps, engine.store.now(), definition, warning)
+    return Described(record, steps, engine.now(), definition, warning, events)
 
 
 def show_instance(
@@ -143,7 +154,11 @@ def show_instance(
     """Print the describe layout (or its JSON) on stdout."""
     if as_json:
         print_json(
-            {**describe_json(described.record, described.steps), "warning": described.warning}
+            {
+                **describe_json(described.record, described.steps),
+                "warning": described.warning,
+                "events": [event.to_json() for event in described.events],
+            }
         )
         return
     state.out.print(
@@ -155,6 +170,7 @@ def show_instance(
             limit=limit,
             definition=described.definition,
             warning=described.warning,
+            events=described.events,
         )
     )
 
@@ -213,7 +229,7 @@ Action = Callable[[Instance], Awaitable[None]]
 async def _control(state: State, name: str, instance_id: str, action: Action) -> InstanceRecord:
     async with state.client() as engine:
         record = await resolve_instance(engine, state, name, instance_id)
-        instance = Instance(engine.store, name, record.id)
+        instance = await engine.get_instance(name, record.id)
         await action(instance)
         return await instance.record()
 
@@ -233,6 +249,7 @@ def _report(state: State, record: InstanceRecord, message: str, as_json: bool) -
 @id_argument
 @click.option("--type", "event_type", required=True, help="The event type waited for.")
 @click.option("--payload", help="The event payload, as JSON.")
+@json_file_option("--payload-file", "Read the payload (JSON) from FILE; '-' reads stdin.")
 @json_option
 @pass_state
 def send_event(
@@ -241,12 +258,13 @@ def send_event(
     instance_id: str,
     event_type: str,
     payload: str | None,
+    payload_file: IO[bytes] | None,
     as_json: bool,
 ) -> None:
     """Send an event to an instance (delivered to `step.wait_for_event(type=...)`)."""
     with cli_errors():
         validate_name(event_type, what="event type")
-        value = parse_json_argument(payload, what="--payload") if payload is not None else None
+        value = read_json_input(payload, "--payload", payload_file, "--payload-file")
 
     async def action(instance: Instance) -> None:
         await instance.send_event(event_type, value)
@@ -344,12 +362,13 @@ def restart(
 # -- bulk ---------------------------------------------------------------------------------------
 
 
-async def _ids_with_status(store: Store, name: str, statuses: tuple[str, ...]) -> list[str]:
+async def _ids_with_status(engine: Engine, name: str, statuses: tuple[str, ...]) -> list[str]:
     ids: list[str] = []
+    binding = engine.workflow(name)
     for status in statuses:
         cursor: str | None = None
         while True:
-            page = await store.list_instances(name, status, 500, cursor)
+            page = await binding.list(status=status, limit=500, cursor=cursor)
             ids.extend(record.id for record in page.instances)
             cursor = page.cursor
             if cursor is None:
@@ -364,11 +383,11 @@ async def _terminate_all(
         await check_workflow(engine, state, name)
         done: list[str] = []
         skipped: list[str] = []
-        for instance_id in await _ids_with_status(engine.store, name, statuses):
+        for instance_id in await _ids_with_status(engine, name, statuses):
             try:
-                await Instance(engine.store, name, instance_id).terminate()
-            except IllegalStateError:
-                skipped.append(instance_id)  # it finished meanwhile
+                await (await engine.get_instance(name, instance_id)).terminate()
+            except (IllegalStateError, InstanceNotFoundError):
+                skipped.append(instance_id)  # it finished (or was deleted) meanwhile
             else:
                 done.append(instance_id)
         return done, skipped
@@ -400,19 +419,16 @@ def terminate_all(state: State, name: str, statuses: tuple[str, ...], as_json: b
 async def _delete_ids(state: State, name: str, ids: tuple[str, ...], force: bool) -> int:
     async with state.client() as engine:
         await check_workflow(engine, state, name)
-        resolved: list[str] = []
-        for instance_id in ids:
-            record = await resolve_instance(engine, state, name, instance_id)
-            if record.status not in FINISHED_STATUSES and not force:
-                raise IllegalStateError(name, record.id, record.status, "delete")
-            resolved.append(record.id)
-        return await engine.store.delete_instances(name, resolved)
+        # Resolved first, so that an unknown id (or `latest` of none) is an error; the status
+        # rule is the client's, checked in the deleting transaction (all or nothing).
+        resolved = [(await resolve_instance(engine, state, name, i)).id for i in ids]
+        return await engine.workflow(name).delete(resolved, force=force)
 
 
 async def _purge(state: State, name: str, statuses: tuple[str, ...], age: float) -> int:
     async with state.client() as engine:
         await check_workflow(engine, state, name)
-        return await engine.store.purge_instances(name, statuses, engine.store.now() - age)
+        return await engine.workflow(name).purge(statuses=statuses, older_than=age)
 
 
 @instances.command("delete", short_help="Delete instances by id, or by status and age.")

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from .._graph import format_graph, node_states
 from ..durations import format_duration
-from ..records import InstanceRecord, StepRecord, WorkflowInfo
+from ..records import InstanceEvent, InstanceRecord, StepRecord, WorkflowInfo
 
 DEFAULT_TRUNCATE = 5000
 GRAPH_KINDS = ("dag", "pipeline")
@@ -245,9 +245,11 @@ def describe_instance(
     limit: int | None = DEFAULT_TRUNCATE,
     definition: dict[str, Any] | None = None,
     warning: str | None = None,
+    events: Sequence[InstanceEvent] = (),
 ) -> RenderableType:
     """The ``instances describe`` layout; a DAG or pipeline also gets its graph with the state
-    of every node. ``warning`` (no live worker serves the workflow) follows the status."""
+    of every node. ``warning`` (no live worker serves the workflow) follows the status; the
+    ``events`` sent to the instance, pending or consumed, come last."""
     fields: list[Field] = [
         ("Workflow Name", record.workflow),
         ("Instance Id", record.id),
@@ -290,7 +292,29 @@ def describe_instance(
         for step in steps:
             parts.append(Text(""))
             parts.extend(describe_step(step, now=now, step_output=step_output, limit=limit))
+    if events:
+        parts.append(Text(""))
+        parts.append(Text("Events:"))
+        parts.append(events_table(events, payloads=step_output, limit=limit))
     return Group(*parts)
+
+
+def events_table(events: Sequence[InstanceEvent], *, payloads: bool, limit: int | None) -> Table:
+    """The events of an instance in send order; ``payloads`` False (``--no-step-output``)
+    leaves the payload column out."""
+    headers = ["Type", "Sent", "Consumed by"] + (["Payload"] if payloads else [])
+    table = simple_table(headers, wrap=("Payload",))
+    for event in events:
+        consumed = event.consumed_by
+        row: list[Text | str] = [
+            event.type,
+            fmt_time(event.sent_at),
+            Text(consumed, style="green") if consumed else Text("⏳ Pending", style="yellow"),
+        ]
+        if payloads:
+            row.append(truncate(json_text(event.payload), limit))
+        table.add_row(*row)
+    return table
 
 
 def _rollback_text(rollback: dict[str, Any]) -> Text:

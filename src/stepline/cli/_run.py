@@ -12,15 +12,15 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 from rich.logging import RichHandler
 from rich.text import Text
 
 from .. import _loop
-from .._json import parse_json_argument
 from ..client import Instance
+from ..durations import format_duration, parse_duration
 from ..engine import Engine
 from ..errors import ConfigError, WorkflowNotFoundError
 from ..project import as_workflow, attribute, import_file, import_module, load_workflow
@@ -33,8 +33,10 @@ from ._common import (
     State,
     cli_errors,
     fail,
+    json_file_option,
     json_option,
     pass_state,
+    read_json_input,
     run_async,
 )
 from ._instances import Described, load_instance, show_instance, step_output_options
@@ -113,17 +115,37 @@ def setup_logging(state: State, level: str) -> None:
 # -- worker -------------------------------------------------------------------------------------
 
 
-async def _worker(state: State, workflows: list[Any], concurrency: int | None) -> None:
-    options: dict[str, Any] = {"listeners": [EventLog()]}
-    if concurrency is not None:
-        options["concurrency"] = concurrency
+class StartupSignal(BaseException):
+    """SIGINT/SIGTERM before the worker's own handlers were installed (start-up)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+
+
+def _stop_at_startup(signum: int, frame: Any) -> None:
+    raise StartupSignal(signum)
+
+
+def _startup_signals() -> None:
+    """Until the worker's loop handlers take over, a SIGINT/SIGTERM ends the command at once
+    and cleanly (exit 0): it is importing workflows or opening the store, nothing is claimed
+    yet. Without this a SIGTERM there would kill it by the default action."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop_at_startup)
+
+
+async def _worker(state: State, workflows: list[Any], options: dict[str, Any]) -> None:
+    options = {"listeners": [EventLog()], **options}
     engine = state.engine(workflows, **options)
     names = ", ".join(sorted(engine.workflows))
     logging.getLogger("stepline.cli").info(
-        "worker on %s for %s (concurrency %d, event loop %s); stop with Ctrl-C or SIGTERM",
+        "worker on %s for %s (concurrency %d, lease %s, grace period %s, event loop %s); "
+        "stop with Ctrl-C or SIGTERM",
         engine.url,
         names,
         engine.settings.concurrency,
+        format_duration(engine.settings.lease),
+        format_duration(engine.settings.grace_period),
         _loop.running_loop_name(),
     )
     steps = _step_threads()
@@ -172,19 +194,60 @@ def _threads_done(executor: ThreadPoolExecutor, timeout: float) -> bool:
 @click.argument("targets", nargs=-1, metavar="[TARGET...]")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Activations run at once.")
 @click.option(
+    "--lease",
+    metavar="DURATION",
+    help="How long a claim lasts without renewal, e.g. '30 seconds' [[worker] lease, else 30 s].",
+)
+@click.option(
+    "--grace-period",
+    metavar="DURATION",
+    help="How long running steps may finish at shutdown [[worker] grace_period, else 10 s].",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
     show_default=True,
 )
 @pass_state
-def worker(state: State, targets: tuple[str, ...], concurrency: int | None, log_level: str) -> None:
+def worker(
+    state: State,
+    targets: tuple[str, ...],
+    concurrency: int | None,
+    lease: str | None,
+    grace_period: str | None,
+    log_level: str,
+) -> None:
     """Run a worker for the configured workflows (or the TARGETs given) until SIGINT/SIGTERM.
 
     Shutdown is graceful: no new step starts, running steps get the grace period to finish,
-    leases are released so another worker continues at once.
+    leases are released so another worker continues at once. A signal during start-up
+    (importing the workflows, opening the database) exits at once with code 0.
     """
+    _startup_signals()
+    try:
+        _worker_command(state, targets, concurrency, lease, grace_period, log_level)
+    except StartupSignal as stopped:
+        click.echo(f"stopped by {stopped} before the worker started (nothing claimed)", err=True)
+        sys.exit(EXIT_OK)
+
+
+def _worker_command(
+    state: State,
+    targets: tuple[str, ...],
+    concurrency: int | None,
+    lease: str | None,
+    grace_period: str | None,
+    log_level: str,
+) -> None:
+    options: dict[str, Any] = {}
     with cli_errors():
+        if concurrency is not None:
+            options["concurrency"] = concurrency
+        if lease is not None:
+            options["lease"] = parse_duration(lease, what="--lease")
+        if grace_period is not None:
+            options["grace_period"] = parse_duration(grace_period, what="--grace-period")
         if targets:
             workflows = [load_target(state, target) for target in targets]
         else:
@@ -197,7 +260,7 @@ def worker(state: State, targets: tuple[str, ...], concurrency: int | None, log_
             from_config = state.project
             workflows = [load_workflow(from_config, entry) for entry in from_config.workflows]
     setup_logging(state, log_level)
-    run_async(_worker(state, workflows, concurrency))
+    run_async(_worker(state, workflows, options))
 
 
 # -- run ----------------------------------------------------------------------------------------
@@ -252,6 +315,7 @@ async def _run(
 @click.command("run", short_help="Run one instance here, showing its steps live.")
 @click.argument("target")
 @click.argument("params_json", required=False, metavar="[PARAMS_JSON]")
+@json_file_option("--params-file", "Read the params (JSON) from FILE; '-' reads stdin.")
 @click.option("--id", "instance_id", help="Instance id (default: a random UUID).")
 @step_output_options(RUN_TRUNCATE)
 @json_option
@@ -260,6 +324,7 @@ def run(
     state: State,
     target: str,
     params_json: str | None,
+    params_file: IO[bytes] | None,
     instance_id: str | None,
     step_output: bool,
     truncate_output_limit: int,
@@ -273,11 +338,7 @@ def run(
     Exit code 0 when it completes, 1 when it errors or is terminated.
     """
     with cli_errors():
-        params = (
-            parse_json_argument(params_json, what="PARAMS_JSON")
-            if params_json is not None
-            else None
-        )
+        params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
         instance_id = (
             validate_name(instance_id, what="instance id") if instance_id is not None else None
         )

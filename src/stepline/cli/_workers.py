@@ -20,7 +20,7 @@ def workers() -> None:
 
 async def _list(state: State) -> tuple[list[WorkerInfo], float]:
     async with state.client() as engine:
-        return await engine.list_workers(), engine.store.now()
+        return await engine.list_workers(), engine.now()
 
 
 def workers_table(rows: Sequence[WorkerInfo], now: float) -> Table:

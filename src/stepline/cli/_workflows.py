@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any
 
 import click
 from rich.text import Text
 
-from .._json import parse_json_argument
 from ..errors import WorkflowNotFoundError
 from ..project import load_workflow
 from ..records import WorkflowInfo
 from ..workflow import definition_of, validate_name
-from ._common import State, cli_errors, json_option, pass_state, print_json, run_async
+from ._common import (
+    State,
+    cli_errors,
+    json_file_option,
+    json_option,
+    pass_state,
+    print_json,
+    read_json_input,
+    run_async,
+)
 from ._render import describe_workflow, plural, workflows_table
 
 
@@ -114,6 +122,7 @@ async def _trigger(state: State, name: str, params: Any, instance_id: str | None
     validate_name(name, what="workflow name")
     if instance_id is not None:
         validate_name(instance_id, what="instance id")
+    state.require_database()
     in_database = await _database_workflows(state)
     known = sorted({*in_database, *state.project.workflow_names})
     if name not in known:
@@ -122,7 +131,7 @@ async def _trigger(state: State, name: str, params: Any, instance_id: str | None
     registered = []
     if name not in in_database and entry is not None:
         registered.append(load_workflow(state.project, entry))
-    async with state.engine(registered) as engine:
+    async with state.client(registered) as engine:
         instance = await engine.workflow(name).create(instance_id, params, trigger="cli")
         return instance.id
 
@@ -130,20 +139,24 @@ async def _trigger(state: State, name: str, params: Any, instance_id: str | None
 @workflows.command("trigger")
 @workflow_argument
 @click.argument("params_json", required=False, metavar="[PARAMS_JSON]")
+@json_file_option("--params-file", "Read the params (JSON) from FILE; '-' reads stdin.")
 @click.option("--id", "instance_id", help="Instance id (default: a random UUID).")
 @json_option
 @pass_state
 def trigger(
-    state: State, name: str, params_json: str | None, instance_id: str | None, as_json: bool
+    state: State,
+    name: str,
+    params_json: str | None,
+    params_file: IO[bytes] | None,
+    instance_id: str | None,
+    as_json: bool,
 ) -> None:
-    """Create (queue) an instance of NAME with PARAMS_JSON as its params.
+    """Create (queue) an instance of NAME with PARAMS_JSON (or --params-file) as its params.
 
-    A running `stepline worker` picks it up.
+    A running `stepline worker` picks it up. The database must exist (`stepline db init`).
     """
-    params = None
-    if params_json is not None:
-        with cli_errors():
-            params = parse_json_argument(params_json, what="PARAMS_JSON")
+    with cli_errors():
+        params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
     created = run_async(_trigger(state, name, params, instance_id))
     if as_json:
         print_json({"workflow": name, "id": created, "status": "queued"})

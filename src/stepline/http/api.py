@@ -19,6 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .._json import dumps as json_dumps
+from ..client import Instance
 from ..dag import node_states
 from ..engine import Engine
 from ..errors import (
@@ -304,7 +305,7 @@ class Api:
     async def list_workers(self, request: Request) -> Response:
         with client_errors():
             workers = await self.engine.list_workers()
-        now = self.engine.store.now()
+        now = self.engine.now()
         return JsonResponse({"workers": [worker.to_json(now) for worker in workers]})
 
     async def list_workflows(self, request: Request) -> Response:
@@ -444,45 +445,71 @@ class Api:
         )
 
     async def delete_instance(self, request: Request) -> Response:
+        """Delete a finished instance; an unfinished one only with ``?force=true``
+        (:meth:`stepline.Instance.delete`: the status is checked as it is deleted)."""
         params = request.path_params
+        force = self._query_bool(request, "force")
         try:
             with client_errors():
                 instance = await self.engine.workflow(params["name"]).get(params["id"])
-                status = (await instance.status()).status
-                if status in ("running", "waitingForPause"):
+                try:
+                    await instance.delete(force=force)
+                except IllegalStateError as exc:
                     raise ApiError(
-                        409, "illegal_state", f"instance {instance.id!r} of workflow "
-                        f"{instance.workflow!r} is {status}; terminate it (or wait for it to "
-                        "stop) before deleting it",
-                    )  # fmt: skip
-                deleted = await self.engine.store.delete_instances(instance.workflow, [instance.id])
+                        409, "illegal_state", f"{exc}; terminate it first, or delete it with "
+                        "?force=true",
+                    ) from exc  # fmt: skip
         except ApiError as error:
             if isinstance(error.__cause__, InstanceNotFoundError):
                 raise await self._instance_missing(error.__cause__) from None
             raise
-        if not deleted:
-            missing = InstanceNotFoundError(instance.workflow, instance.id)
-            raise ApiError(404, "instance_not_found", str(missing))
         return JsonResponse({"id": instance.id, "deleted": True})
+
+    @staticmethod
+    def _query_bool(request: Request, key: str) -> bool:
+        raw = request.query_params.get(key)
+        if raw is None or raw == "false":
+            return False
+        if raw == "true":
+            return True
+        raise ApiError(
+            400, "invalid_input", f"query parameter {key!r} must be true or false, got {raw!r}"
+        )
+
+    async def list_events(self, request: Request) -> Response:
+        """The events sent to an instance, pending and consumed, in send order."""
+        params = request.path_params
+        try:
+            with client_errors():
+                instance = await self.engine.workflow(params["name"]).get(params["id"])
+                events = await instance.events()
+        except ApiError as error:
+            if isinstance(error.__cause__, InstanceNotFoundError):
+                raise await self._instance_missing(error.__cause__) from None
+            raise
+        return JsonResponse({"events": [event.to_json() for event in events]})
 
     async def stream(self, request: Request) -> Response:
         """Server-Sent Events: the instance detail each time it changes, until it finishes."""
         params = request.path_params
         first = await self._detail(params["name"], params["id"])
+        with client_errors():
+            instance = await self.engine.get_instance(params["name"], params["id"])
         return StreamingResponse(
-            self._events(request, params["name"], params["id"], first),
+            self._events(request, instance, first),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
     async def _events(
-        self, request: Request, workflow: str, instance_id: str, detail: dict[str, Any]
+        self, request: Request, instance: Instance, detail: dict[str, Any]
     ) -> AsyncIterator[bytes]:
+        workflow, instance_id = instance.workflow, instance.id
         loop = asyncio.get_running_loop()
         last = orjson.dumps(detail)
         yield b"event: instance\ndata: " + last + b"\n\n"
         quiet_since = loop.time()
-        with self.engine.store.watch_changes(workflow, instance_id) as changes:
+        with instance.watch_changes() as changes:
             # The first detail was read before this watch began: read again at once.
             changes.changed()
             while detail["workflow"]["status"] not in FINISHED_STATUSES:
@@ -522,6 +549,7 @@ def api_routes(api: Api) -> list[Route]:
         Route(one, api.get_instance, methods=["GET"]),
         Route(one, api.delete_instance, methods=["DELETE"]),
         Route(one + "/status", api.change_status, methods=["PATCH"]),
+        Route(one + "/events", api.list_events, methods=["GET"]),
         Route(one + "/events/{type}", api.send_event, methods=["POST"]),
         Route(one + "/stream", api.stream, methods=["GET"]),
     ]

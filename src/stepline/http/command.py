@@ -10,7 +10,8 @@ import click
 from .. import _loop
 from ..engine import Engine
 from ..errors import ConfigError
-from ..project import load_project, load_workflows
+from ..project import ProjectConfig, load_project, load_workflows
+from ..store.sqlite import path_from_url
 from .server import DEFAULT_HOST, DEFAULT_PORT, ENV_TOKEN, check_bind, is_loopback, serve
 
 
@@ -27,6 +28,30 @@ def redact(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _source(project: ProjectConfig) -> str:
+    """Where the database URL came from, for messages."""
+    if project.database_source == "option":
+        return "from --database"
+    if project.database_source == "environment":
+        return "from STEPLINE_DATABASE_URL"
+    if project.database_source == "config":
+        return f"from {project.path}"
+    return "the default"
+
+
+def _missing_database(url: str) -> str | None:
+    """The absolute path of a SQLite file that does not exist, else None."""
+    if not url.startswith("sqlite:"):
+        return None
+    try:
+        path = path_from_url(url)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if path == ":memory:" or Path(path).exists():
+        return None
+    return str(Path(path).absolute())
 
 
 @click.command("serve")
@@ -96,8 +121,17 @@ def serve_command(
             f"--worker needs workflows to run, and {project.describe_source()} configures none; "
             "add [[workflows]] entries to stepline.toml or drop --worker"
         )
+    if not worker:
+        missing = _missing_database(project.database)
+        if missing is not None:
+            raise BadInput(
+                f"no stepline database at {missing} ({_source(project)}); serving "
+                "without --worker only reads and changes an existing one: create it with "
+                "`stepline db init`, or start `stepline worker` or `stepline serve --worker`"
+            )
     options = project.worker.engine_options() if worker else {}
-    engine = Engine(project.database, workflows, worker=worker, **options)
+    # Only a server that runs workflows creates a missing SQLite file (as a worker does).
+    engine = Engine(project.database, workflows, worker=worker, create=worker, **options)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"stepline dashboard: http://{shown}:{port}/  (API under /api)", err=True)
     click.echo(f"database: {redact(project.database)} ({project.database_source})", err=True)

@@ -344,6 +344,34 @@ def _schemas(max_payload: int) -> dict[str, Any]:
             "required": ["id", "deleted"],
             "properties": {"id": {"type": "string"}, "deleted": {"type": "boolean"}},
         },
+        "EventList": {
+            "type": "object",
+            "required": ["events"],
+            "properties": {
+                "events": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["type", "payload", "sent_at", "consumed_by"],
+                        "properties": {
+                            "type": {"type": "string"},
+                            "payload": {},
+                            "sent_at": {
+                                "type": "number",
+                                "description": "Seconds since the epoch.",
+                            },
+                            "consumed_by": {
+                                "type": ["string", "null"],
+                                "description": (
+                                    "The wait_for_event step that consumed it (`name-count`); "
+                                    "null while it is pending."
+                                ),
+                            },
+                        },
+                    },
+                }
+            },
+        },
     }
 
 
@@ -439,10 +467,31 @@ def _paths() -> dict[str, Any]:
             },
             "delete": {
                 "operationId": "deleteInstance",
-                "summary": "Delete an instance that is not running, with its steps and events.",
-                "parameters": [_NAME, _ID],
+                "summary": "Delete a finished instance with its steps and events.",
+                "description": (
+                    "Complete, errored and terminated instances are deleted; an unfinished one "
+                    "answers 409 unless `force=true` (the status is checked as it is deleted)."
+                ),
+                "parameters": [
+                    _NAME,
+                    _ID,
+                    {
+                        "name": "force",
+                        "in": "query",
+                        "description": "Also delete an unfinished instance.",
+                        "schema": {"type": "string", "enum": ["true", "false"]},
+                    },
+                ],
                 "responses": _responses(_ok(200, "Deleted.", "Deleted"), 404, 409),
             },
+        },
+        one + "/events": {
+            "get": {
+                "operationId": "listEvents",
+                "summary": "Events sent to the instance, pending and consumed, in send order.",
+                "parameters": [_NAME, _ID],
+                "responses": _responses(_ok(200, "The events.", "EventList"), 404),
+            }
         },
         one + "/status": {
             "patch": {

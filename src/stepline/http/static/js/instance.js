@@ -236,6 +236,9 @@ export function render(root, params) {
     terminateBtn.disabled = finished;
     rollback.disabled = finished;
     eventBtn.disabled = finished;
+    // The API deletes finished instances only (the client's rule): terminate first.
+    deleteBtn.disabled = !finished;
+    deleteBtn.title = finished ? "" : "terminate the instance before deleting it";
     const awaited = detail.steps.find((s) => s.type === "wait_for_event" && s.status === "waiting");
     eventType.placeholder = awaited && awaited.info && awaited.info.type
       ? `event type (it waits for "${awaited.info.type}")`
