@@ -25,14 +25,15 @@ from stepline import (
     ConfigError,
     Engine,
     IllegalStateError,
+    InstanceEvent,
     InstanceNotFoundError,
     ManualClock,
+    SyncEngine,
     WorkflowEvent,
     WorkflowStep,
     workflow,
 )
 from stepline.http import create_app
-from stepline.records import InstanceEvent
 
 from ._pg import drop_schema, pg_admin_url
 from .conftest import EngineFactory, drain
@@ -316,3 +317,15 @@ async def test_http_lists_an_instances_events(http: Any) -> None:
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "instance_not_found"
     unknown = await client.get("/api/workflows/nope/instances/e1/events")
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "workflow_not_found"
+
+
+def test_the_sync_facade_deletes_and_lists_events(store_url: str) -> None:
+    with SyncEngine(store_url, [gate]) as engine:
+        binding = engine.workflow("gate")
+        instance = binding.create("s1")
+        instance.send_event("go", {"a": 1})
+        assert [(e.type, e.payload) for e in instance.events()] == [("go", {"a": 1})]
+        with pytest.raises(IllegalStateError):
+            instance.delete()
+        assert binding.delete(["s1"], force=True) == 1
+        assert binding.purge() == 0

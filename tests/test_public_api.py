@@ -11,6 +11,7 @@ EXPECTED = {
     "IllegalStateError",
     "Instance",
     "InstanceAlreadyExistsError",
+    "InstanceEvent",
     "InstanceNotFoundError",
     "InstancePage",
     "InstanceRecord",

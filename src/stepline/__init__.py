@@ -32,6 +32,7 @@ from .errors import (
 )
 from .records import (
     EventRecord,
+    InstanceEvent,
     InstancePage,
     InstanceRecord,
     InstanceStatus,
@@ -53,6 +54,7 @@ __all__ = [
     "IllegalStateError",
     "Instance",
     "InstanceAlreadyExistsError",
+    "InstanceEvent",
     "InstanceNotFoundError",
     "InstancePage",
     "InstanceRecord",

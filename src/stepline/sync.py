@@ -17,9 +17,17 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from . import _loop
-from .client import Instance, WorkflowBinding
+from .client import FINISHED_ORDER, Instance, WorkflowBinding
+from .durations import Duration
 from .engine import Engine
-from .records import InstancePage, InstanceStatus, StepRecord, WorkerInfo, WorkflowInfo
+from .records import (
+    InstanceEvent,
+    InstancePage,
+    InstanceStatus,
+    StepRecord,
+    WorkerInfo,
+    WorkflowInfo,
+)
 
 T = TypeVar("T")
 
@@ -58,6 +66,12 @@ class SyncInstance:
     def steps(self) -> list[StepRecord]:
         return self._portal.call(self._instance.steps())
 
+    def events(self) -> list[InstanceEvent]:
+        return self._portal.call(self._instance.events())
+
+    def delete(self, *, force: bool = False) -> None:
+        self._portal.call(self._instance.delete(force=force))
+
     def pause(self) -> None:
         self._portal.call(self._instance.pause())
 
@@ -94,6 +108,14 @@ class SyncWorkflowBinding:
 
     def get(self, id: str) -> SyncInstance:
         return SyncInstance(self._portal, self._portal.call(self._binding.get(id)))
+
+    def delete(self, ids: Iterable[str], *, force: bool = False) -> int:
+        return self._portal.call(self._binding.delete(list(ids), force=force))
+
+    def purge(self, *, statuses: Iterable[str] = FINISHED_ORDER, older_than: Duration = 0) -> int:
+        return self._portal.call(
+            self._binding.purge(statuses=tuple(statuses), older_than=older_than)
+        )
 
 
 class SyncEngine:
