@@ -266,16 +266,19 @@ class Runner:
 
         return call
 
-    def _rollback(self, node: Node) -> Callable[[BaseException | None, Any], Awaitable[Any]]:
+    def _rollback(
+        self, node: Node
+    ) -> Callable[[BaseException | None, Any, StepContext], Awaitable[Any]]:
         assert node.rollback is not None
         fn, run_async = node.rollback, is_async(node.rollback)
         ancestors = self.plan.ancestor_order[node.name]
 
-        async def undo(error: BaseException | None, output: Any) -> Any:
+        async def undo(error: BaseException | None, output: Any, info: StepContext) -> Any:
             ctx = self._context(ancestors)
             if isinstance(output, Mapping):
                 ctx.update(output)
-            return await _call(fn, run_async, (MappingProxyType(ctx), error)[: node.rollback_arity])
+            args = (MappingProxyType(ctx), error, info)[: node.rollback_arity]
+            return await _call(fn, run_async, args)
 
         return undo
 

@@ -17,12 +17,13 @@ import inspect
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from . import _json
+from ._divergence import ReplayCheck
 from .config import StepConfig, parse_step_config
 from .durations import Duration, parse_duration
 from .errors import (
@@ -45,6 +46,8 @@ from .store.base import Claim, Finish, History, NewInstance, StepWrite, Store
 from .workflow import Workflow, WorkflowEvent, validate_name
 
 log = logging.getLogger("stepline.runtime")
+
+_T = TypeVar("_T")
 
 RECORD_RUNNING_AFTER = 0.2
 """Seconds after which a running step attempt is written to the store as ``running``."""
@@ -124,13 +127,49 @@ def _callback_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
     return shape
 
 
+def _rollback_shape(fn: Callable[..., Any]) -> int:
+    """How many of ``(error, output, ctx)`` a rollback takes: 1 means ``(ctx)``, 2
+    ``(error, output)``, 3 ``(error, output, ctx)``, 0 none. Its required positional parameters,
+    and at least two if it has two (``output=None`` keeps the classic shape)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return 2
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 2
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(1 for p in positional if p.default is p.empty)
+    return min(3, max(required, min(2, len(positional))))
+
+
+def _interrupted(record: StepRecord, number: int, now: float) -> Attempt:
+    """The attempt a ``running`` record shows, found by a later activation: interrupted."""
+    started = (record.info or {}).get("attempt_started_at", record.started_at)
+    return Attempt(
+        number,
+        float(started if started is not None else now),
+        now,
+        dict(INTERRUPTED_ATTEMPT),
+        interrupted=True,
+    )
+
+
+INTERRUPTED_ATTEMPT = {
+    "name": "Interrupted",
+    "message": "the worker running this attempt stopped before it ended (killed, crashed or its "
+    "lease lost); the step ran again",
+}
+"""The error of an attempt whose activation stopped while it ran."""
+
+
 async def invoke(
     fn: Callable[..., Any], args: tuple[Any, ...], shape: tuple[bool, int] | None = None
 ) -> Any:
     """Call a user callback: async ones on the loop, sync ones in the default thread pool.
 
-    A single argument (the step context) is passed only to callbacks that take one; rollbacks
-    always receive ``(error, output)``. ``shape`` is ``_callback_shape(fn)`` if known.
+    A single argument (the step context) is passed only to callbacks that take one (a rollback's
+    arguments are chosen by :func:`_rollback_shape`). ``shape`` is ``_callback_shape(fn)`` if
+    known.
     """
     is_async, wants = shape or _callback_shape(fn)
     call_args = args if len(args) != 1 or wants else ()
@@ -346,6 +385,9 @@ class Activation:
             (s.name, s.count): s for s in history.steps
         }
         self._next_seq = max((s.seq for s in history.steps), default=0) + 1
+        self._replay = ReplayCheck(history.steps)
+        self._calls: list[tuple[str, str, Coroutine[Any, Any, Any]]] = []
+        """Step calls made by run(): (method, name, coroutine), to find those never awaited."""
         self._ended_at: dict[tuple[str, int], float] = {}
         self._events: list[PendingEvent] = list(history.events)
         self._counts: dict[str, int] = {}
@@ -411,7 +453,10 @@ class Activation:
 
     async def _execute(self) -> Finish:
         try:
-            output = await self.workflow.run(self._event(), self.step)
+            try:
+                output = await self.workflow.run(self._event(), self.step)
+            finally:
+                unawaited = self._drop_unawaited()
         except SuspendInstance:
             raise
         except (ActivationAborted, LeaseLostError, asyncio.CancelledError):
@@ -424,11 +469,63 @@ class Activation:
             return await self._errored(exc)
         if self._terminating:
             return await self._terminated()
+        if unawaited:
+            return await self._errored(InstanceFatalError("DefinitionError", unawaited))
+        if self._replay.unvisited or self._replay.diverged:
+            fatal = await self._replayed_all()
+            if fatal is not None:
+                return await self._errored(fatal)
         try:
             encoded = self._encode(output, "the output of run()")
         except InvalidPayloadError as exc:
             return await self._errored(InstanceFatalError("InvalidPayloadError", str(exc)))
         return Finish("complete", output=encoded)
+
+    def track(
+        self, method: str, name: str, call: Coroutine[Any, Any, _T]
+    ) -> Coroutine[Any, Any, _T]:
+        """Note a step call of run() (returned as is), to tell at the end whether it was awaited."""
+        calls = self._calls
+        calls.append((method, name, call))
+        if len(calls) >= 1024:  # keep only the calls not started yet (amortised)
+            self._calls = [
+                c for c in calls if inspect.getcoroutinestate(c[2]) == inspect.CORO_CREATED
+            ]
+        return call
+
+    def _drop_unawaited(self) -> str | None:
+        """Close the step calls run() never awaited (no "never awaited" warning escapes); say
+        which they were."""
+        dropped: list[tuple[str, str]] = []
+        for method, name, call in self._calls:
+            if inspect.getcoroutinestate(call) == inspect.CORO_CREATED:
+                dropped.append((method, name))
+                call.close()
+        self._calls = []
+        if not dropped:
+            return None
+        calls = ", ".join(f"step.{method}({name!r})" for method, name in dropped[:5])
+        more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
+        return (
+            f"run() called {calls}{more} without awaiting it, so the step never ran; write "
+            "`await step.do(...)`, or pass the calls to asyncio.gather(...) and await that"
+        )
+
+    async def _replayed_all(self) -> InstanceFatalError | None:
+        """After run() returned: the replay diverged, or left recorded steps uncalled once the
+        loop has quiesced (a sibling task may still be on its way to them)."""
+        check = self._replay
+        while check.diverged is None and check.unvisited:
+            mark = self._progress
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if self._in_flight:
+                await asyncio.sleep(0.05)  # a step of a task run() left behind is still running
+            elif mark == self._progress and check.unvisited:
+                check.diverge_at_end()
+                check.release([fut for _, fut in self._parked])
+                self._parked = []
+        return check.fatal() if check.diverged is not None else None
 
     async def _terminated(self) -> Finish:
         return Finish("terminated", rollback=await self._run_rollbacks(None))
@@ -471,20 +568,45 @@ class Activation:
         await fut
         raise SuspendInstance()  # pragma: no cover - the future only ever fails
 
+    async def _hold(self, key: tuple[str, int]) -> None:
+        """A new step while recorded steps are still uncalled: wait until they are all called
+        (then go on), or until the loop quiesces without that (the replay diverged)."""
+        check = self._replay
+        if check.diverged is not None:
+            raise check.fatal()
+        if self._terminating:
+            return  # the step stops at its gate: a termination rolls back, not replays
+        fut: asyncio.Future[None] = self._loop.create_future()
+        check.held.append((f"{key[0]}-{key[1]}", fut))
+        self._progress += 1
+        self._check_quiescent()
+        await fut
+
     def _check_quiescent(self) -> None:
-        if self._in_flight == 0 and self._parked and not self._settling:
+        if self._in_flight == 0 and (self._parked or self._replay.held) and not self._settling:
             self._settling = True
             self._loop.create_task(self._settle())
 
     async def _settle(self) -> None:
-        """Suspend once run() is stuck on parked steps only (a few idle loop turns)."""
+        """Suspend once run() is stuck on parked steps only (a few idle loop turns); or, if new
+        steps are held for recorded ones that nothing calls, end the replay as diverged."""
         suspended = False
+        check = self._replay
         try:
-            while self._in_flight == 0 and self._parked:
+            while self._in_flight == 0 and (self._parked or check.held):
                 mark = self._progress
                 for _ in range(3):
                     await asyncio.sleep(0)
                 if self._in_flight == 0 and mark == self._progress:
+                    if check.held and self._stop_reason is None:
+                        check.diverge_at()
+                        check.release([fut for _, fut in self._parked])
+                        self._parked = []
+                        return
+                    # Stopping (pause, shutdown): a recorded step may be parked behind the stop
+                    # at its gate, so held steps suspend with the rest; the next replay decides.
+                    self._parked.extend((None, fut) for _, fut in check.held)
+                    check.held = []
                     wakes = [w for w, _ in self._parked if w is not None]
                     self._suspend_wake = min(wakes) if wakes else None
                     parked, self._parked = self._parked, []
@@ -517,6 +639,8 @@ class Activation:
 
     def _lookup(self, key: tuple[str, int], kind: StepKind) -> StepRecord | None:
         record = self._recorded.get(key)
+        if record is not None and self._replay.unvisited:
+            self._replay.visit(key)
         if record is not None and record.kind != kind:
             raise InstanceFatalError(
                 "NonDeterminismError",
@@ -704,6 +828,8 @@ class Activation:
         self._progress += 1
         key = self._key(name)
         record = self._lookup(key, "do")
+        if record is None and self._replay.unvisited:
+            await self._hold(key)
         seq = self._seq_for(record)
         if record is not None and record.status == "complete":
             if rollback is not None:
@@ -735,12 +861,20 @@ class Activation:
             error = record.error or {"name": "Error", "message": ""}
             raise StepFailedError(label, error["name"], error["message"])
         attempts = list(record.attempts) if record is not None else []
+        if record is not None and record.status == "running":
+            # Its previous activation stopped while an attempt ran (the worker died or lost its
+            # lease): that attempt stays in the history, as interrupted.
+            attempts.append(_interrupted(record, len(attempts) + 1, self.store.now()))
+        # Interrupted attempts did not fail: they count neither toward the retry limit nor the
+        # backoff.
+        cut_off = sum(1 for a in attempts if a.interrupted) if attempts else 0
         await self._committed()  # earlier steps' records, before this callback runs
         retry_at = record.wake_at if record is not None else None
         if self._gate_needed(retry_at):
             await self._gate(retry_at)
         started_at = record.started_at if record is not None else None
         shape = _callback_shape(callback)
+        rollback_shape = _rollback_shape(callback) if extra_args else 0
 
         new = record is None  # until the first write: then the step has a record to replace
 
@@ -769,7 +903,15 @@ class Activation:
                 if self.settings.listeners:
                     self._emit("step_start", {"step": label, "attempt": number})
                 if extra_args:
-                    args = extra_args
+                    context = StepContext(
+                        name, count, number, cfg, self.instance.id, self.instance.workflow
+                    )
+                    if rollback_shape == 2:
+                        args = extra_args
+                    elif rollback_shape == 3:
+                        args = (*extra_args, context)
+                    else:
+                        args = (context,) if rollback_shape == 1 else ()
                 elif shape[1]:
                     args = (
                         StepContext(
@@ -799,11 +941,12 @@ class Activation:
                     ended = self.store.now()
                     info = error_info(exc)
                     attempts.append(Attempt(number, now, ended, info))
-                    if isinstance(exc, NonRetryableError) or number > cfg.retries.limit:
+                    failed = number - cut_off
+                    if isinstance(exc, NonRetryableError) or failed > cfg.retries.limit:
                         self._emit("step_failed", {"step": label, "attempt": number, **info})
                         await self._write(write("errored", error=info, ended_at=ended))
                         raise StepFailedError(label, info["name"], info["message"]) from exc
-                    delay = cfg.retries.delay_after(number, exc)
+                    delay = cfg.retries.delay_after(failed, exc)
                     wake_at = ended + delay
                     self._emit(
                         "step_retry", {"step": label, "attempt": number, "delay": delay, **info}
@@ -858,6 +1001,8 @@ class Activation:
         record = self._lookup(key, "sleep")
         if record is not None and record.status == "complete":
             return
+        if record is None and self._replay.unvisited:
+            await self._hold(key)
         seq = self._seq_for(record)
         await self._gate()
         now = self.store.now()
@@ -897,6 +1042,8 @@ class Activation:
             return EventRecord(out["type"], out["payload"], out["timestamp"])
         if record is not None and record.status == "errored":
             raise StepTimeoutError(f"wait_for_event {label!r} timed out waiting for {event_type!r}")
+        if record is None and self._replay.unvisited:
+            await self._hold(key)
         seq = self._seq_for(record)
         await self._gate()
         now = self.store.now()
@@ -966,6 +1113,8 @@ class Activation:
         record = self._lookup(key, "start_workflow")
         if record is not None and record.status == "complete":
             return str(record.output)
+        if record is None and self._replay.unvisited:
+            await self._hold(key)
         seq = self._seq_for(record)
         await self._gate()
         if child_id is None:
@@ -1022,6 +1171,8 @@ class Activation:
             raise WorkflowFailedError(
                 workflow, child_id, recorded.get("status", "errored"), recorded.get("child_error")
             )
+        if record is None and self._replay.unvisited:
+            await self._hold(key)
         seq = self._seq_for(record)
         await self._gate()
         now = self.store.now()

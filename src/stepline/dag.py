@@ -198,7 +198,9 @@ class _GraphWorkflow(Workflow):
                 config=config,
                 rollback=rollback,
                 rollback_arity=(
-                    _positional_arity(rollback, f"{what}: the rollback", (1, 2)) if rollback else 1
+                    _positional_arity(rollback, f"{what}: the rollback", (1, 2, 3))
+                    if rollback
+                    else 1
                 ),
                 rollback_config=rb_config,
                 doc=_doc_line(fn),
@@ -346,8 +348,10 @@ class Dag(_GraphWorkflow):
 
         The function (sync or async) takes the context (a read-only mapping), optionally
         followed by a :class:`~stepline.StepContext`, and returns a dict or None. ``rollback``
-        (sync or async) is called as ``rollback(ctx)`` or ``rollback(ctx, error)`` with the
-        step's context plus its own output when a later failure ends the instance;
+        (sync or async) is called as ``rollback(ctx)``, ``rollback(ctx, error)`` or
+        ``rollback(ctx, error, info)`` (``info``: the rollback step's
+        :class:`~stepline.StepContext`) with the step's context plus its own output when a
+        later failure ends the instance;
         ``rollback_config`` sets its retries and timeout. Returns the function unchanged.
         """
 

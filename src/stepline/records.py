@@ -33,17 +33,28 @@ StepKind = Literal[
 StepStatus = Literal["running", "waiting", "complete", "errored"]
 
 
+AttemptState = Literal["running", "success", "failed", "interrupted"]
+
+
 @dataclass(frozen=True)
 class Attempt:
-    """One attempt of a ``step.do``: its number (from 1), start, end, and error if it failed."""
+    """One attempt of a ``step.do``: its number (from 1), start, end, and error if it failed.
+
+    ``interrupted``: the worker running it stopped before it ended (killed, crashed, or its lease
+    was lost); the step ran again in a later attempt. ``ended_at`` is then when a worker found it
+    interrupted, ``error`` says so.
+    """
 
     number: int
     started_at: float
     ended_at: float | None = None
     error: dict[str, str] | None = None
+    interrupted: bool = False
 
     @property
-    def state(self) -> str:
+    def state(self) -> AttemptState:
+        if self.interrupted:
+            return "interrupted"
         if self.ended_at is None:
             return "running"
         return "failed" if self.error is not None else "success"
@@ -59,7 +70,13 @@ class Attempt:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Attempt:
-        return cls(data["number"], data["started_at"], data.get("ended_at"), data.get("error"))
+        return cls(
+            data["number"],
+            data["started_at"],
+            data.get("ended_at"),
+            data.get("error"),
+            data.get("state") == "interrupted",
+        )
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, overload
@@ -41,8 +41,12 @@ class WorkflowStep:
     def __init__(self, activation: Activation) -> None:
         self._activation = activation
 
+    # Every method returns the coroutine of the step (await it, or pass it to asyncio.gather):
+    # the activation notes each one, so that a step call run() never awaits ends the instance
+    # errored instead of letting it complete as if the step had run.
+
     @overload
-    async def do(
+    def do(
         self,
         name: str,
         callback: StepCallback,
@@ -50,10 +54,10 @@ class WorkflowStep:
         *,
         rollback: RollbackCallback | None = None,
         rollback_config: StepConfig | dict[str, Any] | None = None,
-    ) -> Any: ...
+    ) -> Coroutine[Any, Any, Any]: ...
 
     @overload
-    async def do(
+    def do(
         self,
         name: str,
         config: StepConfig | dict[str, Any],
@@ -62,21 +66,23 @@ class WorkflowStep:
         *,
         rollback: RollbackCallback | None = None,
         rollback_config: StepConfig | dict[str, Any] | None = None,
-    ) -> Any: ...
+    ) -> Coroutine[Any, Any, Any]: ...
 
-    async def do(
+    def do(
         self,
         name: str,
         *args: Any,
         rollback: RollbackCallback | None = None,
         rollback_config: StepConfig | dict[str, Any] | None = None,
-    ) -> Any:
+    ) -> Coroutine[Any, Any, Any]:
         """Run ``callback`` once (with retries) and record its JSON result.
 
         ``step.do(name, callback)`` or ``step.do(name, config, callback)``. The callback is sync
         (run in a thread pool) or async, taking no argument or one :class:`StepContext`. When
         retries are exhausted :class:`~stepline.StepFailedError` is raised here. ``rollback`` is
-        called as ``rollback(error, output)`` if a later error ends the instance (saga).
+        called if a later error ends the instance (saga), as ``rollback(error, output)``,
+        ``rollback(error, output, ctx)`` or ``rollback(ctx)`` (``ctx``: the rollback step's
+        :class:`StepContext`), after the parameters it declares.
         """
         if len(args) == 1:
             config, callback = None, args[0]
@@ -84,41 +90,51 @@ class WorkflowStep:
             config, callback = args
         else:
             raise TypeError("use step.do(name, callback) or step.do(name, config, callback)")
-        return await self._activation.do(name, config, callback, rollback, rollback_config)
+        activation = self._activation
+        call = activation.do(name, config, callback, rollback, rollback_config)
+        return activation.track("do", name, call)
 
-    async def sleep(self, name: str, duration: Duration) -> None:
+    def sleep(self, name: str, duration: Duration) -> Coroutine[Any, Any, None]:
         """Sleep durably: the instance is ``waiting`` and holds no memory, thread or lease."""
-        await self._activation.sleep(name, duration)
+        activation = self._activation
+        return activation.track("sleep", name, activation.sleep(name, duration))
 
-    async def sleep_until(self, name: str, when: datetime | float | int) -> None:
+    def sleep_until(self, name: str, when: datetime | float | int) -> Coroutine[Any, Any, None]:
         """Sleep durably until a datetime (naive means UTC) or epoch seconds."""
-        await self._activation.sleep_until(name, when)
+        activation = self._activation
+        return activation.track("sleep_until", name, activation.sleep_until(name, when))
 
-    async def wait_for_event(
+    def wait_for_event(
         self, name: str, *, type: str, timeout: Duration = "24 hours"
-    ) -> EventRecord:
+    ) -> Coroutine[Any, Any, EventRecord]:
         """Wait durably for an event of ``type`` sent with ``instance.send_event``.
 
         Events sent before the wait are kept and delivered in order. On timeout
         :class:`~stepline.StepTimeoutError` is raised (catchable; not retried).
         """
-        return await self._activation.wait_for_event(name, type, timeout)
+        activation = self._activation
+        call = activation.wait_for_event(name, type, timeout)
+        return activation.track("wait_for_event", name, call)
 
-    async def start_workflow(
+    def start_workflow(
         self, workflow: str, params: Any = None, *, id: str | None = None
-    ) -> str:
+    ) -> Coroutine[Any, Any, str]:
         """Start an instance of another workflow, once (replay does not start a second one).
 
         Returns the child's instance id (``id``, or one derived from this instance and step).
         """
-        return await self._activation.start_workflow(workflow, params, id)
+        activation = self._activation
+        call = activation.start_workflow(workflow, params, id)
+        return activation.track("start_workflow", workflow, call)
 
-    async def wait_for_workflow(
+    def wait_for_workflow(
         self, workflow: str, id: str, *, timeout: Duration = "24 hours"
-    ) -> Any:
+    ) -> Coroutine[Any, Any, Any]:
         """Suspend until the instance ``id`` of ``workflow`` ends; return its output.
 
         Raises :class:`~stepline.WorkflowFailedError` if it ended errored or terminated, and
         :class:`~stepline.StepTimeoutError` after ``timeout``.
         """
-        return await self._activation.wait_for_workflow(workflow, id, timeout)
+        activation = self._activation
+        call = activation.wait_for_workflow(workflow, id, timeout)
+        return activation.track("wait_for_workflow", id, call)

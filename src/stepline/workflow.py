@@ -127,6 +127,8 @@ def workflow(
     def decorate(fn: RunFunction) -> type[Workflow]:
         if not callable(fn):
             raise DefinitionError(f"@workflow decorates an async function, not {fn!r}")
+        label = getattr(fn, "__qualname__", repr(fn))
+        _check_run(fn, f"@workflow function {label!r}", ("event", "step"))
         wf_name = validate_name(name or kebab_case(fn.__name__), what="workflow name")
 
         async def run(self: Workflow, event: WorkflowEvent, step: WorkflowStep) -> Any:
@@ -168,12 +170,44 @@ class WorkflowDefinition:
         return self.cls.describe()
 
 
+def _check_run(fn: Any, what: str, args: tuple[str, ...]) -> None:
+    """A run function must be ``async def`` and accept ``args``: else :class:`DefinitionError`."""
+    shown = ", ".join(args)
+    # A decorator made with functools.wraps around an async function counts as async.
+    if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(inspect.unwrap(fn))):
+        raise DefinitionError(
+            f"{what} must be an async function: write `async def` (it was {fn!r})"
+        )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        raise DefinitionError(
+            f"{what} must accept ({shown}), but its signature is {signature}: {exc}"
+        ) from None
+
+
+def check_workflow_class(cls: type[Workflow]) -> None:
+    """Reject a workflow class whose ``run`` is missing, not ``async def`` or of the wrong
+    signature (it would otherwise fail only when an instance runs)."""
+    what = f"workflow class {cls.__module__}.{cls.__qualname__}"
+    run = getattr(cls, "run", None)
+    if run is None or run is Workflow.run:
+        raise DefinitionError(f"{what} has no run(): define `async def run(self, event, step)`")
+    _check_run(run, f"{what}: run()", ("self", "event", "step"))
+
+
 def definition_of(obj: Any) -> WorkflowDefinition:
     """Accept a :class:`Workflow` subclass or instance (pipelines and DAGs are instances)."""
     if isinstance(obj, type) and issubclass(obj, Workflow):
+        check_workflow_class(obj)
         name = obj.__dict__.get("name") or kebab_case(obj.__name__)
         return WorkflowDefinition(validate_name(name, what="workflow name"), obj)
     if isinstance(obj, Workflow):
+        check_workflow_class(type(obj))
         obj.validate()
         name = obj.name or kebab_case(type(obj).__name__)
         return _InstanceDefinition(validate_name(name, what="workflow name"), type(obj), obj)

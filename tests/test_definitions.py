@@ -1,0 +1,185 @@
+"""Definition mistakes surface early: a bad run() at registration, a step call never awaited
+when run() returns; rollbacks may take the step context."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+from stepline import (
+    DefinitionError,
+    Engine,
+    ManualClock,
+    StepContext,
+    Workflow,
+    WorkflowEvent,
+    WorkflowStep,
+    workflow,
+)
+
+from .conftest import EngineFactory, drain
+
+CALLS: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    CALLS.clear()
+
+
+class SyncRun(Workflow):
+    def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:  # type: ignore[override]
+        return None
+
+
+class NoRun(Workflow):
+    pass
+
+
+class TwoArgs(Workflow):
+    async def run(self, event: WorkflowEvent) -> Any:  # type: ignore[override]
+        return None
+
+
+class ExtraRequired(Workflow):
+    async def run(self, event: WorkflowEvent, step: WorkflowStep, more: int) -> Any:  # type: ignore[override]
+        return None
+
+
+@pytest.mark.parametrize(
+    ("cls", "words"),
+    [
+        (SyncRun, "must be an async function"),
+        (NoRun, "has no run()"),
+        (TwoArgs, "must accept (self, event, step)"),
+        (ExtraRequired, "must accept (self, event, step)"),
+    ],
+)
+def test_a_bad_run_is_rejected_at_registration(
+    cls: type[Workflow], words: str, tmp_path: Any
+) -> None:
+    url = f"sqlite:///{tmp_path}/never-created.db"
+    with pytest.raises(DefinitionError) as caught:
+        Engine(url, [cls], worker=False)
+    assert cls.__qualname__ in str(caught.value) and words in str(caught.value)
+    engine = Engine(url, worker=False)
+    with pytest.raises(DefinitionError, match=cls.__qualname__):
+        engine.register(cls)
+    assert not (tmp_path / "never-created.db").exists()
+
+
+def test_a_bad_decorated_function_is_rejected_at_decoration() -> None:
+    def plain(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return None
+
+    async def one_arg(event: WorkflowEvent) -> Any:
+        return None
+
+    with pytest.raises(DefinitionError, match=r"'.*plain'.*must be an async function"):
+        workflow(name="plain")(plain)  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match=r"'.*one_arg'.*must accept \(event, step\)"):
+        workflow(name="one-arg")(one_arg)  # type: ignore[arg-type]
+
+
+def test_valid_definitions_still_register(tmp_path: Any) -> None:
+    class Defaults(Workflow):
+        async def run(self, event: WorkflowEvent, step: WorkflowStep, extra: int = 1) -> Any:
+            return extra
+
+    class Star(Workflow):
+        async def run(self, *args: Any) -> Any:
+            return None
+
+    @workflow(name="deco-ok")
+    async def deco_ok(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return None
+
+    engine = Engine(f"sqlite:///{tmp_path}/x.db", [Defaults, Star, deco_ok], worker=False)
+    assert set(engine.workflows) == {"defaults", "star", "deco-ok"}
+
+
+async def test_a_step_call_never_awaited_ends_the_instance_errored(
+    make_engine: EngineFactory,
+) -> None:
+    @workflow(name="forgetful")
+    async def forgetful(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.do("awaited", lambda: CALLS.append("awaited"))
+        step.do("charge", lambda: CALLS.append("charge"))  # no await: the step never runs
+        return "done"
+
+    async with make_engine([forgetful]) as engine:
+        inst = await engine.workflow("forgetful").create()
+        await drain(engine)
+        gc.collect()  # a "coroutine was never awaited" warning would be raised here
+        status = await inst.status()
+        assert status.status == "errored", status
+        assert status.error is not None and status.error["name"] == "DefinitionError"
+        assert "step.do('charge')" in status.error["message"]
+        assert "without awaiting" in status.error["message"]
+        assert CALLS == ["awaited"]
+
+
+async def test_an_unawaited_call_in_a_suspended_run_warns_nothing(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    @workflow(name="sleepy")
+    async def sleepy(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        step.sleep("forgotten", 5)
+        await step.sleep("nap", 10)
+        return "done"
+
+    async with make_engine([sleepy], clock=clock) as engine:
+        inst = await engine.workflow("sleepy").create()
+        await drain(engine)
+        gc.collect()
+        assert (await inst.status()).status == "waiting"
+        clock.advance(11)
+        await drain(engine)
+        gc.collect()
+        status = await inst.status()
+        assert status.status == "errored" and "step.sleep('forgotten')" in status.error["message"]
+
+
+def undo_ctx(ctx: StepContext) -> None:
+    CALLS.append(("ctx", ctx.step_name, ctx.count, ctx.attempt, ctx.instance_id))
+
+
+def undo_pair(error: Any, output: Any) -> None:
+    CALLS.append(("pair", type(error).__name__, output))
+
+
+async def undo_triple(error: Any, output: Any, ctx: StepContext) -> None:
+    CALLS.append(("triple", type(error).__name__, output, ctx.step_name, ctx.attempt))
+
+
+def undo_default(error: Any, output: Any = None) -> None:
+    CALLS.append(("default", output))
+
+
+async def test_rollbacks_take_error_output_and_the_step_context(
+    make_engine: EngineFactory,
+) -> None:
+    @workflow(name="saga")
+    async def saga(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.do("a", lambda: "A", rollback=undo_ctx)
+        await step.do("b", lambda: "B", rollback=undo_pair)
+        await step.do("c", lambda: "C", rollback=undo_triple)
+        await step.do("d", lambda: "D", rollback=undo_default)
+        raise RuntimeError("boom")
+
+    async with make_engine([saga]) as engine:
+        inst = await engine.workflow("saga").create(id="s1")
+        await drain(engine)
+        status = await inst.status()
+        assert status.status == "errored" and status.rollback == {
+            "outcome": "complete",
+            "error": None,
+        }
+        assert CALLS == [
+            ("default", "D"),
+            ("triple", "RuntimeError", "C", "c:rollback", 1),
+            ("pair", "RuntimeError", "B"),
+            ("ctx", "a:rollback", 1, 1, "s1"),
+        ]
