@@ -419,6 +419,7 @@ async def test_graph_describe_and_text(make_engine: EngineFactory) -> None:
             "limit": 5,
             "delay": 10.0,
             "backoff": "exponential",
+            "non_retryable": ["TypeError", "NameError", "AttributeError", "SyntaxError"],
         }
         text = format_graph(definition)
         assert text.splitlines() == [

@@ -31,7 +31,6 @@ from .errors import (
     InvalidPayloadError,
     LeaseLostError,
     NonDeterminismError,
-    NonRetryableError,
     StepFailedError,
     SteplineError,
     StepTimeoutError,
@@ -63,9 +62,6 @@ class ActivationAborted(_EngineSignal):
 class _Terminating(_EngineSignal):
     """Raised at the first step that is not recorded when a terminate-with-rollback runs."""
 
-
-_JSON_EXACT = frozenset({int, str, bool, type(None)})
-"""Types whose values come back from JSON unchanged (not float: NaN and infinities do not)."""
 
 _VALID_STEP_NAMES: set[str] = set()
 """Step names already checked (a workflow calls the same few names over and over)."""
@@ -942,7 +938,7 @@ class Activation:
                     info = error_info(exc)
                     attempts.append(Attempt(number, now, ended, info))
                     failed = number - cut_off
-                    if isinstance(exc, NonRetryableError) or failed > cfg.retries.limit:
+                    if failed > cfg.retries.limit or not cfg.retries.retryable(exc):
                         self._emit("step_failed", {"step": label, "attempt": number, **info})
                         await self._write(write("errored", error=info, ended_at=ended))
                         raise StepFailedError(label, info["name"], info["message"]) from exc
@@ -965,7 +961,11 @@ class Activation:
                 ended = self.store.now()
                 attempts.append(Attempt(number, now, ended, None))
                 try:
-                    encoded = self._encode(result, f"the result of step {label!r}")
+                    encoded, decoded = _json.encode(
+                        result,
+                        what=f"the result of step {label!r}",
+                        limit=self.settings.max_payload,
+                    )
                 except InvalidPayloadError as exc:
                     info = {"name": "InvalidPayloadError", "message": str(exc)}
                     await self._write(write("errored", error=info, ended_at=ended))
@@ -973,9 +973,9 @@ class Activation:
                 self._write_soon(write("complete", output=encoded, ended_at=ended))
                 if self.settings.listeners:
                     self._emit("step_complete", {"step": label, "attempt": number})
-                # The step returns what a replay will: its result decoded from the record (a
-                # tuple comes back a list), except values that JSON carries exactly.
-                return result if type(result) in _JSON_EXACT else _json.loads(encoded)
+                # The step returns what a replay will: its result as decoded from the record
+                # (equal to it, but a tuple comes back a list).
+                return decoded
             finally:
                 self._end()
 

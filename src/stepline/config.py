@@ -1,32 +1,129 @@
-"""Step configuration: retries, backoff and timeouts, validated when a step is declared."""
+"""Step configuration: retries, backoff and timeouts, validated whenever a config is built.
+
+A :class:`StepConfig` or :class:`RetryConfig` is checked when it is constructed, directly or from
+a dict, so a mistake (``"5 fortnights"``, ``limit=-1``) raises :class:`ValueError` naming the
+setting where the step is declared, never later when a retry needs it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from .durations import parse_duration
+from .durations import Duration, parse_duration
+from .errors import NonRetryableError
 
 Backoff = Literal["constant", "linear", "exponential"]
 DelayFunction = Callable[[int, BaseException], Any]
+ErrorType = type[BaseException] | str
+"""An exception class, or its name (``"ValueError"``, ``"mylib.errors.Permanent"``)."""
+
+DEFAULT_RETRY_LIMIT = 5
+DEFAULT_RETRY_DELAY = 10.0
+DEFAULT_BACKOFF: Backoff = "exponential"
+DEFAULT_TIMEOUT = 600.0
+DEFAULT_NON_RETRYABLE: tuple[ErrorType, ...] = (TypeError, NameError, AttributeError, SyntaxError)
+"""Errors that fail a step at once by default: programming errors, which a retry repeats."""
 
 _BACKOFFS = ("constant", "linear", "exponential")
+_RETRY_KEYS = ("limit", "delay", "backoff", "non_retryable")
+_STEP_KEYS = ("retries", "timeout")
+_ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-@dataclass(frozen=True)
+def _invalid(key: str, detail: str) -> ValueError:
+    return ValueError(f"invalid step config key {key!r}: {detail}")
+
+
+def _check_limit(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _invalid("retries.limit", f"{value!r} (a whole number >= 0)")
+    return value
+
+
+def _check_delay(value: object) -> float | DelayFunction:
+    if callable(value) and not isinstance(value, type):
+        return cast(DelayFunction, value)
+    try:
+        return parse_duration(value, what="retries.delay")
+    except ValueError as exc:
+        raise _invalid("retries.delay", str(exc)) from None
+
+
+def _check_backoff(value: object) -> Backoff:
+    if value not in _BACKOFFS:
+        raise _invalid("retries.backoff", f"{value!r} (one of 'constant', 'linear', 'exponential')")
+    return cast(Backoff, value)
+
+
+def _check_error_types(value: object) -> tuple[ErrorType, ...]:
+    items: Iterable[object]
+    if isinstance(value, str | type):
+        items = (value,)  # one class or name, not its characters
+    elif isinstance(value, Iterable) and not isinstance(value, Mapping):
+        items = value
+    else:
+        raise _invalid(
+            "retries.non_retryable", f"{value!r} (a tuple of exception classes or class names)"
+        )
+    checked: list[ErrorType] = []
+    for item in items:
+        is_class = isinstance(item, type) and issubclass(item, BaseException)
+        if is_class or (isinstance(item, str) and _ERROR_NAME.match(item)):
+            checked.append(cast(ErrorType, item))
+        else:
+            raise _invalid(
+                "retries.non_retryable",
+                f"{item!r} is neither an exception class nor a class name like 'ValueError' "
+                "or 'mylib.errors.Permanent'",
+            )
+    return tuple(checked)
+
+
+def _error_type_name(error_type: ErrorType) -> str:
+    if isinstance(error_type, str):
+        return error_type
+    if error_type.__module__ == "builtins":
+        return error_type.__qualname__
+    return f"{error_type.__module__}.{error_type.__qualname__}"
+
+
+@dataclass(frozen=True, init=False)
 class RetryConfig:
     """How a failing step is retried.
 
     ``limit`` counts retries after the first attempt (so ``limit=5`` allows 6 attempts).
     The delay after failed attempt ``n`` (1-based) is ``delay`` (constant), ``delay * n``
-    (linear) or ``delay * 2 ** (n - 1)`` (exponential). ``delay`` may instead be a callable
-    ``(attempt, error) -> duration`` whose answer is used as is.
+    (linear) or ``delay * 2 ** (n - 1)`` (exponential); ``delay`` is a duration (seconds, a
+    ``timedelta`` or ``"10 seconds"``), or a callable ``(attempt, error) -> duration`` whose
+    answer is used as is.
+
+    An error that is an instance of one of ``non_retryable`` (classes, or class names matched
+    against the error's class and its bases, plain or module-qualified) fails the step at once,
+    as :class:`~stepline.NonRetryableError` always does. The default is
+    :data:`DEFAULT_NON_RETRYABLE` (``TypeError``, ``NameError``, ``AttributeError``,
+    ``SyntaxError``); ``non_retryable=()`` retries those too, and
+    ``(*DEFAULT_NON_RETRYABLE, ValueError)`` adds to them.
     """
 
-    limit: int = 5
-    delay: float | DelayFunction = 10.0
-    backoff: Backoff = "exponential"
+    limit: int
+    delay: float | DelayFunction
+    backoff: Backoff
+    non_retryable: tuple[ErrorType, ...]
+
+    def __init__(
+        self,
+        limit: int = DEFAULT_RETRY_LIMIT,
+        delay: Duration | DelayFunction = DEFAULT_RETRY_DELAY,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        non_retryable: Iterable[ErrorType] | ErrorType = DEFAULT_NON_RETRYABLE,
+    ) -> None:
+        object.__setattr__(self, "limit", _check_limit(limit))
+        object.__setattr__(self, "delay", _check_delay(delay))
+        object.__setattr__(self, "backoff", _check_backoff(backoff))
+        object.__setattr__(self, "non_retryable", _check_error_types(non_retryable))
 
     def delay_after(self, attempt: int, error: BaseException) -> float:
         """Seconds to wait after failed attempt number ``attempt`` before the next one."""
@@ -39,61 +136,82 @@ class RetryConfig:
             return base * attempt
         return base * 2.0 ** (attempt - 1)
 
-
-@dataclass(frozen=True)
-class StepConfig:
-    """Per-step settings: ``retries`` and the per-attempt ``timeout`` (seconds)."""
-
-    retries: RetryConfig = field(default_factory=RetryConfig)
-    timeout: float = 600.0
+    def retryable(self, error: BaseException) -> bool:
+        """False for a :class:`~stepline.NonRetryableError` and for the ``non_retryable`` types."""
+        if isinstance(error, NonRetryableError):
+            return False
+        names: set[str] | None = None
+        for error_type in self.non_retryable:
+            if not isinstance(error_type, str):
+                if isinstance(error, error_type):
+                    return False
+                continue
+            if names is None:
+                names = set()
+                for cls in type(error).__mro__:
+                    names.add(cls.__qualname__)
+                    names.add(f"{cls.__module__}.{cls.__qualname__}")
+            if error_type in names:
+                return False
+        return True
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-able description (callables are shown by name)."""
-        delay = self.retries.delay
+        """A JSON-able description (callables and classes are shown by name)."""
+        delay = self.delay
         return {
-            "retries": {
-                "limit": self.retries.limit,
-                "delay": delay if not callable(delay) else getattr(delay, "__name__", "callable"),
-                "backoff": self.retries.backoff,
-            },
-            "timeout": self.timeout,
+            "limit": self.limit,
+            "delay": delay if not callable(delay) else getattr(delay, "__name__", "callable"),
+            "backoff": self.backoff,
+            "non_retryable": [_error_type_name(t) for t in self.non_retryable],
         }
 
 
-DEFAULT_STEP_CONFIG = StepConfig()
+_DEFAULT_RETRIES = RetryConfig()
+
+
+@dataclass(frozen=True, init=False)
+class StepConfig:
+    """Per-step settings: ``retries`` (a :class:`RetryConfig`, or a dict of its fields) and the
+    per-attempt ``timeout`` (a duration, default 10 minutes)."""
+
+    retries: RetryConfig
+    timeout: float
+
+    def __init__(
+        self,
+        retries: RetryConfig | Mapping[str, Any] | None = None,
+        timeout: Duration = DEFAULT_TIMEOUT,
+    ) -> None:
+        object.__setattr__(self, "retries", _parse_retries(retries))
+        try:
+            seconds = parse_duration(timeout, what="timeout")
+        except ValueError as exc:
+            raise _invalid("timeout", str(exc)) from None
+        if seconds <= 0:
+            raise _invalid("timeout", f"{timeout!r} (must be greater than zero)")
+        object.__setattr__(self, "timeout", seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able description (callables and classes are shown by name)."""
+        return {"retries": self.retries.to_json(), "timeout": self.timeout}
 
 
 def _parse_retries(value: object) -> RetryConfig:
+    if value is None:
+        return _DEFAULT_RETRIES
     if isinstance(value, RetryConfig):
         return value
     if not isinstance(value, Mapping):
-        raise ValueError(f"invalid step config key 'retries': expected a dict, got {value!r}")
-    unknown = sorted(set(value) - {"limit", "delay", "backoff"})
+        raise _invalid("retries", f"expected a dict or a RetryConfig, got {value!r}")
+    unknown = sorted(set(value) - set(_RETRY_KEYS))
     if unknown:
         raise ValueError(
-            f"unknown step config key 'retries.{unknown[0]}'; allowed: limit, delay, backoff"
+            f"unknown step config key 'retries.{unknown[0]}'; allowed: {', '.join(_RETRY_KEYS)}"
         )
-    limit = value.get("limit", 5)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(
-            f"invalid step config key 'retries.limit': {limit!r} (a whole number >= 0)"
-        )
-    raw_delay = value.get("delay", 10.0)
-    delay: float | DelayFunction
-    if callable(raw_delay):
-        delay = cast(DelayFunction, raw_delay)
-    else:
-        try:
-            delay = parse_duration(raw_delay, what="retries.delay")
-        except ValueError as exc:
-            raise ValueError(f"invalid step config key 'retries.delay': {exc}") from None
-    backoff = value.get("backoff", "exponential")
-    if backoff not in _BACKOFFS:
-        raise ValueError(
-            f"invalid step config key 'retries.backoff': {backoff!r} "
-            "(one of 'constant', 'linear', 'exponential')"
-        )
-    return RetryConfig(limit=limit, delay=delay, backoff=cast(Backoff, backoff))
+    return RetryConfig(**value)
+
+
+DEFAULT_STEP_CONFIG = StepConfig()
 
 
 def parse_step_config(value: object) -> StepConfig:
@@ -107,16 +225,7 @@ def parse_step_config(value: object) -> StepConfig:
         return value
     if not isinstance(value, Mapping):
         raise ValueError(f"invalid step config {value!r}: expected a dict or a StepConfig")
-    unknown = sorted(set(value) - {"retries", "timeout"})
+    unknown = sorted(set(value) - set(_STEP_KEYS))
     if unknown:
         raise ValueError(f"unknown step config key {unknown[0]!r}; allowed: retries, timeout")
-    retries = _parse_retries(value["retries"]) if "retries" in value else RetryConfig()
-    timeout = 600.0
-    if "timeout" in value:
-        try:
-            timeout = parse_duration(value["timeout"], what="timeout")
-        except ValueError as exc:
-            raise ValueError(f"invalid step config key 'timeout': {exc}") from None
-        if timeout <= 0:
-            raise ValueError("invalid step config key 'timeout': must be greater than zero")
-    return StepConfig(retries=retries, timeout=timeout)
+    return StepConfig(**value)

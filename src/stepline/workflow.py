@@ -21,12 +21,20 @@ _NAME_RE = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$")
 
 @dataclass(frozen=True)
 class WorkflowEvent:
-    """What ``run()`` receives: the params it was created with, and where it runs."""
+    """What ``run()`` receives: the params it was created with, and where it runs.
+
+    ``payload`` is the instance's params, or ``{}`` when it was created without any (no params,
+    ``params=None`` or a JSON ``null``), so ``event.payload.get("x")`` always works.
+    """
 
     payload: Any
     timestamp: datetime
     instance_id: str
     workflow_name: str
+
+    def __post_init__(self) -> None:
+        if self.payload is None:
+            object.__setattr__(self, "payload", {})
 
     @property
     def params(self) -> Any:

@@ -19,6 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .._json import dumps as json_dumps
+from .._json import loads_exact
 from ..client import Instance
 from ..dag import node_states
 from ..engine import Engine
@@ -176,11 +177,13 @@ class Api:
         if not body.strip():
             return _MISSING
         try:
-            return orjson.loads(body)
+            return loads_exact(body, what="the request body")
         except orjson.JSONDecodeError as exc:
             raise ApiError(
                 422, "invalid_json", f"the request body is not valid JSON: {exc}"
             ) from None
+        except InvalidPayloadError as exc:
+            raise ApiError(400, "invalid_input", str(exc)) from None
 
     def _check_size(self, value: Any, what: str) -> None:
         try:
