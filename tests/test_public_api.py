@@ -4,6 +4,7 @@ import stepline
 
 EXPECTED = {
     "ConfigError",
+    "DEFAULT_NON_RETRYABLE",
     "Dag",
     "DefinitionError",
     "Engine",

@@ -8,7 +8,7 @@ step, on SQLite (embedded, zero set-up) or PostgreSQL (many workers, many machin
 
 from .client import Instance, WorkflowBinding
 from .clock import ManualClock, SystemClock
-from .config import RetryConfig, StepConfig
+from .config import DEFAULT_NON_RETRYABLE, RetryConfig, StepConfig
 from .dag import Dag, Pipeline
 from .durations import parse_duration
 from .engine import Engine
@@ -46,6 +46,7 @@ from .workflow import Workflow, WorkflowEvent, workflow
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_NON_RETRYABLE",
     "ConfigError",
     "Dag",
     "DefinitionError",
