@@ -270,6 +270,19 @@ def test_trigger_form_reports_bad_json_and_duplicate_ids(page: Page, site: Site)
     expect(page).to_have_url(re.compile(r"#/workflows$"))
 
 
+def test_trigger_form_sends_params_as_typed(page: Page, site: Site) -> None:
+    """An integer past 2**53 would be rounded by a JS number: the form sends the text."""
+    page.goto(f"{site.url}/#/workflows")
+    card = page.locator("[data-testid=workflow-quick]")
+    card.locator("summary", has_text="Trigger an instance").click()
+    card.locator("[data-testid=trigger-params]").fill('{"n": 9007199254740993, "s": "a\\"b"}')
+    card.locator("[data-testid=trigger-id]").fill("exact")
+    card.locator("[data-testid=trigger]").click()
+    expect(page).to_have_url(re.compile(r"#/workflows/quick/instances/exact$"))
+    resp = httpx.get(f"{site.url}/api/workflows/quick/instances/exact", headers=site.headers)
+    assert resp.json()["workflow"]["params"] == {"n": 2**53 + 1, "s": 'a"b'}
+
+
 def test_pause_and_resume(page: Page, site: Site) -> None:
     site.post("/api/workflows/approval/instances", {"id": "pause-me"})
     page.goto(instance_url(site, "approval", "pause-me"))

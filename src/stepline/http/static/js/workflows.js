@@ -78,18 +78,21 @@ function triggerForm(wf) {
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     error.textContent = "";
-    const body = {};
     const text = params.value.trim();
     if (text) {
       try {
-        body.params = JSON.parse(text);
+        JSON.parse(text);
       } catch (err) {
         error.textContent = `Params are not valid JSON: ${err.message}`;
         params.focus();
         return;
       }
     }
-    if (id.value.trim()) body.id = id.value.trim();
+    // The params are sent as typed: a JS number would round integers past 2**53.
+    const fields = [];
+    if (text) fields.push(`"params": ${text}`);
+    if (id.value.trim()) fields.push(`"id": ${JSON.stringify(id.value.trim())}`);
+    const body = `{${fields.join(", ")}}`;
     button.disabled = true;
     try {
       const created = await api("POST", `/api/workflows/${enc(wf.name)}/instances`, body);
