@@ -430,7 +430,8 @@ def check_history(
     ``records`` maps an instance id to (status, output, recorded steps) and its params. The rules:
 
     - every instance is complete; its recorded steps are exactly the workflow's steps, in order,
-      each recorded once with one successful attempt, and its output lists the recorded tokens;
+      each recorded once with one successful attempt (after at most one ``interrupted`` attempt
+      per execution cut by a kill), and its output lists the recorded tokens;
     - every recorded ``do`` step was produced by exactly one ledger execution (its token), which
       ran to its end; any other execution of that step was cut short by a kill: it ran in a
       killed worker, started before the recorded one, and each killed worker ran it at most once
@@ -461,7 +462,10 @@ def check_history(
         for rec in steps:
             if rec.kind != "do":
                 continue
-            assert [a.state for a in rec.attempts] == ["success"], (
+            # One successful attempt, after one interrupted attempt per kill that cut the step
+            # while it was recorded as running.
+            interrupted = len(rec.attempts) - 1
+            assert [a.state for a in rec.attempts] == ["interrupted"] * interrupted + ["success"], (
                 f"{where} step {rec.display_name} attempts {rec.attempts}"
             )
             token = rec.output["token"]
@@ -489,6 +493,10 @@ def check_history(
                     f"{where} step {rec.display_name} ran twice in killed worker {other.pid}"
                 )
                 seen_pids.add(other.pid)
+            assert interrupted <= len(others), (
+                f"{where} step {rec.display_name}: {interrupted} interrupted attempts but only "
+                f"{len(others)} cut executions: {others}"
+            )
             verdict.reruns += len(others)
         assert status.output == {"tokens": tokens}, f"{where} output {status.output}"
         starts = [r.start for r in recorded_runs]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from stepline import (
+    Dag,
     DefinitionError,
     Engine,
     ManualClock,
@@ -183,3 +184,24 @@ async def test_rollbacks_take_error_output_and_the_step_context(
             ("pair", "RuntimeError", "B"),
             ("ctx", "a:rollback", 1, 1, "s1"),
         ]
+
+
+async def test_a_dag_rollback_may_take_the_step_context(make_engine: EngineFactory) -> None:
+    dag = Dag("undo-dag")
+
+    def unload(ctx: Any, error: Any, info: StepContext) -> None:
+        CALLS.append((ctx["loaded"], type(error).__name__, info.step_name, info.attempt))
+
+    @dag.step(rollback=unload)
+    def load(ctx: Any) -> dict[str, Any]:
+        return {"loaded": 3}
+
+    @dag.step(depends_on=["load"], retries={"limit": 0})
+    def fail(ctx: Any) -> None:
+        raise RuntimeError("boom")
+
+    async with make_engine([dag]) as engine:
+        inst = await engine.workflow("undo-dag").create()
+        await drain(engine)
+        assert (await inst.status()).status == "errored"
+        assert CALLS == [(3, "StepFailedError", "load:rollback", 1)]

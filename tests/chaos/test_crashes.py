@@ -336,7 +336,9 @@ def check_outcome(
         status = "errored" if rec.name in outcome.failed else "complete"
         assert rec.status == status, f"{where} step {rec.display_name} is {rec.status}"
         if rec.kind == "do":
-            states = [a.state for a in rec.attempts]
+            # Interrupted attempts (cut by a kill while recorded as running) are checked
+            # against the kills in check_runs.
+            states = [a.state for a in rec.attempts if a.state != "interrupted"]
             count = outcome.attempts.get(rec.name, 1)
             last = "failed" if status == "errored" else "success"
             assert states == ["failed"] * (count - 1) + [last], (
@@ -345,9 +347,12 @@ def check_outcome(
 
 
 def recorded_tokens(rec: StepRecord) -> list[tuple[int, str]]:
-    """(attempt number, token) of each recorded attempt of a ``do`` step or a rollback."""
+    """(attempt number, token) of each recorded attempt of a ``do`` step or a rollback that
+    ran to its end (not the interrupted ones)."""
     found = []
     for attempt in rec.attempts:
+        if attempt.interrupted:
+            continue
         text = json.dumps(attempt.error) if attempt.error else json.dumps(rec.output)
         tokens = TOKEN.findall(text)
         assert len(tokens) == 1, f"step {rec.display_name} attempt {attempt}: tokens {tokens}"
@@ -388,11 +393,20 @@ def check_runs(
                 assert run.attempt == number, f"{where} {rec.display_name}: {run} is {number}"
             mapped[number] = run
         final = mapped[max(mapped)]
+        interrupted = {a.number for a in rec.attempts if a.interrupted}
+        cut = {run.attempt for run in step_runs if run not in mapped.values()}
+        assert interrupted <= cut, (
+            f"{where} step {rec.display_name}: attempts {sorted(interrupted)} recorded as "
+            f"interrupted, but the ledger shows no cut execution of them: {step_runs}"
+        )
         seen: set[tuple[int, int]] = set()
         for run in step_runs:
             if run in mapped.values():
                 continue
             redo = mapped.get(run.attempt) if rec.kind == "do" else final
+            if redo is None and run.attempt in interrupted:
+                # Recorded as interrupted: the step ran again as the next attempt.
+                redo = mapped.get(min((n for n in mapped if n > run.attempt), default=-1))
             explained = (
                 run.pid in killed
                 and run.start < killed[run.pid]

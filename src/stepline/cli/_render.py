@@ -59,6 +59,7 @@ ATTEMPT_STATES: dict[str, tuple[str, str]] = {
     "success": ("✅ Success", "green"),
     "failed": ("❌ Error", "red"),
     "running": ("▶ Running", "blue"),
+    "interrupted": ("⚡ Interrupted", "yellow"),
 }
 
 

@@ -44,13 +44,13 @@ export function barsOf(step, now) {
     if (previousEnd !== null && attempt.started_at > previousEnd) {
       bars.push({ start: previousEnd, end: attempt.started_at, kind: "delay", label: "retry delay" });
     }
-    const failed = attempt.state === "failed";
+    const failed = attempt.state === "failed" || attempt.state === "interrupted";
     bars.push({
       start: attempt.started_at,
       end: attempt.ended_at,
-      kind: failed ? "failed" : attempt.state === "running" ? "running" : "ok",
+      kind: failed ? attempt.state : attempt.state === "running" ? "running" : "ok",
       label: failed
-        ? `attempt ${attempt.number} failed: ${attempt.error?.name}: ${attempt.error?.message}`
+        ? `attempt ${attempt.number} ${attempt.state}: ${attempt.error?.name}: ${attempt.error?.message}`
         : `attempt ${attempt.number}`,
       attempt: attempt.number,
     });
