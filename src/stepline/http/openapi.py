@@ -29,7 +29,7 @@ def _json_content(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 _ERRORS = {
-    400: "Invalid input (a bad id, status, cursor, limit or body shape).",
+    400: "Invalid input (a bad id, status, cursor, limit or body shape, an integer past 64 bits).",
     401: "Missing or wrong bearer token.",
     404: "Unknown workflow or instance.",
     409: "Duplicate instance id, or a change the instance's status does not allow.",
@@ -230,7 +230,10 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                 "number": {"type": "integer", "minimum": 1},
                 "started_at": {"type": "number"},
                 "ended_at": _NUMBER_OR_NULL,
-                "state": {"type": "string", "enum": ["running", "failed", "success"]},
+                "state": {
+                    "type": "string",
+                    "enum": ["running", "failed", "success", "interrupted"],
+                },
                 "error": _ERROR_OBJECT,
             },
         },
