@@ -6,7 +6,7 @@ readable, or writable), and its asyncio connection waits for each of these with 
 around every round trip. The store's connections instead keep their socket registered from one
 round trip to the next, which saves the client 8 µs of CPU per round trip on uvloop and 20 µs on
 asyncio's loop (``python -m benchmarks loops``), and 20-35 µs per step of a sequential workflow
-(``docs/performance.md``, "Where the time goes"):
+(``docs/performance.md``, the ``loops`` benchmark):
 
 - A wait for the socket to be readable (the answer to a query) registers the socket once and
   then only parks on a future that the reader callback resolves. (uvloop stops watching a socket
