@@ -1,7 +1,8 @@
 """Instances created in a process whose worker has room go straight to that worker.
 
-The store creates them already claimed (``LeaseOffer``), so the worker runs them without a claim
-or a history read; everything else about leases (fencing, expiry, renewal) is unchanged.
+The worker reserves slots for them (``Worker.reserve``) and the store creates them already claimed
+(``Store.create_and_claim``), so the worker runs them without a claim or a history read;
+everything else about leases (fencing, expiry, renewal) is unchanged.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import pytest
 
 from stepline import (
     Engine,
+    InstanceAlreadyExistsError,
     InstanceNotFoundError,
     ManualClock,
     WorkflowEvent,
     WorkflowStep,
     workflow,
 )
-from stepline.store.base import LeaseOffer, NewInstance, StepWrite, offered_claims
+from stepline.store.base import History, NewInstance, StepWrite
 
 from .conftest import EngineFactory, drain
 
@@ -56,16 +58,21 @@ async def gated(event: WorkflowEvent, step: WorkflowStep) -> Any:
     return await step.do("gate", wait_for_gate)
 
 
-async def test_create_with_a_lease_offer_stores_the_first_instances_claimed(
+async def test_create_and_claim_stores_the_first_instances_claimed(
     make_engine: EngineFactory, clock: ManualClock
 ) -> None:
     async with make_engine([quick], clock=clock) as engine:
         store = engine.store
         await engine.workflow("quick").create(id="old")
         items = [NewInstance(i, "1") for i in ("old", "a", "a", "b", "c")]
-        offer = LeaseOffer("me", 30.0, 3)
-        created = await store.create_instances(
-            "quick", items, trigger="api", skip_existing=True, lease=offer
+        created, claims = await store.create_and_claim(
+            "quick",
+            items,
+            trigger="api",
+            skip_existing=True,
+            owner="me",
+            lease_seconds=30.0,
+            limit=3,
         )
         # positions among distinct ids: old (exists), a, b are the first three; c is beyond
         assert [(r.id, r.status, r.lease_owner) for r in created] == [
@@ -74,14 +81,24 @@ async def test_create_with_a_lease_offer_stores_the_first_instances_claimed(
             ("c", "queued", None),
         ]
         assert created[0].started_at == clock()
-        claims = offered_claims(offer, created)
-        assert [c.instance.id for c in claims] == ["a", "b"]
-        assert all(c.lease.token == 1 and c.lease.owner == "me" for c in claims)
+        assert created[0].ready_at == clock() + 30.0  # a claimed instance's: its lease expiry
+        assert [c.instance for c in claims] == created[:2]
+        for claim in claims:
+            assert (claim.lease.pk, claim.lease.token, claim.lease.owner) == (
+                claim.instance.pk,
+                1,
+                "me",
+            )
+            assert (claim.control, claim.event_seq, claim.history) == (None, 0, History([], []))
+        # durable and claimed as stored: a fresh read says the same
+        for record in created:
+            assert await store.get_instance("quick", record.id) == record
         # the leases are real: others cannot claim them, their owner can write under them
         others = await store.claim("other", ["quick"], 10, 30, store.now())
         assert sorted(c.instance.id for c in others) == ["c", "old"]
         write = StepWrite("only", 1, 1, "do", "complete", "1")
         assert await store.record_step(claims[0].lease, write, store.now()) == "running"
+        assert [s.name for s in await store.get_steps("quick", "a")] == ["only"]
         # and they expire like any lease: a dead creator's instances move on
         clock.advance(31)
         await drain(engine)
@@ -90,14 +107,34 @@ async def test_create_with_a_lease_offer_stores_the_first_instances_claimed(
             assert (await inst.status()).status == "complete"
 
 
-async def test_an_offer_that_is_not_taken_leaves_instances_queued(
+async def test_create_and_claim_refuses_an_existing_id_without_skip_existing(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([quick], clock=clock) as engine:
+        await engine.workflow("quick").create(id="old")
+        with pytest.raises(InstanceAlreadyExistsError):
+            await engine.store.create_and_claim(
+                "quick",
+                [NewInstance("new", None), NewInstance("old", None)],
+                trigger="api",
+                skip_existing=False,
+                owner="me",
+                lease_seconds=30.0,
+                limit=2,
+            )
+        with pytest.raises(InstanceNotFoundError):
+            await engine.workflow("quick").get("new")  # nothing was created
+
+
+async def test_create_instances_leaves_every_instance_queued(
     make_engine: EngineFactory, clock: ManualClock
 ) -> None:
     async with make_engine([quick], clock=clock) as engine:
         created = await engine.store.create_instances(
-            "quick", [NewInstance("x", None)], trigger="api", skip_existing=False, lease=None
+            "quick", [NewInstance("x", None)], trigger="api", skip_existing=False
         )
         assert created[0].status == "queued" and created[0].lease_owner is None
+        assert created[0].ready_at == clock()
 
 
 async def test_the_engine_worker_runs_what_this_process_creates_at_once(store_url: str) -> None:
@@ -116,26 +153,28 @@ async def test_the_engine_worker_runs_what_this_process_creates_at_once(store_ur
         assert outputs == [0, 1, 2, 3, 4]
 
 
-async def test_offers_respect_concurrency_and_a_backlog(store_url: str) -> None:
+async def test_reservations_respect_concurrency_and_a_backlog(store_url: str) -> None:
     global GATE
     GATE = asyncio.Event()
     async with Engine(store_url, [gated, quick], concurrency=3, poll_interval=30) as engine:
         await asyncio.sleep(0.1)
         worker = engine.worker
-        assert worker.offer("unknown-workflow", 1) is None
+        assert worker.reserve("unknown-workflow", 1) is None
         batch = await engine.workflow("gated").create_batch([{} for _ in range(5)])
         records = [await i.record() for i in batch]
         assert [r.status for r in records] == ["running"] * 3 + ["queued"] * 2
         assert worker.active_count == 3
-        assert worker.offer("quick", 1) is None  # no free slot
+        assert worker.reserve("quick", 1) is None  # no free slot
         GATE.set()
         for inst in batch:
             assert (await inst.wait(timeout=10)).output == "through"
-    # A worker that is not running (driven by run_once, or a client-only engine) offers nothing.
+    # A client-only engine has no worker; one that is not running (driven by run_once)
+    # reserves nothing.
     async with Engine(store_url, [quick], worker=False) as client:
-        assert client.worker.offer("quick", 1) is None
         inst = await client.workflow("quick").create()
         assert (await inst.status()).status == "queued"
+        assert client._worker is None, "a client-only engine made a worker"
+        assert client.worker.reserve("quick", 1) is None
 
 
 async def test_a_cancelled_create_still_hands_its_instance_over(store_url: str) -> None:
@@ -153,7 +192,7 @@ async def test_a_cancelled_create_still_hands_its_instance_over(store_url: str) 
         except InstanceNotFoundError:
             return
         assert (await instance.wait(timeout=5)).output == "done"
-        assert engine.worker._offered == 0
+        assert engine.worker._reserved == 0
 
 
 async def test_an_activation_whose_final_write_is_in_flight_frees_its_slot(

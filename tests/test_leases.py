@@ -9,7 +9,7 @@ import pytest
 
 from stepline import LeaseLostError, ManualClock, WorkflowEvent, WorkflowStep, workflow
 from stepline.errors import StoreError
-from stepline.store.base import Finish, NewInstance, StepWrite
+from stepline.store.base import Finish, History, NewInstance, StepWrite
 
 from .conftest import EngineFactory, drain
 
@@ -91,6 +91,53 @@ async def test_create_and_claim_return_the_records_they_stored(
         assert again.instance.updated_at == store.now()
         await store.finish(again.lease, Finish("complete", output='"done"'), store.now())
         assert (await (await binding.get("a")).status()).output == "done"
+
+
+async def test_a_claim_carries_the_history_the_store_holds(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    """``Claim.history``: the steps ``get_steps`` shows (start order) and the events still
+    pending (send order), read with the claim; consumed events are not in it."""
+    async with make_engine([two], clock=clock, lease=30) as engine:
+        store = engine.store
+        await engine.workflow("two").create(id="i")
+        (first,) = await store.claim("w1", ["two"], 1, 30, store.now())
+        assert first.history == History([], [])
+        await store.send_event("two", "i", "taken", '"a"')
+        now = store.now()
+        writes = [
+            StepWrite("first", 1, 1, "do", "complete", '{"x": [1, 2]}', started_at=now),
+            StepWrite("nap", 1, 2, "sleep", "waiting", wake_at=now + 600, started_at=now),
+        ]
+        for write in writes:
+            await store.record_step(first.lease, write, now)
+        await store.finish(first.lease, Finish("waiting", wake_at=now + 600), now)
+        # the pending event makes it runnable at once; two more arrive while it waits
+        clock.advance(1)
+        await store.send_event("two", "i", "go", '{"n": 1}')
+        await store.send_event("two", "i", "more", None)
+        (again,) = await store.claim("w2", ["two"], 1, 30, store.now())
+        assert again.event_seq == 3
+        assert again.history.steps == await store.get_steps("two", "i")
+        assert [s.name for s in again.history.steps] == ["first", "nap"]
+        pending = [
+            (e.type, e.payload, e.sent_at)
+            for e in await store.get_events("two", "i")
+            if e.consumed_by is None
+        ]
+        assert [(e.type, e.payload, e.timestamp) for e in again.history.events] == pending
+        assert [e.type for e in again.history.events] == ["taken", "go", "more"]
+        # a consumed event leaves the next claim's history
+        consume = StepWrite(
+            "wait", 1, 3, "wait_for_event", "complete", '"a"',
+            consume_event=again.history.events[0].pk,
+        )  # fmt: skip
+        await store.record_step(again.lease, consume, store.now())
+        await store.release(again.lease, store.now())
+        (third,) = await store.claim("w3", ["two"], 1, 30, store.now())
+        assert [e.type for e in third.history.events] == ["go", "more"]
+        assert [s.name for s in third.history.steps] == ["first", "nap", "wait"]
+        assert third.history.steps == await store.get_steps("two", "i")
 
 
 async def test_recorded_steps_do_not_rerun_after_a_crash(

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from stepline import Engine, InstanceNotFoundError, ManualClock, SystemClock, Workflow
+from stepline import Engine, InstanceNotFoundError, ManualClock, Workflow
 from stepline.errors import StoreError
 from stepline.store import postgres as postgres_store
 from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
@@ -416,7 +416,7 @@ async def test_a_claim_reads_the_history_its_activation_replays(schemas: list[st
         claims = await store.claim("me", ["w"], 5, 30.0, 1000.0)
         assert len(claims) == 2
         lease = claims[0].lease
-        assert await store.load_history(lease) == History([], [])  # nothing recorded yet
+        assert claims[0].history == History([], [])  # nothing recorded yet
         writes = [
             StepWrite(
                 "s", 1, 0, "do", "complete", '{"x":[1,2]}', started_at=1000.0, ended_at=1000.0
@@ -430,17 +430,14 @@ async def test_a_claim_reads_the_history_its_activation_replays(schemas: list[st
         await store.send_event("w", claims[0].instance.id, "other", None)
         (again,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
         assert again.instance.id == claims[0].instance.id
-        prefetched = await store.load_history(again.lease)
-        assert prefetched == await store._histories.submit(again.lease.pk)
-        assert [s.name for s in prefetched.steps] == ["s", "nap"]
-        assert prefetched.steps[0].output == {"x": [1, 2]}
-        assert [e.type for e in prefetched.events] == ["go", "other"]
-        times = [s.started_at for s in prefetched.steps] + [prefetched.steps[1].wake_at]
-        times += [e.timestamp for e in prefetched.events]
+        read = again.history
+        assert [read] == await store._load_histories([again.lease.pk])
+        assert [s.name for s in read.steps] == ["s", "nap"]
+        assert read.steps[0].output == {"x": [1, 2]}
+        assert [e.type for e in read.events] == ["go", "other"]
+        times = [s.started_at for s in read.steps] + [read.steps[1].wake_at]
+        times += [e.timestamp for e in read.events]
         assert all(type(t) is float for t in times), times
-        assert set(store._prefetched) == {claims[1].lease.pk}  # never loaded
-        await store.release(claims[1].lease, 1000.0)
-        assert store._prefetched == {}, "a released lease left its history behind"
     finally:
         await store.close()
 
@@ -989,12 +986,21 @@ async def test_a_claim_whose_reply_is_lost_is_recovered(
         await store.create_instances(
             "w", [NewInstance("a", None)], trigger="api", skip_existing=False
         )
+        # A history to recover with the claim: a step, and an event that wakes the instance.
+        (first,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        write = StepWrite("s", 1, 0, "do", "complete", "1", started_at=1000.0, ended_at=1000.0)
+        await store.record_step(first.lease, write, 1000.0)
+        await store.finish(first.lease, Finish("waiting"), 1000.0)
+        await store.send_event("w", "a", "go", None)
         lost = lose_one_reply(store, monkeypatch, "FOR UPDATE SKIP LOCKED")
         (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
         assert lost == [True], "the fault was not injected"
         assert claim.instance.id == "a" and claim.lease.owner == "me"
+        assert claim.lease.token == first.lease.token + 1 and claim.event_seq == 1
+        assert [s.name for s in claim.history.steps] == ["s"]
+        assert [e.type for e in claim.history.events] == ["go"]
         assert await store.claim("other", ["w"], 5, 30.0, 1000.0) == []
-        write = StepWrite("s", 1, 0, "do", "complete", "1", started_at=1000.0, ended_at=1000.0)
+        write = StepWrite("t", 1, 1, "do", "complete", "2", started_at=1000.0, ended_at=1000.0)
         assert await store.record_step(claim.lease, write, 1000.0) == "running"
     finally:
         await store.close()
@@ -1043,11 +1049,13 @@ async def test_a_finish_whose_reply_is_lost_still_reports_its_status(
 # -- clock ---------------------------------------------------------------------------------------
 
 
-class SkewedClock(SystemClock):
-    """This machine's clock, one hour fast."""
-
-    def __call__(self) -> float:
-        return time.time() + 3600
+def skew_wall_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[float]:
+    """This machine's wall clock (``time.time``), ``seconds`` off from now on: a list holding
+    the skew, which the test may change (an NTP step, an operator)."""
+    real = time.time
+    skew = [seconds]
+    monkeypatch.setattr(time, "time", lambda: real() + skew[0])
+    return skew
 
 
 def server_time() -> float:
@@ -1055,58 +1063,54 @@ def server_time() -> float:
 
 
 async def test_the_store_clock_follows_the_server_not_a_skewed_local_clock(
-    schemas: list[str],
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = url_for(fresh(schemas))
-    skewed = PostgresStore(url, SkewedClock())
+    skew_wall_clock(monkeypatch, 3600)  # this machine's clock, one hour fast
+    real_time = PostgresStore(url)
     manual = PostgresStore(url, ManualClock(1000.0))
-    await skewed.open()
+    await real_time.open()
     await manual.open()
     try:
-        assert abs(skewed.now() - server_time()) < 1.0
-        assert abs(skewed.clock_offset + 3600) < 1.0
-        assert manual.now() == 1000.0  # a test clock is used as it is
+        assert abs(real_time.now() - server_time()) < 1.0
+        assert abs(real_time.clock_offset + 3600) < 1.0
+        assert manual.now() == 1000.0  # a given clock is used as it is
+        assert manual.clock_offset == 0.0
     finally:
-        await skewed.close()
+        await real_time.close()
         await manual.close()
 
 
-class _MovableClock(SystemClock):
-    """This machine's clock, which an operator or an NTP step moves while the store is open."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-
 async def test_a_jump_of_the_local_clock_moves_neither_timers_nor_leases(
-    schemas: list[str],
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = _MovableClock()
-    store = PostgresStore(url_for(fresh(schemas)), clock)
+    skew = skew_wall_clock(monkeypatch, 0.0)
+    store = PostgresStore(url_for(fresh(schemas)))
     await store.open()
     try:
         for jump in (3600.0, -3660.0):
-            clock.offset += jump
+            skew[0] += jump
             assert abs(store.now() - server_time()) < 1.0, f"the store followed a {jump} s jump"
     finally:
         await store.close()
 
 
-async def test_workers_with_skewed_clocks_agree_on_leases(schemas: list[str]) -> None:
+async def test_workers_with_skewed_clocks_agree_on_leases(
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = url_for(fresh(schemas))
-    fast = PostgresStore(url, SkewedClock())
-    normal = PostgresStore(url, SystemClock())
-    await fast.open()
+    with monkeypatch.context() as patch:
+        skew_wall_clock(patch, 3600)  # a machine one hour fast
+        fast = PostgresStore(url)
+        await fast.open()
+    normal = PostgresStore(url)
     await normal.open()
     try:
         await normal.create_instances(
             "w", [NewInstance("a", None)], trigger="api", skip_existing=False
         )
         (claim,) = await normal.claim("normal", ["w"], 1, 30.0, normal.now())
-        # One hour ahead by its own clock, the other worker still sees a live lease.
+        # Set up on a clock one hour fast, the other worker still sees a live lease.
         assert await fast.claim("fast", ["w"], 1, 30.0, fast.now()) == []
         assert (await fast.next_wakeup(["w"]) or 0) - fast.now() > 25
         await normal.release(claim.lease, normal.now())

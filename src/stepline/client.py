@@ -23,7 +23,7 @@ from .records import (
     InstanceStatus,
     StepRecord,
 )
-from .store.base import ChangeWatch, LeaseOffer, NewInstance, Store
+from .store.base import ChangeWatch, Claim, NewInstance, Store
 from .workflow import validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
@@ -35,20 +35,40 @@ async def _delete(store: Store, workflow: str, ids: Sequence[str], force: bool) 
     return await store.delete_instances(workflow, ids, finished_only=not force)
 
 
-class Dispatcher(Protocol):
-    """A worker in this process that takes new instances as they are created
-    (:meth:`stepline.worker.Worker.offer`)."""
+class Reservation(Protocol):
+    """Slots that a worker in this process holds for instances about to be created here
+    (:class:`stepline.worker.Reservation`): the create claims up to ``slots`` of them for
+    ``owner`` (:meth:`Store.create_and_claim`), then either hands the claims over
+    (:meth:`take_created`) or, if it failed, gives the slots back (:meth:`release`)."""
 
-    def offer(self, workflow: str, count: int) -> LeaseOffer | None: ...
+    @property
+    def owner(self) -> str: ...
 
-    def settle(self, offer: LeaseOffer, created: Sequence[InstanceRecord] | None) -> None: ...
+    @property
+    def lease_seconds(self) -> float: ...
+
+    @property
+    def slots(self) -> int: ...
+
+    def take_created(self, claims: Sequence[Claim]) -> None: ...
+
+    def release(self) -> None: ...
 
 
-def _settle(
-    dispatcher: Dispatcher, offer: LeaseOffer, task: asyncio.Task[list[InstanceRecord]]
+ReserveSlots = Callable[[str, int], Reservation | None]
+"""Asks the worker running in this process, if one is, to hold slots for up to ``count``
+instances of ``workflow`` about to be created (:meth:`stepline.worker.Worker.reserve`); None
+when it takes none."""
+
+
+def _hand_over(
+    reservation: Reservation,
+    task: asyncio.Task[tuple[list[InstanceRecord], list[Claim]]],
 ) -> None:
-    created = None if task.cancelled() or task.exception() is not None else task.result()
-    dispatcher.settle(offer, created)
+    if task.cancelled() or task.exception() is not None:
+        reservation.release()
+    else:
+        reservation.take_created(task.result()[1])
 
 
 class Instance:
@@ -170,13 +190,13 @@ class WorkflowBinding:
         name: str,
         check: CheckWorkflow,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
-        dispatcher: Dispatcher | None = None,
+        reserve: ReserveSlots | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self.name = name
         self._check_known = check
-        self._dispatcher = dispatcher
+        self._reserve = reserve
 
     def __repr__(self) -> str:
         return f"<WorkflowBinding {self.name}>"
@@ -188,21 +208,27 @@ class WorkflowBinding:
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
     ) -> list[InstanceRecord]:
         """Create ``items``; a worker in this process takes what it has room for at once."""
-        dispatcher = self._dispatcher
-        offer = dispatcher.offer(self.name, len(items)) if dispatcher is not None else None
-        if dispatcher is None or offer is None:
+        reservation = self._reserve(self.name, len(items)) if self._reserve is not None else None
+        if reservation is None:
             return await self._store.create_instances(
                 self.name, items, trigger=trigger, skip_existing=skip_existing
             )
         task = asyncio.ensure_future(
-            self._store.create_instances(
-                self.name, items, trigger=trigger, skip_existing=skip_existing, lease=offer
+            self._store.create_and_claim(
+                self.name,
+                items,
+                trigger=trigger,
+                skip_existing=skip_existing,
+                owner=reservation.owner,
+                lease_seconds=reservation.lease_seconds,
+                limit=reservation.slots,
             )
         )
-        # The worker starts what the create leased to it even if this caller is cancelled
+        # The worker starts what the create claimed for it even if this caller is cancelled
         # meanwhile: otherwise those instances would wait for their lease to expire.
-        task.add_done_callback(functools.partial(_settle, dispatcher, offer))
-        return await asyncio.shield(task)
+        task.add_done_callback(functools.partial(_hand_over, reservation))
+        created, _ = await asyncio.shield(task)
+        return created
 
     async def create(
         self, id: str | None = None, params: Any = None, *, trigger: str = "api"

@@ -6,7 +6,9 @@ import time
 
 
 class SystemClock:
-    """Wall-clock time (seconds since the epoch)."""
+    """Wall-clock time (seconds since the epoch): ``Engine.clock`` when the engine was given no
+    clock. The store then keeps real time itself (on PostgreSQL, the server's clock); a clock
+    given to the engine, this one included, is followed as it is."""
 
     def __call__(self) -> float:
         return time.time()

@@ -20,7 +20,7 @@ from .liveness import unserved_warning
 from .records import InstancePage, InstanceRecord, WorkerInfo, WorkflowInfo
 from .store import Store, create_store
 from .store.base import WorkflowMeta
-from .worker import Worker, WorkerSettings
+from .worker import Reservation, Worker, WorkerSettings
 from .workflow import WorkflowDefinition, definition_of
 
 log = logging.getLogger("stepline")
@@ -44,6 +44,9 @@ class Engine:
     (finished instances are deleted this long after they ended; default: kept forever),
     ``heartbeat`` (how often the worker writes its row in the worker list, which shows it live
     while its last heartbeat is at most three intervals old).
+
+    ``clock``: a clock to follow instead of real time (tests: :class:`~stepline.ManualClock`),
+    used as it is; without one the store keeps real time, on PostgreSQL the server's clock.
 
     ``create`` (default True): opening creates a SQLite file that does not exist (with its
     directories). A client that must not create a database no worker reads passes
@@ -89,7 +92,9 @@ class Engine:
             heartbeat=heartbeat_seconds,
         )
         self.clock = clock or SystemClock()
-        self.store: Store = create_store(self.url, self.clock, create=create)
+        # Without a clock of the user's the store keeps real time its own way (PostgreSQL: the
+        # server's clock), so it is given none.
+        self.store: Store = create_store(self.url, clock, create=create)
         self._registry: dict[str, WorkflowDefinition] = {}
         self._opened = False
         for wf in workflows:
@@ -233,10 +238,14 @@ class Engine:
     def workflow(self, workflow: str | Any) -> WorkflowBinding:
         """A binding to create and look up instances: by name, class, Pipeline or Dag."""
         name = workflow if isinstance(workflow, str) else definition_of(workflow).name
-        # This engine's worker, while it runs, takes new instances straight from create().
         return WorkflowBinding(
-            self.store, name, self._check_workflow, self.settings.max_payload, self.worker
+            self.store, name, self._check_workflow, self.settings.max_payload, self._reserve
         )
+
+    def _reserve(self, workflow: str, count: int) -> Reservation | None:
+        # This engine's worker, if one exists and runs, takes new instances straight from
+        # create() (looked up at each create: the worker may start after the binding is made).
+        return None if self._worker is None else self._worker.reserve(workflow, count)
 
     async def _check_workflow(self, name: str) -> None:
         if name in self._registry or name in self._db_workflows:

@@ -20,8 +20,8 @@ from typing import Any
 
 from ._runtime import Activation, ActivationAborted, ActivationSettings
 from .errors import LeaseLostError, StoreError, StoreUnavailableError
-from .records import InstanceRecord, WorkerInfo
-from .store.base import Claim, History, LeaseOffer, Store, offered_claims
+from .records import WorkerInfo
+from .store.base import Claim, Store
 from .workflow import WorkflowDefinition
 
 log = logging.getLogger("stepline.worker")
@@ -68,12 +68,10 @@ class WorkerSettings:
 class _Slot:
     """One claimed instance: counted against concurrency and renewed from claim to end."""
 
-    __slots__ = ("activation", "claim", "ending", "history", "stop_reason", "task")
+    __slots__ = ("activation", "claim", "ending", "stop_reason", "task")
 
-    def __init__(self, claim: Claim, history: History | None = None) -> None:
+    def __init__(self, claim: Claim) -> None:
         self.claim = claim
-        self.history = history
-        """Known without reading the store (an instance leased on creation has none)."""
         self.task: asyncio.Task[None] | None = None
         self.activation: Activation | None = None
         self.stop_reason: str | None = None
@@ -85,6 +83,42 @@ class _Slot:
             self.stop_reason = reason
         if self.activation is not None:
             self.activation.request_stop(reason)
+
+
+class Reservation:
+    """Slots of a worker held for instances about to be created in its process
+    (:meth:`Worker.reserve`).
+
+    The create claims up to ``slots`` of the new instances for ``owner`` with a lease of
+    ``lease_seconds`` (:meth:`~stepline.store.base.Store.create_and_claim`), then calls
+    :meth:`take_created` with the claims it made, or :meth:`release` if it failed. The slots
+    count against the worker's concurrency until then.
+    """
+
+    __slots__ = ("_worker", "lease_seconds", "owner", "slots")
+
+    def __init__(self, worker: Worker, slots: int) -> None:
+        self._worker: Worker | None = worker
+        self.owner = worker.id
+        self.lease_seconds = worker.settings.lease
+        self.slots = slots
+
+    def take_created(self, claims: Sequence[Claim]) -> None:
+        """Start the instances the create claimed, at once, and give back the other slots."""
+        worker = self._end()
+        for claim in claims:
+            worker._start(claim)
+
+    def release(self) -> None:
+        """The create failed: give the slots back."""
+        self._end()
+
+    def _end(self) -> Worker:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            raise RuntimeError("a reservation is taken or released once")
+        worker._reserved -= self.slots
+        return worker
 
 
 def default_worker_id() -> str:
@@ -121,8 +155,8 @@ class Worker:
         """Whether the worker should look at the database when a slot frees: :meth:`wake` was
         called since the last claim, or the loop skipped looking (timers included) because every
         slot was taken."""
-        self._offered = 0
-        """Slots promised to creates in flight (:meth:`offer`)."""
+        self._reserved = 0
+        """Slots held for creates in flight (:meth:`reserve`)."""
         self._clock_mark: tuple[float, float] | None = None
         """(store time, monotonic time) at the last look at the clock (:meth:`_clock_step`)."""
         self._claim_after = 0.0
@@ -159,14 +193,15 @@ class Worker:
         if self._backlog or self._wanted:
             self._wake.set()
 
-    def offer(self, workflow: str, count: int) -> LeaseOffer | None:
-        """Offer to take up to ``count`` instances of ``workflow`` as they are created here.
+    def reserve(self, workflow: str, count: int) -> Reservation | None:
+        """Hold free slots for up to ``count`` instances of ``workflow`` about to be created in
+        this process, or None.
 
-        A create in this process passes the offer to the store, which stores the instances
-        already claimed by this worker; :meth:`settle` then starts them at once, skipping the
-        claim and history round trips and the wait for the next look at the database. Offered
-        only while :meth:`run` runs, with free slots, and when the last claim found nothing
-        else runnable, so that new instances do not overtake a backlog of queued ones.
+        The create claims them as it creates them (:class:`Reservation`), and this worker
+        starts them at once: no claim, no history read (a new instance has none), no wait for
+        its next look at the database. Only while :meth:`run` runs, with free slots, and when
+        the last claim found nothing else runnable, so that new instances do not overtake a
+        backlog of queued ones.
         """
         if not self._running or self._stopping.is_set() or self._backlog:
             return None
@@ -175,15 +210,8 @@ class Worker:
         take = min(count, self._free_slots())
         if take <= 0:
             return None
-        self._offered += take
-        return LeaseOffer(self.id, self.settings.lease, take)
-
-    def settle(self, offer: LeaseOffer, created: Sequence[InstanceRecord] | None) -> None:
-        """The create an :meth:`offer` went to has ended: start what it leased to this worker
-        (``created`` is None if the create failed)."""
-        self._offered -= offer.limit
-        for claim in offered_claims(offer, created or ()):
-            self._start(claim, History([], []))
+        self._reserved += take
+        return Reservation(self, take)
 
     async def run_once(self) -> int:
         """Claim every instance runnable now and run each to its next suspension or end.
@@ -294,7 +322,7 @@ class Worker:
         # An activation whose final write is in flight (``ending``) holds its lease until that
         # commits, but no slot: it runs no more code.
         running = sum(1 for slot in self._active.values() if not slot.ending)
-        return self.settings.concurrency - running - self._offered
+        return self.settings.concurrency - running - self._reserved
 
     async def _claim(self, limit: int) -> list[Claim]:
         if not self._workflows:
@@ -316,10 +344,10 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
-    def _start(self, claim: Claim, history: History | None = None) -> asyncio.Task[None]:
+    def _start(self, claim: Claim) -> asyncio.Task[None]:
         # The slot is taken (counted against concurrency, its lease renewed) from the moment of
-        # the claim, not only once the history has loaded.
-        slot = _Slot(claim, history)
+        # the claim, not only once the activation runs.
+        slot = _Slot(claim)
         slot.task = asyncio.get_running_loop().create_task(self._activate(slot))
         self._active[claim.lease.pk] = slot
         return slot.task
@@ -330,12 +358,8 @@ class Worker:
         lease = claim.lease
         try:
             definition = self.registry[record.workflow]
-            history = slot.history
-            if history is None:
-                history = await self.store.load_history(lease)
-            slot.history = None
             activation = Activation(
-                self.store, claim, history, definition.make(), self._activation_settings
+                self.store, claim, claim.history, definition.make(), self._activation_settings
             )
             slot.activation = activation
             if slot.stop_reason is not None:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from stepline import Engine, SystemClock, Workflow, WorkflowEvent, WorkflowStep
+from stepline import Engine, Workflow, WorkflowEvent, WorkflowStep
 
 from .._procs import (
     WORKFLOW,
@@ -269,17 +269,20 @@ async def test_past_the_grace_period_the_instance_is_released_and_a_second_signa
 # -- a wall clock that jumps -------------------------------------------------------------------
 
 
-class JumpingClock(SystemClock):
-    """This machine's clock, moved by :meth:`jump` as an NTP step or an operator would move it.
+_REAL_TIME = time.time
 
-    A subclass of the system clock, so that each store treats it as it treats the real one (the
-    PostgreSQL store corrects it to the server's clock when it measures the offset)."""
 
-    def __init__(self) -> None:
+class JumpingClock:
+    """This machine's wall clock (``time.time``, patched for the test), moved by :meth:`jump` as
+    an NTP step or an operator would move it.
+
+    The engines are given no clock, so each store keeps real time as it does in production:
+    the SQLite store reads this clock, the PostgreSQL store the server's clock carried on by the
+    monotonic clock."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
+        monkeypatch.setattr(time, "time", lambda: _REAL_TIME() + self.offset)
 
     def jump(self, seconds: float) -> None:
         self.offset += seconds
@@ -327,7 +330,7 @@ async def wait_statuses(
 
 
 async def test_a_clock_jump_forward_fires_timers_no_earlier_than_the_jump_and_steals_no_lease(
-    store_url: str, store_kind: str, chaos_seeds: list[int]
+    store_url: str, store_kind: str, chaos_seeds: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The wall clock jumps an hour forward while a worker has sleeping instances and a long step
     under lease: on SQLite, whose time is the machine's, sleeps due within the hour wake (early
@@ -339,9 +342,9 @@ async def test_a_clock_jump_forward_fires_timers_no_earlier_than_the_jump_and_st
         rng = random.Random(seed)
         near, far = rng.uniform(600, 3000), rng.uniform(3700, 7200)
         work = rng.uniform(2.0, 3.0)
-        clock = JumpingClock()
+        clock = JumpingClock(monkeypatch)
         Napper.RUNS.clear()
-        options: dict[str, Any] = {"clock": clock, "lease": 3.0}
+        options: dict[str, Any] = {"lease": 3.0}
         # Two workers on one machine's clock: the one running the step (its instances are
         # created here, so it takes them), and an idle peer that looks at the database more
         # often, so that it would see the stale lease first.
@@ -383,7 +386,7 @@ async def test_a_clock_jump_forward_fires_timers_no_earlier_than_the_jump_and_st
 
 
 async def test_a_clock_jump_back_delays_a_timer_by_at_most_the_jump(
-    store_url: str, store_kind: str, chaos_seeds: list[int]
+    store_url: str, store_kind: str, chaos_seeds: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The wall clock jumps a minute back while an instance sleeps, then (a minute later, here
     moved on at once) the clock reaches its wake time. On SQLite the worker wakes it soon (after
@@ -393,8 +396,8 @@ async def test_a_clock_jump_back_delays_a_timer_by_at_most_the_jump(
     for seed in chaos_seeds:
         rng = random.Random(seed)
         nap = rng.uniform(1.0, 2.0)
-        clock = JumpingClock()
-        options: dict[str, Any] = {"clock": clock, "lease": 2.0, "poll_interval": 0.2}
+        clock = JumpingClock(monkeypatch)
+        options: dict[str, Any] = {"lease": 2.0, "poll_interval": 0.2}
         async with Engine(store_url, [Napper], **options) as engine:
             await engine.workflow(Napper).create(f"nap-{seed}", {"nap": nap})
             await wait_statuses(engine, {f"nap-{seed}": "waiting"}, "asleep")

@@ -12,16 +12,21 @@ from .sqlite import SqliteStore
 __all__ = ["SqliteStore", "Store", "create_store"]
 
 
-def create_store(url: str, clock: Callable[[], float], *, create: bool = True) -> Store:
+def create_store(
+    url: str, clock: Callable[[], float] | None = None, *, create: bool = True
+) -> Store:
     """A store for ``url``: ``sqlite:///file.db`` or ``postgresql://user@host/db``.
+
+    ``clock``: the time the store follows (a test's manual clock); None for real time (the
+    PostgreSQL server's clock on PostgreSQL).
 
     ``create=False``: a SQLite file that does not exist is an error when the store is opened,
     instead of being created (a PostgreSQL database always has to exist; its schema is created
     either way).
 
     The PostgreSQL store is imported only when a PostgreSQL URL is used: importing psycopg
-    costs about a third of a second, which every ``stepline`` command on the embedded SQLite
-    database would otherwise pay (this is start-up time, not a way around an import cycle).
+    is slow enough to notice, and every ``stepline`` command on the embedded SQLite database
+    would otherwise pay for it (this is start-up time, not a way around an import cycle).
     """
     if url.startswith("sqlite:"):
         return SqliteStore(url, clock, create=create)

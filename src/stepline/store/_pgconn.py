@@ -4,9 +4,8 @@ psycopg drives every operation as a generator that says what it is waiting for (
 readable, or writable), and its asyncio connection waits for each of these with a fresh
 ``loop.add_reader`` and ``loop.remove_reader`` (two ``epoll_ctl`` system calls) and a timer
 around every round trip. The store's connections instead keep their socket registered from one
-round trip to the next, which saves the client 8 µs of CPU per round trip on uvloop and 20 µs on
-asyncio's loop (``python -m benchmarks loops``), and 20-35 µs per step of a sequential workflow
-(``docs/performance.md``, the ``loops`` benchmark):
+round trip to the next, which saves the client CPU on every round trip, on uvloop and on
+asyncio's loop alike (``python -m benchmarks loops``; figures in ``docs/performance.md``):
 
 - A wait for the socket to be readable (the answer to a query) registers the socket once and
   then only parks on a future that the reader callback resolves. (uvloop stops watching a socket
@@ -128,7 +127,7 @@ class StoreConnection(psycopg.AsyncConnection[Any]):
     def kept_cursor(self) -> psycopg.AsyncCursor[Any]:
         """A cursor that stays with this connection, for the statements of the hot path (step
         writes, finishes): ``execute`` on the connection makes a new cursor, with its own
-        adaptation context, for every statement, about 15 µs of CPU. A connection runs one
+        adaptation context, for every statement, which costs CPU. A connection runs one
         operation at a time, so its cursor is never shared; it holds on to its last (small)
         result until its next statement."""
         cursor = self._kept

@@ -157,7 +157,7 @@ class Database:
         self._spare: Conn | None = None
         """One of the pool's connections, kept out of it for operations that come one at a time
         (a sequential workflow's step writes): taking it is an attribute swap, where a checkout
-        from the pool costs about 15 µs of CPU (its locks, logging and checks). An operation that
+        from the pool costs CPU (its locks, logging and checks). An operation that
         comes while the spare is in use takes a connection from the pool as before."""
         self._spare_taken = False
         self._spare_until = 0.0
@@ -384,7 +384,7 @@ class Database:
             result = await _closing_on_fault(use, spare)
             # Kept for the next operation unless it is mid-transaction or broken (psycopg itself
             # brings a query cancelled mid-flight back to idle) or the store closed meanwhile.
-            # (libpq's own status: `spare.info` builds a wrapper object per call, 1.4 µs here.)
+            # (libpq's own status: `spare.info` builds a wrapper object per call.)
             if self._pool is pool and spare.pgconn.transaction_status == TransactionStatus.IDLE:
                 self._spare, spare = spare, None
             return result

@@ -2,9 +2,9 @@
 
 Templates name the schema ``{s}`` and the shared column lists ``{icols}`` (instances) and
 ``{scols}`` (steps); :meth:`Statements.for_schema` renders them once per store with the schema
-quoted by :mod:`psycopg.sql`. Lock protocol (see the store's module docstring): activation writes
-take ``FOR KEY SHARE`` on their instance row, client control actions take ``FOR UPDATE``, and
-statements that lock several instance rows lock them in ``pk`` order.
+quoted by :mod:`psycopg.sql`. Lock protocol (docs/architecture.md, "The PostgreSQL store"):
+activation writes take ``FOR KEY SHARE`` on their instance row, client control actions take
+``FOR UPDATE``, and statements that lock several instance rows lock them in ``pk`` order.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ _STEP_UPSERT = """
 # without expanding a JSON batch, which costs the server about a fifth of the statement.
 # ``{conflict}`` is the upsert clause, or nothing for a step's first record (``record_step_new``):
 # a plain insert skips the upsert's speculative insertion (its index pre-check and its second
-# WAL record), 11-33 µs of a committed step write here; a duplicate key then means the record
+# WAL record), a noticeable part of a committed step write; a duplicate key then means the record
 # exists after all (a write whose reply was lost), and the store writes it again as an upsert.
 _RECORD_STEP = """
     WITH fence AS (
@@ -124,7 +124,7 @@ _TEMPLATES: dict[str, str] = {
     "get_instance_by_pk": "SELECT {icols} FROM {s}.instances WHERE pk = %s",
     # Each instance's steps through the primary key, one lookup per instance: with `instance_pk =
     # ANY(...)` a planner without statistics (a table that grew since its last ANALYZE) chose to
-    # scan the whole table (16 ms for 50 instances among 100,000, against 0.5 ms).
+    # scan the whole table, however few instances were asked for.
     "history_steps": """
         SELECT p.pk, s.* FROM unnest(%s::bigint[]) AS p(pk)
         CROSS JOIN LATERAL (
@@ -221,10 +221,11 @@ _TEMPLATES: dict[str, str] = {
     """,
     # -- activations -----------------------------------------------------------------------------
     # The claim commits without waiting for the WAL flush (``async_commit``: a local setting,
-    # undone when the statement's transaction ends; why that is safe for a claim: the store's
-    # module docstring). ``floor`` (NULL: none) is where the ready_at index is read from instead
-    # of its low end, which holds the dead entries of every earlier update until a VACUUM (see
-    # ``claim``). The claimed instances' histories are read by ``claimed_histories``, not here.
+    # undone when the statement's transaction ends; why that is safe for a claim:
+    # docs/architecture.md, "The PostgreSQL store"). ``floor`` (NULL: none) is where the
+    # ready_at index is read from instead of its low end, which holds the dead entries of every
+    # earlier update until a VACUUM (see ``claim``). The claimed instances' histories are read
+    # by ``claimed_histories``, not here.
     "claim": """
         WITH picked AS (
             SELECT pk AS p_pk, status AS p_status, ready_at AS p_ready FROM {s}.instances

@@ -18,7 +18,7 @@ from ..records import (
     StepRecord,
     StepStatus,
 )
-from .base import History
+from .base import Claim, History, Lease
 
 INSTANCE_COLUMNS = (
     "pk, workflow, id, status, params, output, error, rollback, trigger, created_at, updated_at,"
@@ -181,3 +181,13 @@ def histories_from_rows(
     for row in events:
         found[row[0]].events.append(PendingEvent(row[1], row[2], loads(row[3]), row[4]))
     return found
+
+
+def claims_on_creation(created: Iterable[InstanceRecord], owner: str) -> list[Claim]:
+    """The claims :meth:`~stepline.store.base.Store.create_and_claim` made: the instances it
+    created leased to ``owner`` (token 1, nothing recorded yet)."""
+    return [
+        Claim(record, Lease(record.pk, 1, owner), None, 0, History([], []))
+        for record in created
+        if record.lease_owner == owner
+    ]

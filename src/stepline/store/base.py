@@ -5,8 +5,9 @@ same contract test suite. Every operation documents its contract. Driver errors 
 implementation translates them into stepline's exceptions at this boundary, chained with ``from``.
 
 Times are float seconds since the epoch. Operations that depend on the current time take it as
-``now`` from :meth:`Store.now`, the store's clock (the engine's clock, corrected to the database
-server's clock where the server has one), so all workers agree on timers and lease expiry.
+``now`` from :meth:`Store.now`, the store's clock: the clock it was given, or without one real
+time (the database server's where the server has a clock), so all workers agree on timers and
+lease expiry.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..clock import SystemClock
 from ..records import (
     Attempt,
     InstanceEvent,
@@ -53,6 +53,10 @@ class Claim:
     """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out."""
     event_seq: int
     """Count of events sent so far; passed back to :meth:`Store.finish` to catch late events."""
+    history: History
+    """The instance's recorded steps and unconsumed events when it was claimed: every event
+    counted in ``event_seq`` is here unless consumed (one sent later may be too). Nothing but
+    the lease holder writes steps, so they stay current while the lease is held."""
 
 
 @dataclass(frozen=True)
@@ -60,31 +64,9 @@ class History:
     """Everything an activation needs to replay: recorded steps and unconsumed events."""
 
     steps: list[StepRecord]
+    """In start order (``seq``)."""
     events: list[PendingEvent]
-
-
-@dataclass(frozen=True)
-class LeaseOffer:
-    """Asks :meth:`Store.create_instances` to hand new instances straight to a worker.
-
-    The instances created from the first ``limit`` distinct ids are stored already claimed by
-    ``owner`` (status ``running``, lease token 1, lease for ``seconds``), as if a claim had taken
-    them the moment they were created: the worker in the creating process runs them without a
-    round trip to claim them and load their (empty) history. See :func:`offered_claims`.
-    """
-
-    owner: str
-    seconds: float
-    limit: int
-
-
-def offered_claims(offer: LeaseOffer, created: Sequence[InstanceRecord]) -> list[Claim]:
-    """The claims a :class:`LeaseOffer` produced among ``created``."""
-    return [
-        Claim(record, Lease(record.pk, 1, offer.owner), None, 0)
-        for record in created
-        if record.lease_owner == offer.owner
-    ]
+    """In send order."""
 
 
 @dataclass(frozen=True)
@@ -117,9 +99,11 @@ class StepWrite:
     consume_event: int | None = None
     """The pk of a pending event this step consumes, atomically with the write."""
     new: bool = False
-    """The writer knows of no earlier record of this step: a store may insert without first
-    looking for one to replace (cheaper on PostgreSQL). A hint, never a promise: a store must
-    still replace a record it finds (one whose write committed but whose reply was lost)."""
+    """True when the writer knows of no record of this step (``name``, ``count``): none in the
+    claim's history and none written under its lease. A store may then insert without first
+    looking for a record to replace, or ignore the field. It must still end with exactly this
+    record if one exists after all (a retried write whose first attempt committed, its reply
+    lost): replace it, never fail or keep two."""
 
 
 FinishStatus = Literal["complete", "errored", "terminated", "waiting"]
@@ -142,8 +126,11 @@ class Finish:
     wake_at: float | None = None
     event_seq: int = 0
     steps: tuple[StepWrite, ...] = ()
-    """Step records written first, in the same transaction: the activation's last records,
-    which nothing had to wait for (a step's result, a sleep's start). None consumes an event."""
+    """Step records not yet written, written by :meth:`Store.finish` in its own transaction,
+    fenced on the same lease and before the status change: all of them with the end, or
+    (lease lost) none. Each is its step's latest record, one per step (``name``, ``count``), and
+    none sets ``consume_event``; a store must insert or replace them as :meth:`Store.record_step`
+    would."""
 
 
 @dataclass(frozen=True)
@@ -194,10 +181,9 @@ class Store(abc.ABC):
     """True when the store tells this process about work that other processes made runnable
     (PostgreSQL LISTEN/NOTIFY); then workers need not poll quickly to notice it."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
-        # The system clock itself (not a subclass: tests skew it) is read directly: the engine
-        # asks for the time a few times per step.
-        self._clock = time.time if type(clock) is SystemClock else clock
+    def __init__(self, clock: Callable[[], float] | None) -> None:
+        """``clock``: the time to follow (a test's manual clock); None for real time."""
+        self._clock: Callable[[], float] = time.time if clock is None else clock
         self._ready_listeners: list[Callable[[], None]] = []
         self._change_watches: dict[tuple[str, str], list[ChangeWatch]] = {}
 
@@ -268,20 +254,38 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def create_instances(
+        self, workflow: str, items: Sequence[NewInstance], *, trigger: str, skip_existing: bool
+    ) -> list[InstanceRecord]:
+        """Create queued instances durably (on disk before returning), runnable at once.
+
+        Returns the created instances in the order of ``items`` (an id repeated in ``items``
+        counts once, as its first occurrence). With ``skip_existing`` ids that exist are skipped
+        and only new instances are returned; otherwise an existing id raises
+        ``InstanceAlreadyExistsError`` and nothing is created.
+        """
+
+    @abc.abstractmethod
+    async def create_and_claim(
         self,
         workflow: str,
         items: Sequence[NewInstance],
         *,
         trigger: str,
         skip_existing: bool,
-        lease: LeaseOffer | None = None,
-    ) -> list[InstanceRecord]:
-        """Create queued instances durably (on disk before returning).
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[InstanceRecord], list[Claim]]:
+        """:meth:`create_instances`, claiming some of the new instances for ``owner`` in the
+        same transaction (a worker in the creating process runs them without claiming them).
 
-        With ``skip_existing`` ids that exist are skipped and only new instances are returned;
-        otherwise an existing id raises ``InstanceAlreadyExistsError`` and nothing is created.
-        With ``lease``, the instances created from the first ``lease.limit`` distinct ids of
-        ``items`` are stored claimed by ``lease.owner`` instead of queued (:class:`LeaseOffer`).
+        Claimed: the instances created from the first ``limit`` distinct ids of ``items`` (an
+        id skipped as existing uses up its place). Each is stored ``running``, leased by
+        ``owner`` with lease token 1 until ``now + lease_seconds`` (its ``ready_at`` too), as if
+        :meth:`claim` had taken it the moment it was created: its :class:`Claim` has no control
+        action, ``event_seq`` 0 and an empty history. The others are queued. Returns every
+        created instance (as :meth:`create_instances` does) and the claims, in the same order;
+        everything is durable on return.
         """
 
     @abc.abstractmethod
@@ -372,12 +376,9 @@ class Store(abc.ABC):
 
         Runnable: ``ready_at <= now`` and no live lease. Each claimed instance gets a fresh lease
         token and ``lease_expires = now + lease_seconds``; queued and waiting instances become
-        ``running``. Two concurrent claims never return the same instance.
+        ``running``. Two concurrent claims never return the same instance. Each claim carries
+        the instance's history (:attr:`Claim.history`), read under its new lease.
         """
-
-    @abc.abstractmethod
-    async def load_history(self, lease: Lease) -> History:
-        """All recorded steps (start order) and unconsumed events (send order), in one read."""
 
     @abc.abstractmethod
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:

@@ -3,89 +3,8 @@
 URL: ``postgresql://user:password@host:5432/dbname?schema=NAME`` (or ``postgres://``). Every table
 lives in schema ``NAME`` (default ``stepline``; created if missing), so stepline can share an
 application's database. The ``schema`` parameter is removed before connecting; other parameters
-(``sslmode``, ``host=/socket/dir``, ...) go to libpq unchanged.
-
-Design:
-
-- **Connections.** A pool of autocommit connections for the work, a small second pool for lease
-  renewals, claims and timers (so they never queue behind bulk work and let leases expire), and
-  one connection that LISTENs for wake-ups. Connections are named ``application_name=stepline``
-  unless the URL says otherwise. Round trips, not the pool, are what an operation costs: each
-  one is a loopback exchange plus the client's and the server's CPU, so every operation on the
-  hot path is one statement and one round trip (claim with history, step record, finish), and a
-  client transaction pipelines its statements (see ``Database.transaction``).
-- **Claims** pick runnable rows with ``FOR UPDATE SKIP LOCKED`` and lease them in the same
-  statement, so concurrent workers never block each other or take the same instance. The next
-  statement of the same transaction, pipelined with it, returns each claimed instance's history
-  (steps and unconsumed events, as JSON), which :meth:`PostgresStore.load_history` hands to the
-  activation without a round trip of its own. It reads after the claim's locks are taken, so the
-  history and ``event_seq`` agree (a locking statement sees the newest row versions but reads
-  other tables in its older snapshot); an event sent later is caught by ``finish`` comparing
-  ``event_seq``. A short claim also reads the earliest timer,
-  which :meth:`PostgresStore.next_wakeup` reuses once (if nothing was claimed) and which sets
-  the floor the next claims read the ``ready_at`` index from (:class:`_ClaimFloor`), past the
-  dead entries that collect at its low end until a VACUUM; a full claim moves the floor to a
-  margin below its first pick.
-- **Fencing.** Every activation write matches ``(pk, lease_token, lease_owner)`` and raises
-  :class:`LeaseLostError` (writing nothing) when the lease is gone. Step writes take ``FOR KEY
-  SHARE`` on the instance row while they check the fence; control actions (terminate, restart,
-  ...) take ``FOR UPDATE`` on it, so a fenced-out write can never land after a restart deleted the
-  steps. Statements that lock several instance rows lock them in ``pk`` order. (A child that ends
-  also updates its parent's row; the rare deadlock that can cause is detected by PostgreSQL and
-  the statement retried.)
-- **Group commit.** Step records, history loads and activation ends issued while another of the
-  same kind is in flight are sent together: the rows travel as one JSON parameter expanded by
-  ``json_to_recordset``, so a group costs one statement, one round trip and one commit. A lone
-  write goes out at once (a step record alone uses plain parameters, cheaper for the server),
-  from its caller's task while writes come one at a time (see ``Batcher``).
-- **Wake-ups.** create, send_event, control actions, release and the end of an instance NOTIFY
-  the schema's channel in their transaction; every other store LISTENing on it signals its
-  worker and its ``Instance.wait`` callers at once (a store skips its own notifications: it
-  signalled itself when it committed). The instances a finish statement ends go out as lists,
-  a few dozen per notification (``"ended"``), not one notification each: every listener receives
-  and parses every notification. Ends of top-level instances only are marked ``"e": true``: they
-  resolve waiters but wake no worker, since nothing became runnable. Workers still poll, and
-  waiters still poll too, so a notification lost while the listening connection reconnects costs
-  at most one poll interval.
-- **Durability.** Everything acknowledged to a caller (create, send_event, control actions,
-  delete, purge) and every activation write (step records, finish, renew, release) commits
-  synchronously: the server has flushed it to its WAL before the call returns. Only the claim
-  commits asynchronously (``synchronous_commit = off`` for its own transaction), which saves a
-  WAL flush per activation. That loses nothing: a claim that a server crash loses was
-  acknowledged to nobody but the worker, and the instance is simply claimable again, as if the
-  lease had expired (the worker's next write is fenced out and raises ``LeaseLostError``). A
-  claim is never lost while something that depends on it survives, because the server flushes
-  its WAL in order: the step record or finish fenced on the new lease commits synchronously,
-  after the claim, so flushing it flushes the claim too. (The finish stays synchronous: a
-  finished instance's output is returned to ``Instance.wait`` callers, and a finish lost after
-  that would let a replay end the instance differently if a step is not deterministic.)
-- **Clock.** With the default system clock, :meth:`PostgresStore.now` is the local clock plus the
-  offset to the server's ``clock_timestamp()`` (measured at open and every 30 s), so timers and
-  lease expiry mean the same instant on every machine. Other clocks (tests) are used unchanged.
-
-Connection faults (a killed connection, a server restart) are retried with backoff for up to
-:attr:`PostgresStore.retry_seconds`, then reported as :class:`StoreError`. A write is retried only
-when a retry cannot do harm:
-
-- Reads are always retried.
-- Single-statement activation writes are idempotent: ``record_step`` rewrites the same rows under
-  the same fence, ``renew`` sets absolute times, ``release`` is fenced and sets the same values,
-  ``register_workflows`` is an upsert. If the first attempt committed, the retry does nothing
-  new (or finds the lease already gone).
-- ``finish`` is fenced and releases the lease; if an attempt whose reply was lost committed, the
-  retry finds the lease released under the same token and returns the status it left. (Waking a
-  parent twice is harmless: it replays and waits again.)
-- ``claim`` marks the leases it takes with a random nonce (``lease_nonce``); if the reply was
-  lost, the retry first reads the rows leased under that nonce, so a committed claim is recovered
-  instead of being orphaned until its lease expires.
-- Client writes (create, send_event, control, delete, purge) run as explicit transactions that
-  read their transaction id before COMMIT is sent (in pipeline mode, together with their first
-  statements). A failure before COMMIT was sent means nothing committed
-  (PostgreSQL rolls back a transaction whose connection dies), so it is retried. A failure while
-  committing is resolved with ``pg_xact_status``: if the transaction committed, the result it
-  computed is returned; if not, the whole operation is retried. So an acknowledged create or event
-  is never lost, and none is applied twice. (Only if the server stays unreachable for
-  ``retry_seconds`` right after a COMMIT was sent is the outcome unknown; the StoreError says so.)
+(``sslmode``, ``host=/socket/dir``, ...) go to libpq unchanged. How the store claims, fences,
+groups writes, notifies, commits and retries: docs/architecture.md, "The PostgreSQL store".
 """
 
 from __future__ import annotations
@@ -103,7 +22,6 @@ import psycopg
 from psycopg import sql
 
 from .._json import dumps, loads
-from ..clock import SystemClock
 from ..errors import (
     IllegalStateError,
     InstanceAlreadyExistsError,
@@ -127,6 +45,7 @@ from ._pgsql import Statements, history_from_json, indexed_rows, json_rows
 from ._rows import (
     INSTANCE_COLUMNS,
     INTERRUPTED,
+    claims_on_creation,
     control_assignments,
     control_transition,
     decode_cursor,
@@ -142,7 +61,6 @@ from .base import (
     Finish,
     History,
     Lease,
-    LeaseOffer,
     NewInstance,
     StepWrite,
     Store,
@@ -194,7 +112,11 @@ def _json_or_none(value: Any, what: str) -> str | None:
 
 
 class PostgresStore(Store):
-    """The shared store. ``url`` is ``postgresql://user:password@host:port/db[?schema=name]``."""
+    """The shared store. ``url`` is ``postgresql://user:password@host:port/db[?schema=name]``.
+
+    ``clock``: the time to follow as it is (a test's manual clock); by default (None) the
+    server's clock, so that every machine means the same instant (see :meth:`now`).
+    """
 
     pushes_notifications = True
 
@@ -205,7 +127,6 @@ class PostgresStore(Store):
         *,
         max_connections: int = 8,
     ) -> None:
-        clock = clock or SystemClock()
         super().__init__(clock)
         self.url = url
         conninfo, self.schema = split_url(url)
@@ -220,7 +141,7 @@ class PostgresStore(Store):
         self._generation = 0
         self._timer_hint: tuple[tuple[str, ...], int, float | None] | None = None
         self._claim_floors: dict[tuple[str, ...], _ClaimFloor] = {}
-        self._server_clock = isinstance(clock, SystemClock) or clock is time.time
+        self._server_clock = clock is None
         # With the server's clock, time is the server's time at the last measurement moved on by
         # the monotonic clock, so a jump of the local wall clock never moves timers or leases.
         self._ticks: Callable[[], float] = time.monotonic if self._server_clock else self._clock
@@ -234,11 +155,6 @@ class PostgresStore(Store):
         self._finishes: Batcher[dict[str, Any], _Finished] = Batcher(
             self._finish, key=lambda row: row["pk"], split=_not_a_connection_fault
         )
-        self._histories: Batcher[int, History] = Batcher(
-            self._load_histories, key=lambda pk: pk, split=_not_a_connection_fault
-        )
-        self._prefetched: dict[int, tuple[int, History]] = {}
-        """Histories read by :meth:`claim` with its leases: pk -> (lease token, history)."""
 
     @property
     def retry_seconds(self) -> float:
@@ -252,13 +168,15 @@ class PostgresStore(Store):
     # -- clock -----------------------------------------------------------------------------------
 
     def now(self) -> float:
-        """The database server's clock when the engine's is the system clock (measured at open
-        and every 30 s, carried between measurements by the monotonic clock); else the engine's."""
+        """The database server's clock unless the store was given a clock (measured at open and
+        every ``_CLOCK_REFRESH_SECONDS``, carried on between measurements by the monotonic
+        clock, so a step of this machine's wall clock moves no timer or lease); else the given
+        clock."""
         return self._ticks() + self._offset
 
     @property
     def clock_offset(self) -> float:
-        """Seconds between the engine's clock and :meth:`now` (0 with a custom clock)."""
+        """Seconds from this machine's wall clock (or the given clock) to :meth:`now`."""
         return self.now() - self._clock()
 
     async def _measure_offset(self) -> None:
@@ -306,9 +224,8 @@ class PostgresStore(Store):
     async def close(self) -> None:
         if not self._db.is_open:
             return
-        for batcher in (self._step_writes, self._finishes, self._histories):
+        for batcher in (self._step_writes, self._finishes):
             await batcher.drain()
-        self._prefetched.clear()
         if self._clock_task is not None:
             self._clock_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -398,14 +315,39 @@ class PostgresStore(Store):
     # -- instances -------------------------------------------------------------------------------
 
     async def create_instances(
+        self, workflow: str, items: Sequence[NewInstance], *, trigger: str, skip_existing: bool
+    ) -> list[InstanceRecord]:
+        return await self._create(workflow, items, trigger, skip_existing)
+
+    async def create_and_claim(
         self,
         workflow: str,
         items: Sequence[NewInstance],
         *,
         trigger: str,
         skip_existing: bool,
-        lease: LeaseOffer | None = None,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[InstanceRecord], list[Claim]]:
+        created = await self._create(
+            workflow, items, trigger, skip_existing, owner=owner, lease=lease_seconds, limit=limit
+        )
+        return created, claims_on_creation(created, owner)
+
+    async def _create(
+        self,
+        workflow: str,
+        items: Sequence[NewInstance],
+        trigger: str,
+        skip_existing: bool,
+        *,
+        owner: str | None = None,
+        lease: float = 0.0,
+        limit: int = 0,
     ) -> list[InstanceRecord]:
+        """Both creates: the first ``limit`` distinct ids leased to ``owner`` for ``lease``
+        seconds (see :meth:`create_and_claim`)."""
         unique: dict[str, NewInstance] = {}
         for item in items:
             unique.setdefault(item.id, item)
@@ -422,9 +364,9 @@ class PostgresStore(Store):
             ),
             "channel": self.channel,
             "note": self._note(),
-            "leased": lease.limit if lease is not None else 0,
-            "owner": lease.owner if lease is not None else None,
-            "expires": params_now + lease.seconds if lease is not None else None,
+            "leased": limit,
+            "owner": owner,
+            "expires": params_now + lease if owner is not None else None,
         }
 
         async def body(conn: Conn) -> list[InstanceRecord]:
@@ -699,16 +641,25 @@ class PostgresStore(Store):
 
         generation = self._generation
         rows, histories = await self._db.retrying("claiming instances", attempt, priority=True)
+        claimed = [row for row in rows if row[0] is not None]
+        # A recovered claim's histories went with the lost reply: read them now, under the
+        # leases and after the ``event_seq`` recovered with them, so they hold every event it
+        # counts.
+        missing = [row[0] for row in claimed if row[0] not in histories]
+        loaded = (
+            dict(zip(missing, await self._load_histories(missing), strict=True)) if missing else {}
+        )
         claims: list[Claim] = []
-        for row in rows:
-            if row[0] is None:
-                continue
+        for row in claimed:
             lease = Lease(row[0], row[_N_ICOLS], owner)
-            read = histories.get(lease.pk)  # a recovered claim reads its histories later
-            event_seq = row[_N_ICOLS + 2] if read is None else read[1]
-            claims.append(Claim(instance_from_row(row), lease, row[_N_ICOLS + 1], event_seq))
-            if read is not None:
-                self._prefetched[lease.pk] = (lease.token, history_from_json(read[2], read[3]))
+            read = histories.get(lease.pk)
+            if read is None:
+                event_seq, history = row[_N_ICOLS + 2], loaded[lease.pk]
+            else:
+                event_seq, history = read[1], history_from_json(read[2], read[3])
+            claims.append(
+                Claim(instance_from_row(row), lease, row[_N_ICOLS + 1], event_seq, history)
+            )
         # An empty claim also read the earliest timer: next_wakeup() can use it once, if nothing
         # became runnable meanwhile (which would have gone through _notify_ready).
         self._timer_hint = None
@@ -730,13 +681,8 @@ class PostgresStore(Store):
             self._claim_floors[key] = _ClaimFloor(earliest - _FLOOR_MARGIN, now, rechecked)
         return claims
 
-    async def load_history(self, lease: Lease) -> History:
-        prefetched = self._prefetched.pop(lease.pk, None)
-        if prefetched is not None and prefetched[0] == lease.token:
-            return prefetched[1]
-        return await self._histories.submit(lease.pk)
-
     async def _load_histories(self, pks: list[int]) -> list[History]:
+        """The histories of leased instances, in the order of ``pks``."""
         steps, events = await self._db.read_many(
             "loading instance histories",
             [(self._sql.history_steps, (pks,)), (self._sql.history_events, (pks,))],
@@ -799,7 +745,6 @@ class PostgresStore(Store):
         return {pk: status for pk, status in rows}
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
-        self._prefetched.pop(lease.pk, None)
         waiting = finish.status == "waiting"
         row = {
             "pk": lease.pk,
@@ -859,7 +804,6 @@ class PostgresStore(Store):
         return [done.get(n) or _lease_lost(row["pk"], row["owner"]) for n, row in enumerate(rows)]
 
     async def release(self, lease: Lease, now: float) -> None:
-        self._prefetched.pop(lease.pk, None)
         params = {
             "pk": lease.pk,
             "token": lease.token,
@@ -935,8 +879,8 @@ _CLAIM_IN_ORDER = "SET LOCAL enable_bitmapscan = off"
 With statistics that lag behind the instances table (never analyzed, or a fleet that grew faster
 than autovacuum's next ANALYZE), the planner expects a handful of runnable rows and plans the
 claim as a bitmap scan of every due row, sorted: harmless while few rows are due, but while a
-worker works off a backlog each claim then reads and sorts the whole backlog (100,000 due rows:
-100-115 ms a claim, against 10 ms in index order), and the backlog grows."""
+worker works off a backlog each claim then reads and sorts the whole backlog, much slower than
+reading the index in order, and the backlog grows."""
 
 _FLOOR_MARGIN = 2.0
 """Seconds below the earliest timer (or the claim's time) that the next claim reads from: room for
@@ -952,15 +896,15 @@ class _ClaimFloor:
 
     Every change of an instance's state rewrites its row and changes ``ready_at``, so each leaves
     a dead entry in that index, at or below the live ones, until a VACUUM removes it. A claim
-    reading the index from its low end walks all of them (a fleet of 100,000 sleepers waking:
-    0.4 ms per claim instead of 0.04 ms). A claim that came back short read the earliest live
-    timer; every later write sets ``ready_at`` to a time no earlier than its own clock (now, a
+    reading the index from its low end walks all of them, which dominates its cost once many
+    instances have changed since the last VACUUM. A claim that came back short read the earliest
+    live timer; every later write sets ``ready_at`` to a time no earlier than its own clock (now, a
     wake-up time, a lease expiry), so the claims after it can start a margin below that. A full
     claim (a backlog, or a busy worker filling its free slots) picked every live row below its
     first pick that it could lock, so the floor moves to a margin below that pick: without that,
     the claims of a backlog kept the floor of its start and each walked the dead entries of every
-    instance claimed since (100,000 sleepers waking: claims from 3.7 to 5.4 ms, and from the low
-    end for good once the floor expired mid-backlog). A runnable row that another transaction
+    instance claimed since, each claim slower than the one before, and from the low end for good
+    once the floor expired mid-backlog. A runnable row that another transaction
     held locked during such a claim without changing its ``ready_at`` (an event sent to a queued
     instance, a child waking a parent that is not waiting, a claim that rolled back) can be left
     below the floor until the next read from the low end. Every ``_FLOOR_RECHECK`` seconds, or if

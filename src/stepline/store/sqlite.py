@@ -42,7 +42,6 @@ from ..records import (
     InstanceEvent,
     InstancePage,
     InstanceRecord,
-    PendingEvent,
     StepRecord,
     WorkerInfo,
     WorkflowInfo,
@@ -51,6 +50,7 @@ from ._rows import (
     INSTANCE_COLUMNS,
     INTERRUPTED,
     STEP_COLUMNS,
+    claims_on_creation,
     control_assignments,
     control_transition,
     decode_cursor,
@@ -64,9 +64,7 @@ from .base import (
     Claim,
     ControlAction,
     Finish,
-    History,
     Lease,
-    LeaseOffer,
     NewInstance,
     StepWrite,
     Store,
@@ -94,9 +92,8 @@ def _in_workflows(workflows: Sequence[str]) -> str:
     The unary plus (SQLite's documented way to keep a term from choosing an index) leaves these
     reads to the ``ready_at`` index, in order. Without statistics (a database never analyzed, or
     one that grew since) the planner otherwise reads every instance the workflows ever ran
-    through ``instances_status`` (workflow, status) and sorts the due ones: with 100,000
-    instances, 25-35 ms for each idle poll, claim and timer read, against 0.01 ms in
-    ``ready_at`` order.
+    through ``instances_status`` (workflow, status) and sorts the due ones, for each idle poll,
+    claim and timer read: far slower than reading in ``ready_at`` order once it holds many.
     """
     return "+workflow IN (" + ",".join("?" * len(workflows)) + ")"
 
@@ -155,14 +152,15 @@ def path_from_url(url: str) -> str:
 
 
 class SqliteStore(Store):
-    """The embedded store. ``url`` is ``sqlite:///path/to/file.db``.
+    """The embedded store. ``url`` is ``sqlite:///path/to/file.db``; ``clock`` is the time to
+    follow, by default (None) this machine's clock.
 
     :meth:`open` creates a missing file (and its directories) unless ``create`` is False; then
     a missing file raises :class:`~stepline.ConfigError` naming it, and nothing is created.
     """
 
     def __init__(
-        self, url: str, clock: Callable[[], float] = time.time, *, create: bool = True
+        self, url: str, clock: Callable[[], float] | None = None, *, create: bool = True
     ) -> None:
         super().__init__(clock)
         self.url = url
@@ -176,8 +174,6 @@ class SqliteStore(Store):
         """The task whose write committed eagerly in this turn of the loop, if any."""
         self._retry_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._prefetched: dict[int, tuple[int, History]] = {}
-        """Histories read by :meth:`claim` with its leases: pk -> (lease token, history)."""
         self.retry_seconds = _LOCK_GIVE_UP_SECONDS
         """How long an operation waits for another connection's lock before it fails with
         StoreUnavailableError."""
@@ -522,17 +518,41 @@ class SqliteStore(Store):
     # -- instances -------------------------------------------------------------------------------
 
     async def create_instances(
+        self, workflow: str, items: Sequence[NewInstance], *, trigger: str, skip_existing: bool
+    ) -> list[InstanceRecord]:
+        return await self._create(workflow, items, trigger, skip_existing)
+
+    async def create_and_claim(
         self,
         workflow: str,
         items: Sequence[NewInstance],
         *,
         trigger: str,
         skip_existing: bool,
-        lease: LeaseOffer | None = None,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[InstanceRecord], list[Claim]]:
+        created = await self._create(
+            workflow, items, trigger, skip_existing, owner=owner, lease=lease_seconds, limit=limit
+        )
+        return created, claims_on_creation(created, owner)
+
+    async def _create(
+        self,
+        workflow: str,
+        items: Sequence[NewInstance],
+        trigger: str,
+        skip_existing: bool,
+        *,
+        owner: str | None = None,
+        lease: float = 0.0,
+        limit: int = 0,
     ) -> list[InstanceRecord]:
+        """Both creates: the first ``limit`` distinct ids leased to ``owner`` for ``lease``
+        seconds (see :meth:`create_and_claim`)."""
         now = self.now()
-        leased = (lease.owner, now + lease.seconds) if lease is not None else None
-        quota = lease.limit if lease is not None else 0
+        lease_expires = now + lease
 
         def op(c: sqlite3.Connection) -> list[InstanceRecord]:
             ids = [item.id for item in items]
@@ -557,11 +577,11 @@ class SqliteStore(Store):
                 seen.add(item.id)  # its position among distinct ids: len(seen) - 1
                 if item.id in existing:
                     continue
-                owner: str | None = None
+                leased_to: str | None = None
                 expires: float | None = None
                 status, ready, token, started = "queued", now, 0, None
-                if leased is not None and len(seen) <= quota:
-                    owner, expires = leased
+                if len(seen) <= limit:
+                    leased_to, expires = owner, lease_expires
                     status, ready, token, started = "running", expires, 1, now
                 pk = c.execute(
                     "INSERT INTO instances (workflow, id, status, params, trigger, parent,"
@@ -569,13 +589,13 @@ class SqliteStore(Store):
                     " lease_expires_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         workflow, item.id, status, item.params, trigger, item.parent, ready, now,
-                        now, owner, token, expires, started,
+                        now, leased_to, token, expires, started,
                     ),
                 ).lastrowid  # fmt: skip
-                # The record from what was written (a RETURNING clause costs ~20 µs a row).
+                # The record from what was written: SQLite's RETURNING is slow per row.
                 row = (
                     pk, workflow, item.id, status, item.params, None, None, None,
-                    trigger, now, now, started, None, ready, owner, item.parent,
+                    trigger, now, now, started, None, ready, leased_to, item.parent,
                 )  # fmt: skip
                 created.append(instance_from_row(row))
             return created
@@ -817,13 +837,13 @@ class SqliteStore(Store):
 
         def op(c: sqlite3.Connection) -> list[Claim]:
             # One SELECT and one UPDATE for the whole batch: the new lease is computed here
-            # from the rows read under the write lock (SQLite's RETURNING costs ~20 µs a row).
+            # from the rows read under the write lock (SQLite's RETURNING is slow per row).
             rows = c.execute(
                 f"SELECT {INSTANCE_COLUMNS}, lease_token, control, event_seq FROM instances"
                 f" WHERE ready_at <= ? AND {in_workflows} ORDER BY ready_at LIMIT ?",
                 (now, *workflows, limit),
             ).fetchall()
-            claims: list[Claim] = []
+            claimed_rows: list[tuple[list[Any], Lease, Any, int]] = []
             expires = now + lease_seconds
             for row in rows:
                 pk, status = row[0], row[3]
@@ -843,57 +863,40 @@ class SqliteStore(Store):
                     claimed[11] = now  # started_at
                 claimed[13] = expires  # ready_at
                 claimed[14] = owner  # lease_owner
-                lease = Lease(pk, row[16] + 1, owner)
-                claims.append(Claim(instance_from_row(claimed), lease, row[17], row[18]))
-            if claims:
-                pks = [claim.lease.pk for claim in claims]
-                pk_marks = ",".join("?" * len(pks))
-                c.execute(
-                    "UPDATE instances SET lease_owner = ?, lease_token = lease_token + 1,"
-                    " lease_expires_at = ?, ready_at = ?, updated_at = ?,"
-                    " status = CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
-                    " ELSE status END, started_at = COALESCE(started_at, ?)"
-                    f" WHERE pk IN ({pk_marks})",
-                    (owner, expires, expires, now, now, *pks),
-                )
-                # Their histories, read under the same write lock: two queries per batch
-                # instead of two per instance.
-                steps = c.execute(
-                    f"SELECT instance_pk, {STEP_COLUMNS} FROM steps"
-                    f" WHERE instance_pk IN ({pk_marks}) ORDER BY instance_pk, seq",
-                    pks,
-                ).fetchall()
-                events = c.execute(
-                    "SELECT instance_pk, pk, type, payload, created_at FROM events"
-                    f" WHERE instance_pk IN ({pk_marks}) AND consumed_by IS NULL"
-                    " ORDER BY instance_pk, pk",
-                    pks,
-                ).fetchall()
-                found = histories_from_rows(pks, steps, events)
-                for claim in claims:
-                    lease = claim.lease
-                    self._prefetched[lease.pk] = (lease.token, found[lease.pk])
-            return claims
+                claimed_rows.append((claimed, Lease(pk, row[16] + 1, owner), row[17], row[18]))
+            if not claimed_rows:
+                return []
+            pks = [lease.pk for _, lease, _, _ in claimed_rows]
+            pk_marks = ",".join("?" * len(pks))
+            c.execute(
+                "UPDATE instances SET lease_owner = ?, lease_token = lease_token + 1,"
+                " lease_expires_at = ?, ready_at = ?, updated_at = ?,"
+                " status = CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
+                " ELSE status END, started_at = COALESCE(started_at, ?)"
+                f" WHERE pk IN ({pk_marks})",
+                (owner, expires, expires, now, now, *pks),
+            )
+            # Their histories, read under the same write lock: two queries per batch
+            # instead of two per instance.
+            steps = c.execute(
+                f"SELECT instance_pk, {STEP_COLUMNS} FROM steps"
+                f" WHERE instance_pk IN ({pk_marks}) ORDER BY instance_pk, seq",
+                pks,
+            ).fetchall()
+            events = c.execute(
+                "SELECT instance_pk, pk, type, payload, created_at FROM events"
+                f" WHERE instance_pk IN ({pk_marks}) AND consumed_by IS NULL"
+                " ORDER BY instance_pk, pk",
+                pks,
+            ).fetchall()
+            found = histories_from_rows(pks, steps, events)
+            return [
+                Claim(instance_from_row(row), lease, control, event_seq, found[lease.pk])
+                for row, lease, control, event_seq in claimed_rows
+            ]
 
         claims: list[Claim] = await self._write(op)
         return claims
-
-    async def load_history(self, lease: Lease) -> History:
-        prefetched = self._prefetched.pop(lease.pk, None)
-        if prefetched is not None and prefetched[0] == lease.token:
-            return prefetched[1]
-        steps = await self._read(
-            f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq", (lease.pk,)
-        )
-        events = await self._read(
-            "SELECT pk, type, payload, created_at FROM events"
-            " WHERE instance_pk = ? AND consumed_by IS NULL ORDER BY pk",
-            (lease.pk,),
-        )
-        return History(
-            [step_from_row(r) for r in steps],
-            [PendingEvent(r[0], r[1], loads(r[2]), r[3]) for r in events],
-        )
 
     @staticmethod
     def _fence(c: sqlite3.Connection, lease: Lease) -> tuple[Any, ...]:
@@ -965,8 +968,6 @@ class SqliteStore(Store):
         return held
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
-        self._prefetched.pop(lease.pk, None)
-
         def op(c: sqlite3.Connection) -> tuple[str, str, str, bool]:
             status, event_seq, workflow, instance_id, parent = self._fence(c, lease)
             for write in finish.steps:
@@ -1021,8 +1022,6 @@ class SqliteStore(Store):
         return True
 
     async def release(self, lease: Lease, now: float) -> None:
-        self._prefetched.pop(lease.pk, None)
-
         def op(c: sqlite3.Connection) -> None:
             c.execute(
                 "UPDATE instances SET lease_owner = NULL, lease_expires_at = NULL, ready_at = ?,"
