@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
 from . import _json
+from ._callbacks import ShapeMemo, invoke, rollback_arguments, rollback_shape
 from ._divergence import ReplayCheck
 from .config import StepConfig, parse_step_config
 from .durations import Duration, parse_duration
@@ -63,24 +64,12 @@ class _Terminating(_EngineSignal):
     """Raised at the first step that is not recorded when a terminate-with-rollback runs."""
 
 
-_VALID_STEP_NAMES: set[str] = set()
-"""Step names already checked (a workflow calls the same few names over and over)."""
-
-
 def validate_step_name(name: object) -> str:
-    if type(name) is str and name in _VALID_STEP_NAMES:
-        return name
-    checked = _check_step_name(name)
-    if len(_VALID_STEP_NAMES) >= 4096:  # names built from data (``f"item-{n}"``) never repeat
-        _VALID_STEP_NAMES.clear()
-    _VALID_STEP_NAMES.add(checked)
-    return checked
-
-
-def _check_step_name(name: object) -> str:
     if not isinstance(name, str) or not 1 <= len(name) <= 256:
         raise ValueError(f"invalid step name {name!r}: use 1 to 256 characters")
-    if _CONTROL_CHARS.search(name):
+    # isprintable() is the quick test; a name it rejects may still be valid (only ASCII control
+    # characters are refused)
+    if not name.isprintable() and _CONTROL_CHARS.search(name):
         raise ValueError(f"invalid step name {name!r}: control characters are not allowed")
     if name.endswith(_ROLLBACK_SUFFIX):
         raise ValueError(f"invalid step name {name!r}: the suffix ':rollback' is reserved")
@@ -94,48 +83,6 @@ def error_info(exc: BaseException) -> dict[str, str]:
     if isinstance(exc, InstanceFatalError):
         return {"name": exc.name, "message": exc.message}
     return {"name": type(exc).__name__, "message": str(exc)}
-
-
-_ARITY: dict[Any, tuple[bool, int]] = {}
-
-
-def _callback_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
-    """(is_async, number of positional arguments it wants: 0 or 1), cached per code object."""
-    key = getattr(fn, "__code__", None)
-    if key is not None and key in _ARITY:
-        return _ARITY[key]
-    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
-    )
-    try:
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-            and p.default is p.empty
-        ]
-        wants = 0 if not params else 1
-    except (TypeError, ValueError):
-        wants = 0
-    shape = (is_async, wants)
-    if key is not None:
-        _ARITY[key] = shape
-    return shape
-
-
-def _rollback_shape(fn: Callable[..., Any]) -> int:
-    """How many of ``(error, output, ctx)`` a rollback takes: 1 means ``(ctx)``, 2
-    ``(error, output)``, 3 ``(error, output, ctx)``, 0 none. Its required positional parameters,
-    and at least two if it has two (``output=None`` keeps the classic shape)."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return 2
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return 2
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = sum(1 for p in positional if p.default is p.empty)
-    return min(3, max(required, min(2, len(positional))))
 
 
 def _interrupted(record: StepRecord, number: int, now: float) -> Attempt:
@@ -156,26 +103,6 @@ INTERRUPTED_ATTEMPT = {
     "lease lost); the step ran again",
 }
 """The error of an attempt whose activation stopped while it ran."""
-
-
-async def invoke(
-    fn: Callable[..., Any], args: tuple[Any, ...], shape: tuple[bool, int] | None = None
-) -> Any:
-    """Call a user callback: async ones on the loop, sync ones in the default thread pool.
-
-    A single argument (the step context) is passed only to callbacks that take one (a rollback's
-    arguments are chosen by :func:`_rollback_shape`). ``shape`` is ``_callback_shape(fn)`` if
-    known.
-    """
-    is_async, wants = shape or _callback_shape(fn)
-    call_args = args if len(args) != 1 or wants else ()
-    if is_async:
-        return await fn(*call_args)
-    loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(None, lambda: fn(*call_args))
-    if inspect.isawaitable(result):
-        return await result
-    return result
 
 
 @dataclass
@@ -354,6 +281,7 @@ class ActivationSettings:
     max_payload: int
     listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = ()
     marks: RunningMarks = field(default_factory=RunningMarks)
+    shapes: ShapeMemo = field(default_factory=ShapeMemo)
 
 
 def _running_write(write: Callable[..., StepWrite], attempt: int, started: float) -> StepWrite:
@@ -869,8 +797,7 @@ class Activation:
         if self._gate_needed(retry_at):
             await self._gate(retry_at)
         started_at = record.started_at if record is not None else None
-        shape = _callback_shape(callback)
-        rollback_shape = _rollback_shape(callback) if extra_args else 0
+        shape = rollback_shape(callback) if extra_args else self.settings.shapes.step(callback)
 
         new = record is None  # until the first write: then the step has a record to replace
 
@@ -902,13 +829,8 @@ class Activation:
                     context = StepContext(
                         name, count, number, cfg, self.instance.id, self.instance.workflow
                     )
-                    if rollback_shape == 2:
-                        args = extra_args
-                    elif rollback_shape == 3:
-                        args = (*extra_args, context)
-                    else:
-                        args = (context,) if rollback_shape == 1 else ()
-                elif shape[1]:
+                    args = rollback_arguments(shape.arity, extra_args[0], extra_args[1], context)
+                elif shape.arity:
                     args = (
                         StepContext(
                             name, count, number, cfg, self.instance.id, self.instance.workflow
@@ -917,7 +839,7 @@ class Activation:
                 else:
                     args = ()
                 try:
-                    result = await invoke(callback, args, shape)
+                    result = await invoke(callback, shape.is_async, args)
                 except asyncio.CancelledError:
                     if marker.timed_out():
                         raise StepTimeoutError(
