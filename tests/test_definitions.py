@@ -186,6 +186,27 @@ async def test_rollbacks_take_error_output_and_the_step_context(
         ]
 
 
+def undo_optional_ctx(ctx: StepContext | None = None) -> None:
+    CALLS.append(("optional", ctx.step_name if ctx is not None else None))
+
+
+async def test_a_rollback_with_one_optional_parameter_gets_the_step_context(
+    make_engine: EngineFactory,
+) -> None:
+    """One parameter means ``rollback(ctx)``, with a default or not (as for a DAG rollback)."""
+
+    @workflow(name="saga-optional")
+    async def saga(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.do("a", lambda: "A", rollback=undo_optional_ctx)
+        raise RuntimeError("boom")
+
+    async with make_engine([saga]) as engine:
+        inst = await engine.workflow("saga-optional").create()
+        await drain(engine)
+        assert (await inst.status()).status == "errored"
+        assert CALLS == [("optional", "a:rollback")]
+
+
 async def test_a_dag_rollback_may_take_the_step_context(make_engine: EngineFactory) -> None:
     dag = Dag("undo-dag")
 

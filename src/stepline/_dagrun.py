@@ -6,9 +6,7 @@ Private to :mod:`stepline.dag`, which defines the public API (``Dag``, ``Pipelin
 from __future__ import annotations
 
 import asyncio
-import functools
 import heapq
-import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -16,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from ._callbacks import CallbackShape, invoke
 from ._graph import Plan, child_instance_id
 from .config import StepConfig
 from .errors import NonRetryableError, SuspendInstance
@@ -32,51 +31,71 @@ class DagContextError(NonRetryableError):
     """
 
 
-def is_async(fn: Callable[..., Any]) -> bool:
-    """Whether calling ``fn`` returns a coroutine (async functions and async callable objects)."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
-    )
+@dataclass(frozen=True)
+class NodeRollback:
+    """What undoes a step node: called with its context, then ``error`` and ``info`` if it takes
+    them (``shape.arity`` of the three)."""
+
+    fn: Callable[..., Any]
+    shape: CallbackShape
+    config: StepConfig | None
+    """None: the step's own retries and timeout."""
 
 
 @dataclass(frozen=True)
-class Node:
-    """A step of a DAG: a function run with ``step.do``, or a child workflow."""
+class StepNode:
+    """A function run with ``step.do``: called with its context, then a
+    :class:`~stepline.StepContext` if it takes one (``shape.arity`` of the two)."""
 
     name: str
     depends_on: tuple[str, ...]
-    fn: Callable[..., Any] | None = None
-    arity: int = 1
-    config: StepConfig | None = None
-    rollback: Callable[..., Any] | None = None
-    rollback_arity: int = 1
-    rollback_config: StepConfig | None = None
-    workflow: str | None = None
-    """Set for child-workflow nodes."""
-    params: Any = None
-    wait: bool = True
-    wait_timeout: float = 86400.0
-    doc: str | None = None
+    fn: Callable[..., Any]
+    shape: CallbackShape
+    config: StepConfig
+    rollback: NodeRollback | None
+    doc: str | None
 
     def to_json(self, level: int) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "name": self.name,
-            "type": "child" if self.workflow is not None else "step",
-            "depends_on": list(self.depends_on),
-            "level": level,
-            "doc": self.doc,
-        }
-        if self.workflow is not None:
-            data.update(workflow=self.workflow, wait=self.wait, timeout=self.wait_timeout)
-        else:
-            assert self.config is not None
-            data.update(self.config.to_json())
-            data["rollback"] = (
-                getattr(self.rollback, "__name__", "rollback") if self.rollback else None
-            )
-            if self.rollback_config is not None:
-                data["rollback_config"] = self.rollback_config.to_json()
+        data = _common_json(self, "step", level)
+        data.update(self.config.to_json())
+        rollback = self.rollback
+        data["rollback"] = getattr(rollback.fn, "__name__", "rollback") if rollback else None
+        if rollback is not None and rollback.config is not None:
+            data["rollback_config"] = rollback.config.to_json()
         return data
+
+
+@dataclass(frozen=True)
+class ChildNode:
+    """A child workflow: started once, and with ``wait`` awaited until it ends."""
+
+    name: str
+    depends_on: tuple[str, ...]
+    workflow: str
+    params: Any
+    """The child's params, a function of the context returning them, or None (the context)."""
+    wait: bool
+    timeout: float
+    doc: str | None
+
+    def to_json(self, level: int) -> dict[str, Any]:
+        data = _common_json(self, "child", level)
+        data.update(workflow=self.workflow, wait=self.wait, timeout=self.timeout)
+        return data
+
+
+Node = StepNode | ChildNode
+"""A step of a DAG."""
+
+
+def _common_json(node: Node, kind: str, level: int) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "type": kind,
+        "depends_on": list(node.depends_on),
+        "level": level,
+        "doc": node.doc,
+    }
 
 
 def check_output(node: str, value: Any) -> dict[str, Any] | None:
@@ -98,17 +117,6 @@ def _copy(value: dict[str, Any]) -> dict[str, Any]:
     """A private deep copy of JSON data, so no step can change what another one sees."""
     copied: dict[str, Any] = orjson.loads(orjson.dumps(value))
     return copied
-
-
-async def _call(fn: Callable[..., Any], on_loop: bool, args: tuple[Any, ...]) -> Any:
-    """Async functions on the loop; sync ones in the default thread pool (as step.do does)."""
-    if on_loop:
-        return await fn(*args)
-    loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(None, functools.partial(fn, *args))
-    if inspect.isawaitable(result):
-        return await result
-    return result
 
 
 class Runner:
@@ -242,48 +250,45 @@ class Runner:
         return _copy(merged)
 
     async def _execute(self, name: str) -> Any:
-        node = self.nodes[name]
-        if node.workflow is not None:
-            return await self._run_child(node)
-        assert node.fn is not None and node.config is not None
-        return await self.step.do(
-            name,
-            node.config,
-            self._callback(node),
-            rollback=self._rollback(node) if node.rollback is not None else None,
-            rollback_config=node.rollback_config,
-        )
+        match self.nodes[name]:
+            case ChildNode() as child:
+                return await self._run_child(child)
+            case StepNode() as node:
+                return await self.step.do(
+                    name,
+                    node.config,
+                    self._callback(node),
+                    rollback=self._rollback(node.name, node.rollback) if node.rollback else None,
+                    rollback_config=node.rollback.config if node.rollback else None,
+                )
 
-    def _callback(self, node: Node) -> Callable[[StepContext], Awaitable[Any]]:
-        assert node.fn is not None
-        fn, run_async = node.fn, is_async(node.fn)
+    def _callback(self, node: StepNode) -> Callable[[StepContext], Awaitable[Any]]:
+        fn, shape = node.fn, node.shape
         ancestors = self.plan.ancestor_order[node.name]
 
         async def call(info: StepContext) -> Any:
             view = MappingProxyType(self._context(ancestors))
-            result = await _call(fn, run_async, (view, info)[: node.arity])
+            result = await invoke(fn, shape.is_async, (view, info)[: shape.arity])
             return check_output(node.name, result)
 
         return call
 
     def _rollback(
-        self, node: Node
+        self, name: str, rollback: NodeRollback
     ) -> Callable[[BaseException | None, Any, StepContext], Awaitable[Any]]:
-        assert node.rollback is not None
-        fn, run_async = node.rollback, is_async(node.rollback)
-        ancestors = self.plan.ancestor_order[node.name]
+        fn, shape = rollback.fn, rollback.shape
+        ancestors = self.plan.ancestor_order[name]
 
         async def undo(error: BaseException | None, output: Any, info: StepContext) -> Any:
             ctx = self._context(ancestors)
             if isinstance(output, Mapping):
                 ctx.update(output)
-            args = (MappingProxyType(ctx), error, info)[: node.rollback_arity]
-            return await _call(fn, run_async, args)
+            args = (MappingProxyType(ctx), error, info)[: shape.arity]
+            return await invoke(fn, shape.is_async, args)
 
         return undo
 
-    async def _run_child(self, node: Node) -> dict[str, Any]:
-        assert node.workflow is not None
+    async def _run_child(self, node: ChildNode) -> dict[str, Any]:
         ctx = self._context(self.plan.ancestor_order[node.name])
         params = node.params(MappingProxyType(ctx)) if callable(node.params) else node.params
         if params is None:
@@ -292,7 +297,5 @@ class Runner:
         await self.step.start_workflow(node.workflow, params, id=child_id)
         if not node.wait:
             return {node.name: child_id}
-        output = await self.step.wait_for_workflow(
-            node.workflow, child_id, timeout=node.wait_timeout
-        )
+        output = await self.step.wait_for_workflow(node.workflow, child_id, timeout=node.timeout)
         return {node.name: output}

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
-from ._dagrun import DagContextError, Node, Runner
+from ._callbacks import CallbackShape, is_async, positional_arity
+from ._dagrun import ChildNode, DagContextError, Node, NodeRollback, Runner, StepNode
 from ._graph import Plan, build_plan, format_graph, node_states
 from .config import RetryConfig, StepConfig, parse_step_config
 from .durations import Duration, parse_duration
@@ -53,24 +54,16 @@ class Graph:
         }
 
 
-def _positional_arity(fn: Callable[..., Any], what: str, allowed: tuple[int, ...]) -> int:
-    """How many positional arguments to pass ``fn``: its required ones, and at least the context
-    if it takes any (parameters with defaults, such as ``n=name`` in a loop, are left alone)."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return allowed[-1]
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return allowed[-1]
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = sum(1 for p in positional if p.default is p.empty)
-    count = max(required, min(1, len(positional)))
+def _shape(fn: Callable[..., Any], what: str, allowed: tuple[int, ...]) -> CallbackShape:
+    """How to call a node's function or rollback: how many of its arguments (context, then the
+    others) to pass: its required ones, and at least the context if it takes any."""
+    count = positional_arity(fn, fill=1, varargs=allowed[-1], unknown=allowed[-1])
     if count not in allowed:
         counts = " or ".join(str(n) for n in allowed)
         raise DefinitionError(
             f"{what} takes {count} required positional arguments; it must take {counts}"
         )
-    return count
+    return CallbackShape(is_async(fn), count)
 
 
 def _doc_line(fn: Callable[..., Any]) -> str | None:
@@ -189,20 +182,18 @@ class _GraphWorkflow(Workflow):
             raise DefinitionError(f"{what}: rollback must be a function, not {rollback!r}")
         if rollback is None and rollback_config is not None:
             raise DefinitionError(f"{what}: rollback_config is set but there is no rollback")
+        undo = None
+        if rollback is not None:
+            shape = _shape(rollback, f"{what}: the rollback", (1, 2, 3))
+            undo = NodeRollback(rollback, shape, rb_config)
         self._add(
-            Node(
-                node_name,
-                deps,
+            StepNode(
+                name=node_name,
+                depends_on=deps,
                 fn=fn,
-                arity=_positional_arity(fn, f"{what}: the function", (0, 1, 2)),
+                shape=_shape(fn, f"{what}: the function", (0, 1, 2)),
                 config=config,
-                rollback=rollback,
-                rollback_arity=(
-                    _positional_arity(rollback, f"{what}: the rollback", (1, 2, 3))
-                    if rollback
-                    else 1
-                ),
-                rollback_config=rb_config,
+                rollback=undo,
                 doc=_doc_line(fn),
             )
         )
@@ -224,13 +215,13 @@ class _GraphWorkflow(Workflow):
         except ValueError as exc:
             raise DefinitionError(f"{what}: {exc}") from None
         self._add(
-            Node(
-                node_name,
-                self._check_depends_on(node_name, depends_on),
+            ChildNode(
+                name=node_name,
+                depends_on=self._check_depends_on(node_name, depends_on),
                 workflow=workflow,
                 params=params,
                 wait=wait,
-                wait_timeout=seconds,
+                timeout=seconds,
                 doc=f"{'runs' if wait else 'starts'} workflow {workflow}",
             )
         )

@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from .config import StepConfig
 from .durations import Duration
 from .records import EventRecord
 
-if TYPE_CHECKING:
-    from ._runtime import Activation
-
 StepCallback = Callable[..., Any]
 RollbackCallback = Callable[..., Any]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -30,6 +29,40 @@ class StepContext:
     workflow_name: str
 
 
+class StepRunner(Protocol):
+    """What runs the steps of one activation (the runtime's ``Activation``): one coroutine per
+    step call, and :meth:`track` to note each call of ``run()``."""
+
+    def do(
+        self,
+        name: str,
+        config: Any,
+        callback: StepCallback,
+        rollback: RollbackCallback | None,
+        rollback_config: Any,
+    ) -> Coroutine[Any, Any, Any]: ...
+
+    def sleep(self, name: str, duration: Duration) -> Coroutine[Any, Any, None]: ...
+
+    def sleep_until(self, name: str, when: datetime | float | int) -> Coroutine[Any, Any, None]: ...
+
+    def wait_for_event(
+        self, name: str, event_type: str, timeout: Duration
+    ) -> Coroutine[Any, Any, EventRecord]: ...
+
+    def start_workflow(
+        self, workflow: str, params: Any, child_id: str | None
+    ) -> Coroutine[Any, Any, str]: ...
+
+    def wait_for_workflow(
+        self, workflow: str, child_id: str, timeout: Duration
+    ) -> Coroutine[Any, Any, Any]: ...
+
+    def track(
+        self, method: str, name: str, call: Coroutine[Any, Any, _T]
+    ) -> Coroutine[Any, Any, _T]: ...
+
+
 class WorkflowStep:
     """Durable steps. Every method records its result; replays return the recorded result.
 
@@ -38,7 +71,7 @@ class WorkflowStep:
 
     __slots__ = ("_activation",)
 
-    def __init__(self, activation: Activation) -> None:
+    def __init__(self, activation: StepRunner) -> None:
         self._activation = activation
 
     # Every method returns the coroutine of the step (await it, or pass it to asyncio.gather):

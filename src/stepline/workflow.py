@@ -9,12 +9,10 @@ import textwrap
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import DefinitionError
-
-if TYPE_CHECKING:
-    from .step import WorkflowStep
+from .step import WorkflowStep
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$")
 
@@ -106,7 +104,7 @@ def static_steps(fn: Callable[..., Any]) -> list[dict[str, str]]:
     return [{"name": entry["name"], "type": entry["type"]} for entry in found]
 
 
-RunFunction = Callable[[WorkflowEvent, "WorkflowStep"], Awaitable[Any]]
+RunFunction = Callable[[WorkflowEvent, WorkflowStep], Awaitable[Any]]
 
 
 def kebab_case(name: str) -> str:

@@ -6,7 +6,7 @@ renamed, reordered or inserted), or a sibling of a parallel step may simply not 
 recorded step yet (``asyncio.gather`` and DAG branches start in any order). So the new step is
 *held* before it runs anything: it is released as soon as every recorded step has been called,
 and the activation concludes it diverged only once the event loop has quiesced with the new step
-still held (the same quiescence that suspends an instance). :mod:`stepline._runtime` drives it.
+still held (the same quiescence that suspends an instance). :mod:`.quiesce` drives it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from .errors import InstanceFatalError, NonDeterminismError
-from .records import StepRecord
+from ..errors import InstanceFatalError, NonDeterminismError
+from ..records import StepRecord
 
 _NAMED = 5
 """How many step names a message lists before "and N more"."""

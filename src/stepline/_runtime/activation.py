@@ -1,0 +1,188 @@
+"""One activation of one instance: replay the recorded steps, run the next ones, then suspend or
+end.
+
+``run()`` is called from the top with a :class:`~stepline.WorkflowStep` whose methods come here;
+each step kind lives in a module of its own (:mod:`.do`, :mod:`.waits`, :mod:`.children`) and
+works on the activation's shared parts (:class:`.state.ActivationState`). :meth:`execute` turns
+how ``run()`` ended into the :class:`~stepline.store.base.Finish` the worker writes: complete,
+errored (after the rollbacks), terminated, or waiting (suspended, see :mod:`.quiesce`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from ..durations import Duration
+from ..errors import InstanceFatalError, InvalidPayloadError, LeaseLostError, SuspendInstance
+from ..records import EventRecord
+from ..step import RollbackCallback, StepCallback, WorkflowStep
+from ..store.base import Claim, Finish, History, Store
+from ..workflow import Workflow, WorkflowEvent
+from . import children, do, waits
+from .calls import StepCalls
+from .rollback import run_rollbacks
+from .signals import ActivationAborted, Terminating, error_info
+from .state import ActivationSettings, ActivationState
+
+log = logging.getLogger("stepline.runtime")
+
+_T = TypeVar("_T")
+
+
+class Activation:
+    """Runs one instance from its recorded history to its next suspension or its end."""
+
+    def __init__(
+        self,
+        store: Store,
+        claim: Claim,
+        history: History,
+        workflow: Workflow,
+        settings: ActivationSettings,
+    ) -> None:
+        self.claim = claim
+        self.workflow = workflow
+        self._state = ActivationState(store, claim, history, settings)
+        self._calls = StepCalls()
+        self.step = WorkflowStep(self)
+
+    # -- control from the worker -----------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        """Start no new step (pause requested, or shutdown); running steps finish."""
+        self._state.quiet.request_stop(reason)
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._state.quiet.stop_reason
+
+    # -- the steps run() calls (WorkflowStep's StepRunner) ---------------------------------------
+
+    def do(
+        self,
+        name: str,
+        config: Any,
+        callback: StepCallback,
+        rollback: RollbackCallback | None,
+        rollback_config: Any,
+    ) -> Coroutine[Any, Any, Any]:
+        return do.do(self._state, name, config, callback, rollback, rollback_config)
+
+    def sleep(self, name: str, duration: Duration) -> Coroutine[Any, Any, None]:
+        return waits.sleep(self._state, name, duration)
+
+    def sleep_until(self, name: str, when: datetime | float | int) -> Coroutine[Any, Any, None]:
+        return waits.sleep_until(self._state, name, when)
+
+    def wait_for_event(
+        self, name: str, event_type: str, timeout: Duration
+    ) -> Coroutine[Any, Any, EventRecord]:
+        return waits.wait_for_event(self._state, name, event_type, timeout)
+
+    def start_workflow(
+        self, workflow: str, params: Any, child_id: str | None
+    ) -> Coroutine[Any, Any, str]:
+        return children.start_workflow(self._state, workflow, params, child_id)
+
+    def wait_for_workflow(
+        self, workflow: str, child_id: str, timeout: Duration
+    ) -> Coroutine[Any, Any, Any]:
+        return children.wait_for_workflow(self._state, workflow, child_id, timeout)
+
+    def track(
+        self, method: str, name: str, call: Coroutine[Any, Any, _T]
+    ) -> Coroutine[Any, Any, _T]:
+        """Note a step call of run(), to tell at the end whether it was awaited."""
+        return self._calls.track(method, name, call)
+
+    # -- the activation as a whole ---------------------------------------------------------------
+
+    async def execute(self) -> Finish:
+        """Run to the next suspension or the end; return how the activation ends."""
+        state = self._state
+        quiet = state.quiet
+        state.emit("instance_start", {})
+        try:
+            finish = await self._run()
+        except SuspendInstance:
+            wake_at = quiet.wake_at
+            if quiet.stop_reason == "pause":
+                # Steps parked only because a pause was requested. The store turns this into
+                # `paused`, unless the pause was withdrawn (resumed) meanwhile: then the instance
+                # must run again at once, not wait for a wake-up that nothing will send.
+                wake_at = state.store.now()
+            finish = Finish("waiting", wake_at=wake_at, event_seq=self.claim.event_seq)
+        if finish.status == "waiting" and quiet.stop_reason == "shutdown":
+            await state.writer.committed()  # released, not finished: nothing carries them
+            return finish
+        steps = await state.writer.for_finish()
+        if steps:
+            # Not dataclasses.replace: it reads the fields anew on every call, on every
+            # activation's path.
+            finish = Finish(
+                finish.status, finish.output, finish.error, finish.rollback, finish.wake_at,
+                finish.event_seq, steps,
+            )  # fmt: skip
+        return finish
+
+    async def _run(self) -> Finish:
+        """Call run() and tell how it ended."""
+        state = self._state
+        try:
+            try:
+                output = await self.workflow.run(self._event(), self.step)
+            finally:
+                unawaited = self._calls.drop_unawaited()
+        except SuspendInstance:
+            raise
+        except (ActivationAborted, LeaseLostError, asyncio.CancelledError):
+            raise
+        except (Terminating, InstanceFatalError, Exception) as exc:
+            if state.quiet.terminating:
+                # A termination with rollback: replay stopped at the first unrecorded step, or
+                # at a step whose run the termination interrupted. Either way: roll back, end.
+                return await self._terminated()
+            return await self._errored(exc)
+        if state.quiet.terminating:
+            return await self._terminated()
+        if unawaited:
+            return await self._errored(InstanceFatalError("DefinitionError", unawaited))
+        check = state.replay.check
+        if check.unvisited or check.diverged:
+            fatal = await state.quiet.divergence_at_end()
+            if fatal is not None:
+                return await self._errored(fatal)
+        try:
+            encoded = state.encode(output, "the output of run()")
+        except InvalidPayloadError as exc:
+            return await self._errored(InstanceFatalError("InvalidPayloadError", str(exc)))
+        return Finish("complete", output=encoded)
+
+    async def _terminated(self) -> Finish:
+        return Finish("terminated", rollback=await run_rollbacks(self._state, None))
+
+    async def _errored(self, exc: BaseException) -> Finish:
+        info = error_info(exc)
+        instance = self._state.instance
+        log.info(
+            "instance %s/%s failed: %s: %s",
+            instance.workflow,
+            instance.id,
+            info["name"],
+            info["message"],
+        )
+        rollback = await run_rollbacks(self._state, exc)
+        return Finish("errored", error=info, rollback=rollback)
+
+    def _event(self) -> WorkflowEvent:
+        instance = self._state.instance
+        return WorkflowEvent(
+            payload=instance.params,
+            timestamp=datetime.fromtimestamp(instance.created_at, UTC),
+            instance_id=instance.id,
+            workflow_name=instance.workflow,
+        )

@@ -1,0 +1,113 @@
+"""Child workflows: ``step.start_workflow`` and ``step.wait_for_workflow``.
+
+Starting a child is a step: its record holds the child's id, so a replay never starts a second
+one. Waiting for a child parks until its deadline; the child's end makes the parent runnable
+again (the store does that), and the next activation reads how it ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _json
+from ..durations import Duration, parse_duration
+from ..errors import StepTimeoutError, WorkflowFailedError
+from ..store.base import NewInstance
+from ..workflow import validate_name
+from .state import ActivationState
+from .writer import StepRef
+
+
+async def start_workflow(
+    state: ActivationState, workflow: str, params: Any, child_id: str | None
+) -> str:
+    validate_name(workflow, what="workflow name")
+    # With an explicit id the step is named after it, so concurrent starts of one workflow
+    # (DAG branches, gather) replay correctly whatever order they run in.
+    name = f"start {workflow}" if child_id is None else f"start {workflow} {child_id}"
+    replay, quiet, writer = state.replay, state.quiet, state.writer
+    quiet.progress += 1
+    key, record = replay.find(name, "start_workflow")
+    if record is not None and record.status == "complete":
+        return str(record.output)
+    if record is None and replay.check.unvisited:
+        await quiet.hold(key)
+    step = StepRef(key, replay.seq_for(record), "start_workflow")
+    await quiet.gate()
+    instance = state.instance
+    if child_id is None:
+        child_id = f"{instance.id[:60]}-{workflow[:30]}-{key[1]}"
+    validate_name(child_id, what="instance id")
+    encoded = state.encode(params, f"params of child workflow {workflow!r}")
+    parent = {"workflow": instance.workflow, "id": instance.id, "step": step.label}
+    await writer.committed()  # earlier steps' records, before the child can run
+    step.started_at = state.store.now()
+    quiet.begin()  # nothing suspends between the child's creation and its record
+    try:
+        await state.store.create_instances(
+            workflow,
+            [NewInstance(child_id, encoded, _json.dumps(parent, what="parent"))],
+            trigger="workflow",
+            skip_existing=True,
+        )
+        await writer.write(
+            step, "complete",
+            output=_json.dumps(child_id, what="id"), ended_at=state.store.now(),
+            info={"workflow": workflow, "id": child_id},
+        )  # fmt: skip
+    finally:
+        quiet.end()
+    return child_id
+
+
+async def wait_for_workflow(
+    state: ActivationState, workflow: str, child_id: str, timeout: Duration
+) -> Any:
+    seconds = parse_duration(timeout, what="timeout of wait_for_workflow")
+    name = f"wait {workflow} {child_id}"
+    replay, quiet, writer = state.replay, state.quiet, state.writer
+    quiet.progress += 1
+    key, record = replay.find(name, "wait_for_workflow")
+    info = {"workflow": workflow, "id": child_id}
+    if record is not None and record.status == "complete":
+        return record.output
+    if record is not None and record.status == "errored":
+        error = record.error or {}
+        if error.get("name") == "StepTimeoutError":
+            raise StepTimeoutError(error.get("message", ""))
+        recorded = record.info or {}
+        raise WorkflowFailedError(
+            workflow, child_id, recorded.get("status", "errored"), recorded.get("child_error")
+        )
+    if record is None and replay.check.unvisited:
+        await quiet.hold(key)
+    step = StepRef(key, replay.seq_for(record), "wait_for_workflow")
+    await quiet.gate()
+    now = state.store.now()
+    deadline = record.wake_at if record is not None and record.wake_at else now + seconds
+    step.started_at = record.started_at if record is not None else now
+    quiet.begin()  # nothing suspends between reading the child and recording what was read
+    try:
+        child = await state.store.get_instance(workflow, child_id)
+        if child.status == "complete":
+            output = state.encode(child.output, "child output")
+            await writer.write(step, "complete", output=output, ended_at=now, info=info)
+            return child.output
+        if child.status in ("errored", "terminated"):
+            message = f"{workflow} {child_id} ended {child.status}"
+            failed = {**info, "status": child.status, "child_error": child.error}
+            error = {"name": "WorkflowFailedError", "message": message}
+            await writer.write(step, "errored", error=error, ended_at=now, info=failed)
+            raise WorkflowFailedError(workflow, child_id, child.status, child.error)
+        if now >= deadline:
+            message = f"{workflow} {child_id} did not end within {seconds:g} seconds"
+            error = {"name": "StepTimeoutError", "message": message}
+            await writer.write(
+                step, "errored", error=error, wake_at=deadline, ended_at=now, info=info
+            )
+            raise StepTimeoutError(message)
+        if record is None:
+            await writer.write(step, "waiting", wake_at=deadline, info=info)
+    finally:
+        quiet.end()
+    await quiet.park(deadline)

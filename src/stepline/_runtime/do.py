@@ -1,0 +1,212 @@
+"""``step.do``: run a callback durably, with attempts, retries, backoff and timeouts.
+
+A recorded step returns its stored result (or raises its stored failure) without running.
+Otherwise each attempt runs the callback under the attempt clock (:mod:`.marks`: the ``running``
+record and the timeout); a failure is retried after the backoff (the step parks meanwhile, so
+the instance may suspend), and the result is sent write-behind (:mod:`.writer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+from .. import _json
+from .._callbacks import CallbackShape, invoke, rollback_arguments
+from ..config import StepConfig, parse_step_config
+from ..errors import (
+    InstanceFatalError,
+    InvalidPayloadError,
+    StepFailedError,
+    StepTimeoutError,
+    _EngineSignal,
+)
+from ..records import Attempt, StepRecord
+from ..step import StepCallback, StepContext
+from .replay import validate_step_name
+from .signals import error_info
+from .state import ActivationState, Rollback
+from .writer import StepRef
+
+INTERRUPTED_ATTEMPT = {
+    "name": "Interrupted",
+    "message": "the worker running this attempt stopped before it ended (killed, crashed or its "
+    "lease lost); the step ran again",
+}
+"""The error of an attempt whose activation stopped while it ran."""
+
+
+async def do(
+    state: ActivationState,
+    name: str,
+    config: Any,
+    callback: StepCallback,
+    rollback: StepCallback | None,
+    rollback_config: Any,
+) -> Any:
+    validate_step_name(name)
+    cfg = parse_step_config(config)
+    if not callable(callback):
+        raise TypeError(f"step {name!r}: the callback must be callable, got {callback!r}")
+    rb_cfg = parse_step_config(rollback_config) if rollback is not None else cfg
+    replay = state.replay
+    state.quiet.progress += 1
+    key, record = replay.find(name, "do")
+    if record is None and replay.check.unvisited:
+        await state.quiet.hold(key)
+    step = StepRef(key, replay.seq_for(record), "do")
+    if record is not None and record.status == "complete":
+        if rollback is not None:
+            ended = record.ended_at or 0.0
+            state.rollbacks.append(Rollback(key, step.seq, ended, rollback, rb_cfg, record.output))
+        return record.output
+    shape = state.settings.shapes.step(callback)
+    output, ended = await run_attempts(state, step, record, cfg, callback, shape)
+    if rollback is not None:
+        state.rollbacks.append(Rollback(key, step.seq, ended, rollback, rb_cfg, output))
+    return output
+
+
+async def run_attempts(
+    state: ActivationState,
+    step: StepRef,
+    record: StepRecord | None,
+    cfg: StepConfig,
+    callback: StepCallback,
+    shape: CallbackShape,
+    undoing: tuple[BaseException | None, Any] | None = None,
+) -> tuple[Any, float]:
+    """Run the callback until it succeeds or fails for good, recording each outcome; return its
+    result as a replay will see it, and when it ended. ``undoing``: the step is a rollback,
+    called with (error, output) of the step it undoes, as its shape says."""
+    label = step.label
+    if record is not None and record.status == "errored":
+        error = record.error or {"name": "Error", "message": ""}
+        raise StepFailedError(label, error["name"], error["message"])
+    attempts = step.attempts
+    if record is not None:
+        attempts.extend(record.attempts)
+        if record.status == "running":
+            # Its previous activation stopped while an attempt ran (the worker died or lost its
+            # lease): that attempt stays in the history, as interrupted.
+            attempts.append(_interrupted(record, len(attempts) + 1, state.store.now()))
+    # Interrupted attempts did not fail: they count neither toward the retry limit nor the
+    # backoff.
+    cut_off = sum(1 for a in attempts if a.interrupted) if attempts else 0
+    quiet, writer = state.quiet, state.writer
+    await writer.committed()  # earlier steps' records, before this callback runs
+    retry_at = record.wake_at if record is not None else None
+    if quiet.gate_needed(retry_at):
+        await quiet.gate(retry_at)
+    step.started_at = record.started_at if record is not None else None
+
+    while True:
+        number = len(attempts) + 1
+        now = state.store.now()
+        if step.started_at is None:
+            step.started_at = now
+        quiet.begin()
+        mark = state.settings.marks.add(
+            functools.partial(writer.record_running, step, number, now), cfg.timeout, state.loop
+        )
+        try:
+            if state.settings.listeners:
+                state.emit("step_start", {"step": label, "attempt": number})
+            if undoing is not None:
+                context = _context(state, step, number, cfg)
+                args = rollback_arguments(shape.arity, *undoing, context)
+            else:
+                args = (_context(state, step, number, cfg),) if shape.arity else ()
+            try:
+                result = await invoke(callback, shape.is_async, args)
+            except asyncio.CancelledError:
+                if mark.timed_out():
+                    raise StepTimeoutError(
+                        f"step {label!r} attempt {number} timed out after {cfg.timeout:g} seconds"
+                    ) from None
+                raise
+            finally:
+                mark.disarm()
+        except (_EngineSignal, asyncio.CancelledError):
+            mark.cancel()
+            quiet.end()
+            raise
+        except Exception as exc:
+            try:
+                running = mark.stop()
+                if running is not None:
+                    await running  # the final record must not race the `running` one
+                wake_at = await _failed(state, step, cfg, number, now, number - cut_off, exc)
+            finally:
+                quiet.end()
+            if wake_at is not None:
+                await quiet.gate(wake_at)
+            continue
+        # Succeeded (inline: every step takes this path)
+        try:
+            running = mark.stop()
+            if running is not None:
+                await running  # the final record must not race the `running` one
+            ended = state.store.now()
+            attempts.append(Attempt(number, now, ended, None))
+            try:
+                encoded, decoded = _json.encode(
+                    result,
+                    what=f"the result of step {label!r}",
+                    limit=state.settings.max_payload,
+                )
+            except InvalidPayloadError as exc:
+                info = {"name": "InvalidPayloadError", "message": str(exc)}
+                await writer.write(step, "errored", error=info, ended_at=ended)
+                raise InstanceFatalError("InvalidPayloadError", str(exc)) from exc
+            writer.send(step, "complete", output=encoded, ended_at=ended)
+            if state.settings.listeners:
+                state.emit("step_complete", {"step": label, "attempt": number})
+            # The step returns what a replay will: its result as decoded from the record (equal
+            # to it, but a tuple comes back a list).
+            return decoded, ended
+        finally:
+            quiet.end()
+
+
+async def _failed(
+    state: ActivationState,
+    step: StepRef,
+    cfg: StepConfig,
+    number: int,
+    started: float,
+    failed: int,
+    exc: Exception,
+) -> float | None:
+    """Record a failed attempt: the step fails for good (raise), or waits for its retry (return
+    when the retry is due, None if at once). ``failed``: attempts failed so far."""
+    ended = state.store.now()
+    info = error_info(exc)
+    step.attempts.append(Attempt(number, started, ended, info))
+    if failed > cfg.retries.limit or not cfg.retries.retryable(exc):
+        state.emit("step_failed", {"step": step.label, "attempt": number, **info})
+        await state.writer.write(step, "errored", error=info, ended_at=ended)
+        raise StepFailedError(step.label, info["name"], info["message"]) from exc
+    delay = cfg.retries.delay_after(failed, exc)
+    wake_at = ended + delay
+    state.emit("step_retry", {"step": step.label, "attempt": number, "delay": delay, **info})
+    await state.writer.write(step, "waiting", wake_at=wake_at)
+    return wake_at if delay > 0 else None
+
+
+def _context(state: ActivationState, step: StepRef, number: int, cfg: StepConfig) -> StepContext:
+    name, count = step.key
+    return StepContext(name, count, number, cfg, state.instance.id, state.instance.workflow)
+
+
+def _interrupted(record: StepRecord, number: int, now: float) -> Attempt:
+    """The attempt a ``running`` record shows, found by a later activation: interrupted."""
+    started = (record.info or {}).get("attempt_started_at", record.started_at)
+    return Attempt(
+        number,
+        float(started if started is not None else now),
+        now,
+        dict(INTERRUPTED_ATTEMPT),
+        interrupted=True,
+    )

@@ -1,0 +1,89 @@
+"""What the steps of one activation share: the store and lease, the replay, the quiescence,
+the writer, the settings; and what a worker gives every activation (its settings)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import _json
+from .._callbacks import ShapeMemo
+from ..config import StepConfig
+from ..records import PendingEvent
+from ..store.base import Claim, History, Store
+from .marks import RunningMarks
+from .quiesce import Quiescence
+from .replay import Replay, StepKey
+from .writer import StepWriter
+
+
+@dataclass(frozen=True)
+class ActivationSettings:
+    """Given by a worker to each of its activations."""
+
+    max_payload: int
+    listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = ()
+    marks: RunningMarks = field(default_factory=RunningMarks)
+    shapes: ShapeMemo = field(default_factory=ShapeMemo)
+
+
+@dataclass(slots=True)
+class Rollback:
+    """A rollback registered by a completed step, to run if the instance ends errored."""
+
+    key: StepKey
+    """The key of the step it undoes."""
+    seq: int
+    ended_at: float
+    """When the step completed: rollbacks run latest-completed first (ties: latest-started)."""
+    fn: Callable[..., Any]
+    config: StepConfig
+    output: Any
+
+
+class ActivationState:
+    """One activation's parts, as its steps use them."""
+
+    __slots__ = (
+        "events",
+        "instance",
+        "loop",
+        "quiet",
+        "replay",
+        "rollbacks",
+        "settings",
+        "store",
+        "writer",
+    )
+
+    def __init__(
+        self, store: Store, claim: Claim, history: History, settings: ActivationSettings
+    ) -> None:
+        self.store = store
+        self.instance = claim.instance
+        self.settings = settings
+        self.loop = asyncio.get_running_loop()
+        """Kept: ``asyncio.get_running_loop()`` costs a ``getpid`` system call each time."""
+        self.replay = Replay(history.steps)
+        self.quiet = Quiescence(
+            self.loop,
+            self.replay.check,
+            store.now,
+            terminating=claim.control == "terminate_rollback",
+        )
+        self.writer = StepWriter(store, claim.lease, self.replay.recorded, self.quiet, self.loop)
+        self.events: list[PendingEvent] = list(history.events)
+        """Events sent to the instance that no step has consumed yet, oldest first."""
+        self.rollbacks: list[Rollback] = []
+
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        """Tell the worker's listeners (progress output, tests) what happened."""
+        if self.settings.listeners:
+            payload = {"workflow": self.instance.workflow, "instance": self.instance.id, **data}
+            for listener in self.settings.listeners:
+                listener(kind, payload)
+
+    def encode(self, value: Any, what: str) -> str:
+        return _json.dumps(value, what=what, limit=self.settings.max_payload)

@@ -1,0 +1,106 @@
+"""Steps that wait: ``step.sleep``, ``step.sleep_until`` and ``step.wait_for_event``.
+
+A wait that cannot end now parks (:mod:`.quiesce`): once the activation is idle it suspends, and
+the instance runs again at the wake-up time or when an event arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from .. import _json
+from ..durations import Duration, parse_duration
+from ..errors import StepTimeoutError
+from ..records import EventRecord
+from ..workflow import validate_name
+from .replay import validate_step_name
+from .state import ActivationState
+from .writer import StepRef
+
+
+async def sleep(state: ActivationState, name: str, duration: Duration) -> None:
+    seconds = parse_duration(duration, what=f"duration of sleep {name!r}")
+    await _sleep(state, name, lambda now: now + seconds)
+
+
+async def sleep_until(state: ActivationState, name: str, when: datetime | float | int) -> None:
+    if isinstance(when, datetime):
+        target = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    elif isinstance(when, int | float) and not isinstance(when, bool):
+        target = float(when)
+    else:
+        raise ValueError(f"sleep_until {name!r}: expected a datetime or epoch seconds")
+    await _sleep(state, name, lambda _now: target)
+
+
+async def _sleep(state: ActivationState, name: str, wake: Callable[[float], float]) -> None:
+    validate_step_name(name)
+    replay, quiet = state.replay, state.quiet
+    quiet.progress += 1
+    key, record = replay.find(name, "sleep")
+    if record is not None and record.status == "complete":
+        return
+    if record is None and replay.check.unvisited:
+        await quiet.hold(key)
+    step = StepRef(key, replay.seq_for(record), "sleep")
+    await quiet.gate()
+    now = state.store.now()
+    wake_at = record.wake_at if record is not None and record.wake_at else wake(now)
+    step.started_at = record.started_at if record is not None else now
+    if now >= wake_at:
+        # A sleep is recorded once, when it starts, with its wake time: from then on it is over
+        # by the clock, for replay here and for readers (the store shows it complete), so
+        # waking costs no write. One found over on its first call is recorded complete.
+        if record is None:
+            await state.writer.write(step, "complete", wake_at=wake_at, ended_at=wake_at)
+        return
+    if record is None:
+        state.emit("step_sleep", {"step": step.label, "until": wake_at})
+        state.writer.send(step, "waiting", wake_at=wake_at)
+    await quiet.park(wake_at)
+
+
+async def wait_for_event(
+    state: ActivationState, name: str, event_type: str, timeout: Duration
+) -> EventRecord:
+    validate_step_name(name)
+    validate_name(event_type, what="event type")
+    seconds = parse_duration(timeout, what=f"timeout of wait_for_event {name!r}")
+    replay, quiet, writer = state.replay, state.quiet, state.writer
+    quiet.progress += 1
+    key, record = replay.find(name, "wait_for_event")
+    label = f"{name}-{key[1]}"
+    if record is not None and record.status == "complete":
+        out = record.output
+        return EventRecord(out["type"], out["payload"], out["timestamp"])
+    if record is not None and record.status == "errored":
+        raise StepTimeoutError(f"wait_for_event {label!r} timed out waiting for {event_type!r}")
+    if record is None and replay.check.unvisited:
+        await quiet.hold(key)
+    step = StepRef(key, replay.seq_for(record), "wait_for_event")
+    await quiet.gate()
+    now = state.store.now()
+    deadline = record.wake_at if record is not None and record.wake_at else now + seconds
+    step.started_at = record.started_at if record is not None else now
+    info = {"type": event_type}
+    for index, pending in enumerate(state.events):
+        if pending.type == event_type:
+            del state.events[index]
+            event = EventRecord(pending.type, pending.payload, pending.timestamp)
+            output = _json.dumps(event.to_json(), what="event", limit=1 << 62)
+            await writer.write(
+                step, "complete",
+                output=output, wake_at=deadline, ended_at=now, info=info, consume_event=pending.pk,
+            )  # fmt: skip
+            state.emit("event_received", {"step": label, "type": event_type})
+            return event
+    if now >= deadline:
+        message = f"no {event_type!r} event within {seconds:g} seconds"
+        error = {"name": "StepTimeoutError", "message": message}
+        await writer.write(step, "errored", error=error, wake_at=deadline, ended_at=now, info=info)
+        raise StepTimeoutError(f"wait_for_event {label!r} timed out waiting for {event_type!r}")
+    if record is None:
+        state.emit("step_wait", {"step": label, "type": event_type, "until": deadline})
+        await writer.write(step, "waiting", wake_at=deadline, info=info)
+    await quiet.park(deadline)

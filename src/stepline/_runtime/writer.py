@@ -1,0 +1,235 @@
+"""Writing step records: write-behind where nothing needs the commit yet, a wait where it does.
+
+A step's result and a sleep's start are *sent* (:meth:`StepWriter.send`): the record goes to the
+store at the end of this loop turn, with every other record of the turn, or with the
+activation's finish if that comes first (or the activation may be about to suspend), in the
+finish's transaction. Before anything that follows a record can be seen outside the activation
+(another step's callback, a child's creation, the finish) :meth:`StepWriter.committed` waits for
+it. So ``step.do`` returns without waiting for a commit, and an activation that ends right after
+its last step commits once, not twice. A failed write surfaces there, as
+:class:`ActivationAborted`; what a crash loses meanwhile is re-run on replay, exactly as a step
+whose own commit had not finished.
+
+Records that must be on disk before the step goes on (an event consumed, a failure, a retry's
+wait, a child's start) are written with :meth:`StepWriter.write`, from the calling task and
+outside the queue: a finish never carries them (it cannot consume an event), and a write that
+its task's cancellation cuts off is not written later behind that task's back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Container
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LeaseLostError, SteplineError, StoreError
+from ..records import Attempt, StepKind, StepStatus
+from ..store.base import Lease, StepWrite, Store
+from .quiesce import Quiescence
+from .replay import StepKey
+from .signals import ActivationAborted
+
+
+@dataclass(slots=True)
+class StepRef:
+    """The step a record is about, and what each of its records repeats."""
+
+    key: StepKey
+    seq: int
+    kind: StepKind
+    started_at: float | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.key[0]}-{self.key[1]}"
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """A background write's failure is raised where it is awaited; never logged as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
+class StepWriter:
+    """Builds and writes the step records of one activation (fenced by its lease)."""
+
+    __slots__ = (
+        "_history",
+        "_lease",
+        "_loop",
+        "_quiet",
+        "_send_scheduled",
+        "_sending",
+        "_store",
+        "_unsent",
+        "_written",
+    )
+
+    def __init__(
+        self,
+        store: Store,
+        lease: Lease,
+        history: Container[StepKey],
+        quiet: Quiescence,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._store = store
+        self._lease = lease
+        self._history = history
+        self._quiet = quiet
+        self._loop = loop
+        self._written: set[StepKey] = set()
+        """Steps without a record in the history that this activation has written."""
+        self._unsent: list[StepWrite] = []
+        """Records nothing waits for yet, to send at the end of the turn (or with the finish)."""
+        self._send_scheduled = False
+        """An end-of-turn send is scheduled (one per turn, however many records)."""
+        self._sending: list[asyncio.Future[None]] = []
+        """Records sent and maybe not yet committed (one future per group sent)."""
+
+    # -- the two ways to write -------------------------------------------------------------------
+
+    def send(self, step: StepRef, status: StepStatus, **fields: Any) -> None:
+        """Record the step's new state without waiting: write-behind (see the module)."""
+        self._unsent.append(self._build(step, status, fields))
+        self._schedule_send()
+
+    async def write(self, step: StepRef, status: StepStatus, **fields: Any) -> None:
+        """Record the step's new state and wait for its commit, counted in flight so that
+        nothing suspends meanwhile."""
+        write = self._build(step, status, fields)
+        quiet = self._quiet
+        quiet.begin()
+        try:
+            await self._write(write)
+        finally:
+            quiet.end()
+
+    async def committed(self) -> None:
+        """Wait until every record so far has committed (raises :class:`ActivationAborted` if one
+        could not be written). Counted in flight, so nothing suspends meanwhile."""
+        if not self._sending and not self._unsent:
+            return
+        quiet = self._quiet
+        quiet.begin()
+        try:
+            while self._unsent or self._sending:
+                if self._unsent:
+                    await self._write_unsent()
+                if self._sending:
+                    await self._sent_committed()
+        finally:
+            quiet.end()
+
+    async def for_finish(self) -> tuple[StepWrite, ...]:
+        """Wait for the records sent; hand over those not sent, for the finish to carry in its
+        transaction (one commit instead of two for the activation's last records)."""
+        await self._sent_committed()
+        unsent, self._unsent = self._unsent, []
+        return tuple(unsent)
+
+    async def record_running(self, step: StepRef, attempt: int, started: float) -> None:
+        """Show an attempt in flight as ``running`` (for the attempt clock). Best effort: a
+        failure meets the attempt's final record again, which reports it."""
+        write = self._build(
+            step, "running", {"info": {"running_attempt": attempt, "attempt_started_at": started}}
+        )
+        store = self._store
+        with contextlib.suppress(ActivationAborted, SteplineError):
+            await store.record_step(self._lease, write, store.now())
+
+    # -- building --------------------------------------------------------------------------------
+
+    def _build(self, step: StepRef, status: StepStatus, fields: dict[str, Any]) -> StepWrite:
+        key = step.key
+        # `new`: no record of this step is known (none in the history, none written since), so
+        # the store may insert without looking for one to replace
+        new = key not in self._history and key not in self._written
+        if new:
+            self._written.add(key)
+        return StepWrite(
+            key[0], key[1], step.seq, step.kind, status,
+            attempts=tuple(step.attempts), started_at=step.started_at, new=new, **fields,
+        )  # fmt: skip
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    async def _write(self, write: StepWrite) -> None:
+        """Record a step (fenced). Sees a pause request; aborts if the lease is gone."""
+        store = self._store
+        try:
+            status = await store.record_step(self._lease, write, store.now())
+        except LeaseLostError as exc:
+            raise ActivationAborted(str(exc)) from exc
+        except StoreError as exc:
+            # The database failed, not the workflow: stop (run() cannot catch this) and let the
+            # instance run again once the lease expires, instead of ending it errored.
+            raise ActivationAborted(f"could not record step {write.name!r}: {exc}") from exc
+        if status == "waitingForPause":
+            self._quiet.request_stop("pause")
+
+    def _schedule_send(self) -> None:
+        if not self._send_scheduled:
+            self._send_scheduled = True
+            self._loop.call_soon(self._send_at_turn_end)
+
+    def _send_at_turn_end(self) -> None:
+        self._send_scheduled = False
+        if self._quiet.testing:
+            # The activation may be about to suspend: then its finish carries the records; if
+            # it does not suspend after all, they go out then.
+            self._quiet.unless_suspended(self._schedule_send)
+        elif self._unsent:
+            writes, self._unsent = self._unsent, []
+            task = asyncio.ensure_future(self._write_all(writes), loop=self._loop)
+            task.add_done_callback(_retrieve)
+            self._sending.append(task)
+
+    def _write_all(self, writes: list[StepWrite]) -> Awaitable[Any]:
+        if len(writes) == 1:
+            return self._write(writes[0])
+        return asyncio.gather(*(self._write(w) for w in writes))
+
+    async def _sent_committed(self) -> None:
+        """Wait until the records already sent have committed. Records whose write a
+        cancellation cut off are back in ``_unsent`` afterwards (see :meth:`_write_unsent`)."""
+        while self._sending:
+            pending = self._sending[0]
+            try:
+                # Shielded: a waiter cancelled here must not cancel a write others wait on.
+                await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                task = asyncio.current_task(self._loop)
+                if not (pending.cancelled() and task is not None and not task.cancelling()):
+                    raise
+                # Its writer was cancelled, not this task: the records are back in _unsent.
+            if self._sending and self._sending[0] is pending:
+                self._sending.pop(0)
+
+    async def _write_unsent(self) -> None:
+        # Written from this task (no task of its own: cheaper, and a lone writer commits at
+        # once); others that must wait for it wait for its future.
+        writes, self._unsent = self._unsent, []
+        sent: asyncio.Future[None] = self._loop.create_future()
+        self._sending.append(sent)
+        try:
+            await self._write_all(writes)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                # This task was cancelled, perhaps mid-write (PostgreSQL runs a lone write in its
+                # caller's task): the records go back, for the next write or the finish (written
+                # twice is harmless: a record write replaces the same row), and whoever waits on
+                # them writes them itself.
+                self._sending.remove(sent)
+                self._unsent[:0] = writes
+                sent.cancel()
+            else:
+                sent.set_exception(exc)
+                sent.exception()  # retrieved: raised here, and to whoever awaits it
+            raise
+        sent.set_result(None)
+        if len(self._sending) == 1 and self._sending[0] is sent:
+            self._sending.clear()  # nothing else was in flight: no need to wait on it
