@@ -276,6 +276,10 @@ class SqliteStore(Store):
                     raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
                 if time.monotonic() > deadline:
                     raise self._locked_out(exc) from exc
+            except sqlite3.Error as exc:  # e.g. a file that is not a database
+                raise StoreError(
+                    f"SQLite error on {self.path!r}: {type(exc).__name__}: {exc}"
+                ) from exc
             else:
                 if self._locked_since is not None:
                     self._unlocked()
