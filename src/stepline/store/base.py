@@ -36,7 +36,12 @@ from ..records import (
 
 @dataclass(frozen=True)
 class Lease:
-    """Proof that a worker holds an instance: every fenced write checks ``token``."""
+    """Proof that a worker holds an instance: every fenced write checks ``token``.
+
+    A lease is held until a claim takes the instance over, a terminate or restart fences it out,
+    or :meth:`Store.finish` / :meth:`Store.release` gives it back. Expiry alone does not end it:
+    it makes the instance claimable, and the holder's writes succeed until someone claims it.
+    """
 
     pk: int
     token: int
@@ -52,7 +57,8 @@ class Claim:
     control: str | None
     """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out."""
     event_seq: int
-    """Count of events sent so far; passed back to :meth:`Store.finish` to catch late events."""
+    """A counter of what may wake the instance (events sent, children ended); passed back to
+    :meth:`Store.finish` to catch what came during the activation."""
     history: History
     """The instance's recorded steps and unconsumed events when it was claimed: every event
     counted in ``event_seq`` is here unless consumed (one sent later may be too). Nothing but
@@ -215,9 +221,11 @@ class Store(abc.ABC):
 
         Start watching *before* reading the instance, then wait on the watch after each read: a
         change that lands while the read is in flight is kept, not lost (it makes the next
-        :meth:`ChangeWatch.wait` return at once). Changes this process makes are always seen;
-        changes by other processes only on stores that are notified of them (PostgreSQL), so
-        callers also poll, through the wait's timeout.
+        :meth:`ChangeWatch.wait` return at once). What signals a watch: status changes made
+        through :meth:`control` and :meth:`finish` (the changes a wait for an instance's end is
+        after), by this process always, by other processes only on stores that are notified of
+        them (PostgreSQL); so callers also poll, through the wait's timeout. Claims, releases,
+        events and step records do not signal.
         """
         key = (workflow, instance_id)
         watch = ChangeWatch()
@@ -302,11 +310,18 @@ class Store(abc.ABC):
         *,
         oldest_first: bool = False,
     ) -> InstancePage:
-        """A page of instances, newest first (or oldest first), optionally filtered."""
+        """A page of instances, newest first (or oldest first), optionally filtered.
+
+        ``cursor`` is the previous page's ``next_cursor``; a malformed one raises ``ValueError``.
+        """
 
     @abc.abstractmethod
     async def get_steps(self, workflow: str, instance_id: str) -> list[StepRecord]:
-        """The instance's step history in start order (``seq``), or ``InstanceNotFoundError``."""
+        """The instance's step history in start order (``seq``), or ``InstanceNotFoundError``.
+
+        A sleep whose wake time has passed reads ``complete``, ended at its wake time (unless the
+        instance ended first); :attr:`Claim.history` has the raw record.
+        """
 
     @abc.abstractmethod
     async def control(
@@ -321,14 +336,20 @@ class Store(abc.ABC):
         """Pause, resume, terminate or restart an instance durably; return its new state.
 
         - pause: queued/waiting become ``paused``; running becomes ``waitingForPause`` (the
-          activation stops at the next step boundary). Other states: ``IllegalStateError``.
+          activation stops at the next step boundary).
         - resume: paused becomes queued; waitingForPause becomes running again.
         - terminate: any unfinished instance. Without rollback it becomes ``terminated`` at once
           and a running activation is fenced out. With rollback it is marked for termination and
-          queued, so that a worker runs the rollbacks and then ends it ``terminated``.
+          made runnable at once (a running one stays ``running``, its activation fenced out;
+          others become ``queued``), so that a worker runs the rollbacks and then ends it
+          ``terminated``.
         - restart: any instance. Steps are deleted (all of them, or from ``from_step`` = (name,
           count) on, in start order), the output/error cleared, and the instance queued; a
           running activation is fenced out. Unknown ``from_step``: ``ValueError``.
+
+        Any other case raises ``IllegalStateError``; an unknown instance
+        ``InstanceNotFoundError``. An instance that ends here (terminate) wakes a parent waiting
+        for it, as :meth:`finish` does.
         """
 
     @abc.abstractmethod
@@ -337,7 +358,8 @@ class Store(abc.ABC):
     ) -> None:
         """Store an event durably and wake the instance if it is waiting.
 
-        Events to finished instances raise ``IllegalStateError``.
+        Events to finished instances raise ``IllegalStateError``; to an unknown instance
+        ``InstanceNotFoundError``.
         """
 
     @abc.abstractmethod
@@ -356,8 +378,8 @@ class Store(abc.ABC):
         Ids that do not exist are skipped. With ``finished_only`` the statuses are checked in
         the deleting transaction, under the lock that status changes take: if any of the
         instances is unfinished at that moment, ``IllegalStateError`` names the first such one
-        (in ``instance_ids`` order) and nothing is deleted. So an instance that a resume or a
-        restart makes unfinished concurrently is either deleted before it or kept.
+        (in ``instance_ids`` order) and nothing is deleted. So an instance that a restart makes
+        unfinished concurrently is either deleted before it or kept.
         """
 
     @abc.abstractmethod
@@ -377,7 +399,9 @@ class Store(abc.ABC):
         Runnable: ``ready_at <= now`` and no live lease. Each claimed instance gets a fresh lease
         token and ``lease_expires = now + lease_seconds``; queued and waiting instances become
         ``running``. Two concurrent claims never return the same instance. Each claim carries
-        the instance's history (:attr:`Claim.history`), read under its new lease.
+        the instance's history (:attr:`Claim.history`), read under its new lease. A runnable
+        instance with a pause pending (``waitingForPause`` whose lease expired) becomes
+        ``paused`` instead of being claimed.
         """
 
     @abc.abstractmethod
@@ -400,16 +424,20 @@ class Store(abc.ABC):
         """End an activation, fenced on the lease, and release the lease; return the new status.
 
         See :class:`Finish` for how ``waiting`` interacts with late events and pause requests.
-        Raises ``LeaseLostError`` if the lease is no longer held.
+        Raises ``LeaseLostError`` if the lease is no longer held. An instance that ends here
+        (complete, errored, terminated) makes a parent waiting for it ready at once and counts
+        in the parent's ``event_seq``.
         """
 
     @abc.abstractmethod
     async def release(self, lease: Lease, now: float) -> None:
-        """Give an instance back unfinished (graceful shutdown): runnable again at once."""
+        """Give an instance back unfinished (graceful shutdown): runnable again at once, or
+        ``paused`` if a pause is pending. Nothing changes if the lease is no longer held."""
 
     @abc.abstractmethod
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
-        """The earliest ``ready_at`` among unleased instances of ``workflows``, if any."""
+        """The earliest time at which an instance of ``workflows`` may need a worker: a timer,
+        a runnable instance, or a lease's expiry (when another worker may take it over)."""
 
     # -- worker liveness -------------------------------------------------------------------------
 
