@@ -24,7 +24,7 @@ import pytest
 
 from stepline import Engine
 
-from .conftest import uvloop
+from ..conftest import uvloop
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ import pytest
 from stepline import Engine, InstanceStatus, StepRecord
 from stepline.records import Attempt
 
-from ._procs import (
+from .._procs import (
     WORKFLOW,
     Execution,
     LedgerWorkflow,

@@ -22,7 +22,7 @@ from stepline import Engine, ManualClock, SyncEngine, WorkflowEvent, WorkflowSte
 from stepline.http import create_app
 from stepline.records import WORKER_EXPIRE_BEATS, WORKER_LIVE_BEATS, WorkerInfo
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 
 @workflow(name="served")

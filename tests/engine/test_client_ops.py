@@ -35,8 +35,8 @@ from stepline import (
 )
 from stepline.http import create_app
 
-from ._pg import drop_schema, pg_admin_url
-from .conftest import EngineFactory, drain
+from .._pg import drop_schema, pg_admin_url
+from ..conftest import EngineFactory, drain
 
 
 @workflow(name="gate")

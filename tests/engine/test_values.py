@@ -34,7 +34,7 @@ from stepline import (
 from stepline import workflow as workflow_decorator
 from stepline.http import create_app
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 WIDE = 2**64  # one past the widest integer JSON values are stored with
 EXACT: dict[str, Any] = {

@@ -32,7 +32,7 @@ from stepline._runtime import RunningMarks
 from stepline.store.base import Finish, Lease, NewInstance, StepWrite, Store
 from stepline.store.sqlite import SqliteStore
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 OWNER = "worker-1"
 LEASE = 30.0

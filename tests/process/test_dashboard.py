@@ -30,7 +30,7 @@ from playwright.sync_api import (
 from stepline import Dag, Engine, NonRetryableError, WorkflowEvent, WorkflowStep, workflow
 from stepline.http import create_app
 
-from ._http_server import ServerThread
+from .._http_server import ServerThread
 
 CHROMIUM = os.environ.get("STEPLINE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -41,7 +41,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-STATIC = Path(__file__).parent.parent / "src" / "stepline" / "http" / "static"
+STATIC = Path(__file__).parents[2] / "src" / "stepline" / "http" / "static"
 TIMEOUT = 20_000  # ms, for things that wait on the worker
 expect.set_options(timeout=TIMEOUT)
 

@@ -31,8 +31,8 @@ from stepline import workflow as workflow_decorator
 from stepline.http import create_app
 from stepline.http.api import api_routes
 
-from ._http_server import ServerThread
-from .conftest import EngineFactory, drain
+from .._http_server import ServerThread
+from ..conftest import EngineFactory, drain
 
 FAILURES: dict[str, int] = {}
 RELEASE: dict[str, asyncio.Event] = {}

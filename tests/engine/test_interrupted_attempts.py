@@ -11,7 +11,7 @@ from stepline import ManualClock, StepContext, WorkflowEvent, WorkflowStep, work
 from stepline.cli._render import attempts_table
 from stepline.errors import StoreError
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 RUNS: list[int] = []
 

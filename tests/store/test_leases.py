@@ -11,7 +11,7 @@ from stepline import LeaseLostError, ManualClock, WorkflowEvent, WorkflowStep, w
 from stepline.errors import StoreError
 from stepline.store.base import Finish, History, NewInstance, StepWrite
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 

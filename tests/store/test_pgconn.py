@@ -16,8 +16,8 @@ import pytest
 from stepline.store import _pgconn
 from stepline.store._pgconn import StoreConnection
 
-from ._pg import pg_admin_url
-from .conftest import STORES
+from .._pg import pg_admin_url
+from ..conftest import STORES
 
 pytestmark = [
     pytest.mark.postgres,

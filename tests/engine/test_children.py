@@ -23,7 +23,7 @@ from stepline import (
 from stepline.dag import node_states
 from stepline.store.base import Finish, NewInstance
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 

@@ -23,7 +23,7 @@ from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
 from stepline.http import create_app
 from stepline.records import WorkerInfo
 
-from ._http_server import ServerThread
+from .._http_server import ServerThread
 from .test_dashboard import (  # noqa: F401  (fixtures)
     Site,
     _serve,

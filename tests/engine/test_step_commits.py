@@ -12,7 +12,7 @@ import pytest
 from stepline import LeaseLostError, ManualClock, WorkflowEvent, WorkflowStep, workflow
 from stepline.store.base import Finish, StepWrite, Store
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 

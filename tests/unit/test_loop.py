@@ -11,7 +11,7 @@ import pytest
 from stepline import ConfigError, _loop
 from stepline.sync import _Portal
 
-from .conftest import uvloop
+from ..conftest import uvloop
 
 needs_uvloop = pytest.mark.skipif(uvloop is None, reason="uvloop is not installed here")
 

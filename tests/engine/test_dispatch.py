@@ -25,7 +25,7 @@ from stepline import (
 )
 from stepline.store.base import History, NewInstance, StepWrite
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 

@@ -9,7 +9,7 @@ import pytest
 
 from stepline import ManualClock, NonRetryableError, WorkflowEvent, WorkflowStep, workflow
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 

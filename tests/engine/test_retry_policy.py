@@ -25,7 +25,7 @@ from stepline import (
 from stepline import workflow as workflow_decorator
 from stepline.config import parse_step_config
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 # -- construction validates ----------------------------------------------------------------------
 

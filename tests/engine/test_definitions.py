@@ -20,7 +20,7 @@ from stepline import (
     workflow,
 )
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 CALLS: list[Any] = []
 

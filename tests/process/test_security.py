@@ -47,11 +47,11 @@ from stepline.http import create_app
 from stepline.http.app import CONTENT_SECURITY_POLICY, MAX_URL
 from stepline.store.postgres import split_url
 
-from ._http_server import ServerThread
-from .conftest import EngineFactory, drain
+from .._http_server import ServerThread
+from ..conftest import EngineFactory, drain
 from .test_dashboard import CHROMIUM, CHROMIUM_ARGS
 
-SRC = Path(__file__).parent.parent / "src" / "stepline"
+SRC = Path(__file__).parents[2] / "src" / "stepline"
 
 
 def _free_port() -> int:

@@ -24,8 +24,8 @@ from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
 from stepline.worker import Worker, WorkerSettings
 
-from ._pg import ThrowawayServer, connect, drop_schema, pg_admin_url
-from .conftest import STORES
+from .._pg import ThrowawayServer, connect, drop_schema, pg_admin_url
+from ..conftest import STORES
 
 pytestmark = [
     pytest.mark.postgres,

@@ -30,7 +30,7 @@ from stepline.dag import format_graph, node_states
 from stepline.store.base import StepWrite
 from stepline.worker import Worker
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 RUNS: list[str] = []
 SEEN: dict[str, dict[str, Any]] = {}
@@ -850,7 +850,7 @@ async def test_terminate_with_rollback_undoes_completed_nodes(
 
 # -- the documents example -------------------------------------------------------------------------
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture
@@ -952,7 +952,7 @@ def join(ctx: Mapping[str, Any]) -> dict[str, Any]:
 _WORKER = """
 import asyncio, sys
 from stepline import Engine
-from tests.test_dag import crash_dag
+from tests.engine.test_dag import crash_dag
 
 async def main() -> None:
     engine = Engine(sys.argv[1], [crash_dag], lease=1, poll_interval=0.05)
@@ -966,7 +966,7 @@ def _start_worker(url: str, logs: Path, n: int) -> subprocess.Popen[bytes]:
     with (logs / f"worker-{n}.err").open("wb") as stderr:
         return subprocess.Popen(
             [sys.executable, "-c", _WORKER, url],
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=Path(__file__).resolve().parents[2],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,

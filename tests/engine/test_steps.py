@@ -21,7 +21,7 @@ from stepline import (
 from stepline._runtime import RunningMarks
 from stepline.workflow import definition_of
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 

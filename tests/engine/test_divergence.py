@@ -12,7 +12,7 @@ import pytest
 from stepline import Dag, ManualClock, WorkflowEvent, WorkflowStep, workflow
 from stepline.errors import StoreError
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 CALLS: dict[str, int] = {}
 VERSION = {"v": 1}

@@ -24,7 +24,7 @@ from stepline import (
 from stepline.store.base import ChangeWatch
 from stepline.store.sqlite import SqliteStore
 
-from .conftest import EngineFactory, drain
+from ..conftest import EngineFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 
