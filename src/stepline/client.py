@@ -201,18 +201,15 @@ class WorkflowBinding:
         self.name = name
         self._check_known = check
         self._dispatcher = dispatcher
+        self._possible = is_valid_name(name)
+        """False for a name no workflow can have: an unknown workflow, and no store query (text
+        PostgreSQL cannot hold, such as a NUL, would fail there)."""
 
     def __repr__(self) -> str:
         return f"<WorkflowBinding {self.name}>"
 
     async def _check(self) -> None:
         await self._check_known(self.name)
-
-    async def _check_name(self) -> None:
-        """A name no workflow can have is an unknown workflow (``WorkflowNotFoundError``, with
-        the known ones), before it reaches a store query."""
-        if not is_valid_name(self.name):
-            await self._check()
 
     async def _create(
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
@@ -287,8 +284,10 @@ class WorkflowBinding:
     async def get(self, id: str) -> Instance:
         """A handle on an existing instance; unknown ids raise ``InstanceNotFoundError``, ids no
         instance can have ``ValueError``."""
-        await self._check_name()
-        await self._store.get_instance(self.name, validate_name(id, what="instance id"))
+        validate_name(id, what="instance id")
+        if not self._possible:
+            raise InstanceNotFoundError(self.name, id)
+        await self._store.get_instance(self.name, id)
         return Instance(self._store, self.name, id, self._max_payload)
 
     async def list(
@@ -301,7 +300,8 @@ class WorkflowBinding:
     ) -> InstancePage:
         """Instances of this workflow, newest first (or oldest first)."""
         check_listing(status, limit)
-        await self._check_name()
+        if not self._possible:
+            return InstancePage([], None)
         return await self._store.list_instances(
             self.name, status, limit, cursor, oldest_first=oldest_first
         )
@@ -314,7 +314,8 @@ class WorkflowBinding:
         Unknown ids are skipped.
         """
         chosen = [validate_name(i, what="instance id") for i in ids]
-        await self._check_name()
+        if not self._possible:
+            return 0
         return await _delete(self._store, self.name, chosen, force)
 
     async def purge(
@@ -331,5 +332,6 @@ class WorkflowBinding:
                 f"got {wrong[0] if wrong else 'no status'!r}"
             )
         age = parse_duration(older_than, what="older_than")
-        await self._check_name()
+        if not self._possible:
+            return 0
         return await self._store.purge_instances(self.name, chosen, self._store.now() - age)

@@ -263,7 +263,7 @@ class Engine:
         for the next page."""
         check_listing(status, limit)
         if workflow is not None and not is_valid_name(workflow):
-            await self._check_workflow(workflow)  # no workflow has that name: say which do
+            return InstancePage([], None)  # no workflow can have that name: nothing to read
         return await self.store.list_instances(
             workflow, status, limit, cursor, oldest_first=oldest_first
         )
