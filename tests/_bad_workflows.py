@@ -40,6 +40,11 @@ async def bad_wait(event: WorkflowEvent, step: WorkflowStep) -> Any:
     return await step.wait_for_event("w", type="a b")
 
 
+@workflow(name="bad-step-name")
+async def bad_step_name(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    return await step.do("undo:rollback", lambda: 1)
+
+
 @workflow(name="bad-sleep")
 async def bad_sleep(event: WorkflowEvent, step: WorkflowStep) -> Any:
     await step.sleep("nap", "5 fortnights")
@@ -62,6 +67,14 @@ async def odd_steps(event: WorkflowEvent, step: WorkflowStep) -> Any:
     except Exception as exc:
         return {"first": first, "error": str(exc)}
     return None
+
+
+@workflow(name="nested")
+async def nested(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    async def outer() -> Any:
+        return await step.do("inner", lambda: 1)
+
+    return await step.do("outer", outer)
 
 
 LEAKED: dict[str, WorkflowStep] = {}

@@ -55,10 +55,12 @@ from ._bad_workflows import (
     WrongSignature,
     bad_config,
     bad_sleep,
+    bad_step_name,
     bad_wait,
     big_result,
     leaky,
     nan_output,
+    nested,
     odd_steps,
     orphan,
     set_result,
@@ -252,6 +254,11 @@ OUTSIDE = (
     "a step called after its activation ended runs its callback and returns as if recorded; "
     "it should raise DefinitionError naming the step (_runtime.py/step.py)"
 )
+NESTED = (
+    "a step called in another step's callback runs and is recorded, and the next replay ends "
+    "the instance errored with a NonDeterminismError; it should end errored at once with a "
+    "DefinitionError naming the step (_runtime.py)"
+)
 
 API = [
     # Params, payloads and results that are not JSON, or too large.
@@ -304,6 +311,9 @@ API = [
     Api("workflow-name-nul-finds-nothing", nothing_found, Succeeds()),
     Api("get-of-workflow-name-nul", lambda c: c.engine.get_instance("a\x00b", "x"),
         Raises(InstanceNotFoundError, "workflow 'a\\x00b' has no instance 'x'")),
+    Api("step-name-reserved", run,
+        Errored("ValueError", "invalid step name 'undo:rollback': the suffix ':rollback'"),
+        (bad_step_name,)),
     Api("event-type-invalid", on("waiting", lambda i: i.send_event("a b")),
         Raises(ValueError, "invalid event type 'a b'")),
     Api("event-type-too-long", on("waiting", lambda i: i.send_event("t" * 101)),
@@ -368,6 +378,7 @@ API = [
         setup=run, xfail=OUTSIDE),
     Api("step-from-task-after-run-returned", call_step_from_task, Raises(DefinitionError, "'late'"),
         (orphan,), setup=run, xfail=OUTSIDE),
+    Api("step-inside-a-step", run, Errored("DefinitionError", "'inner'"), (nested,), xfail=NESTED),
     # Unicode and SQL metacharacters: stored and read back as they are.
     Api("unicode-sql-params", odd_params, Succeeds()),
     Api("unicode-sql-event-payload", odd_payload, Succeeds(), setup=new_gate),
@@ -475,11 +486,9 @@ HTTP = [
     Http("event-type-unicode", "POST", f"{GATE}/w1/events/caf%C3%A9", 1,
          names="invalid event type 'café'"),
     Http("event-payload-int-past-64-bits", "POST", f"{GATE}/w1/events/go",
-         b'{"n": -9223372036854775809}',
-         names="['n'] is the integer -9223372036854775809"),
+         b'{"n": -9223372036854775809}', names="['n'] is the integer -9223372036854775809"),
     Http("event-payload-oversized", "POST", f"{GATE}/w1/events/go", "x" * MIB, 413,
-         "payload_too_large",
-         "the payload of event 'go' is 1,048,578 bytes"),
+         "payload_too_large", "the payload of event 'go' is 1,048,578 bytes"),
     Http("event-to-complete", "POST", f"{G}/done/events/go", 1, 409, "illegal_state",
          illegal("send an event to", "complete")),
     Http("pause-complete", "PATCH", f"{G}/done/status", {"status": "pause"}, 409, "illegal_state",
@@ -495,8 +504,7 @@ HTTP = [
     Http("delete-force-invalid", "DELETE", f"{GATE}/w1?force=yes",
          names="query parameter 'force' must be true or false, got 'yes'"),
     Http("restart-unknown-step-sql", "PATCH", f"{G}/done/status",
-         {"status": "restart", "from": SQL_ID},
-         names=f"no recorded step {SQL_ID!r}"),
+         {"status": "restart", "from": SQL_ID}, names=f"no recorded step {SQL_ID!r}"),
     Http("restart-step-nul", "PATCH", f"{G}/done/status", {"status": "restart", "from": "a\u0000b"},
          names="invalid step name 'a\\x00b' to restart from"),
     Http("status-unknown-action", "PATCH", f"{G}/done/status", {"status": "explode"},
@@ -531,6 +539,7 @@ async def test_http(store: str, case: Http, worlds: Worlds) -> None:
             assert "Traceback" not in resp.text
             if case.check is None:
                 error = resp.json()["error"]
+                assert set(resp.json()) == {"error"} and set(error) == {"code", "message"}
                 assert error["code"] == case.code, error
                 assert case.names in error["message"], error["message"]
                 assert dump(url) == before
