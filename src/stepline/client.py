@@ -41,18 +41,26 @@ def check_listing(status: str | None, limit: int) -> None:
         raise ValueError(f"limit must be at least 1, got {limit!r}")
 
 
+def _is_text(value: object) -> bool:
+    """A str without control characters that encodes to UTF-8 (no lone surrogate)."""
+    if not isinstance(value, str) or _CONTROL_CHARS.search(value):
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_from_step(name: object) -> str:
-    """A step name to restart from. Step names are text without control characters, so no
-    recorded step has any other; refused here, it is refused alike by every store (PostgreSQL
-    text cannot even hold a NUL)."""
-    if isinstance(name, str) and not _CONTROL_CHARS.search(name):
-        with contextlib.suppress(UnicodeEncodeError):
-            name.encode()
-            return name
-    raise ValueError(
-        f"invalid step name {name!r} to restart from: step names are UTF-8 text without "
-        "control characters"
-    )
+    """A step name to restart from. No recorded step has a name that is not such text: refused
+    here, it is refused alike by every store (PostgreSQL text cannot even hold a NUL)."""
+    if not _is_text(name):
+        raise ValueError(
+            f"invalid step name {name!r} to restart from: step names are UTF-8 text without "
+            "control characters"
+        )
+    return str(name)
 
 
 async def _delete(store: Store, workflow: str, ids: Sequence[str], force: bool) -> int:
