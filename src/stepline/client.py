@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -24,11 +25,42 @@ from .records import (
     StepRecord,
 )
 from .store.base import ChangeWatch, Claim, NewInstance, Store
-from .workflow import validate_name
+from .workflow import is_valid_name, validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
 
 FINISHED_ORDER = tuple(s for s in INSTANCE_STATUSES if s in FINISHED_STATUSES)
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_listing(status: str | None, limit: int) -> None:
+    """Refuse a status filter that is no status, and a page size under 1 (``ValueError``)."""
+    if status is not None and status not in INSTANCE_STATUSES:
+        raise ValueError(f"unknown status {status!r}; use one of {', '.join(INSTANCE_STATUSES)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit!r}")
+
+
+def _is_text(value: object) -> bool:
+    """A str without control characters that encodes to UTF-8 (no lone surrogate)."""
+    if not isinstance(value, str) or _CONTROL_CHARS.search(value):
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_from_step(name: object) -> str:
+    """A step name to restart from. No recorded step has a name that is not such text: refused
+    here, it is refused alike by every store (PostgreSQL text cannot even hold a NUL)."""
+    if not _is_text(name):
+        raise ValueError(
+            f"invalid step name {name!r} to restart from: step names are UTF-8 text without "
+            "control characters"
+        )
+    return str(name)
 
 
 async def _delete(store: Store, workflow: str, ids: Sequence[str], force: bool) -> int:
@@ -144,7 +176,7 @@ class Instance:
         the results recorded before it."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 2**31:
             raise ValueError(f"invalid step count {count!r}: a whole number from 1")
-        target = (from_step, count) if from_step is not None else None
+        target = (_check_from_step(from_step), count) if from_step is not None else None
         await self._store.control(self.workflow, self.id, "restart", from_step=target)
 
     async def send_event(self, type: str, payload: Any = None) -> None:
@@ -197,6 +229,9 @@ class WorkflowBinding:
         self.name = name
         self._check_known = check
         self._reserve = reserve
+        self._possible = is_valid_name(name)
+        """False for a name no workflow can have: an unknown workflow, and no store query (text
+        PostgreSQL cannot hold, such as a NUL, would fail there)."""
 
     def __repr__(self) -> str:
         return f"<WorkflowBinding {self.name}>"
@@ -255,6 +290,11 @@ class WorkflowBinding:
         await self._check()
         new: list[NewInstance] = []
         for index, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise TypeError(
+                    f"create_batch item {index} must be a dict like {{'id': ..., 'params': ...}}, "
+                    f"got {type(item).__name__}"
+                )
             unknown = set(item) - {"id", "params"}
             if unknown:
                 raise ValueError(f"create_batch item {index}: unknown key {sorted(unknown)[0]!r}")
@@ -276,7 +316,11 @@ class WorkflowBinding:
         return [Instance(self._store, self.name, item.id, self._max_payload) for item in new]
 
     async def get(self, id: str) -> Instance:
-        """A handle on an existing instance; unknown ids raise ``InstanceNotFoundError``."""
+        """A handle on an existing instance; unknown ids raise ``InstanceNotFoundError``, ids no
+        instance can have ``ValueError``."""
+        validate_name(id, what="instance id")
+        if not self._possible:
+            raise InstanceNotFoundError(self.name, id)
         await self._store.get_instance(self.name, id)
         return Instance(self._store, self.name, id, self._max_payload)
 
@@ -289,6 +333,9 @@ class WorkflowBinding:
         oldest_first: bool = False,
     ) -> InstancePage:
         """Instances of this workflow, newest first (or oldest first)."""
+        check_listing(status, limit)
+        if not self._possible:
+            return InstancePage([], None)
         return await self._store.list_instances(
             self.name, status, limit, cursor, oldest_first=oldest_first
         )
@@ -301,6 +348,8 @@ class WorkflowBinding:
         Unknown ids are skipped.
         """
         chosen = [validate_name(i, what="instance id") for i in ids]
+        if not self._possible:
+            return 0
         return await _delete(self._store, self.name, chosen, force)
 
     async def purge(
@@ -317,4 +366,6 @@ class WorkflowBinding:
                 f"got {wrong[0] if wrong else 'no status'!r}"
             )
         age = parse_duration(older_than, what="older_than")
+        if not self._possible:
+            return 0
         return await self._store.purge_instances(self.name, chosen, self._store.now() - age)

@@ -31,7 +31,10 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int too large for a float
+            seconds = math.inf
     elif isinstance(value, str):
         match = _PATTERN.match(value.lower())
         if match is None or match.group(2) not in _UNITS:

@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from ._json import DEFAULT_MAX_PAYLOAD
-from .client import Instance, WorkflowBinding
+from .client import Instance, WorkflowBinding, check_listing
 from .clock import SystemClock
 from .durations import Duration, parse_duration
 from .errors import DefinitionError, WorkflowNotFoundError
@@ -21,7 +21,7 @@ from .records import InstancePage, InstanceRecord, WorkerInfo, WorkflowInfo
 from .store import Store, create_store
 from .store.base import WorkflowMeta
 from .worker import Reservation, Worker, WorkerSettings
-from .workflow import WorkflowDefinition, definition_of
+from .workflow import WorkflowDefinition, definition_of, is_valid_name
 
 log = logging.getLogger("stepline")
 
@@ -270,8 +270,9 @@ class Engine:
     ) -> InstancePage:
         """Page through instances, newest first (or oldest first); pass ``page.cursor`` back
         for the next page."""
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
+        check_listing(status, limit)
+        if workflow is not None and not is_valid_name(workflow):
+            return InstancePage([], None)  # no workflow can have that name: nothing to read
         return await self.store.list_instances(
             workflow, status, limit, cursor, oldest_first=oldest_first
         )

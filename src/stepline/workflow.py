@@ -113,11 +113,17 @@ def kebab_case(name: str) -> str:
     return text.replace("_", "-").lower()
 
 
+def is_valid_name(name: object) -> bool:
+    """Whether ``name`` may be a workflow name, an instance id or an event type."""
+    return isinstance(name, str) and _NAME_RE.fullmatch(name) is not None
+
+
 def validate_name(name: str, *, what: str) -> str:
     """Workflow names, instance ids and event types share one pattern."""
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+    if not is_valid_name(name):
         raise ValueError(
-            f"invalid {what} {name!r}: use 1-100 letters, digits, '_' or '-', not starting with '-'"
+            f"invalid {what} {name!r}: use 1-100 ASCII letters, digits, '_' or '-', "
+            "not starting with '-'"
         )
     return name
 

@@ -191,7 +191,7 @@ def test_params_and_payloads_from_a_file_or_stdin(tmp_path: Path) -> None:
         ),
         (
             ["workflows", "trigger", "greeting", "--params-file", "missing.json"],
-            "'missing.json': No such file or directory",
+            "Error: cannot read --params-file missing.json: No such file or directory",
         ),
     ]
     results = in_parallel(project, [args for args, _ in bad])

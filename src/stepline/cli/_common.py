@@ -7,7 +7,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 import orjson
@@ -219,27 +219,32 @@ async def resolve_instance(engine: Engine, state: State, workflow: str, id: str)
 
 
 def read_json_input(
-    inline: str | None, inline_name: str, file: IO[bytes] | None, file_option: str
+    inline: str | None, inline_name: str, path: str | None, file_option: str
 ) -> Any:
-    """The JSON given inline (an argument or option) or in a file (``-``: stdin); None when
-    neither is given. Both at once: exit code 2."""
-    if inline is not None and file is not None:
+    """The JSON given inline (an argument or option) or in the file at ``path`` (``-``: stdin);
+    None when neither is given. Both at once, or a file that cannot be read: exit code 2."""
+    if inline is not None and path is not None:
         fail(f"give {inline_name} or {file_option}, not both")
     if inline is not None:
         return parse_json_argument(inline, what=inline_name)
-    if file is None:
+    if path is None:
         return None
-    source = f"{file_option} {getattr(file, 'name', '-')}"
+    source = f"{file_option} {'<stdin>' if path == '-' else path}"
     try:
-        text = file.read().decode("utf-8")
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {source}: {exc.strerror or exc}")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         fail(f"{source} is not UTF-8 text: {exc}")
     return parse_json_argument(text, what=source)
 
 
 def json_file_option(name: str, help: str) -> Callable[[Any], Any]:
-    """``--params-file F`` / ``--payload-file F``: JSON read from a file, ``-`` for stdin."""
-    return click.option(name, type=click.File("rb"), metavar="FILE", help=help)
+    """``--params-file F`` / ``--payload-file F``: JSON read from a file, ``-`` for stdin (read
+    by :func:`read_json_input`, so that a missing file is a one-line error like a bad one)."""
+    return click.option(name, metavar="FILE", help=help)
 
 
 def json_option(fn: Any) -> Any:

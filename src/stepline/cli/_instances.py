@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 import click
 from rich.text import Text
@@ -258,7 +258,7 @@ def send_event(
     instance_id: str,
     event_type: str,
     payload: str | None,
-    payload_file: IO[bytes] | None,
+    payload_file: str | None,
     as_json: bool,
 ) -> None:
     """Send an event to an instance (delivered to `step.wait_for_event(type=...)`)."""

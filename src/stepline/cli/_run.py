@@ -12,7 +12,7 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 from rich.logging import RichHandler
@@ -324,7 +324,7 @@ def run(
     state: State,
     target: str,
     params_json: str | None,
-    params_file: IO[bytes] | None,
+    params_file: str | None,
     instance_id: str | None,
     step_output: bool,
     truncate_output_limit: int,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import IO, Any
+from typing import Any
 
 import click
 from rich.text import Text
@@ -147,7 +147,7 @@ def trigger(
     state: State,
     name: str,
     params_json: str | None,
-    params_file: IO[bytes] | None,
+    params_file: str | None,
     instance_id: str | None,
     as_json: bool,
 ) -> None:

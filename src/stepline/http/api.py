@@ -536,23 +536,36 @@ class Api:
         yield b"event: end\ndata: {}\n\n"
 
 
+def _by_method(handlers: dict[str, Endpoint]) -> Endpoint:
+    """One endpoint for several methods of a path, so that its route knows them all: a wrong
+    method gets 405 with an ``Allow`` header listing every method the path takes."""
+
+    async def endpoint(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await handlers[method](request)
+
+    return endpoint
+
+
 def api_routes(api: Api) -> list[Route]:
     """The routes mounted under ``/api``."""
     base = "/workflows/{name}/instances"
     one = base + "/{id}"
+    paths: dict[str, dict[str, Endpoint]] = {
+        "/openapi.json": {"GET": api.openapi},
+        "/workers": {"GET": api.list_workers},
+        "/workflows": {"GET": api.list_workflows},
+        "/workflows/{name}": {"GET": api.get_workflow},
+        "/instances": {"GET": api.list_all_instances},
+        base: {"GET": api.list_instances, "POST": api.create_instance},
+        base + "/batch": {"POST": api.create_batch},
+        one: {"GET": api.get_instance, "DELETE": api.delete_instance},
+        one + "/status": {"PATCH": api.change_status},
+        one + "/events": {"GET": api.list_events},
+        one + "/events/{type}": {"POST": api.send_event},
+        one + "/stream": {"GET": api.stream},
+    }
     return [
-        Route("/openapi.json", api.openapi, methods=["GET"]),
-        Route("/workers", api.list_workers, methods=["GET"]),
-        Route("/workflows", api.list_workflows, methods=["GET"]),
-        Route("/workflows/{name}", api.get_workflow, methods=["GET"]),
-        Route("/instances", api.list_all_instances, methods=["GET"]),
-        Route(base, api.list_instances, methods=["GET"]),
-        Route(base, api.create_instance, methods=["POST"]),
-        Route(base + "/batch", api.create_batch, methods=["POST"]),
-        Route(one, api.get_instance, methods=["GET"]),
-        Route(one, api.delete_instance, methods=["DELETE"]),
-        Route(one + "/status", api.change_status, methods=["PATCH"]),
-        Route(one + "/events", api.list_events, methods=["GET"]),
-        Route(one + "/events/{type}", api.send_event, methods=["POST"]),
-        Route(one + "/stream", api.stream, methods=["GET"]),
+        Route(path, _by_method(handlers), methods=list(handlers))
+        for path, handlers in paths.items()
     ]

@@ -106,14 +106,16 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
+    headers = dict(exc.headers or {})
     if exc.status_code == 404:
         message = f"no such page or API route: {request.method} {request.url.path}"
     elif exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
+        allowed = ", ".join(sorted(m.strip() for m in headers.get("Allow", "").split(",")))
+        headers["Allow"] = allowed
         message = f"{request.method} is not allowed on {request.url.path}; allowed: {allowed}"
     else:
         message = str(exc.detail)
-    return error_response(exc.status_code, code, message, dict(exc.headers or {}))
+    return error_response(exc.status_code, code, message, headers)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

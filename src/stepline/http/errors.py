@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse
 
-#: The error codes the API returns, by HTTP status (documented in the OpenAPI document).
+#: The error codes the API returns, by HTTP status (the table of docs/http.md lists them).
 ERROR_CODES: dict[int, tuple[str, ...]] = {
     400: ("invalid_input",),
     401: ("unauthorized",),
@@ -18,6 +18,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
     414: ("uri_too_long",),
     422: ("invalid_json",),
     500: ("internal_error",),
+    503: ("store_unavailable",),
 }
 
 
