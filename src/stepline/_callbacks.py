@@ -8,6 +8,7 @@ both. :func:`invoke` runs async callbacks on the loop and sync ones in the defau
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 from collections.abc import Callable
@@ -103,11 +104,13 @@ def _code_key(fn: Callable[..., Any]) -> object | None:
 
 async def invoke(fn: Callable[..., Any], is_async: bool, args: tuple[Any, ...]) -> Any:
     """Call a user callback with ``args``: async ones on the loop, sync ones in the default thread
-    pool (a sync callback that returns an awaitable has it awaited on the loop)."""
+    pool, in a copy of the caller's context as ``asyncio.to_thread`` does (a sync callback that
+    returns an awaitable has it awaited on the loop)."""
     if is_async:
         return await fn(*args)
     loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(None, functools.partial(fn, *args))
+    run = contextvars.copy_context().run
+    result = await loop.run_in_executor(None, functools.partial(run, fn, *args))
     if inspect.isawaitable(result):
         return await result
     return result

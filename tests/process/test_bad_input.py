@@ -250,16 +250,6 @@ def illegal(action: str, status: str) -> str:
     return f"cannot {action} instance {instance_id!r} of workflow {name!r}: it is {status}"
 
 
-OUTSIDE = (
-    "a step called after its activation ended runs its callback and returns as if recorded; "
-    "it should raise DefinitionError naming the step (_runtime.py/step.py)"
-)
-NESTED = (
-    "a step called in another step's callback runs and is recorded, and the next replay ends "
-    "the instance errored with a NonDeterminismError; it should end errored at once with a "
-    "DefinitionError naming the step (_runtime.py)"
-)
-
 API = [
     # Params, payloads and results that are not JSON, or too large.
     Api("create-params-set", create({1, 2}), Raises(InvalidPayloadError, "is of type set")),
@@ -375,10 +365,10 @@ API = [
     Api("run-wrong-signature", lambda c: Engine(c.engine.url, [WrongSignature], worker=False),
         Raises(DefinitionError, "run() must accept (self, event, step)")),
     Api("step-after-run-returned", call_leaked_step, Raises(DefinitionError, "'late'"), (leaky,),
-        setup=run, xfail=OUTSIDE),
+        setup=run),
     Api("step-from-task-after-run-returned", call_step_from_task, Raises(DefinitionError, "'late'"),
-        (orphan,), setup=run, xfail=OUTSIDE),
-    Api("step-inside-a-step", run, Errored("DefinitionError", "'inner'"), (nested,), xfail=NESTED),
+        (orphan,), setup=run),
+    Api("step-inside-a-step", run, Errored("DefinitionError", "'inner'"), (nested,)),
     # Unicode and SQL metacharacters: stored and read back as they are.
     Api("unicode-sql-params", odd_params, Succeeds()),
     Api("unicode-sql-event-payload", odd_payload, Succeeds(), setup=new_gate),

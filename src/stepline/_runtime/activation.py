@@ -47,7 +47,7 @@ class Activation:
         self.claim = claim
         self.workflow = workflow
         self._state = ActivationState(store, claim, history, settings)
-        self._calls = StepCalls()
+        self._calls = StepCalls(f"{claim.instance.workflow}/{claim.instance.id}")
         self.step = WorkflowStep(self)
 
     # -- control from the worker -----------------------------------------------------------------
@@ -103,6 +103,12 @@ class Activation:
 
     async def execute(self) -> Finish:
         """Run to the next suspension or the end; return how the activation ends."""
+        try:
+            return await self._execute()
+        finally:
+            self._calls.end()
+
+    async def _execute(self) -> Finish:
         state = self._state
         quiet = state.quiet
         state.emit("instance_start", {})

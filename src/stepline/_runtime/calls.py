@@ -1,16 +1,21 @@
-"""Step calls that ``run()`` never awaited.
+"""Step calls made where no step can run: never awaited, after run() ended, inside a step.
 
 ``WorkflowStep``'s methods return the step's coroutine after noting it here. When ``run()``
 ends, the calls still unstarted are closed (so no "never awaited" warning escapes) and, if
 ``run()`` returned, the instance ends errored naming them: the step never ran, and completing
-the instance as if it had would be wrong.
+the instance as if it had would be wrong. A call once the activation has ended (a ``step`` kept
+past ``run()``, a task left running) is refused, and so is a call from inside a step's callback:
+a step there would be recorded under the outer one, and replayed when the outer one is not.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Coroutine
+from contextvars import ContextVar
 from typing import Any, TypeVar
+
+from ..errors import DefinitionError, InstanceFatalError
 
 _T = TypeVar("_T")
 
@@ -18,18 +23,31 @@ _PRUNE_AT = 1024
 """Calls noted before the list is pruned of those already started (amortised)."""
 
 
+IN_CALLBACK: ContextVar[str | None] = ContextVar("stepline_step_callback", default=None)
+"""The step whose callback the current context runs (set by the step while it calls it)."""
+
+
 class StepCalls:
     """The step calls of one run(): (method, name, coroutine)."""
 
-    __slots__ = ("_calls",)
+    __slots__ = ("_calls", "_ended", "_instance")
 
-    def __init__(self) -> None:
+    def __init__(self, instance: str) -> None:
         self._calls: list[tuple[str, str, Coroutine[Any, Any, Any]]] = []
+        self._ended = False
+        self._instance = instance
+
+    def end(self) -> None:
+        """The activation is over: refuse every later call."""
+        self._ended = True
 
     def track(
         self, method: str, name: str, call: Coroutine[Any, Any, _T]
     ) -> Coroutine[Any, Any, _T]:
-        """Note a step call (returned as is)."""
+        """Note a step call (returned as is), or refuse it (closed) where no step can run."""
+        if self._ended or IN_CALLBACK.get() is not None:
+            call.close()
+            self._refuse(f"step.{method}({name!r})")
         calls = self._calls
         calls.append((method, name, call))
         if len(calls) >= _PRUNE_AT:
@@ -37,6 +55,21 @@ class StepCalls:
                 c for c in calls if inspect.getcoroutinestate(c[2]) == inspect.CORO_CREATED
             ]
         return call
+
+    def _refuse(self, what: str) -> None:
+        outer = IN_CALLBACK.get()
+        if outer is not None:
+            # Ends the instance at once: retrying the outer step would only nest it again.
+            raise InstanceFatalError(
+                "DefinitionError",
+                f"{what} was called inside the callback of step {outer!r}; steps do not nest: "
+                f"call it from run(), before or after {outer!r}",
+            )
+        raise DefinitionError(
+            f"{what} was called after run() of {self._instance} ended, so it cannot run; "
+            "use `step` only inside run(), and await every task that uses it before run() "
+            "returns"
+        )
 
     def drop_unawaited(self) -> str | None:
         """Close the calls never awaited; say which they were (None: there were none)."""

@@ -24,6 +24,7 @@ from ..errors import (
 )
 from ..records import Attempt, StepRecord
 from ..step import StepCallback, StepContext
+from .calls import IN_CALLBACK
 from .replay import validate_step_name
 from .signals import error_info
 from .state import ActivationState, Rollback
@@ -118,6 +119,7 @@ async def run_attempts(
                 args = rollback_arguments(shape.arity, *undoing, context)
             else:
                 args = (_context(state, step, number, cfg),) if shape.arity else ()
+            inside = IN_CALLBACK.set(label)
             try:
                 result = await invoke(callback, shape.is_async, args)
             except asyncio.CancelledError:
@@ -127,6 +129,7 @@ async def run_attempts(
                     ) from None
                 raise
             finally:
+                IN_CALLBACK.reset(inside)
                 mark.disarm()
         except (_EngineSignal, asyncio.CancelledError):
             mark.cancel()
