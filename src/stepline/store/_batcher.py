@@ -147,8 +147,9 @@ class Batcher(Generic[Item, Result]):
         # A flusher takes its batch when its task first runs (the next loop iteration), so items
         # submitted in this iteration join it anyway: no need to wait a turn before starting one.
         # A flusher that has not taken its batch yet serves every item queued meanwhile.
-        busy = len(self._flushers) + (self._inline is not None)
-        if self._idle is not None or busy >= self._max_flushers:
+        if self._idle is not None:
+            return
+        if len(self._flushers) + (self._inline is not None) >= self._max_flushers:
             return
         task = asyncio.get_running_loop().create_task(self._flush())
         self._idle = task

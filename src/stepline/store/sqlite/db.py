@@ -10,8 +10,9 @@ group commit of its writes.
   loss may lose the last few, which then re-run). Writes acknowledged to callers (create,
   events, control actions) are submitted ``durable`` and commit with ``synchronous=FULL``.
 - Lock contention with other processes never blocks the loop for long and never surfaces as
-  "database is locked": the busy timeout is short and the database retries with backoff, for
-  at most ``retry_seconds`` from a call's start, then fails it with StoreUnavailableError.
+  "database is locked": the busy timeout is short and the database retries with backoff; once
+  the lock has been held for ``retry_seconds``, the calls waiting for it fail with
+  StoreUnavailableError.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from ...errors import ConfigError, SteplineError, StoreError, StoreUnavailableError
 from .._batcher import Batcher, Busy
@@ -43,14 +44,10 @@ WRITE_BACKOFF = (0.0005, 0.02)
 """The first and the longest wait before a locked-out batch of writes tries again."""
 
 
-class Write(NamedTuple):
-    """A write submitted to the group commit."""
-
-    op: Op
-    durable: bool
-    """Acknowledged to a caller: its transaction commits with ``synchronous=FULL``."""
-    since: float
-    """When it was submitted (monotonic): it waits for a lock until ``retry_seconds`` later."""
+Write = tuple[Op, bool]
+"""A write submitted to the group commit: ``(op, durable)``; a durable write is acknowledged to
+a caller, and its transaction commits with ``synchronous=FULL``. (A plain tuple, not a named
+one: one is made for every write.)"""
 
 
 class _PartialWrite(Exception):
@@ -127,6 +124,9 @@ class Database:
         self._writes: Batcher[Write, Any] = Batcher(
             self._commit, flushers=1, max_batch=None, by_turn=True, backoff=WRITE_BACKOFF
         )
+        self._busy_since: float | None = None
+        """When the writes first found the lock held by another connection (monotonic), until a
+        commit gets it or they give up: the writes waiting then fail ``retry_seconds`` later."""
         self._locked_since: float | None = None
         """When a call first gave up waiting for the lock (monotonic), until one gets it:
         logged once then, and once when the database is writable again."""
@@ -213,22 +213,26 @@ class Database:
         """Run ``op`` in the next group commit; the result is ``op``'s once it has committed
         (or its error: a failing op fails alone, the others of its batch commit)."""
         self.require()
-        return self._writes.submit(Write(op, durable, time.monotonic()))
+        return self._writes.submit((op, durable))
 
     async def _commit(self, batch: list[Write]) -> list[Any]:
         """The batcher's ``run``: ``batch`` committed; or, while another connection holds the
-        lock, :class:`Busy` for each write (the batcher runs it again after a backoff, with the
-        writes queued meanwhile) until it has waited ``retry_seconds``."""
+        lock, :class:`Busy` for each write (the batcher runs them again after a backoff, with
+        the writes queued meanwhile), until the lock has been held ``retry_seconds``."""
         try:
-            return self._commit_batch(batch)
+            outcomes = self._commit_batch(batch)
         except sqlite3.OperationalError as exc:  # locked: nothing was written
-            busy = Busy()
-            expired = time.monotonic() - self.retry_seconds
-            if all(write.since >= expired for write in batch):
-                return [busy] * len(batch)
-            error = self._locked_out(exc)
-            error.__cause__ = exc
-            return [error if write.since < expired else busy for write in batch]
+            now = time.monotonic()
+            if self._busy_since is None:
+                self._busy_since = now
+            elif now - self._busy_since > self.retry_seconds:
+                self._busy_since = None  # the writes that come next wait afresh
+                error = self._locked_out(exc)
+                error.__cause__ = exc
+                return [error] * len(batch)
+            return [Busy()] * len(batch)
+        self._busy_since = None
+        return outcomes
 
     def _commit_batch(self, batch: list[Write]) -> list[Any]:
         """Run a batch's ops in one transaction: one result or exception per op. Raises
@@ -241,7 +245,7 @@ class Database:
         runs again with a savepoint around each op.
         """
         conn = self.require()
-        durable = any(write.durable for write in batch)
+        durable = any(durable for _, durable in batch)
         try:
             if durable:
                 conn.execute(sql.SYNCHRONOUS_FULL)
@@ -288,12 +292,12 @@ class Database:
         """
         single = len(batch) == 1
         outcomes: list[Any] = []
-        for write in batch:
+        for op, _durable in batch:
             if savepoints:
                 conn.execute(sql.SAVEPOINT)
             before = conn.total_changes
             try:
-                result = write.op(conn)
+                result = op(conn)
             except Exception as exc:
                 if is_locked(exc):
                     raise
