@@ -39,7 +39,7 @@ class Batcher(Generic[Item, Result]):
     items inline would send it alone and split every burst in two.) An item queued for a flusher
     whose caller was cancelled is still run (its write may save work later); an item run in its
     caller's task is interrupted with it, and whether it took effect is then unknown, as after a
-    crash (unless ``run`` shields its work from the caller's cancellation).
+    crash.
 
     ``by_turn``, for a ``run`` that usually completes without yielding (an embedded database's
     commit): such a run is never seen in flight, so items also overlap when a second task
