@@ -423,5 +423,5 @@ async def test_unexpected_error_in_a_write_fails_alone(make_engine: EngineFactor
                 raise OverflowError("boom")
 
             with pytest.raises(Exception, match="boom"):
-                await asyncio.wait_for(store._write(broken), 5)
+                await asyncio.wait_for(store._db.write(broken), 5)
         await engine.workflow("three").create(id="after")  # the store still works

@@ -54,23 +54,14 @@ def batch_sizes(store: Store, batcher: str = "_step_writes") -> list[int]:
     (``_step_writes`` or ``_finishes``), each one statement.
     """
     sizes: list[int] = []
-    if isinstance(store, SqliteStore):
-        commit = store._commit_batch
+    queue = store._db._writes if isinstance(store, SqliteStore) else getattr(store, batcher)
+    run = queue._run
 
-        def counted_commit() -> None:
-            sizes.append(len(store._pending))
-            commit()
+    async def counted_run(rows: list[Any]) -> Any:
+        sizes.append(len(rows))
+        return await run(rows)
 
-        store._commit_batch = counted_commit  # type: ignore[method-assign]
-    else:
-        queue = getattr(store, batcher)
-        run = queue._run
-
-        async def counted_run(rows: list[Any]) -> Any:
-            sizes.append(len(rows))
-            return await run(rows)
-
-        queue._run = counted_run
+    queue._run = counted_run
     return sizes
 
 
@@ -316,7 +307,7 @@ async def test_acknowledged_sqlite_writes_commit_with_synchronous_full(
         store = engine.store
         assert isinstance(store, SqliteStore)
         levels: list[int] = []
-        write = store._write
+        write = store._db.write
 
         def observed(op: Callable[[Any], Any], *, durable: bool = False) -> Any:
             def level_then_op(c: Any) -> Any:
@@ -325,7 +316,7 @@ async def test_acknowledged_sqlite_writes_commit_with_synchronous_full(
 
             return write(level_then_op, durable=durable)
 
-        store._write = observed  # type: ignore[method-assign]
+        store._db.write = observed  # type: ignore[method-assign]
         binding = engine.workflow("fenced")
 
         async def level_of(call: Awaitable[Any]) -> list[int]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from stepline import Engine
 from stepline.store.migrations import load_migrations
-from stepline.store.sqlite import _statements
+from stepline.store.sqlite.db import split_statements
 
 
 def schema_of(path: Path) -> list[tuple[str, str, str]]:
@@ -38,7 +38,7 @@ async def test_upgraded_sqlite_schema_equals_fresh(tmp_path: Path) -> None:
                 " name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
             for m in migrations[:applied]:
-                for statement in _statements(m.sql):
+                for statement in split_statements(m.sql):
                     conn.execute(statement)
                 conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (m.version, m.name))
         async with Engine(f"sqlite:///{old}", worker=False):

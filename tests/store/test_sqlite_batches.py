@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from stepline.store.sqlite import SqliteStore
 async def store(tmp_path: Path) -> SqliteStore:
     s = SqliteStore(f"sqlite:///{tmp_path}/batches.db")
     await s.open()
-    s._require().execute("CREATE TABLE t (v TEXT NOT NULL)")
+    s._db.require().execute("CREATE TABLE t (v TEXT NOT NULL)")
     return s
 
 
@@ -40,25 +41,35 @@ def fail_after_writing(c: sqlite3.Connection) -> None:
 
 
 def rows(store: SqliteStore) -> list[str]:
-    return sorted(r[0] for r in store._require().execute("SELECT v FROM t"))
+    return sorted(r[0] for r in store._db.require().execute("SELECT v FROM t"))
 
 
 @pytest.mark.parametrize("failing", [fail_before_writing, fail_after_writing])
 async def test_a_failing_write_in_a_batch_fails_alone(store: SqliteStore, failing: object) -> None:
+    writes = store._db._writes
+    commit = writes._run
+    sizes: list[int] = []
+
+    async def counted(batch: list[Any]) -> Any:
+        sizes.append(len(batch))
+        return await commit(batch)
+
+    writes._run = counted
     try:
-        # The first write of a turn commits at once; the rest of the turn's writes form a batch.
+        # Four tasks write in one turn: the first commits at once, the others form a batch.
         futures = [
-            store._write(insert("first")),  # type: ignore[arg-type]
-            store._write(insert("a")),  # type: ignore[arg-type]
-            store._write(failing),  # type: ignore[arg-type]
-            store._write(insert("b")),  # type: ignore[arg-type]
+            asyncio.ensure_future(store._db.write(insert("first"))),  # type: ignore[arg-type]
+            asyncio.ensure_future(store._db.write(insert("a"))),  # type: ignore[arg-type]
+            asyncio.ensure_future(store._db.write(failing)),  # type: ignore[arg-type]
+            asyncio.ensure_future(store._db.write(insert("b"))),  # type: ignore[arg-type]
         ]
         results = await asyncio.gather(*futures, return_exceptions=True)
+        assert sizes == [1, 3]
         assert results[0] == "first" and results[1] == "a" and results[3] == "b"
         assert isinstance(results[2], StoreError) and "refused" in str(results[2])
         assert rows(store) == ["a", "b", "first"]  # nothing of the failing write is left
         # and the store goes on committing
-        assert await store._write(insert("after")) == "after"  # type: ignore[arg-type]
+        assert await store._db.write(insert("after")) == "after"  # type: ignore[arg-type]
         assert "after" in rows(store)
     finally:
         await store.close()
@@ -76,8 +87,7 @@ async def test_timer_reads_follow_the_ready_at_index_without_statistics(tmp_path
     try:
         items = [NewInstance(f"i{n}", None) for n in range(3000)]
         await store.create_instances("w", items, trigger="api", skip_existing=False)
-        conn = store._conn
-        assert conn is not None
+        conn = store._db.require()
         statements: list[str] = []
         conn.set_trace_callback(statements.append)
         try:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from stepline.store._pgbatch import Batcher
+from stepline.store._batcher import Batcher, Busy
 
 
 class Recorder:
@@ -124,3 +124,74 @@ async def test_equal_keys_never_share_a_batch() -> None:
     recorder.release.set()
     await asyncio.gather(lone, *queued)
     assert recorder.batches == [["x0"], ["a1", "b1"], ["a2"]]
+
+
+# -- options for a run that completes without yielding (the SQLite store's group commit) ----------
+
+
+async def test_by_turn_a_second_task_in_one_turn_starts_batching() -> None:
+    recorder = Recorder()  # released: each run completes without yielding
+    batcher: Batcher[str, str] = Batcher(recorder.run, flushers=1, max_batch=None, by_turn=True)
+    assert await batcher.submit("x") == "X"
+    assert await batcher.submit("y") == "Y"  # the same task again in this turn: still inline
+    tasks = [asyncio.ensure_future(batcher.submit(i)) for i in ("a", "b", "c", "d")]
+    assert await asyncio.gather(*tasks) == ["A", "B", "C", "D"]
+    assert recorder.batches == [["x"], ["y"], ["a"], ["b", "c", "d"]]
+    assert recorder.tasks[:2] == [asyncio.current_task()] * 2
+    assert recorder.tasks[2] is tasks[0]  # type: ignore[comparison-overlap]
+    assert recorder.tasks[3] not in tasks  # one flusher took the other three
+    assert await batcher.submit("e") == "E"  # a flusher finds it alone: one at a time again
+    assert await batcher.submit("f") == "F"
+    assert recorder.batches[4:] == [["e"], ["f"]]
+    assert recorder.tasks[5] is asyncio.current_task()
+
+
+async def test_without_by_turn_runs_that_never_yield_are_never_batched() -> None:
+    recorder = Recorder()
+    batcher: Batcher[str, str] = Batcher(recorder.run)
+    tasks = [asyncio.ensure_future(batcher.submit(i)) for i in ("a", "b", "c")]
+    assert await asyncio.gather(*tasks) == ["A", "B", "C"]
+    assert recorder.batches == [["a"], ["b"], ["c"]]
+
+
+class BusyFirst(Recorder):
+    """A ``run`` that reports its first ``busy`` batches busy (it did nothing with them)."""
+
+    def __init__(self, busy: int) -> None:
+        super().__init__()
+        self.busy = busy
+
+    async def run(self, items: list[str]) -> list[str | BaseException]:
+        if self.busy > 0:
+            self.busy -= 1
+            self.batches.append(list(items))
+            return [Busy()] * len(items)
+        return await super().run(items)
+
+
+async def test_busy_items_run_again_after_a_backoff_with_those_queued_meanwhile() -> None:
+    recorder = BusyFirst(busy=2)
+    batcher: Batcher[str, str] = Batcher(
+        recorder.run, flushers=1, max_batch=None, by_turn=True, backoff=(0.01, 0.02)
+    )
+    first = asyncio.ensure_future(batcher.submit("a"))
+    await asyncio.sleep(0)
+    assert recorder.batches == [["a"]] and not first.done()  # busy: waits for a flusher
+    later = [asyncio.ensure_future(batcher.submit(i)) for i in ("b", "c")]
+    assert await asyncio.gather(first, *later) == ["A", "B", "C"]
+    assert recorder.batches == [["a"], ["a", "b", "c"], ["a", "b", "c"]]
+    assert len(recorder.tasks) == 1 and recorder.tasks[0] not in (first, *later)  # a flusher's
+
+
+async def test_a_busy_item_whose_caller_is_cancelled_still_runs() -> None:
+    recorder = BusyFirst(busy=1)
+    batcher: Batcher[str, str] = Batcher(
+        recorder.run, flushers=1, by_turn=True, backoff=(0.01, 0.02)
+    )
+    caller = asyncio.ensure_future(batcher.submit("a"))
+    await asyncio.sleep(0)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await batcher.drain()
+    assert recorder.batches == [["a"], ["a"]]  # run again, in a flusher, though nobody waits

@@ -1,32 +1,109 @@
-"""Row <-> record conversion shared by every SQL store (same column order in every dialect)."""
+"""Row <-> record conversion shared by every SQL store (same column order in every dialect).
+
+Each row shape is a named type whose fields are the selected columns, in order: the SQL selects
+``columns(RowType._fields)`` and the converter reads the row by those names.
+"""
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, cast
 
 from .._json import loads
 from ..errors import IllegalStateError
 from ..records import (
     Attempt,
+    InstanceEvent,
     InstanceRecord,
     InstanceStatusName,
     PendingEvent,
     StepKind,
     StepRecord,
     StepStatus,
+    WorkerInfo,
+    WorkflowInfo,
 )
 from .base import Claim, History, Lease
 
-INSTANCE_COLUMNS = (
-    "pk, workflow, id, status, params, output, error, rollback, trigger, created_at, updated_at,"
-    " started_at, ended_at, ready_at, lease_owner, parent"
-)
+
+def columns(fields: Iterable[str]) -> str:
+    """The column list of a row type, for a SELECT: ``columns(InstanceRow._fields)``."""
+    return ", ".join(fields)
+
+
+class InstanceRow(NamedTuple):
+    """An ``instances`` row as every store reads it; JSON columns are text."""
+
+    pk: int
+    workflow: str
+    id: str
+    status: str
+    params: str | None
+    output: str | None
+    error: str | None
+    rollback: str | None
+    trigger: str
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    ended_at: float | None
+    ready_at: float | None
+    lease_owner: str | None
+    parent: str | None
+
+
+class PendingEventRow(NamedTuple):
+    """An unconsumed event, read with the instance it belongs to (for histories)."""
+
+    instance_pk: int
+    pk: int
+    type: str
+    payload: str | None
+    created_at: float
+
+
+class EventRow(NamedTuple):
+    """An event as :meth:`~stepline.store.base.Store.get_events` lists it."""
+
+    type: str
+    payload: str | None
+    created_at: float
+    consumed_by: str | None
+
+
+class WorkflowRow(NamedTuple):
+    """A ``workflows`` row."""
+
+    name: str
+    class_name: str
+    created_at: float
+    updated_at: float
+    definition: str | None
+
+
+class WorkerRow(NamedTuple):
+    """A ``workers`` row; ``workflows`` is a JSON list."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: float
+    last_seen: float
+    heartbeat: float
+    workflows: str
+    concurrency: int
+    running: int
+
+
+INSTANCE_COLUMNS = columns(InstanceRow._fields)
+N_INSTANCE_COLUMNS = len(InstanceRow._fields)
 STEP_COLUMNS = (
     "name, count, seq, kind, status, output, error, attempts, wake_at, started_at, ended_at, info"
 )
+"""A ``steps`` row as every store reads it, in :func:`step_from_row`'s order (not a NamedTuple:
+a field ``count`` would hide ``tuple.count``)."""
 
 INTERRUPTED = {
     "name": "Interrupted",
@@ -38,27 +115,33 @@ UNFINISHED = ("queued", "running", "paused", "waiting", "waitingForPause")
 
 
 def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
+    """The record of a row that begins with the :class:`InstanceRow` columns (more may follow)."""
+    (
+        pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
+        updated_at, started_at, ended_at, ready_at, lease_owner, parent,
+    ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
-        pk=row[0],
-        workflow=row[1],
-        id=row[2],
-        status=cast(InstanceStatusName, row[3]),
-        params=loads(row[4]),
-        output=loads(row[5]),
-        error=loads(row[6]),
-        rollback=loads(row[7]),
-        trigger=row[8],
-        created_at=row[9],
-        updated_at=row[10],
-        started_at=row[11],
-        ended_at=row[12],
-        ready_at=row[13],
-        lease_owner=row[14],
-        parent=loads(row[15]),
+        pk=pk,
+        workflow=workflow,
+        id=id_,
+        status=cast(InstanceStatusName, status),
+        params=loads(params),
+        output=loads(output),
+        error=loads(error),
+        rollback=loads(rollback),
+        trigger=trigger,
+        created_at=created_at,
+        updated_at=updated_at,
+        started_at=started_at,
+        ended_at=ended_at,
+        ready_at=ready_at,
+        lease_owner=lease_owner,
+        parent=loads(parent),
     )
 
 
 def step_from_row(row: Sequence[Any]) -> StepRecord:
+    """The record of a row of the ``STEP_COLUMNS``."""
     # Every activation parses its whole history, row by row: the empty columns (most of them,
     # for most steps) are skipped here rather than in a call each.
     name, count, seq, kind, status, output, error, attempts, wake_at, started, ended, info = row
@@ -172,15 +255,58 @@ def control_assignments(change: dict[str, Any], now: float, mark: str) -> tuple[
 
 
 def histories_from_rows(
-    pks: Iterable[int], steps: list[Any], events: list[Any]
+    pks: Iterable[int], steps: Iterable[Sequence[Any]], events: Iterable[Sequence[Any]]
 ) -> dict[int, History]:
-    """Histories by instance pk from the rows of ``history_steps`` and ``history_events``."""
+    """Histories by instance pk from rows of ``instance_pk`` and the ``STEP_COLUMNS`` (``steps``)
+    and of :class:`PendingEventRow` (``events``)."""
     found: dict[int, History] = {pk: History([], []) for pk in pks}
-    for row in steps:
-        found[row[0]].steps.append(step_from_row(row[1:]))
-    for row in events:
-        found[row[0]].events.append(PendingEvent(row[1], row[2], loads(row[3]), row[4]))
+    add_history_rows(found, steps, events)
     return found
+
+
+def add_history_rows(
+    histories: Mapping[int, History],
+    steps: Iterable[Sequence[Any]],
+    events: Iterable[Sequence[Any]],
+) -> None:
+    """Append the rows of :func:`histories_from_rows` to the histories of their instances."""
+    for instance_pk, *step in steps:
+        histories[instance_pk].steps.append(step_from_row(step))
+    for instance_pk, pk, type_, payload, created_at in events:
+        histories[instance_pk].events.append(PendingEvent(pk, type_, loads(payload), created_at))
+
+
+def claim_from_row(row: Sequence[Any], owner: str) -> Claim:
+    """A claim from a row of the instance's :class:`InstanceRow` columns as claimed, then its new
+    lease token, ``control`` and ``event_seq``; its history empty, for the caller to fill
+    (:func:`add_history_rows`)."""
+    token, control, event_seq = row[N_INSTANCE_COLUMNS : N_INSTANCE_COLUMNS + 3]
+    record = instance_from_row(row)
+    return Claim(record, Lease(record.pk, token, owner), control, event_seq, History([], []))
+
+
+def event_from_row(row: Sequence[Any]) -> InstanceEvent:
+    """The event of an :class:`EventRow`."""
+    type_, payload, created_at, consumed_by = row
+    return InstanceEvent(type_, loads(payload), created_at, consumed_by)
+
+
+def workflow_from_row(row: Sequence[Any], counts: Mapping[str, dict[str, int]]) -> WorkflowInfo:
+    """The workflow of a :class:`WorkflowRow`, with its instance counts by status (``counts``:
+    by workflow name, then status)."""
+    name, class_name, created_at, updated_at, definition = row
+    return WorkflowInfo(
+        name, class_name, created_at, updated_at, loads(definition), counts.get(name, {})
+    )
+
+
+def worker_from_row(row: Sequence[Any]) -> WorkerInfo:
+    """The worker of a :class:`WorkerRow`."""
+    id_, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running = row
+    return WorkerInfo(
+        id_, host, pid, started_at, last_seen, heartbeat, tuple(loads(workflows)), concurrency,
+        running,
+    )  # fmt: skip
 
 
 def claims_on_creation(created: Iterable[InstanceRecord], owner: str) -> list[Claim]:

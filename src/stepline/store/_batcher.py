@@ -1,5 +1,6 @@
-"""Group commit for the PostgreSQL store: operations submitted while others are in flight are
-run together, as one statement over arrays, in one round trip and one transaction."""
+"""Group commit, for both stores: operations submitted while others are in flight are run
+together, in one transaction (PostgreSQL: one statement over arrays, in one round trip; SQLite:
+every write queued in one turn of the event loop, in one ``BEGIN IMMEDIATE ... COMMIT``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ Result = TypeVar("Result")
 RunBatch = Callable[[list[Item]], Awaitable[Sequence[Result | BaseException]]]
 
 
+class Busy(Exception):
+    """An outcome of ``run`` for an item it could not run yet, having done nothing (SQLite: the
+    database is locked by another connection). Never raised: the item is run again after a
+    backoff, first in a batch with the items queued meanwhile."""
+
+
 class Batcher(Generic[Item, Result]):
     """Queues items and hands them to ``run`` in batches.
 
@@ -20,35 +27,52 @@ class Batcher(Generic[Item, Result]):
     waits and joins the next batch, so batches grow exactly when the database is the bottleneck
     (and a lone item goes out at once). ``run`` returns one result or exception per item, in
     order. Items with equal ``key`` never share a batch (their statements would conflict); the
-    later one waits for the next batch. When a whole batch fails and ``split(error)`` says so
-    (an error that one bad item could have caused), each item is run alone, so only the bad one
-    fails.
+    later one waits for the next batch (without ``key``, any items may share one). When a whole
+    batch fails and ``split(error)`` says so (an error that one bad item could have caused),
+    each item is run alone, so only the bad one fails. ``max_batch`` None: no limit.
 
-    Adaptive, like the SQLite store's group commit: while items come one at a time (a
-    sequential caller), an item submitted with nothing in flight or queued runs at once in its
-    caller's task, as a batch of one that counts as a flusher, and pays for no task and no extra
-    turns of the event loop. As soon as an item comes while another is in flight, items go to
-    flusher tasks (which take everything queued by the time they run), until a flusher finds a
-    lone item again. (Running the first of several items inline would send it alone and split
-    every burst in two.) An item queued for a flusher whose caller was cancelled is still run
-    (its write may save work later); an item run in its caller's task is interrupted with it,
-    and whether it took effect is then unknown, as after a crash.
+    Adaptive: while items come one at a time (a sequential caller), an item submitted with
+    nothing in flight or queued runs at once in its caller's task, as a batch of one that counts
+    as a flusher, and pays for no task and no extra turns of the event loop. As soon as an item
+    comes while another is in flight, items go to flusher tasks (which take everything queued by
+    the time they run), until a flusher finds a lone item again. (Running the first of several
+    items inline would send it alone and split every burst in two.) An item queued for a flusher
+    whose caller was cancelled is still run (its write may save work later); an item run in its
+    caller's task is interrupted with it, and whether it took effect is then unknown, as after a
+    crash.
+
+    ``by_turn``, for a ``run`` that usually completes without yielding (an embedded database's
+    commit): such a run is never seen in flight, so items also overlap when a second task
+    submits one in a turn of the event loop in which another task's item ran inline. (A task's
+    own items are sequential, each waiting for the one before: they never overlap.)
+
+    An item whose outcome is :class:`Busy` goes back to the head of the queue, and a flusher
+    runs it again after ``backoff`` (the first delay, doubled after each busy batch up to the
+    second), in its own task: a caller cancelled meanwhile does not take it back.
     """
 
     def __init__(
         self,
         run: RunBatch[Item, Result],
-        key: Callable[[Item], Hashable],
+        key: Callable[[Item], Hashable] | None = None,
         *,
         split: Callable[[Exception], bool] = lambda exc: False,
-        max_batch: int = 500,
+        max_batch: int | None = 500,
         flushers: int = 2,
+        by_turn: bool = False,
+        backoff: tuple[float, float] = (0.0005, 0.02),
     ) -> None:
         self._run = run
         self._key = key
         self._split = split
         self._max_batch = max_batch
         self._max_flushers = flushers
+        self._by_turn = by_turn
+        self._backoff = backoff
+        self._delay = 0.0
+        """The wait before the next batch: not zero while ``run`` reports items busy."""
+        self._turn_task: asyncio.Task[object] | None = None
+        """With ``by_turn``: the task whose item ran inline in this turn of the loop, if any."""
         self._queue: list[tuple[Item, asyncio.Future[Result]]] = []
         self._flushers: set[asyncio.Task[None]] = set()
         self._idle: asyncio.Task[None] | None = None
@@ -61,7 +85,7 @@ class Batcher(Generic[Item, Result]):
     async def submit(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
         if self._inline is None and not self._flushers and not self._queue:
-            if self._eager:
+            if self._eager and (not self._by_turn or self._alone_in_turn(loop)):
                 return await self._run_inline(item, loop)
         elif self._inline is not None:
             self._eager = False  # items overlap: batch them from now on
@@ -72,15 +96,41 @@ class Batcher(Generic[Item, Result]):
 
     async def _run_inline(self, item: Item, loop: asyncio.AbstractEventLoop) -> Result:
         done = self._inline = loop.create_future()
+        later: asyncio.Future[Result] | None = None
         try:
-            (outcome,) = await self._outcomes([item])
+            outcomes: Sequence[Result | BaseException]
+            try:
+                outcomes = await self._run([item])
+            except Exception as exc:  # handed to the caller
+                outcomes = [exc]
+            (outcome,) = outcomes
+            if isinstance(outcome, Busy):
+                later = loop.create_future()
+                self._defer([(item, later)])
         finally:
             self._inline = None
             done.set_result(None)
             self._start()  # items that came meanwhile
+        if later is not None:
+            return await later
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
+
+    def _alone_in_turn(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """With ``by_turn``: whether no other task's item ran inline in this turn (if one did,
+        items overlap: batch them from now on)."""
+        task = asyncio.current_task(loop)
+        if self._turn_task is None:
+            self._turn_task = task
+            loop.call_soon(self._end_turn)
+        elif self._turn_task is not task:
+            self._eager = False
+            return False
+        return True
+
+    def _end_turn(self) -> None:
+        self._turn_task = None
 
     async def drain(self) -> None:
         """Wait until everything submitted so far has been run."""
@@ -97,8 +147,9 @@ class Batcher(Generic[Item, Result]):
         # A flusher takes its batch when its task first runs (the next loop iteration), so items
         # submitted in this iteration join it anyway: no need to wait a turn before starting one.
         # A flusher that has not taken its batch yet serves every item queued meanwhile.
-        busy = len(self._flushers) + (self._inline is not None)
-        if self._idle is not None or busy >= self._max_flushers:
+        if self._idle is not None:
+            return
+        if len(self._flushers) + (self._inline is not None) >= self._max_flushers:
             return
         task = asyncio.get_running_loop().create_task(self._flush())
         self._idle = task
@@ -117,12 +168,16 @@ class Batcher(Generic[Item, Result]):
             self._schedule()
 
     def _take(self) -> list[tuple[Item, asyncio.Future[Result]]]:
+        limit = len(self._queue) if self._max_batch is None else self._max_batch
+        if self._key is None:
+            taken, self._queue = self._queue[:limit], self._queue[limit:]
+            return taken
         batch: list[tuple[Item, asyncio.Future[Result]]] = []
         rest: list[tuple[Item, asyncio.Future[Result]]] = []
         keys: set[Hashable] = set()
         for entry in self._queue:
             key = self._key(entry[0])
-            if len(batch) < self._max_batch and key not in keys:
+            if len(batch) < limit and key not in keys:
                 keys.add(key)
                 batch.append(entry)
             else:
@@ -130,19 +185,34 @@ class Batcher(Generic[Item, Result]):
         self._queue = rest
         return batch
 
+    def _defer(self, entries: list[tuple[Item, asyncio.Future[Result]]]) -> None:
+        self._queue[:0] = entries
+        first, most = self._backoff
+        self._delay = min(self._delay * 2, most) if self._delay else first
+
     async def _flush(self) -> None:
         self._idle = None
         while self._queue:
+            if self._delay:
+                await asyncio.sleep(self._delay)
             batch = self._take()
             self._eager = len(batch) == 1
             outcomes = await self._outcomes([item for item, _ in batch])
-            for (_, future), outcome in zip(batch, outcomes, strict=True):
-                if future.done():
+            busy: list[tuple[Item, asyncio.Future[Result]]] = []
+            for entry, outcome in zip(batch, outcomes, strict=True):
+                future = entry[1]
+                if isinstance(outcome, Busy):
+                    busy.append(entry)  # even if its caller is gone: it may save work later
+                elif future.done():
                     continue
-                if isinstance(outcome, BaseException):
+                elif isinstance(outcome, BaseException):
                     future.set_exception(outcome)
                 else:
                     future.set_result(outcome)
+            if busy:
+                self._defer(busy)
+            else:
+                self._delay = 0.0
         # Out of the running now, not when the task's done callback comes a turn later: a caller
         # this batch woke may submit its next item inline.
         self._flushers.discard(asyncio.current_task())

@@ -1,0 +1,275 @@
+"""The SQLite store's SQL, in one place: every statement as a constant, or a builder where a
+statement takes a list of values (``IN (?, ...)``) or optional filters.
+
+Rows the store reads by more than one column have a named type (here, or in ``store/_rows.py``
+when both stores read them alike); a statement selects ``columns(RowType._fields)``.
+
+The timer reads (idle poll, claim, next wake-up) filter on ``+workflow IN (?, ...)``: the unary
+plus (SQLite's documented way to keep a term from choosing an index) leaves them to the
+``ready_at`` index, in order. Without statistics (a database never analyzed, or one that grew
+since) the planner otherwise reads every instance the workflows ever ran through
+``instances_status`` (workflow, status) and sorts the due ones, for each idle poll, claim and
+timer read: far slower than reading in ``ready_at`` order once it holds many.
+
+The statements do without ``RETURNING`` where they run per row on a hot path (SQLite's
+``RETURNING`` is slow per row): a claim computes the claimed rows in its SELECT, a finish reads
+the parent with its fence, a create builds its records from what it inserted.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .._rows import (
+    INSTANCE_COLUMNS,
+    STEP_COLUMNS,
+    EventRow,
+    PendingEventRow,
+    WorkerRow,
+    WorkflowRow,
+    columns,
+)
+
+# -- connection and transactions -------------------------------------------------------------
+
+BUSY_TIMEOUT = "PRAGMA busy_timeout={ms}"
+JOURNAL_MODE_WAL = "PRAGMA journal_mode=WAL"
+SYNCHRONOUS_NORMAL = "PRAGMA synchronous=NORMAL"
+SYNCHRONOUS_FULL = "PRAGMA synchronous=FULL"
+OPTIMIZE = "PRAGMA optimize"
+BEGIN = "BEGIN IMMEDIATE"
+COMMIT = "COMMIT"
+ROLLBACK = "ROLLBACK"
+SAVEPOINT = "SAVEPOINT op"
+ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO op"
+RELEASE_SAVEPOINT = "RELEASE op"
+
+# -- migrations ------------------------------------------------------------------------------
+
+CREATE_MIGRATIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+)
+APPLIED_MIGRATIONS = "SELECT version FROM schema_migrations"
+RECORD_MIGRATION = "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def _in_workflows(n: int) -> str:
+    """The timer reads' filter on ``n`` workflows (see the module's docstring)."""
+    return f"+workflow IN ({_marks(n)})"
+
+
+# -- workflows -------------------------------------------------------------------------------
+
+REGISTER_WORKFLOW = (
+    "INSERT INTO workflows (name, class_name, definition, created_at, updated_at)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+    " class_name = excluded.class_name, definition = excluded.definition,"
+    " updated_at = CASE WHEN workflows.class_name IS excluded.class_name AND"
+    " workflows.definition IS excluded.definition THEN workflows.updated_at"
+    " ELSE excluded.updated_at END"
+)
+LIST_WORKFLOWS = f"SELECT {columns(WorkflowRow._fields)} FROM workflows ORDER BY name"
+COUNT_INSTANCES = "SELECT workflow, status, count(*) FROM instances GROUP BY workflow, status"
+
+# -- instances -------------------------------------------------------------------------------
+
+ID_CHUNK = 500
+"""Ids per ``existing_ids`` statement (SQLite limits the parameters of one)."""
+
+
+def existing_ids(n: int) -> str:
+    return f"SELECT id FROM instances WHERE workflow = ? AND id IN ({_marks(n)})"
+
+
+INSERT_INSTANCE = (
+    "INSERT INTO instances (workflow, id, status, params, trigger, parent, ready_at,"
+    " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSTANCE_BY_ID = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE workflow = ? AND id = ?"
+INSTANCE_BY_PK = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE pk = ?"
+STATUS_BY_ID = "SELECT status FROM instances WHERE workflow = ? AND id = ?"
+
+
+def list_instances(*, workflow: bool, status: bool, after: bool, oldest_first: bool) -> str:
+    """A page of instances, filtered on what is True (parameters in that order, then LIMIT)."""
+    clauses = []
+    if workflow:
+        clauses.append("workflow = ?")
+    if status:
+        clauses.append("status = ?")
+    if after:
+        clauses.append("pk > ?" if oldest_first else "pk < ?")
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    order = "ASC" if oldest_first else "DESC"
+    return f"SELECT {INSTANCE_COLUMNS} FROM instances {where} ORDER BY pk {order} LIMIT ?"
+
+
+class Lookup(NamedTuple):
+    """An instance as a client's write finds it."""
+
+    pk: int
+    status: str
+    lease_owner: str | None
+
+
+LOOKUP = f"SELECT {columns(Lookup._fields)} FROM instances WHERE workflow = ? AND id = ?"
+
+
+def control(assignments: str) -> str:
+    """A control action's change (``_rows.control_assignments`` with ``?``)."""
+    return f"UPDATE instances SET {assignments} WHERE pk = ?"
+
+
+INTERRUPT_RUNNING_STEPS = (
+    "UPDATE steps SET status = 'errored', error = ?, ended_at = ?"
+    " WHERE instance_pk = ? AND status = 'running'"
+)
+DELETE_STEPS = "DELETE FROM steps WHERE instance_pk = ?"
+DELETE_EVENTS = "DELETE FROM events WHERE instance_pk = ?"
+UNCONSUME_EVENTS = "UPDATE events SET consumed_by = NULL WHERE instance_pk = ?"
+STEP_SEQ = "SELECT seq FROM steps WHERE instance_pk = ? AND name = ? AND count = ?"
+DELETE_STEPS_FROM = "DELETE FROM steps WHERE instance_pk = ? AND seq >= ? RETURNING name, count"
+UNCONSUME_EVENT = "UPDATE events SET consumed_by = NULL WHERE instance_pk = ? AND consumed_by = ?"
+RESTART = (
+    "UPDATE instances SET status = 'queued', output = NULL, error = NULL, rollback = NULL,"
+    " control = NULL, ready_at = ?, lease_token = lease_token + 1, lease_owner = NULL,"
+    " lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = ? WHERE pk = ?"
+)
+INSERT_EVENT = "INSERT INTO events (instance_pk, type, payload, created_at) VALUES (?, ?, ?, ?)"
+# An event, or a child's end, bumps ``event_seq`` so that a running activation does not sleep.
+EVENT_SENT = (
+    "UPDATE instances SET event_seq = event_seq + 1, ready_at = CASE"
+    " WHEN status = 'waiting' THEN ? ELSE ready_at END WHERE pk = ?"
+)
+WAKE_PARENT = (
+    "UPDATE instances SET event_seq = event_seq + 1, ready_at = CASE"
+    " WHEN status = 'waiting' THEN ? ELSE ready_at END WHERE workflow = ? AND id = ?"
+)
+EVENTS_OF = f"SELECT {columns(EventRow._fields)} FROM events WHERE instance_pk = ? ORDER BY pk"
+DELETE_INSTANCE = "DELETE FROM instances WHERE workflow = ? AND id = ? RETURNING pk"
+STEPS_OF = f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq"
+
+
+def purge(n_statuses: int, *, workflow: bool) -> str:
+    """Delete ended instances in ``n_statuses`` statuses ended before a time (then a workflow)."""
+    clause = " AND workflow = ?" if workflow else ""
+    return (
+        f"DELETE FROM instances WHERE status IN ({_marks(n_statuses)}) AND ended_at < ?{clause}"
+        " RETURNING pk"
+    )
+
+
+# -- activations -----------------------------------------------------------------------------
+
+
+def any_due(n_workflows: int) -> str:
+    """Whether anything is due: a read first, so an idle poll takes no write lock."""
+    return f"SELECT 1 FROM instances WHERE ready_at <= ? AND {_in_workflows(n_workflows)} LIMIT 1"
+
+
+def claim_due(n_workflows: int) -> str:
+    """The due instances as claimed (``InstanceRow`` columns after :func:`take_leases`), then
+    their new lease token, ``control`` and ``event_seq``. Parameters: now (updated_at), now
+    (started_at if unset), the lease expiry (ready_at), the owner, now (due), the workflows,
+    the limit. A ``waitingForPause`` row keeps its status (a claim pauses it instead)."""
+    return (
+        "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
+        " ELSE status END, params, output, error, rollback, trigger, created_at, ?,"
+        " COALESCE(started_at, ?), ended_at, ?, ?, parent, lease_token + 1, control, event_seq"
+        f" FROM instances WHERE ready_at <= ? AND {_in_workflows(n_workflows)}"
+        " ORDER BY ready_at LIMIT ?"
+    )
+
+
+# Its worker died while a pause was pending: the pause takes effect now.
+PAUSE_UNCLAIMED = (
+    "UPDATE instances SET status = 'paused', ready_at = NULL, lease_owner = NULL,"
+    " lease_expires_at = NULL, updated_at = ? WHERE pk = ?"
+)
+
+
+def take_leases(n: int) -> str:
+    """Lease ``n`` instances: owner, expiry (lease and ready_at), now (updated, started), pks."""
+    return (
+        "UPDATE instances SET lease_owner = ?, lease_token = lease_token + 1,"
+        " lease_expires_at = ?, ready_at = ?, updated_at = ?,"
+        " status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,"
+        f" started_at = COALESCE(started_at, ?) WHERE pk IN ({_marks(n)})"
+    )
+
+
+def history_steps(n: int) -> str:
+    """The steps of ``n`` instances: ``instance_pk`` and the ``STEP_COLUMNS``."""
+    return (
+        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps"
+        f" WHERE instance_pk IN ({_marks(n)}) ORDER BY instance_pk, seq"
+    )
+
+
+def pending_events(n: int) -> str:
+    """The unconsumed events of ``n`` instances, as ``PendingEventRow``."""
+    return (
+        f"SELECT {columns(PendingEventRow._fields)} FROM events"
+        f" WHERE instance_pk IN ({_marks(n)}) AND consumed_by IS NULL ORDER BY instance_pk, pk"
+    )
+
+
+class Fence(NamedTuple):
+    """The instance an activation's write is fenced on, as its finish reads it."""
+
+    status: str
+    event_seq: int
+    workflow: str
+    id: str
+    parent: str | None
+
+
+_HELD = "WHERE pk = ? AND lease_token = ? AND lease_owner = ?"
+FENCE = f"SELECT {columns(Fence._fields)} FROM instances {_HELD}"
+FENCE_STATUS = f"SELECT status FROM instances {_HELD}"
+UPSERT_STEP = (
+    f"INSERT OR REPLACE INTO steps ({STEP_COLUMNS}, instance_pk)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+CONSUME_EVENT = "UPDATE events SET consumed_by = ? WHERE pk = ?"
+RENEW = f"UPDATE instances SET lease_expires_at = ?, ready_at = ? {_HELD} RETURNING status"
+SUSPEND = (
+    "UPDATE instances SET status = ?, ready_at = ?, lease_owner = NULL,"
+    " lease_expires_at = NULL, updated_at = ? WHERE pk = ?"
+)
+END = (
+    "UPDATE instances SET status = ?, output = ?, error = ?, rollback = ?, ready_at = NULL,"
+    " lease_owner = NULL, lease_expires_at = NULL, control = NULL, ended_at = ?, updated_at = ?"
+    " WHERE pk = ?"
+)
+RELEASE = (
+    "UPDATE instances SET lease_owner = NULL, lease_expires_at = NULL, ready_at = ?,"
+    " status = CASE WHEN status = 'waitingForPause' THEN 'paused'"
+    " WHEN status = 'running' THEN 'queued' ELSE status END"
+    f" {_HELD}"
+)
+UNREADY_PAUSED = "UPDATE instances SET ready_at = NULL WHERE pk = ? AND status = 'paused'"
+
+
+def next_wakeup(n_workflows: int) -> str:
+    return (
+        "SELECT min(ready_at) FROM instances WHERE ready_at IS NOT NULL"
+        f" AND {_in_workflows(n_workflows)}"
+    )
+
+
+# -- worker liveness -------------------------------------------------------------------------
+
+EXPIRE_WORKERS = "DELETE FROM workers WHERE id <> ? AND last_seen + heartbeat * ? < ?"
+UPSERT_WORKER = (
+    "INSERT OR REPLACE INTO workers (id, host, pid, started_at, last_seen, heartbeat,"
+    " workflows, concurrency, running) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+LIST_WORKERS = f"SELECT {columns(WorkerRow._fields)} FROM workers ORDER BY started_at, id"
+FORGET_WORKER = "DELETE FROM workers WHERE id = ?"

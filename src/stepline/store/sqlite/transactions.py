@@ -1,0 +1,367 @@
+"""The SQLite store's writes: each function runs on the connection, inside one group commit's
+transaction (``BEGIN IMMEDIATE``: under the database's write lock), and either returns its
+result or raises, having written nothing that its caller sees (see ``db.Database``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, cast
+
+from ..._json import dumps, loads
+from ...errors import (
+    IllegalStateError,
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+    LeaseLostError,
+)
+from ...records import FINISHED_STATUSES, WORKER_EXPIRE_BEATS, InstanceRecord, WorkerInfo
+from .._rows import (
+    INTERRUPTED,
+    InstanceRow,
+    add_history_rows,
+    claim_from_row,
+    control_assignments,
+    control_transition,
+    instance_from_row,
+)
+from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
+from . import sql
+from .sql import Fence, Lookup
+
+_INTERRUPTED = dumps(INTERRUPTED, what="error")
+
+
+# -- workflows -------------------------------------------------------------------------------
+
+
+def register_workflows(c: sqlite3.Connection, metas: Sequence[WorkflowMeta], now: float) -> None:
+    for meta in metas:
+        definition = dumps(meta.definition, what="workflow definition", limit=1 << 24)
+        c.execute(sql.REGISTER_WORKFLOW, (meta.name, meta.class_name, definition, now, now))
+
+
+# -- instances -------------------------------------------------------------------------------
+
+
+def create(
+    c: sqlite3.Connection,
+    workflow: str,
+    items: Sequence[NewInstance],
+    trigger: str,
+    skip_existing: bool,
+    now: float,
+    *,
+    owner: str | None,
+    lease_expires: float,
+    limit: int,
+) -> list[InstanceRecord]:
+    """Both creates: the first ``limit`` distinct ids leased to ``owner`` until
+    ``lease_expires`` (see ``Store.create_and_claim``)."""
+    ids = [item.id for item in items]
+    existing: set[str] = set()
+    for start in range(0, len(ids), sql.ID_CHUNK):
+        chunk = ids[start : start + sql.ID_CHUNK]
+        found = c.execute(sql.existing_ids(len(chunk)), (workflow, *chunk))
+        existing.update(instance_id for (instance_id,) in found)
+    if existing and not skip_existing:
+        raise InstanceAlreadyExistsError(workflow, sorted(existing)[0])
+    created: list[InstanceRecord] = []
+    seen: set[str] = set()
+    for item in items:
+        if item.id in seen:
+            continue
+        seen.add(item.id)  # its position among distinct ids: len(seen) - 1
+        if item.id in existing:
+            continue
+        leased_to: str | None = None
+        expires: float | None = None
+        status, ready, token, started = "queued", now, 0, None
+        if len(seen) <= limit:
+            leased_to, expires = owner, lease_expires
+            status, ready, token, started = "running", expires, 1, now
+        inserted = c.execute(
+            sql.INSERT_INSTANCE,
+            (
+                workflow, item.id, status, item.params, trigger, item.parent, ready, now, now,
+                leased_to, token, expires, started,
+            ),
+        )  # fmt: skip
+        # The record from what was written: SQLite's RETURNING is slow per row.
+        row = InstanceRow(
+            pk=cast(int, inserted.lastrowid),  # set by every INSERT
+            workflow=workflow,
+            id=item.id,
+            status=status,
+            params=item.params,
+            output=None,
+            error=None,
+            rollback=None,
+            trigger=trigger,
+            created_at=now,
+            updated_at=now,
+            started_at=started,
+            ended_at=None,
+            ready_at=ready,
+            lease_owner=leased_to,
+            parent=item.parent,
+        )
+        created.append(instance_from_row(row))
+    return created
+
+
+def _lookup(c: sqlite3.Connection, workflow: str, instance_id: str) -> Lookup:
+    row = c.execute(sql.LOOKUP, (workflow, instance_id)).fetchone()
+    if row is None:
+        raise InstanceNotFoundError(workflow, instance_id)
+    return Lookup._make(row)
+
+
+def control(
+    c: sqlite3.Connection,
+    workflow: str,
+    instance_id: str,
+    action: ControlAction,
+    rollback: bool,
+    from_step: tuple[str, int] | None,
+    now: float,
+) -> tuple[InstanceRecord, bool]:
+    """The instance after the action, and whether it woke a parent (it ended a child)."""
+    found = _lookup(c, workflow, instance_id)
+    ended = False
+    if action == "restart":
+        _restart(c, found.pk, from_step, now)
+    else:
+        change = control_transition(
+            workflow, instance_id, found.status, found.lease_owner is not None, action, rollback
+        )
+        assignments, params = control_assignments(change, now, "?")
+        c.execute(sql.control(assignments), (*params, found.pk))
+        if change.get("fence"):
+            # A fenced-out activation never records its running steps: close them.
+            c.execute(sql.INTERRUPT_RUNNING_STEPS, (_INTERRUPTED, now, found.pk))
+        ended = bool(change.get("end"))
+    record = instance_from_row(c.execute(sql.INSTANCE_BY_PK, (found.pk,)).fetchone())
+    return record, ended and _wake_parent(c, record.parent, now)
+
+
+def _restart(c: sqlite3.Connection, pk: int, from_step: tuple[str, int] | None, now: float) -> None:
+    if from_step is None:
+        c.execute(sql.DELETE_STEPS, (pk,))
+        c.execute(sql.UNCONSUME_EVENTS, (pk,))
+    else:
+        name, count = from_step
+        row = c.execute(sql.STEP_SEQ, (pk, name, count)).fetchone()
+        if row is None:
+            raise ValueError(
+                f"instance has no recorded step {name!r} (count {count}) to restart from"
+            )
+        (seq,) = row
+        for removed, removed_count in c.execute(sql.DELETE_STEPS_FROM, (pk, seq)).fetchall():
+            c.execute(sql.UNCONSUME_EVENT, (pk, f"{removed}-{removed_count}"))
+    c.execute(sql.RESTART, (now, now, pk))
+
+
+def send_event(
+    c: sqlite3.Connection,
+    workflow: str,
+    instance_id: str,
+    event_type: str,
+    payload: str | None,
+    now: float,
+) -> None:
+    found = _lookup(c, workflow, instance_id)
+    if found.status in ("complete", "errored", "terminated"):
+        raise IllegalStateError(workflow, instance_id, found.status, "send an event to")
+    c.execute(sql.INSERT_EVENT, (found.pk, event_type, payload, now))
+    c.execute(sql.EVENT_SENT, (now, found.pk))
+
+
+def delete_instances(
+    c: sqlite3.Connection, workflow: str, instance_ids: Sequence[str], finished_only: bool
+) -> int:
+    if finished_only:
+        # Under the write lock: no status can change before the deletes below, and nothing is
+        # written if one is unfinished.
+        for instance_id in instance_ids:
+            for (status,) in c.execute(sql.STATUS_BY_ID, (workflow, instance_id)).fetchall():
+                if status not in FINISHED_STATUSES:
+                    raise IllegalStateError(workflow, instance_id, status, "delete")
+    deleted = 0
+    for instance_id in instance_ids:
+        for (pk,) in c.execute(sql.DELETE_INSTANCE, (workflow, instance_id)).fetchall():
+            deleted += 1
+            _delete_children(c, pk)
+    return deleted
+
+
+def purge_instances(
+    c: sqlite3.Connection, workflow: str | None, statuses: Sequence[str], older_than: float
+) -> int:
+    params: list[Any] = [*statuses, older_than]
+    if workflow is not None:
+        params.append(workflow)
+    statement = sql.purge(len(statuses), workflow=workflow is not None)
+    pks = [pk for (pk,) in c.execute(statement, params)]
+    for pk in pks:
+        _delete_children(c, pk)
+    return len(pks)
+
+
+def _delete_children(c: sqlite3.Connection, pk: int) -> None:
+    c.execute(sql.DELETE_STEPS, (pk,))
+    c.execute(sql.DELETE_EVENTS, (pk,))
+
+
+# -- activations -----------------------------------------------------------------------------
+
+
+def claim(
+    c: sqlite3.Connection,
+    owner: str,
+    workflows: Sequence[str],
+    limit: int,
+    expires: float,
+    now: float,
+) -> list[Claim]:
+    """One SELECT and one UPDATE for the whole batch (the claimed rows are computed by the
+    SELECT, under the write lock), then the histories: two queries per batch."""
+    claims: list[Claim] = []
+    due = c.execute(
+        sql.claim_due(len(workflows)), (now, now, expires, owner, now, *workflows, limit)
+    )
+    for row in due.fetchall():
+        taken = claim_from_row(row, owner)
+        if taken.instance.status == "waitingForPause":
+            c.execute(sql.PAUSE_UNCLAIMED, (now, taken.lease.pk))
+        else:
+            claims.append(taken)
+    if not claims:
+        return []
+    pks = [taken.lease.pk for taken in claims]
+    c.execute(sql.take_leases(len(pks)), (owner, expires, expires, now, now, *pks))
+    add_history_rows(
+        {taken.lease.pk: taken.history for taken in claims},
+        c.execute(sql.history_steps(len(pks)), pks).fetchall(),
+        c.execute(sql.pending_events(len(pks)), pks).fetchall(),
+    )
+    return claims
+
+
+def record_step(c: sqlite3.Connection, lease: Lease, write: StepWrite) -> str:
+    """The step written under the lease; the instance's status."""
+    row = c.execute(sql.FENCE_STATUS, (lease.pk, lease.token, lease.owner)).fetchone()
+    if row is None:
+        raise _lease_lost(lease)
+    _write_step(c, lease, write)
+    status: str
+    (status,) = row
+    return status
+
+
+def _write_step(c: sqlite3.Connection, lease: Lease, write: StepWrite) -> None:
+    # SQLite checks the key on every insert anyway: ``write.new`` would save nothing here.
+    c.execute(
+        sql.UPSERT_STEP,
+        (
+            write.name,
+            write.count,
+            write.seq,
+            write.kind,
+            write.status,
+            write.output,
+            dumps(write.error, what="step error") if write.error is not None else None,
+            dumps([a.to_json() for a in write.attempts], what="attempts")
+            if write.attempts
+            else None,
+            write.wake_at,
+            write.started_at,
+            write.ended_at,
+            dumps(write.info, what="step info") if write.info is not None else None,
+            lease.pk,
+        ),
+    )
+    if write.consume_event is not None:
+        c.execute(sql.CONSUME_EVENT, (f"{write.name}-{write.count}", write.consume_event))
+
+
+def renew(c: sqlite3.Connection, leases: Sequence[Lease], expires: float) -> dict[int, str]:
+    held: dict[int, str] = {}
+    for lease in leases:
+        renewed = c.execute(sql.RENEW, (expires, expires, lease.pk, lease.token, lease.owner))
+        for (status,) in renewed.fetchall():
+            held[lease.pk] = status
+    return held
+
+
+def finish(
+    c: sqlite3.Connection, lease: Lease, end: Finish, now: float
+) -> tuple[str, str, str, bool]:
+    """The new status, the instance's workflow and id, and whether it woke a parent."""
+    row = c.execute(sql.FENCE, (lease.pk, lease.token, lease.owner)).fetchone()
+    if row is None:
+        raise _lease_lost(lease)
+    fence = Fence._make(row)
+    for write in end.steps:
+        _write_step(c, lease, write)
+    woke = False
+    if end.status == "waiting":
+        if fence.status == "waitingForPause":
+            status, ready = "paused", None
+        elif fence.event_seq != end.event_seq:  # an event came meanwhile: run again at once
+            status, ready = "waiting", now
+        else:
+            status, ready = "waiting", end.wake_at
+        c.execute(sql.SUSPEND, (status, ready, now, lease.pk))
+    else:
+        status = end.status
+        error = dumps(end.error, what="error") if end.error is not None else None
+        rollback = dumps(end.rollback, what="rollback") if end.rollback is not None else None
+        c.execute(sql.END, (status, end.output, error, rollback, now, now, lease.pk))
+        if fence.parent is not None:
+            woke = _wake_parent(c, loads(fence.parent), now)
+    return status, fence.workflow, fence.id, woke
+
+
+def _wake_parent(c: sqlite3.Connection, parent: dict[str, Any] | None, now: float) -> bool:
+    """A child instance ended: make its parent runnable now if it waits (for the child), and
+    bump its ``event_seq`` so a parent activation running meanwhile does not go to sleep."""
+    if not parent:
+        return False
+    c.execute(sql.WAKE_PARENT, (now, parent["workflow"], parent["id"]))
+    return True
+
+
+def release(c: sqlite3.Connection, lease: Lease, now: float) -> None:
+    c.execute(sql.RELEASE, (now, lease.pk, lease.token, lease.owner))
+    c.execute(sql.UNREADY_PAUSED, (lease.pk,))
+
+
+def _lease_lost(lease: Lease) -> LeaseLostError:
+    return LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
+
+
+# -- worker liveness -------------------------------------------------------------------------
+
+
+def heartbeat(c: sqlite3.Connection, info: WorkerInfo, workflows: str, now: float) -> None:
+    """``workflows``: the worker's workflows, as JSON text."""
+    c.execute(sql.EXPIRE_WORKERS, (info.id, WORKER_EXPIRE_BEATS, now))
+    c.execute(
+        sql.UPSERT_WORKER,
+        (
+            info.id,
+            info.host,
+            info.pid,
+            info.started_at,
+            now,
+            info.heartbeat,
+            workflows,
+            info.concurrency,
+            info.running,
+        ),
+    )
+
+
+def forget_worker(c: sqlite3.Connection, worker_id: str) -> None:
+    c.execute(sql.FORGET_WORKER, (worker_id,))
