@@ -1,0 +1,1 @@
+"""Queue triggers: consume messages from a broker and create one instance per message."""
