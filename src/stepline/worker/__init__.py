@@ -6,11 +6,13 @@ loop at the store's current time, so tests drive time with a manual clock instea
 
 Modules: ``_worker`` (the orchestrator: run, the claim loop, activations), ``_slots`` (slots
 and reservations), ``_renewal`` (lease renewal), ``_heartbeat`` (liveness), ``_retention``
-(purging finished instances), ``_shutdown`` (the graceful stop), ``_settings``, ``_log``.
+(purging finished instances), ``_shutdown`` (the graceful stop), ``_clockstep`` (clock steps),
+``_settings``, ``_log``.
 """
 
+from ._clockstep import CLOCK_STEP
 from ._settings import WorkerSettings, default_worker_id
 from ._slots import Reservation
-from ._worker import CLOCK_STEP, Worker
+from ._worker import Worker
 
 __all__ = ["CLOCK_STEP", "Reservation", "Worker", "WorkerSettings", "default_worker_id"]

@@ -15,6 +15,7 @@ from .._runtime import Activation, ActivationAborted, ActivationSettings
 from ..errors import LeaseLostError, StoreError
 from ..store.base import Claim, Store
 from ..workflow import WorkflowDefinition
+from ._clockstep import ClockStepWatch
 from ._heartbeat import Heartbeat
 from ._log import log, outage_level
 from ._renewal import LeaseRenewer
@@ -22,10 +23,6 @@ from ._retention import Retention
 from ._settings import WorkerSettings, default_worker_id
 from ._shutdown import drain
 from ._slots import Reservation, Slot, Slots
-
-CLOCK_STEP = 0.5
-"""Seconds the store's clock may run ahead of the monotonic clock between two looks before the
-worker takes it for a clock stepped forward (an NTP step, an operator)."""
 
 
 class Worker:
@@ -62,8 +59,7 @@ class Worker:
         """Whether the worker should look at the database when a slot frees: :meth:`wake` was
         called since the last claim, or the loop skipped looking (timers included) because every
         slot was taken."""
-        self._clock_mark: tuple[float, float] | None = None
-        """(store time, monotonic time) at the last look at the clock (:meth:`_clock_step`)."""
+        self._clock = ClockStepWatch(store.now)
         self._claim_after = 0.0
         """Monotonic time before which the loop claims nothing (after a clock step)."""
 
@@ -175,7 +171,7 @@ class Worker:
         while not self._stopping.is_set():
             self._wake.clear()
             free = self._slots.free()
-            step = self._clock_step()
+            step = self._clock.step()
             if step > 0:
                 # Leases written by the clock before the step look expired by the one after
                 # it, to this worker's claims and to other workers' on this machine: renew
@@ -216,17 +212,6 @@ class Worker:
             else:
                 self._wanted = True  # not looked at, timers included: look when a slot frees
                 await self._idle(self.settings.poll_interval)
-
-    def _clock_step(self) -> float:
-        """How far the store's clock moved ahead of the monotonic clock since the last call, if
-        more than :data:`CLOCK_STEP` (else 0). A clock stepped back needs nothing: leases then
-        look longer, and timers wait at most the step longer (the loop re-reads them)."""
-        now, mono = self.store.now(), time.monotonic()
-        last, self._clock_mark = self._clock_mark, (now, mono)
-        if last is None:
-            return 0.0
-        ahead = (now - last[0]) - (mono - last[1])
-        return ahead if ahead > CLOCK_STEP else 0.0
 
     async def _claim(self, limit: int) -> list[Claim]:
         if not self._workflows:
