@@ -192,7 +192,7 @@ async def test_a_cancelled_create_still_hands_its_instance_over(store_url: str) 
         except InstanceNotFoundError:
             return
         assert (await instance.wait(timeout=5)).output == "done"
-        assert engine.worker._reserved == 0
+        assert engine.worker._slots.reserved == 0
 
 
 async def test_an_activation_whose_final_write_is_in_flight_frees_its_slot(

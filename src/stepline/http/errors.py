@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 from starlette.responses import JSONResponse
+
+from ..errors import (
+    IllegalStateError,
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+    InvalidPayloadError,
+    StoreError,
+    WorkflowNotFoundError,
+)
 
 #: The error codes the API returns, by HTTP status (the table of docs/http.md lists them).
 ERROR_CODES: dict[int, tuple[str, ...]] = {
@@ -50,3 +61,24 @@ def error_response(
     return JsonResponse(
         {"error": {"code": code, "message": message}}, status_code=status, headers=headers
     )
+
+
+@contextlib.contextmanager
+def client_errors() -> Iterator[None]:
+    """Translate the client API's exceptions into API errors with the right status."""
+    try:
+        yield
+    except ApiError:
+        raise
+    except WorkflowNotFoundError as exc:
+        raise ApiError(404, "workflow_not_found", str(exc)) from exc
+    except InstanceNotFoundError as exc:
+        raise ApiError(404, "instance_not_found", str(exc)) from exc
+    except InstanceAlreadyExistsError as exc:
+        raise ApiError(409, "instance_exists", str(exc)) from exc
+    except IllegalStateError as exc:
+        raise ApiError(409, "illegal_state", str(exc)) from exc
+    except StoreError as exc:
+        raise ApiError(503, "store_unavailable", f"the database failed: {exc}") from exc
+    except (InvalidPayloadError, ValueError, OverflowError) as exc:
+        raise ApiError(400, "invalid_input", str(exc)) from exc

@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document served at ``/api/openapi.json``.
 
 Written by hand next to the handlers in :mod:`.api` and checked against their behaviour by a
-schemathesis test (tests/test_http_api.py), so it cannot silently drift.
+schemathesis test (tests/engine/test_http_api.py), so it cannot silently drift.
 """
 
 from __future__ import annotations

@@ -1,0 +1,146 @@
+"""The instance endpoints: list, create (one or a batch), detail, status changes, events,
+delete. Requests are checked by :mod:`._input`; lookups shared with other endpoints are in
+:mod:`._lookup`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..engine import Engine
+from ..errors import IllegalStateError
+from ..records import InstanceRecord
+from ._input import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    MISSING,
+    RequestReader,
+    query_bool,
+    query_int,
+    query_status,
+    status_change,
+)
+from ._lookup import Lookup
+from .errors import ApiError, JsonResponse, client_errors
+
+
+def instance_summary(rec: InstanceRecord) -> dict[str, Any]:
+    """An instance as listed: everything but params, output and rollback (they can be large)."""
+    data = rec.to_json()
+    for key in ("params", "output", "rollback", "parent"):
+        data.pop(key)
+    return data
+
+
+class InstanceEndpoints:
+    """The instances of ``engine``'s workflows, read and changed through its client API."""
+
+    def __init__(self, engine: Engine, lookup: Lookup, reader: RequestReader) -> None:
+        self.engine = engine
+        self.lookup = lookup
+        self.reader = reader
+
+    async def list_all_instances(self, request: Request) -> Response:
+        workflow = request.query_params.get("workflow")
+        if workflow == "":
+            raise ApiError(400, "invalid_input", "query parameter 'workflow' is empty; leave it "
+                           "out to list the instances of every workflow")  # fmt: skip
+        return await self._page(request, workflow)
+
+    async def list_instances(self, request: Request) -> Response:
+        return await self._page(request, request.path_params["name"])
+
+    async def _page(self, request: Request, workflow: str | None) -> Response:
+        status = query_status(request)
+        limit = query_int(request, "limit", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
+        cursor = request.query_params.get("cursor") or None
+        if workflow is not None:
+            await self.lookup.require_workflow(workflow)
+        with client_errors():
+            page = await self.engine.list_instances(workflow, status, limit, cursor)
+            warnings = await self.engine.unserved_warnings(page.instances)
+        summaries = [
+            {**instance_summary(r), "warning": warning}
+            for r, warning in zip(page.instances, warnings, strict=True)
+        ]
+        return JsonResponse({"instances": summaries, "cursor": page.cursor})
+
+    async def create_instance(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        body = await self.reader.json(request)
+        item = self.reader.new_instance({} if body is MISSING else body, "the request body")
+        with client_errors():
+            instance = await self.engine.workflow(name).create(
+                item["id"], item["params"], trigger="http"
+            )
+            status = await instance.status()
+        return JsonResponse({"id": instance.id, "status": status.status}, status_code=201)
+
+    async def create_batch(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        items = self.reader.new_instances(await self.reader.json(request))
+        with client_errors():
+            created = await self.engine.workflow(name).create_batch(items, trigger="http")
+            result = [{"id": inst.id, "status": (await inst.status()).status} for inst in created]
+        return JsonResponse({"instances": result}, status_code=201)
+
+    async def get_instance(self, request: Request) -> Response:
+        params = request.path_params
+        return JsonResponse(await self.lookup.detail(params["name"], params["id"]))
+
+    async def change_status(self, request: Request) -> Response:
+        params = request.path_params
+        body = await self.reader.json(request)
+        action, from_step, count, rollback = status_change(body)
+        async with self.lookup.instance_errors():
+            instance = await self.engine.workflow(params["name"]).get(params["id"])
+            if action == "pause":
+                await instance.pause()
+            elif action == "resume":
+                await instance.resume()
+            elif action == "terminate":
+                await instance.terminate(rollback=rollback)
+            else:
+                await instance.restart(from_step, count=count)
+            status = await instance.status()
+        return JsonResponse({"id": instance.id, "status": status.status})
+
+    async def send_event(self, request: Request) -> Response:
+        params = request.path_params
+        event_type = params["type"]
+        body = await self.reader.json(request)
+        payload = None if body is MISSING else body
+        self.reader.check_size(payload, f"the payload of event {event_type!r}")
+        async with self.lookup.instance_errors():
+            instance = await self.engine.workflow(params["name"]).get(params["id"])
+            await instance.send_event(event_type, payload)
+            status = await instance.status()
+        return JsonResponse(
+            {"id": instance.id, "type": event_type, "status": status.status}, status_code=202
+        )
+
+    async def delete_instance(self, request: Request) -> Response:
+        """Delete a finished instance; an unfinished one only with ``?force=true``
+        (:meth:`stepline.Instance.delete`: the status is checked as it is deleted)."""
+        params = request.path_params
+        force = query_bool(request, "force")
+        async with self.lookup.instance_errors():
+            instance = await self.engine.workflow(params["name"]).get(params["id"])
+            try:
+                await instance.delete(force=force)
+            except IllegalStateError as exc:
+                raise ApiError(
+                    409, "illegal_state", f"{exc}; terminate it first, or delete it with "
+                    "?force=true",
+                ) from exc  # fmt: skip
+        return JsonResponse({"id": instance.id, "deleted": True})
+
+    async def list_events(self, request: Request) -> Response:
+        """The events sent to an instance, pending and consumed, in send order."""
+        params = request.path_params
+        async with self.lookup.instance_errors():
+            instance = await self.engine.workflow(params["name"]).get(params["id"])
+            events = await instance.events()
+        return JsonResponse({"events": [event.to_json() for event in events]})

@@ -1,0 +1,78 @@
+"""The worker's liveness: its heartbeat row in the store's worker list, written on an
+interval while it runs and removed when it stops gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Sequence
+
+from ..errors import StoreError
+from ..records import WorkerInfo
+from ..store.base import Store
+from ._log import log, outage_level
+from ._settings import WorkerSettings
+from ._slots import Slots
+
+
+class Heartbeat:
+    """Writes the heartbeat of worker ``worker_id``, which runs ``workflows`` in ``slots``."""
+
+    def __init__(
+        self,
+        store: Store,
+        worker_id: str,
+        settings: WorkerSettings,
+        workflows: Sequence[str],
+        slots: Slots,
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.settings = settings
+        self.workflows = tuple(workflows)
+        self.slots = slots
+        self.started_at: float | None = None
+        """When the worker's run began (store time)."""
+
+    async def loop(self) -> None:
+        while True:
+            try:
+                await self.beat_now()
+            except StoreError as exc:
+                log.log(outage_level(exc, logging.WARNING), "heartbeat failed, will retry: %s", exc)
+            await asyncio.sleep(self.settings.heartbeat)
+
+    async def beat_now(self) -> None:
+        """Write this worker's heartbeat: its row in the store's worker list, which the same
+        write clears of workers that stopped beating long ago."""
+        now = self.store.now()
+        started = self.started_at if self.started_at is not None else now
+        info = WorkerInfo(
+            self.worker_id,
+            socket.gethostname(),
+            os.getpid(),
+            started,
+            now,
+            self.settings.heartbeat,
+            self.workflows,
+            self.settings.concurrency,
+            len(self.slots.active),
+        )
+        await self.store.heartbeat(info, now)
+
+    async def forget(self) -> None:
+        """Remove this worker's row on a graceful stop. Bounded: with the database gone the
+        stop does not wait for it; the row then shows the worker dead, and expires."""
+        try:
+            await asyncio.wait_for(
+                self.store.forget_worker(self.worker_id), max(self.settings.heartbeat, 1.0)
+            )
+        except (StoreError, TimeoutError) as exc:
+            log.log(
+                outage_level(exc, logging.WARNING),
+                "worker %s: could not deregister: %s",
+                self.worker_id,
+                exc,
+            )

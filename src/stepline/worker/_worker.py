@@ -1,0 +1,307 @@
+"""The worker's orchestrator: :meth:`Worker.run`, the claim loop, and starting and finishing
+activations. The side tasks (lease renewal, heartbeat, retention) and the graceful shutdown
+are its collaborators, each in its own module."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._runtime import Activation, ActivationAborted, ActivationSettings
+from ..errors import LeaseLostError, StoreError
+from ..store.base import Claim, Store
+from ..workflow import WorkflowDefinition
+from ._clockstep import ClockStepWatch
+from ._heartbeat import Heartbeat
+from ._log import log, outage_level
+from ._renewal import LeaseRenewer
+from ._retention import Retention
+from ._settings import WorkerSettings, default_worker_id
+from ._shutdown import drain
+from ._slots import Reservation, Slot, Slots
+
+
+class Worker:
+    """Runs activations of the registered workflows found in ``store``."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Mapping[str, WorkflowDefinition],
+        settings: WorkerSettings | None = None,
+        *,
+        worker_id: str | None = None,
+        listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = (),
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.settings = settings or WorkerSettings()
+        self.id = worker_id or default_worker_id()
+        self._activation_settings = ActivationSettings(self.settings.max_payload, listeners)
+        self._slots = Slots(self.settings.concurrency)
+        self._active = self._slots.active  # the same dict: the hot path reads it directly
+        self._workflows = sorted(registry)
+        self._renewer = LeaseRenewer(store, self._slots, self.settings.lease)
+        self._heartbeat = Heartbeat(store, self.id, self.settings, self._workflows, self._slots)
+        self._retention = Retention(store, self.settings.retention)
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._at_once = asyncio.Event()
+        """Set by ``stop(at_once=True)``: cut the grace period short."""
+        self._running = False
+        self._backlog = True
+        """Whether the last claim may have left runnable instances behind (a full batch)."""
+        self._wanted = False
+        """Whether the worker should look at the database when a slot frees: :meth:`wake` was
+        called since the last claim, or the loop skipped looking (timers included) because every
+        slot was taken."""
+        self._clock = ClockStepWatch(store.now)
+        self._claim_after = 0.0
+        """Monotonic time before which the loop claims nothing (after a clock step)."""
+
+    # -- public ----------------------------------------------------------------------------------
+
+    @property
+    def active_count(self) -> int:
+        return len(self._active)
+
+    def stop(self, *, at_once: bool = False) -> None:
+        """Ask :meth:`run` to stop claiming and shut down gracefully: running activations get
+        the grace period to finish their steps. With ``at_once`` (a second signal), what still
+        runs is cancelled now, without waiting for the rest of the grace period; either way
+        their instances are released, for another worker to continue at once."""
+        if at_once:
+            self._at_once.set()
+        self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Something may be runnable: look at the database now instead of at the next poll."""
+        self._wanted = True
+        self._wake.set()
+
+    def reserve(self, workflow: str, count: int) -> Reservation | None:
+        """Hold free slots for up to ``count`` instances of ``workflow`` about to be created in
+        this process, or None.
+
+        The create claims them as it creates them (:class:`Reservation`), and this worker
+        starts them at once: no claim, no history read (a new instance has none), no wait for
+        its next look at the database. Only while :meth:`run` runs, with free slots, and when
+        the last claim found nothing else runnable, so that new instances do not overtake a
+        backlog of queued ones.
+        """
+        if not self._running or self._stopping.is_set() or self._backlog:
+            return None
+        if workflow not in self.registry:
+            return None
+        take = self._slots.reserve(count)
+        if take <= 0:
+            return None
+        return Reservation(self._slots, self._start, self.id, self.settings.lease, take)
+
+    async def renew_now(self) -> None:
+        """Extend every held lease; cancel activations whose lease is gone; see pause requests."""
+        await self._renewer.renew_now()
+
+    async def beat_now(self) -> None:
+        """Write this worker's heartbeat: its row in the store's worker list, which the same
+        write clears of workers that stopped beating long ago."""
+        await self._heartbeat.beat_now()
+
+    async def purge_now(self) -> int:
+        """Delete finished instances older than the retention setting; return how many."""
+        return await self._retention.purge_now()
+
+    async def run_once(self) -> int:
+        """Claim every instance runnable now and run each to its next suspension or end.
+
+        Returns how many activations ran. Repeated until it returns 0, it drives every instance
+        as far as the store's current time allows: the test harness for a manual clock.
+        """
+        total = 0
+        while True:
+            claims = await self._claim(self.settings.concurrency)
+            if not claims:
+                return total
+            total += len(claims)
+            tasks = [self._start(claim) for claim in claims]
+            await asyncio.gather(*tasks)
+
+    async def run(self) -> None:
+        """Run until :meth:`stop` is called, then shut down gracefully."""
+        self.store.add_ready_listener(self.wake)
+        self._heartbeat.started_at = self.store.now()
+        side_tasks = [
+            asyncio.create_task(self._renewer.loop(), name=f"stepline-renew-{self.id}"),
+            asyncio.create_task(self._heartbeat.loop(), name=f"stepline-heartbeat-{self.id}"),
+        ]
+        if self.settings.retention is not None:
+            side_tasks.append(
+                asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")
+            )
+        log.info("worker %s started for %s", self.id, ", ".join(self._workflows) or "nothing")
+        self._running = True
+        try:
+            await self._claim_loop()
+        finally:
+            self._running = False
+            self.store.remove_ready_listener(self.wake)
+            await drain(self._slots, self.id, self.settings.grace_period, self._at_once)
+            for task in side_tasks:
+                task.cancel()
+            await asyncio.gather(*side_tasks, return_exceptions=True)
+            await self._heartbeat.forget()
+            log.info("worker %s stopped", self.id)
+
+    # -- the claim loop --------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        # Without notifications from other processes (SQLite), poll quickly after activity and
+        # back off while idle; with them (PostgreSQL), the timer and notifications suffice.
+        fastest = (
+            self.settings.poll_interval
+            if self.store.pushes_notifications
+            else self.settings.min_poll_interval
+        )
+        idle_wait = fastest
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = self._slots.free()
+            step = self._clock.step()
+            if step > 0:
+                # Leases written by the clock before the step look expired by the one after
+                # it, to this worker's claims and to other workers' on this machine: renew
+                # ours now, and give the others a renewal interval to renew theirs.
+                log.warning(
+                    "worker %s: the clock jumped %.1f s forward; renewing leases first",
+                    self.id,
+                    step,
+                )
+                await self.renew_now()
+                self._claim_after = time.monotonic() + self.settings.lease / 2
+            hold = self._claim_after - time.monotonic()
+            if hold > 0 and free > 0:
+                await self._idle(min(hold, self.settings.poll_interval))
+            elif free > 0:
+                limit = min(free, self.settings.claim_batch)
+                self._wanted = False
+                try:
+                    claims = await self._claim(limit)
+                except StoreError as exc:
+                    log.log(outage_level(exc, logging.WARNING), "claim failed, retrying: %s", exc)
+                    claims = []
+                    await self._idle(1.0)
+                self._backlog = len(claims) == limit
+                for claim in claims:
+                    self._start(claim)
+                if claims:
+                    idle_wait = fastest
+                    if len(claims) == limit:
+                        continue  # there may be more: claim again at once
+                    # Fewer than asked: nothing else was runnable. New work arrives by
+                    # notification (or the next poll); timers by the wait below.
+                timeout = await self._until_next_timer(idle_wait)
+                if timeout <= 0:
+                    continue
+                await self._idle(timeout)
+                idle_wait = min(idle_wait * 2, self.settings.poll_interval)
+            else:
+                self._wanted = True  # not looked at, timers included: look when a slot frees
+                await self._idle(self.settings.poll_interval)
+
+    async def _claim(self, limit: int) -> list[Claim]:
+        if not self._workflows:
+            return []
+        return await self.store.claim(
+            self.id, self._workflows, limit, self.settings.lease, self.store.now()
+        )
+
+    async def _until_next_timer(self, idle_wait: float) -> float:
+        try:
+            nxt = await self.store.next_wakeup(self._workflows)
+        except StoreError:
+            return idle_wait
+        if nxt is None:
+            return idle_wait
+        return min(idle_wait, max(nxt - self.store.now(), 0.0))
+
+    async def _idle(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    # -- activations -----------------------------------------------------------------------------
+
+    def _slot_freed(self) -> None:
+        # A free slot is worth a claim only if runnable instances may be waiting for one: the
+        # last claim was cut short by the free slots, a wake came since, or the loop has not
+        # looked since every slot was taken. Otherwise new work comes by wake, and timers by
+        # the loop's own wait.
+        if self._backlog or self._wanted:
+            self._wake.set()
+
+    def _start(self, claim: Claim) -> asyncio.Task[None]:
+        # The slot is taken (counted against concurrency, its lease renewed) from the moment of
+        # the claim, not only once the activation runs.
+        slot = Slot(claim)
+        slot.task = asyncio.get_running_loop().create_task(self._activate(slot))
+        self._active[claim.lease.pk] = slot
+        return slot.task
+
+    async def _activate(self, slot: Slot) -> None:
+        claim = slot.claim
+        record = claim.instance
+        lease = claim.lease
+        try:
+            definition = self.registry[record.workflow]
+            activation = Activation(
+                self.store, claim, claim.history, definition.make(), self._activation_settings
+            )
+            slot.activation = activation
+            if slot.stop_reason is not None:
+                activation.request_stop(slot.stop_reason)
+            finish = await activation.execute()
+            slot.ending = True  # its lease is about to be released: not "lost"
+            self._slot_freed()  # claim more while its final write is in flight
+            if finish.status == "waiting" and activation.stop_reason == "shutdown":
+                await self.store.release(lease, self.store.now())
+                return
+            status = await self.store.finish(lease, finish, self.store.now())
+            log.log(
+                logging.INFO if status in ("complete", "errored", "terminated") else logging.DEBUG,
+                "instance %s/%s -> %s",
+                record.workflow,
+                record.id,
+                status,
+            )
+        except (ActivationAborted, LeaseLostError) as exc:
+            log.log(
+                outage_level(exc, logging.WARNING),
+                "instance %s/%s abandoned: %s",
+                record.workflow,
+                record.id,
+                exc,
+            )
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.release(lease, self.store.now()))
+            raise
+        except Exception as exc:
+            # A store failure (or a bug) must not leave the instance stuck until its lease
+            # expires: give it back so that this or another worker retries it.
+            log.log(
+                outage_level(exc, logging.ERROR),
+                "instance %s/%s: activation failed, releasing it: %s",
+                record.workflow,
+                record.id,
+                exc,
+                exc_info=not isinstance(exc, StoreError),
+            )
+            with contextlib.suppress(Exception):
+                await self.store.release(lease, self.store.now())
+        finally:
+            self._active.pop(lease.pk, None)
+            self._slot_freed()
