@@ -8,6 +8,7 @@ acks, the dead-letter copy's properties) stays.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -367,3 +368,54 @@ def test_redact_url() -> None:
     assert redact_url("amqp://guest:guest@127.0.0.1:5672/") == "amqp://guest@127.0.0.1:5672/"
     assert redact_url("amqps://u:p%40ss@[::1]:5671/vh") == "amqps://u@[::1]:5671/vh"
     assert redact_url("amqp://127.0.0.1/") == "amqp://127.0.0.1/"
+
+
+async def test_an_outage_is_a_broker_error_and_the_connection_comes_back(queue: str) -> None:
+    """The connection drops (a proxy aborts it): every method raises BrokerError, the
+    unacknowledged delivery cannot be acked and comes again, redelivered, once aio-pika has
+    reconnected."""
+    links: list[asyncio.StreamWriter] = []
+
+    async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+        sink.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        url = urlsplit(_rabbitmq.URL)
+        up_reader, up_writer = await asyncio.open_connection(url.hostname, url.port or 5672)
+        links.extend([writer, up_writer])
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    proxy = await asyncio.start_server(relay, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    broker = RabbitMQBroker(f"amqp://guest:guest@127.0.0.1:{port}/?reconnect_interval=0.2", queue)
+    try:
+        await broker.connect()
+        await broker.publish(b"x", message_id="m0")
+        got = await receive_all(broker, 1)
+        for link in links:
+            link.transport.abort()
+        await asyncio.sleep(0.05)
+        with pytest.raises(BrokerError, match="connection lost"):
+            await broker.receive(10, 0.1)
+        with pytest.raises(BrokerError, match="cannot acknowledge"):
+            await broker.ack(got)
+        with pytest.raises(BrokerError, match="connection lost"):
+            await broker.publish(b"y", message_id="m1")
+        again: list[Message] = []
+        for _ in range(100):
+            with contextlib.suppress(BrokerError):
+                again = await broker.receive(10, 0.1)
+            if again:
+                break
+            await asyncio.sleep(0.05)
+        assert [(m.id, m.redelivered) for m in again] == [("m0", True)]
+        await broker.ack(again)
+        assert await broker.receive(10, 0.2) == []
+    finally:
+        await broker.close()
+        proxy.close()
+        await proxy.wait_closed()
