@@ -254,7 +254,8 @@ class RabbitMQBroker(Broker):
     # -- acknowledging -----------------------------------------------------------------------
 
     async def ack(self, messages: Sequence[Message]) -> None:
-        pending: list[aio_pika.abc.AbstractIncomingMessage] = []
+        # Delivery tag -> delivery, for those not acknowledged yet (acking is idempotent).
+        pending: dict[int, aio_pika.abc.AbstractIncomingMessage] = {}
         for message in messages:
             delivery: aio_pika.abc.AbstractIncomingMessage = message.handle
             try:
@@ -264,25 +265,23 @@ class RabbitMQBroker(Broker):
                     f"RabbitMQ at {self.url}: cannot acknowledge, the channel the message came "
                     "on closed (the broker delivers it again)"
                 ) from exc
-            if channel is self._tags_channel and delivery.delivery_tag in self._tags:
-                pending.append(delivery)
+            tag = delivery.delivery_tag
+            if channel is self._tags_channel and tag is not None and tag in self._tags:
+                pending[tag] = delivery
         if not pending:
             return
-        pending.sort(key=lambda d: d.delivery_tag or 0)
-        asked = {d.delivery_tag for d in pending}
-        last = pending[-1]
-        upto = last.delivery_tag or 0
+        upto = max(pending)
         with self._errors("acknowledging"):
             # One ack "up to and including" the last tag, when exactly these are unacked up
             # to it; otherwise it would acknowledge a delivery the caller has not processed.
-            if len(pending) > 1 and asked == {t for t in self._tags if t <= upto}:
-                await last.ack(multiple=True)
-                for tag in asked:
+            if len(pending) > 1 and pending.keys() == {t for t in self._tags if t <= upto}:
+                await pending[upto].ack(multiple=True)
+                for tag in pending:
                     del self._tags[tag]
                 return
-            for delivery in pending:
-                await delivery.ack()
-                self._tags.pop(delivery.delivery_tag or 0, None)
+            for tag in sorted(pending):
+                await pending[tag].ack()
+                del self._tags[tag]
 
     async def dead_letter(self, message: Message, reason: str) -> None:
         """Publish a confirmed copy to the dead-letter exchange, then acknowledge the original.
