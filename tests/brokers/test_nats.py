@@ -5,9 +5,13 @@ duplicate window, ids from the stream sequence."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import socket
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import nats
 import pytest
@@ -277,6 +281,62 @@ async def test_an_unreachable_server_raises_broker_error_without_credentials() -
         assert "127.0.0.1:1" in str(raised.value)
         assert "secret" not in str(raised.value)
     await broker.close()
+
+
+NATS_SERVER = shutil.which("nats-server") or shutil.which("/usr/sbin/nats-server")
+
+
+def start_private_server(port: int, store: Path) -> subprocess.Popen[bytes]:
+    assert NATS_SERVER is not None
+    return subprocess.Popen(
+        [NATS_SERVER, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def wait_until_up(broker: NatsBroker) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            await broker.connect()
+            return
+        except BrokerError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.skipif(NATS_SERVER is None, reason="needs the nats-server binary")
+async def test_an_outage_raises_broker_error_and_the_next_call_after_it_reconnects(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = start_private_server(port, tmp_path)
+    broker = NatsBroker(f"nats://127.0.0.1:{port}", "orders", claim_idle=CLAIM_IDLE)
+    try:
+        await wait_until_up(broker)
+        await publish_ids(broker, "a")
+        assert [m.id for m in await receive_all(broker, 1)] == ["a"]
+
+        server.terminate()
+        server.wait()
+        with pytest.raises(BrokerError, match=f"127.0.0.1:{port}"):
+            await asyncio.wait_for(broker.receive(1, 0.5), 15)
+        with pytest.raises(BrokerError):
+            await asyncio.wait_for(broker.publish(b"{}", message_id="b"), 15)
+
+        server = start_private_server(port, tmp_path)
+        await wait_until_up(broker)
+        again = await receive_all(broker, 1, timeout=CLAIM_IDLE + 5.0)
+        assert [(m.id, m.redelivered) for m in again] == [("a", True)]
+        await broker.ack(again)
+    finally:
+        await broker.close()
+        server.terminate()
+        server.wait()
 
 
 @pytest.mark.parametrize(

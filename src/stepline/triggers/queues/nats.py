@@ -22,7 +22,6 @@ from urllib.parse import urlsplit, urlunsplit
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import BadRequestError, NotFoundError
@@ -131,7 +130,7 @@ class NatsBroker(Broker):
                 msgs = await session.sub.fetch(
                     batch=max_messages, timeout=max(timeout, _MIN_FETCH_WAIT)
                 )
-            except NatsTimeoutError:
+            except TimeoutError:  # nats-py raises both its own and asyncio's when none came
                 return []
             return [_message(m) for m in msgs]
 
