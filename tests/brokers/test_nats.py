@@ -89,7 +89,7 @@ async def test_publish_is_confirmed_and_the_id_body_and_headers_round_trip(
     [m] = await receive_all(broker, 1)
     assert m.id == "order-1"
     assert m.body == b'{"a": 1}'
-    assert m.headers["k"] == "v"
+    assert dict(m.headers) == {"k": "v", "Nats-Msg-Id": "order-1"}
     assert m.redelivered is False
     await broker.ack([m])
 
@@ -172,6 +172,7 @@ async def test_dead_letter_moves_the_message_with_its_reason(
     assert copy.headers["x-stepline-reason"] == "invalid JSON: Expecting value"
     assert copy.headers["x-stepline-original-id"] == "poison"
     assert copy.headers["k"] == "v"
+    assert not any(k.lower().startswith("nats-expected-") for k in copy.headers)
     # The original is acknowledged: it does not come back.
     assert await broker.receive(10, CLAIM_IDLE + 0.5) == []
 
@@ -217,6 +218,17 @@ async def test_connect_is_idempotent_and_declares_the_stream_and_consumer(
         await other.ack(got)
     finally:
         await other.close()
+
+
+async def test_a_consumer_deleted_meanwhile_is_declared_again(
+    broker: NatsBroker, queue: str, js: JetStreamContext
+) -> None:
+    await js.delete_consumer(stream_name_for(queue), "stepline")
+    assert await broker.receive(10, 0.3) == []  # finds it gone
+    await publish_ids(broker, "a")
+    got = await receive_all(broker, 1)
+    assert [m.id for m in got] == ["a"]
+    await broker.ack(got)
 
 
 async def test_a_changed_claim_idle_updates_the_consumer(

@@ -61,7 +61,6 @@ class _Session:
     nc: Client
     js: JetStreamContext
     sub: JetStreamContext.PullSubscription
-    dead_stream: str
 
 
 class NatsBroker(Broker):
@@ -131,6 +130,7 @@ class NatsBroker(Broker):
                     batch=max_messages, timeout=max(timeout, _MIN_FETCH_WAIT)
                 )
             except TimeoutError:  # nats-py raises both its own and asyncio's when none came
+                await self._check_consumer(session)
                 return []
             return [_message(m) for m in msgs]
 
@@ -144,16 +144,17 @@ class NatsBroker(Broker):
 
     async def dead_letter(self, message: Message, reason: str) -> None:
         reply = _reply_subject(message)
-        headers = dict(message.headers)
+        # Nats-Expected-* headers are preconditions of the original publish, not its content.
+        headers = {
+            k: v for k, v in message.headers.items() if not k.lower().startswith("nats-expected-")
+        }
         headers[REASON] = _header_value(reason)[:_MAX_REASON]
         headers[ORIGINAL_ID] = message.id or ""
         # The stream's duplicate window then drops a second copy after a crash before the ack.
         headers[MSG_ID] = f"{self.queue}/{message.id}"
         session = await self._live()
         async with self._guard("dead-letter"):
-            await session.js.publish(
-                self.dead_letter_subject, message.body, headers=headers, stream=session.dead_stream
-            )
+            await session.js.publish(self.dead_letter_subject, message.body, headers=headers)
             await self._ack(session, [reply])
 
     async def publish(
@@ -164,7 +165,7 @@ class NatsBroker(Broker):
         session = await self._live()
         async with self._guard("publish"):
             # Awaits the PubAck; a duplicate within the window is acknowledged and not stored.
-            await session.js.publish(self.queue, body, headers=all_headers, stream=self.stream)
+            await session.js.publish(self.queue, body, headers=all_headers)
 
     # -- the connection ----------------------------------------------------------------------
 
@@ -197,13 +198,27 @@ class NatsBroker(Broker):
             js = nc.jetstream(timeout=_API_TIMEOUT)
             async with self._guard("declaring the stream and consumer"):
                 await self._declare_stream(js)
-                dead_stream = await self._declare_dead_letter_stream(js)
+                await self._declare_dead_letter_stream(js)
                 await self._declare_consumer(js)
                 sub = await js.pull_subscribe_bind(durable=self.group, stream=self.stream)
         except BaseException:
             await nc.close()
             raise
-        return _Session(nc=nc, js=js, sub=sub, dead_stream=dead_stream)
+        return _Session(nc=nc, js=js, sub=sub)
+
+    async def _check_consumer(self, session: _Session) -> None:
+        # A pull from a consumer (or stream) deleted meanwhile gets no answer at all, which
+        # looks like an idle queue: after an empty wait, make sure it is still there.
+        try:
+            await session.js.consumer_info(self.stream, self.group)
+        except NotFoundError:
+            log.warning(
+                "NATS %s: consumer %r of stream %r is gone; declaring it again",
+                self.url,
+                self.group,
+                self.stream,
+            )
+            await self.close()
 
     async def _on_error(self, exc: Exception) -> None:
         # Errors reach the caller as BrokerError; this keeps the cause for that message.
@@ -244,13 +259,9 @@ class NatsBroker(Broker):
             )
         await self._create_stream(js, self.stream, self.queue)
 
-    async def _declare_dead_letter_stream(self, js: JetStreamContext) -> str:
-        holder = await _stream_holding(js, self.dead_letter_subject)
-        if holder is not None:
-            return holder
-        name = f"{self.stream}_DEAD"
-        await self._create_stream(js, name, self.dead_letter_subject)
-        return name
+    async def _declare_dead_letter_stream(self, js: JetStreamContext) -> None:
+        if await _stream_holding(js, self.dead_letter_subject) is None:
+            await self._create_stream(js, f"{self.stream}_DEAD", self.dead_letter_subject)
 
     async def _create_stream(self, js: JetStreamContext, name: str, subject: str) -> None:
         try:
