@@ -6,3 +6,7 @@ operations; it never reaches into the runtime or the worker. Broker clients are 
 (``pip install 'stepline[redis]'``, ``[rabbitmq]``, ``[nats]``), imported only when a trigger
 uses them.
 """
+
+from .queues import QueueTrigger
+
+__all__ = ["QueueTrigger"]
