@@ -7,6 +7,7 @@ operations; it never reaches into the runtime or the worker. Broker clients are 
 uses them.
 """
 
+from .publish import publish
 from .queues import QueueTrigger
 
-__all__ = ["QueueTrigger"]
+__all__ = ["QueueTrigger", "publish"]

@@ -55,6 +55,8 @@ class Broker(abc.ABC):
 
     url: str
     """Where the broker is, without credentials (for logs and errors)."""
+    queue: str
+    """The queue as configured (the Redis stream, the RabbitMQ queue, the NATS subject)."""
 
     @abc.abstractmethod
     async def connect(self) -> None:
