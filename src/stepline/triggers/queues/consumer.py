@@ -201,6 +201,8 @@ class Consumer:
             stopping.cancel()
             if not receiving.done():
                 receiving.cancel()
+        # Waits for the cancelled receive to unwind (asyncio.wait never raises its error).
+        await asyncio.wait({receiving})
         if receiving.cancelled():
             return []
         return receiving.result()
