@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stepline import ConfigError
+from stepline.triggers.queues import broker as broker_module
 from stepline.triggers.queues.broker import broker_scheme, open_broker, redact_url
 from stepline.triggers.queues.redis import RedisBroker
 
@@ -43,3 +44,16 @@ def test_redis_urls_open_a_redis_broker_with_the_defaults() -> None:
 )
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+def test_a_missing_client_library_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def missing(name: str) -> None:
+        raise ModuleNotFoundError("No module named 'redis'", name="redis")
+
+    monkeypatch.setattr(broker_module.importlib, "import_module", missing)
+    with pytest.raises(ConfigError, match=r"pip install 'stepline\[redis\]'") as caught:
+        open_broker("redis://:hunter2@h:6379/0", "orders")
+    assert "redis is not installed" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
