@@ -1,9 +1,12 @@
 """The broker contract's fixtures: one ``broker`` per broker kind, on a fresh queue.
 
-Each broker kind has a module ``_<kind>.py`` here with ``make(queue, url=...) -> Broker``,
-``cleanup(queue)``, ``dead_letters(queue) -> [(body, headers)]``, ``CLOSED_PORT_URL`` (nothing
-listens there) and ``CLAIM_IDLE`` (how long an unacknowledged message waits before it is
-delivered again). Adding a broker is one more name in :data:`BROKERS`.
+Each broker kind has a module ``_<kind>.py`` here with ``URL``, ``make(queue, url=URL) ->
+Broker`` (not connected), ``cleanup(queue)`` (delete the queue and its dead letters),
+``dead_letters(queue) -> [(body, headers)]``, ``CLOSED_PORT_URL`` (nothing listens there; it
+carries the password ``SECRET``, which no error may show), ``CLAIM_IDLE`` (how long an
+unacknowledged message waits before it is delivered again) and optionally ``IDLE_REDELIVERY =
+False`` when the broker redelivers only on disconnect. Adding a broker is one more name in
+:data:`BROKERS` (the process tests of ``tests/triggers`` use the same list).
 """
 
 from __future__ import annotations

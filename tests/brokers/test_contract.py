@@ -81,11 +81,12 @@ async def test_unacknowledged_messages_are_delivered_again_after_the_consumer_le
 
 
 async def test_unacknowledged_messages_of_a_live_but_stuck_consumer_are_delivered_again(
-    broker: Broker, make_broker: Callable[..., Broker]
+    broker: Broker, make_broker: Callable[..., Broker], broker_kind: str
 ) -> None:
     """The consumer still holds its connection: the broker's own timer (claim_idle, ack wait)
-    hands the message on (RabbitMQ has none: it redelivers on disconnect only)."""
-    if kit_has_no_idle_redelivery(broker):
+    hands the message on. A broker without one (RabbitMQ redelivers on disconnect only) says
+    so in its fixture module: ``IDLE_REDELIVERY = False``."""
+    if not getattr(kit(broker_kind), "IDLE_REDELIVERY", True):
         pytest.skip("this broker redelivers only when the consumer disconnects")
     await broker.publish(b"{}", message_id="stuck")
     await receive_all(broker, 1)
@@ -94,10 +95,6 @@ async def test_unacknowledged_messages_of_a_live_but_stuck_consumer_are_delivere
     [again] = await receive_all(other, 1)
     assert again.id == "stuck"
     await other.ack([again])
-
-
-def kit_has_no_idle_redelivery(broker: Broker) -> bool:
-    return type(broker).__name__ == "RabbitMQBroker"
 
 
 async def test_dead_letter_moves_the_message_with_its_reason(
