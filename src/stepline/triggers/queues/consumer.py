@@ -132,8 +132,8 @@ class Consumer:
             await self.close()
 
     async def run_once(self, timeout: float = 0.0) -> int:
-        """One iteration on the first broker connection: wait for room (``max_queued``) no
-        more than once, receive one batch (waiting at most ``timeout`` seconds), handle it.
+        """One iteration on the first broker connection: receive one batch (waiting at most
+        ``timeout`` seconds) and handle it; with no room under ``max_queued``, receive nothing.
         Returns how many messages were handled; failures propagate."""
         broker = self._broker(0)
         limit = await self._room()
