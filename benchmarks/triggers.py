@@ -25,6 +25,8 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 
+import aio_pika
+import nats
 import redis.asyncio as aioredis
 
 from stepline.triggers import QueueTrigger
@@ -40,7 +42,8 @@ NAME = "triggers"
 BATCH = 100
 LANES = 4
 BROKERS = ["redis"]
-"""The brokers measured (each must be running)."""
+"""The brokers measured (each must be running); "rabbitmq" and "nats" once their modules are
+merged (their URLs and clean-ups are below)."""
 URLS = {
     "redis": "redis://127.0.0.1:6379/0",
     "rabbitmq": "amqp://guest:guest@127.0.0.1:5672/",
@@ -59,7 +62,35 @@ async def _redis_cleanup(url: str, queue: str) -> None:
     await connection.aclose()
 
 
-CLEANUP: dict[str, Callable[[str, str], Awaitable[None]]] = {"redis": _redis_cleanup}
+async def _rabbitmq_cleanup(url: str, queue: str) -> None:
+    connection = await aio_pika.connect(url)
+    try:
+        channel = await connection.channel()
+        await channel.queue_delete(queue)
+        await channel.queue_delete(f"{queue}.dead")
+        await channel.exchange_delete(f"{queue}.dead")
+    finally:
+        await connection.close()
+
+
+async def _nats_cleanup(url: str, queue: str) -> None:
+    # JetStream keeps acknowledged messages in the stream: delete the streams holding the
+    # queue's subject and its dead letters.
+    connection = await nats.connect(url)
+    try:
+        js = connection.jetstream()
+        for info in await js.streams_info():
+            if set(info.config.subjects or ()) & {queue, f"{queue}.dead"}:
+                await js.delete_stream(info.config.name)
+    finally:
+        await connection.close()
+
+
+CLEANUP: dict[str, Callable[[str, str], Awaitable[None]]] = {
+    "redis": _redis_cleanup,
+    "rabbitmq": _rabbitmq_cleanup,
+    "nats": _nats_cleanup,
+}
 """How to remove a broker's benchmark queues afterwards, where they keep anything."""
 
 

@@ -9,8 +9,6 @@ import redis
 from stepline.triggers.queues.redis import RedisBroker
 
 URL = os.environ.get("STEPLINE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-CLOSED_PORT_URL = "redis://user:s3cret-pw@127.0.0.1:1/0"
-SECRET = "s3cret-pw"
 CLAIM_IDLE = 0.3
 
 

@@ -14,14 +14,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from stepline import Engine
 
-from ..brokers.conftest import BROKERS, kit
+from ..brokers.conftest import BROKERS, claim_idle, cleanup, kit
 
 pytestmark = pytest.mark.slow
 
@@ -45,10 +45,10 @@ def broker_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def queue(broker_kind: str) -> Iterator[str]:
+async def queue(broker_kind: str) -> AsyncIterator[str]:
     name = f"proc-{uuid.uuid4().hex[:12]}"
     yield name
-    kit(broker_kind).cleanup(name)
+    await cleanup(broker_kind, name)
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ broker = "{module.URL}"
 queue = "{queue}"
 workflow = "orders"
 batch_size = 20
-claim_idle = {module.CLAIM_IDLE}
+claim_idle = {claim_idle(broker_kind)}
 """
     )
     return tmp_path
@@ -164,7 +164,7 @@ async def test_killed_mid_batch_and_restarted_still_exactly_a_thousand(
         try:
             await wait_for(engine, second, MESSAGES, MESSAGES)
             # Messages the dead consumer held come back after claim_idle: still nothing new.
-            await asyncio.sleep(kit(broker_kind).CLAIM_IDLE * 3)
+            await asyncio.sleep(claim_idle(broker_kind) * 3)
             assert await count(engine) == MESSAGES
         finally:
             stop(second)
