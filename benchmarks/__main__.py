@@ -10,7 +10,17 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from . import create, fleet, history, latency, loops, recovery, sequential, throughput
+from . import (
+    create,
+    fleet,
+    history,
+    latency,
+    loops,
+    recovery,
+    sequential,
+    throughput,
+    triggers,
+)
 from ._config import config_from, parser
 from ._run import Benchmark, execute
 
@@ -23,6 +33,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     recovery.NAME: recovery.run,
     latency.NAME: latency.run,
     loops.NAME: loops.run,
+    triggers.NAME: triggers.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 

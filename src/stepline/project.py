@@ -16,6 +16,11 @@ The configuration is found by walking up from the current directory, like ``wran
     grace_period = "10 seconds"
     heartbeat = "5 seconds"
 
+    [[triggers.queue]]                        # one table per queue consumed (docs/triggers.md)
+    broker = "redis://127.0.0.1:6379/0"
+    queue = "documents"
+    workflow = "documents"
+
 The database URL is taken, first match wins, from the ``--database`` option, the
 ``STEPLINE_DATABASE_URL`` environment variable, the ``database`` key, and finally
 ``sqlite:///stepline.db`` next to the configuration file (in the current directory when there is
@@ -45,7 +50,8 @@ PYPROJECT_FILE = "pyproject.toml"
 ENV_DATABASE = "STEPLINE_DATABASE_URL"
 DEFAULT_DATABASE_FILE = "stepline.db"
 
-_TOP_KEYS = ("database", "workflows", "worker")
+_TOP_KEYS = ("database", "workflows", "worker", "triggers")
+_TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
 _WORKER_KEYS = ("concurrency", "lease", "poll_interval", "grace_period", "retention", "heartbeat")
 
@@ -58,6 +64,18 @@ class WorkflowEntry:
     class_name: str
     key: str
     """Where the entry is in the file, for error messages: ``workflows[0]``."""
+
+
+@dataclass(frozen=True)
+class QueueTriggerEntry:
+    """One ``[[triggers.queue]]`` table as written; :class:`stepline.triggers.QueueTrigger`
+    checks its values when the trigger is made (``QueueTrigger.from_entry``)."""
+
+    name: str
+    """The trigger's name: its ``name`` key, else its ``queue``."""
+    table: Mapping[str, Any]
+    key: str
+    """Where the table is in the file, for error messages: ``triggers.queue[0]``."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +117,7 @@ class ProjectConfig:
     """The configuration file, or None when none was found."""
     workflows: tuple[WorkflowEntry, ...] = ()
     worker: WorkerConfig = field(default_factory=WorkerConfig)
+    queue_triggers: tuple[QueueTriggerEntry, ...] = ()
 
     @property
     def workflow_names(self) -> list[str]:
@@ -259,6 +278,40 @@ def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
     return tuple(entries)
 
 
+def _queue_triggers(raw: Any, path: Path, prefix: str) -> tuple[QueueTriggerEntry, ...]:
+    key = f"{prefix}triggers"
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: key '{key}' must be a table ([[triggers.queue]])")
+    _check_keys(raw, _TRIGGER_KINDS, path, key)
+    tables = raw.get("queue", [])
+    if not isinstance(tables, list):
+        raise ConfigError(
+            f"{path}: key '{key}.queue' must be an array of tables ([[triggers.queue]])"
+        )
+    entries: list[QueueTriggerEntry] = []
+    seen: dict[str, str] = {}
+    for index, item in enumerate(tables):
+        where = f"{key}.queue[{index}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}: key '{where}' must be a table ([[triggers.queue]])")
+        for text in ("name", "queue"):
+            if text in item and not isinstance(item[text], str):
+                raise ConfigError(f"{path}: key '{where}.{text}' must be a string")
+        if "queue" not in item:
+            raise ConfigError(f"{path}: key '{where}.queue' is missing")
+        name = item.get("name") or item["queue"]
+        if name in seen:
+            raise ConfigError(
+                f"{path}: key '{where}': a queue trigger named {name!r} is already defined by "
+                f"{seen[name]}; give one of them another name (key 'name')"
+            )
+        seen[name] = where
+        entries.append(QueueTriggerEntry(name, dict(item), where))
+    return tuple(entries)
+
+
 def resolve_database_url(url: str, base: Path) -> str:
     """Make a relative SQLite path absolute against ``base``; other URLs are returned as is."""
     if not url.startswith("sqlite:///"):
@@ -269,8 +322,11 @@ def resolve_database_url(url: str, base: Path) -> str:
     return f"sqlite:///{(base / rest).resolve()}"
 
 
-def read_config(path: Path) -> tuple[str | None, tuple[WorkflowEntry, ...], WorkerConfig]:
-    """Parse and validate one configuration file: (database, workflows, worker)."""
+def read_config(
+    path: Path,
+) -> tuple[str | None, tuple[WorkflowEntry, ...], WorkerConfig, tuple[QueueTriggerEntry, ...]]:
+    """Parse and validate one configuration file: (database, workflows, worker, queue
+    triggers)."""
     data, prefix = _section(path)
     _check_keys(data, _TOP_KEYS, path, prefix.rstrip("."))
     database = data.get("database")
@@ -286,7 +342,8 @@ def read_config(path: Path) -> tuple[str | None, tuple[WorkflowEntry, ...], Work
         )
     workflows = _workflows(data.get("workflows"), path, prefix)
     worker = _worker(data.get("worker"), path, prefix)
-    return database, workflows, worker
+    triggers = _queue_triggers(data.get("triggers"), path, prefix)
+    return database, workflows, worker, triggers
 
 
 def load_project(
@@ -314,8 +371,9 @@ def load_project(
     configured: str | None = None
     workflows: tuple[WorkflowEntry, ...] = ()
     worker = WorkerConfig()
+    triggers: tuple[QueueTriggerEntry, ...] = ()
     if path is not None:
-        configured, workflows, worker = read_config(path)
+        configured, workflows, worker, triggers = read_config(path)
     if database:
         url, source = resolve_database_url(database, here), "option"
     elif env.get(ENV_DATABASE):
@@ -324,7 +382,7 @@ def load_project(
         url, source = resolve_database_url(configured, root), "config"
     else:
         url, source = resolve_database_url(f"sqlite:///{DEFAULT_DATABASE_FILE}", root), "default"
-    return ProjectConfig(root, url, source, path, workflows, worker)
+    return ProjectConfig(root, url, source, path, workflows, worker, triggers)
 
 
 # -- importing workflow code --------------------------------------------------------------------

@@ -10,6 +10,7 @@ import click
 
 from .. import __version__
 from ._common import State
+from ._consume import consume
 from ._db import db
 from ._instances import instances
 from ._run import run, worker
@@ -70,6 +71,7 @@ def cli(ctx: click.Context, database: str | None, config_path: Path | None) -> N
 workflows.add_command(instances)
 cli.add_command(workflows)
 cli.add_command(worker)
+cli.add_command(consume)
 cli.add_command(workers)
 cli.add_command(run)
 cli.add_command(db)

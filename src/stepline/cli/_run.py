@@ -25,6 +25,8 @@ from ..engine import Engine
 from ..errors import ConfigError, WorkflowNotFoundError
 from ..project import as_workflow, attribute, import_file, import_module, load_workflow
 from ..records import FINISHED_STATUSES
+from ..triggers import QueueTrigger
+from ..triggers.queues import Consumer
 from ..workflow import Workflow, definition_of, validate_name
 from ._common import (
     EXIT_FAILED,
@@ -41,6 +43,7 @@ from ._common import (
 )
 from ._instances import Described, load_instance, show_instance, step_output_options
 from ._progress import EventLog, RunProgress
+from ._triggers import configured_triggers, start_consumers
 
 RUN_TRUNCATE = 300
 
@@ -126,7 +129,7 @@ def _stop_at_startup(signum: int, frame: Any) -> None:
     raise StartupSignal(signum)
 
 
-def _startup_signals() -> None:
+def startup_signals() -> None:
     """Until the worker's loop handlers take over, a SIGINT/SIGTERM ends the command at once
     and cleanly (exit 0): it is importing workflows or opening the store, nothing is claimed
     yet. Without this a SIGTERM there would kill it by the default action."""
@@ -134,7 +137,9 @@ def _startup_signals() -> None:
         signal.signal(sig, _stop_at_startup)
 
 
-async def _worker(state: State, workflows: list[Any], options: dict[str, Any]) -> None:
+async def _worker(
+    state: State, workflows: list[Any], options: dict[str, Any], triggers: list[QueueTrigger]
+) -> None:
     options = {"listeners": [EventLog()], **options}
     engine = state.engine(workflows, **options)
     names = ", ".join(sorted(engine.workflows))
@@ -149,10 +154,25 @@ async def _worker(state: State, workflows: list[Any], options: dict[str, Any]) -
         _loop.running_loop_name(),
     )
     steps = _step_threads()
+    consumers: list[Consumer] = []
+    consuming: list[asyncio.Task[None]] = []
     try:
+        if triggers:
+            # Opened first so the consumers create through it (the worker's open is then a
+            # no-op); a consumer that fails stops the worker, and the error ends the command.
+            await engine.open()
+            consumers, consuming = await start_consumers(engine, triggers)
+            for task in consuming:
+                task.add_done_callback(lambda _: engine.worker.stop())
         await engine.run_worker()
     finally:
+        for consumer in consumers:
+            consumer.stop()
+        results = await asyncio.gather(*consuming, return_exceptions=True)
         await engine.close()
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
     _exit_leaving_threads(steps, EXIT_OK)
 
 
@@ -224,7 +244,7 @@ def worker(
     leases are released so another worker continues at once. A signal during start-up
     (importing the workflows, opening the database) exits at once with code 0.
     """
-    _startup_signals()
+    startup_signals()
     try:
         _worker_command(state, targets, concurrency, lease, grace_period, log_level)
     except StartupSignal as stopped:
@@ -259,8 +279,9 @@ def _worker_command(
                 )
             from_config = state.project
             workflows = [load_workflow(from_config, entry) for entry in from_config.workflows]
+        triggers = [] if targets else configured_triggers(state)
     setup_logging(state, log_level)
-    run_async(_worker(state, workflows, options))
+    run_async(_worker(state, workflows, options, triggers))
 
 
 # -- run ----------------------------------------------------------------------------------------

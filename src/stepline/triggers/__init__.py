@@ -6,3 +6,8 @@ operations; it never reaches into the runtime or the worker. Broker clients are 
 (``pip install 'stepline[redis]'``, ``[rabbitmq]``, ``[nats]``), imported only when a trigger
 uses them.
 """
+
+from .publish import publish
+from .queues import QueueTrigger
+
+__all__ = ["QueueTrigger", "publish"]

@@ -16,9 +16,13 @@ so a redelivered message creates nothing new.
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ...errors import ConfigError
 
 
 class BrokerError(Exception):
@@ -51,6 +55,8 @@ class Broker(abc.ABC):
 
     url: str
     """Where the broker is, without credentials (for logs and errors)."""
+    queue: str
+    """The queue as configured (the Redis stream, the RabbitMQ queue, the NATS subject)."""
 
     @abc.abstractmethod
     async def connect(self) -> None:
@@ -88,3 +94,76 @@ class Broker(abc.ABC):
         """Publish a message to the queue, confirmed by the broker before this returns.
         ``message_id`` becomes the message's :attr:`Message.id` on the consumer side (so a
         message published twice with one id creates one instance)."""
+
+
+# -- choosing a broker by URL ---------------------------------------------------------------------
+
+_SCHEMES: dict[str, tuple[str, str, str]] = {
+    "redis": ("redis", "RedisBroker", "redis"),
+    "rediss": ("redis", "RedisBroker", "redis"),
+    "amqp": ("rabbitmq", "RabbitMQBroker", "rabbitmq"),
+    "amqps": ("rabbitmq", "RabbitMQBroker", "rabbitmq"),
+    "nats": ("nats", "NatsBroker", "nats"),
+    "tls": ("nats", "NatsBroker", "nats"),
+}
+"""URL scheme -> (module in this package, class, the pip extra that installs its client)."""
+
+SCHEMES = tuple(_SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password, for logs and errors (``redis://user:***@host:6379/0``)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port is not None else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+
+
+def broker_scheme(url: str) -> str:
+    """The scheme of a broker URL, checked; ``ConfigError`` names the supported ones."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme not in _SCHEMES:
+        raise ConfigError(
+            f"unsupported broker URL {redact_url(url)!r}: use redis://host:6379/0, "
+            "amqp://user:password@host:5672/ or nats://host:4222"
+        )
+    return scheme
+
+
+def open_broker(
+    url: str,
+    queue: str,
+    *,
+    group: str = "stepline",
+    dead_letter: str | None = None,
+    **options: Any,
+) -> Broker:
+    """A :class:`Broker` for ``queue`` on the broker at ``url``, chosen by the URL's scheme
+    (``redis``/``rediss``, ``amqp``/``amqps``, ``nats``/``tls``); not connected yet.
+
+    The broker's client library is an optional extra, imported only here: when it is missing,
+    :class:`~stepline.ConfigError` says which one to install (``pip install 'stepline[redis]'``).
+    ``options`` go to the broker's constructor (``claim_idle``, ...).
+    """
+    module_name, class_name, extra = _SCHEMES[broker_scheme(url)]
+    try:
+        module = importlib.import_module(f"{__package__}.{module_name}")
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.startswith(f"{__package__}."):
+            raise ConfigError(
+                f"the {extra} broker is not available in this stepline version"
+            ) from exc
+        raise ConfigError(
+            f"broker URL {redact_url(url)!r} needs the {extra} client library "
+            f"({exc.name} is not installed): pip install 'stepline[{extra}]'"
+        ) from exc
+    broker_class = getattr(module, class_name)
+    broker = broker_class(url, queue, group=group, dead_letter=dead_letter, **options)
+    if not isinstance(broker, Broker):
+        raise TypeError(f"{module.__name__}.{class_name} is not a Broker")
+    return broker
