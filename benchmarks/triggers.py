@@ -41,7 +41,7 @@ from ._workflows import Trivial
 NAME = "triggers"
 BATCH = 100
 LANES = 4
-BROKERS = ["redis"]
+BROKERS = ["redis", "rabbitmq", "nats"]
 """The brokers measured (each must be running); "rabbitmq" and "nats" once their modules are
 merged (their URLs and clean-ups are below)."""
 URLS = {

@@ -24,7 +24,9 @@ import pytest
 
 from stepline.triggers.queues.broker import Broker
 
-BROKERS = [b for b in os.environ.get("STEPLINE_TEST_BROKERS", "redis").split(",") if b]
+BROKERS = [
+    b for b in os.environ.get("STEPLINE_TEST_BROKERS", "redis,rabbitmq,nats").split(",") if b
+]
 
 NO_IDLE_REDELIVERY = {"rabbitmq"}
 """Brokers that redeliver an unacknowledged message only when its consumer disconnects (no
