@@ -119,8 +119,24 @@ class Engine:
                 f"two workflows are named {definition.name!r}: {existing.class_name} and "
                 f"{definition.class_name}; give one of them another name"
             )
+        self._check_schedule_names(definition)
         self._registry[definition.name] = definition
         return definition
+
+    def _check_schedule_names(self, definition: WorkflowDefinition) -> None:
+        """Schedule names are unique across the workflows an engine serves."""
+        owners = {
+            s.key: d.name
+            for d in self._registry.values()
+            if d.name != definition.name
+            for s in d.schedules
+        }
+        for schedule in definition.schedules:
+            if schedule.key in owners:
+                raise DefinitionError(
+                    f"workflows {owners[schedule.key]!r} and {definition.name!r} both declare a "
+                    f"schedule named {schedule.key!r}; schedule names must be unique"
+                )
 
     @property
     def workflows(self) -> dict[str, WorkflowDefinition]:

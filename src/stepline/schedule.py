@@ -102,6 +102,13 @@ class Schedule:
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
+    @property
+    def key(self) -> str:
+        """The name; ``ValueError`` before it is set (:meth:`named`)."""
+        if self.name is None:
+            raise ValueError(f"schedule {self.cron!r} has no name yet (Schedule.named)")
+        return self.name
+
     def named(self, workflow: str) -> Schedule:
         """This schedule with its name set: its own, else ``{workflow}-{hash}`` (stable)."""
         if self.name is not None:
@@ -135,9 +142,7 @@ class Schedule:
 
     def instance_id(self, tick: float) -> str:
         """The id of the instance of ``tick``: the schedule's name and the tick in UTC."""
-        if self.name is None:
-            raise ValueError("a schedule needs its name (Schedule.named) to make instance ids")
-        return tick_instance_id(self.name, tick)
+        return tick_instance_id(self.key, tick)
 
 
 def tick_instance_id(name: str, tick: float) -> str:

@@ -82,7 +82,7 @@ def test_instance_id_is_the_name_and_the_utc_minute() -> None:
     assert tick_instance_id("nightly", tick) == "nightly-20240131T0900Z"
     assert Schedule("0 9 * * *", name="n").instance_id(tick) == "n-20240131T0900Z"
     assert len(tick_instance_id("x" * NAME_MAX, tick)) == 100
-    with pytest.raises(ValueError, match="needs its name"):
+    with pytest.raises(ValueError, match="has no name yet"):
         Schedule("0 9 * * *").instance_id(tick)
 
 
