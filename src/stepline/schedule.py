@@ -9,6 +9,7 @@ are computed in the schedule's time zone and handed out as float seconds since t
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -138,6 +139,24 @@ class Schedule:
             found.append(tick)
             if len(found) >= limit:
                 break
+        return found
+
+    def latest_ticks(self, after: float, end: float, *, limit: int) -> list[float]:
+        """The last ``limit`` ticks in ``(after, end]``, oldest first: read backwards from
+        ``end``, so a long gap costs ``limit`` ticks, not every tick of the gap."""
+        found: list[float] = []
+        if limit <= 0:
+            return found
+        # cronsim reads backwards from strictly before a time; ticks fall on whole seconds.
+        start = datetime.fromtimestamp(math.floor(end) + 1, self.zone)
+        for tick in CronSim(self.cron, start, reverse=True):
+            moment = tick.timestamp()
+            if moment <= after:
+                break
+            found.append(moment)
+            if len(found) >= limit:
+                break
+        found.reverse()
         return found
 
     def instance_id(self, tick: float) -> str:

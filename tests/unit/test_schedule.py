@@ -159,3 +159,27 @@ def test_fall_back_a_frequent_schedule_runs_in_both_passes() -> None:
     assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks)
     # Every tick is a distinct UTC minute, so every tick gets its own instance id.
     assert len({tick_instance_id("s", t) for t in ticks}) == len(ticks)
+
+
+@pytest.mark.parametrize(
+    ("cron", "start"),
+    [
+        ("*/30 * * * *", (2024, 10, 27, 0, 10)),
+        ("*/30 * * * *", (2024, 3, 31, 0, 10)),
+        ("30 2 * * *", (2024, 3, 29, 12, 0)),
+        ("30 2 * * *", (2024, 10, 25, 12, 0)),
+    ],
+)
+def test_latest_ticks_read_backwards_match_the_forward_ticks(
+    cron: str, start: tuple[int, ...]
+) -> None:
+    schedule = Schedule(cron, timezone="Europe/Paris")
+    begin = at(*start)
+    end = begin + 4 * 86400
+    forward = schedule.ticks_between(begin, end)
+    assert schedule.latest_ticks(begin, end, limit=1000) == forward
+    assert schedule.latest_ticks(begin, end, limit=2) == forward[-2:]
+    assert schedule.latest_ticks(begin, forward[0] - 0.5, limit=5) == []
+    assert schedule.latest_ticks(begin, forward[1] + 0.5, limit=5) == forward[:2]
+    assert schedule.latest_ticks(begin, forward[1], limit=5) == forward[:2]  # end included
+    assert schedule.latest_ticks(forward[0], forward[1], limit=5) == [forward[1]]  # after excluded
