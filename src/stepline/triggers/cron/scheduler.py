@@ -78,12 +78,13 @@ class Scheduler:
         if not synced:
             await self.sync()
         while not self._stopping.is_set():
+            now = self.store.now()
             try:
-                await self.run_once(self.store.now())
+                await self.run_once(now)
             except SteplineError as exc:
                 log.warning("scheduler iteration failed: %s", exc)
-            now = self.store.now()
-            wait = min(self.next_tick(now) - now, self.max_wait)
+            # From the iteration's own time: a tick that came during it is due at once.
+            wait = min(self.next_tick(now) - self.store.now(), self.max_wait)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), max(wait, 0.01))
 
