@@ -39,6 +39,7 @@ from .records import (
     StepRecord,
     WorkerInfo,
 )
+from .schedule import Schedule
 from .step import StepContext, WorkflowStep
 from .sync import SyncEngine, SyncInstance, SyncWorkflowBinding
 from .workflow import Workflow, WorkflowEvent, workflow
@@ -67,6 +68,7 @@ __all__ = [
     "NonRetryableError",
     "Pipeline",
     "RetryConfig",
+    "Schedule",
     "StepConfig",
     "StepContext",
     "StepFailedError",

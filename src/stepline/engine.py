@@ -20,6 +20,7 @@ from .liveness import unserved_warning
 from .records import InstancePage, InstanceRecord, WorkerInfo, WorkflowInfo
 from .store import Store, create_store
 from .store.base import WorkflowMeta
+from .triggers.cron import ScheduleClient, Scheduler
 from .worker import Reservation, Worker, WorkerSettings
 from .workflow import WorkflowDefinition, definition_of, is_valid_name
 
@@ -104,6 +105,8 @@ class Engine:
         self._listeners = tuple(listeners)
         self._worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
+        self._scheduler: Scheduler | None = None
+        self._scheduler_task: asyncio.Task[None] | None = None
         self._db_workflows: set[str] = set()
 
     # -- registry --------------------------------------------------------------------------------
@@ -119,8 +122,24 @@ class Engine:
                 f"two workflows are named {definition.name!r}: {existing.class_name} and "
                 f"{definition.class_name}; give one of them another name"
             )
+        self._check_schedule_names(definition)
         self._registry[definition.name] = definition
         return definition
+
+    def _check_schedule_names(self, definition: WorkflowDefinition) -> None:
+        """Schedule names are unique across the workflows an engine serves."""
+        owners = {
+            s.key: d.name
+            for d in self._registry.values()
+            if d.name != definition.name
+            for s in d.schedules
+        }
+        for schedule in definition.schedules:
+            if schedule.key in owners:
+                raise DefinitionError(
+                    f"workflows {owners[schedule.key]!r} and {definition.name!r} both declare a "
+                    f"schedule named {schedule.key!r}; schedule names must be unique"
+                )
 
     @property
     def workflows(self) -> dict[str, WorkflowDefinition]:
@@ -141,7 +160,8 @@ class Engine:
             )
 
     async def close(self) -> None:
-        """Stop the in-process worker (gracefully) and close the store."""
+        """Stop the scheduler and the in-process worker (gracefully) and close the store."""
+        await self._stop_scheduler()
         if self._worker_task is not None:
             assert self._worker is not None
             self._worker.stop()
@@ -155,6 +175,7 @@ class Engine:
     async def __aenter__(self) -> Engine:
         await self.open()
         if self._run_worker and self._registry:
+            await self._start_scheduler()
             self._worker_task = asyncio.create_task(self.worker.run(), name="stepline-worker")
         return self
 
@@ -228,10 +249,43 @@ class Engine:
                 return  # abandoned by a second signal: nothing was claimed
             if signals:
                 return
+            await self._start_scheduler()
             await worker.run()
         finally:
+            await self._stop_scheduler()
             for sig in installed:
                 loop.remove_signal_handler(sig)
+
+    # -- cron schedules --------------------------------------------------------------------------
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """This engine's scheduler for the registered workflows' schedules (created on first
+        use; started next to the worker, or driven with ``sync()`` and ``run_once(now)``)."""
+        if self._scheduler is None:
+            self._scheduler = Scheduler(self.store, self._registry.values())
+        return self._scheduler
+
+    async def _start_scheduler(self) -> None:
+        """Sync the served workflows' schedules (a schedule removed from code is deleted), and
+        run the scheduler if any is declared."""
+        scheduler = self.scheduler
+        await scheduler.sync()
+        if scheduler.schedules and self._scheduler_task is None:
+            self._scheduler_task = asyncio.create_task(
+                scheduler.run(synced=True), name="stepline-scheduler"
+            )
+
+    async def _stop_scheduler(self) -> None:
+        if self._scheduler_task is not None and self._scheduler is not None:
+            self._scheduler.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scheduler_task
+            self._scheduler_task = None
+
+    def schedules(self) -> ScheduleClient:
+        """List, pause, resume, trigger and backfill the schedules stored in the database."""
+        return ScheduleClient(self.store)
 
     # -- client ----------------------------------------------------------------------------------
 

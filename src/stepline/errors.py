@@ -76,6 +76,14 @@ class InstanceNotFoundError(SteplineError, LookupError):
         self.instance_id = instance_id
 
 
+class ScheduleNotFoundError(SteplineError, LookupError):
+    """No schedule of that name is stored (none declared by a workflow a scheduler served)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule is named {name!r}")
+        self.name = name
+
+
 class WorkflowNotFoundError(SteplineError, LookupError):
     """No workflow of that name is registered with the engine or known to the database."""
 

@@ -16,6 +16,11 @@ The configuration is found by walking up from the current directory, like ``wran
     grace_period = "10 seconds"
     heartbeat = "5 seconds"
 
+    [[schedules]]                             # cron schedules (docs/triggers.md)
+    workflow = "documents"
+    cron = "0 9 * * MON-FRI"
+    timezone = "Europe/Paris"
+
     [[triggers.queue]]                        # one table per queue consumed (docs/triggers.md)
     broker = "redis://127.0.0.1:6379/0"
     queue = "documents"
@@ -29,6 +34,7 @@ none). Nothing here runs at import time: the environment is read by :func:`load_
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib
 import importlib.util
@@ -43,6 +49,7 @@ from typing import Any
 
 from .durations import parse_duration
 from .errors import ConfigError, DefinitionError
+from .schedule import Schedule
 from .workflow import Workflow, definition_of, validate_name
 
 CONFIG_FILE = "stepline.toml"
@@ -50,9 +57,12 @@ PYPROJECT_FILE = "pyproject.toml"
 ENV_DATABASE = "STEPLINE_DATABASE_URL"
 DEFAULT_DATABASE_FILE = "stepline.db"
 
-_TOP_KEYS = ("database", "workflows", "worker", "triggers")
+_TOP_KEYS = ("database", "workflows", "worker", "triggers", "schedules")
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
+_SCHEDULE_KEYS = (
+    "workflow", "cron", "timezone", "params", "name", "catch_up", "catch_up_limit", "overlap",
+)  # fmt: skip
 _WORKER_KEYS = ("concurrency", "lease", "poll_interval", "grace_period", "retention", "heartbeat")
 
 
@@ -76,6 +86,16 @@ class QueueTriggerEntry:
     table: Mapping[str, Any]
     key: str
     """Where the table is in the file, for error messages: ``triggers.queue[0]``."""
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    """One ``[[schedules]]`` table: a schedule added to a configured workflow's own."""
+
+    workflow: str
+    schedule: Schedule
+    key: str
+    """Where the table is in the file, for error messages: ``schedules[0]``."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +138,7 @@ class ProjectConfig:
     workflows: tuple[WorkflowEntry, ...] = ()
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     queue_triggers: tuple[QueueTriggerEntry, ...] = ()
+    schedules: tuple[ScheduleEntry, ...] = ()
 
     @property
     def workflow_names(self) -> list[str]:
@@ -312,6 +333,41 @@ def _queue_triggers(raw: Any, path: Path, prefix: str) -> tuple[QueueTriggerEntr
     return tuple(entries)
 
 
+def _schedules(raw: Any, path: Path, prefix: str) -> tuple[ScheduleEntry, ...]:
+    """The ``[[schedules]]`` tables; each key is checked as it is added, so an error names it."""
+    key = f"{prefix}schedules"
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}: key '{key}' must be an array of tables ([[schedules]])")
+    entries: list[ScheduleEntry] = []
+    for index, item in enumerate(raw):
+        where = f"{key}[{index}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}: key '{where}' must be a table ([[schedules]])")
+        _check_keys(item, _SCHEDULE_KEYS, path, where)
+        for required in ("workflow", "cron"):
+            if required not in item:
+                raise ConfigError(f"{path}: key '{where}.{required}' is missing")
+        workflow = item["workflow"]
+        if not isinstance(workflow, str):
+            raise ConfigError(f"{path}: key '{where}.workflow' must be a string")
+        options: dict[str, Any] = {}
+        schedule: Schedule | None = None
+        for name in _SCHEDULE_KEYS[1:]:
+            if name not in item:
+                continue
+            if name != "cron":
+                options[name] = item[name]
+            try:
+                schedule = Schedule(item["cron"], **options)
+            except DefinitionError as exc:
+                raise ConfigError(f"{path}: key '{where}.{name}': {exc}") from None
+        if schedule is not None:
+            entries.append(ScheduleEntry(workflow, schedule, where))
+    return tuple(entries)
+
+
 def resolve_database_url(url: str, base: Path) -> str:
     """Make a relative SQLite path absolute against ``base``; other URLs are returned as is."""
     if not url.startswith("sqlite:///"):
@@ -322,11 +378,19 @@ def resolve_database_url(url: str, base: Path) -> str:
     return f"sqlite:///{(base / rest).resolve()}"
 
 
-def read_config(
-    path: Path,
-) -> tuple[str | None, tuple[WorkflowEntry, ...], WorkerConfig, tuple[QueueTriggerEntry, ...]]:
-    """Parse and validate one configuration file: (database, workflows, worker, queue
-    triggers)."""
+@dataclass(frozen=True)
+class _FileConfig:
+    """What one configuration file says."""
+
+    database: str | None
+    workflows: tuple[WorkflowEntry, ...]
+    worker: WorkerConfig
+    triggers: tuple[QueueTriggerEntry, ...]
+    schedules: tuple[ScheduleEntry, ...]
+
+
+def read_config(path: Path) -> _FileConfig:
+    """Parse and validate one configuration file."""
     data, prefix = _section(path)
     _check_keys(data, _TOP_KEYS, path, prefix.rstrip("."))
     database = data.get("database")
@@ -343,7 +407,15 @@ def read_config(
     workflows = _workflows(data.get("workflows"), path, prefix)
     worker = _worker(data.get("worker"), path, prefix)
     triggers = _queue_triggers(data.get("triggers"), path, prefix)
-    return database, workflows, worker, triggers
+    schedules = _schedules(data.get("schedules"), path, prefix)
+    known = {entry.name for entry in workflows}
+    for entry in schedules:
+        if entry.workflow not in known:
+            raise ConfigError(
+                f"{path}: key '{entry.key}.workflow': no [[workflows]] entry is named "
+                f"{entry.workflow!r} (configured: {', '.join(sorted(known)) or 'none'})"
+            )
+    return _FileConfig(database, workflows, worker, triggers, schedules)
 
 
 def load_project(
@@ -368,12 +440,10 @@ def load_project(
     else:
         path = find_config(here)
     root = path.parent if path is not None else here
-    configured: str | None = None
-    workflows: tuple[WorkflowEntry, ...] = ()
-    worker = WorkerConfig()
-    triggers: tuple[QueueTriggerEntry, ...] = ()
+    read = _FileConfig(None, (), WorkerConfig(), (), ())
     if path is not None:
-        configured, workflows, worker, triggers = read_config(path)
+        read = read_config(path)
+    configured = read.database
     if database:
         url, source = resolve_database_url(database, here), "option"
     elif env.get(ENV_DATABASE):
@@ -382,7 +452,9 @@ def load_project(
         url, source = resolve_database_url(configured, root), "config"
     else:
         url, source = resolve_database_url(f"sqlite:///{DEFAULT_DATABASE_FILE}", root), "default"
-    return ProjectConfig(root, url, source, path, workflows, worker, triggers)
+    return ProjectConfig(
+        root, url, source, path, read.workflows, read.worker, read.triggers, read.schedules
+    )
 
 
 # -- importing workflow code --------------------------------------------------------------------
@@ -479,7 +551,33 @@ def load_workflow(config: ProjectConfig, entry: WorkflowEntry) -> Any:
         module = import_module(module_name, config.root)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc.__cause__
-    return named(as_workflow(attribute(module, attr, where), where), entry.name, where)
+    loaded = named(as_workflow(attribute(module, attr, where), where), entry.name, where)
+    extra = [s.schedule for s in config.schedules if s.workflow == entry.name]
+    if not extra:
+        return loaded
+    return as_workflow(with_schedules(loaded, extra), f"{config.path}: key '[[schedules]]'")
+
+
+def with_schedules(workflow: Any, schedules: list[Schedule]) -> Any:
+    """``workflow`` declaring ``schedules`` after its own: a class is subclassed, an object
+    (Pipeline, Dag) copied."""
+    definition = definition_of(workflow)
+    declared = (*definition.schedules, *schedules)
+    if isinstance(workflow, type):
+        return type(
+            workflow.__name__,
+            (workflow,),
+            {
+                "name": definition.name,
+                "schedules": declared,
+                "__module__": workflow.__module__,
+                "__qualname__": workflow.__qualname__,
+                "__doc__": workflow.__doc__,
+            },
+        )
+    copied = copy.copy(workflow)
+    copied.schedules = declared
+    return copied
 
 
 def load_workflows(config: ProjectConfig) -> list[Any]:

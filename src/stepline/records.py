@@ -179,6 +179,9 @@ class InstanceRecord:
     ready_at: float | None = None
     lease_owner: str | None = None
     parent: dict[str, Any] | None = None
+    schedule: dict[str, Any] | None = None
+    """For an instance a cron schedule created: ``{"name", "cron", "tick"}`` (tick: seconds
+    since the epoch); None otherwise."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -281,4 +284,48 @@ class WorkerInfo:
             "concurrency": self.concurrency,
             "running": self.running,
             "live": self.live(now),
+        }
+
+
+@dataclass(frozen=True)
+class ScheduleRecord:
+    """A cron schedule as stored: its declaration (synced from code) and its state.
+
+    ``last_tick``: the latest tick the scheduler handled (fired, skipped or buffered), None
+    before the first; ``last_instance``: the id of the instance it last created;
+    ``buffered_tick``: a tick held back by ``overlap = "buffer_one"`` until the previous
+    instance finishes. Times are seconds since the epoch.
+    """
+
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    params: Any
+    catch_up: str
+    catch_up_limit: int
+    overlap: str
+    paused: bool
+    last_tick: float | None
+    last_instance: str | None
+    buffered_tick: float | None
+    created_at: float
+    updated_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "workflow": self.workflow,
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "params": self.params,
+            "catch_up": self.catch_up,
+            "catch_up_limit": self.catch_up_limit,
+            "overlap": self.overlap,
+            "paused": self.paused,
+            "last_tick": self.last_tick,
+            "last_instance": self.last_instance,
+            "buffered_tick": self.buffered_tick,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
         }

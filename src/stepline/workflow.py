@@ -6,12 +6,13 @@ import ast
 import inspect
 import re
 import textwrap
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from .errors import DefinitionError
+from .schedule import Schedule, as_schedule
 from .step import WorkflowStep
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$")
@@ -29,6 +30,9 @@ class WorkflowEvent:
     timestamp: datetime
     instance_id: str
     workflow_name: str
+    schedule: dict[str, Any] | None = None
+    """For an instance a cron schedule created: ``{"cron": ..., "scheduled_time": datetime}``
+    (the tick, in UTC); None otherwise."""
 
     def __post_init__(self) -> None:
         if self.payload is None:
@@ -49,6 +53,8 @@ class Workflow:
     """
 
     name: str = ""
+    schedules: ClassVar[Iterable[str | Schedule]] = ()
+    """Cron schedules that create instances: cron strings or :class:`~stepline.Schedule`."""
 
     async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.run() is not implemented")
@@ -130,11 +136,15 @@ def validate_name(name: str, *, what: str) -> str:
 
 def workflow(
     name: str | None = None,
+    *,
+    schedules: Iterable[str | Schedule] = (),
 ) -> Callable[[RunFunction], type[Workflow]]:
     """Decorator form: ``@workflow(name="greeting")`` on ``async def fn(event, step)``.
 
-    Returns a :class:`Workflow` subclass, usable everywhere a workflow class is.
+    Returns a :class:`Workflow` subclass, usable everywhere a workflow class is. ``schedules``:
+    cron strings or :class:`~stepline.Schedule` objects (see :attr:`Workflow.schedules`).
     """
+    declared = tuple(schedules)
 
     def decorate(fn: RunFunction) -> type[Workflow]:
         if not callable(fn):
@@ -151,6 +161,7 @@ def workflow(
             (Workflow,),
             {
                 "name": wf_name,
+                "schedules": declared,
                 "run": run,
                 "__doc__": fn.__doc__,
                 "__module__": fn.__module__,
@@ -169,6 +180,8 @@ class WorkflowDefinition:
 
     name: str
     cls: type[Workflow]
+    schedules: tuple[Schedule, ...] = field(default=(), kw_only=True)
+    """The declared schedules, each with its name set (:meth:`Schedule.named`)."""
 
     @property
     def class_name(self) -> str:
@@ -216,17 +229,40 @@ def definition_of(obj: Any) -> WorkflowDefinition:
     """Accept a :class:`Workflow` subclass or instance (pipelines and DAGs are instances)."""
     if isinstance(obj, type) and issubclass(obj, Workflow):
         check_workflow_class(obj)
-        name = obj.__dict__.get("name") or kebab_case(obj.__name__)
-        return WorkflowDefinition(validate_name(name, what="workflow name"), obj)
+        name = validate_name(
+            obj.__dict__.get("name") or kebab_case(obj.__name__), what="workflow name"
+        )
+        schedules = _schedules(obj.schedules, name, f"workflow class {obj.__qualname__}")
+        return WorkflowDefinition(name, obj, schedules=schedules)
     if isinstance(obj, Workflow):
         check_workflow_class(type(obj))
         obj.validate()
-        name = obj.name or kebab_case(type(obj).__name__)
-        return _InstanceDefinition(validate_name(name, what="workflow name"), type(obj), obj)
+        name = validate_name(obj.name or kebab_case(type(obj).__name__), what="workflow name")
+        what = f"workflow {name!r} ({type(obj).__qualname__})"
+        schedules = _schedules(obj.schedules, name, what)
+        return _InstanceDefinition(name, type(obj), obj, schedules=schedules)
     raise DefinitionError(
         f"{obj!r} is not a workflow: pass a Workflow subclass, a @workflow function, "
         "a Pipeline or a Dag"
     )
+
+
+def _schedules(declared: Any, workflow: str, what: str) -> tuple[Schedule, ...]:
+    """The declared schedules made :class:`Schedule` objects and named; errors name ``what``."""
+    if isinstance(declared, (str, Schedule)) or not isinstance(declared, Iterable):
+        raise DefinitionError(
+            f"{what}: schedules must be a list of cron strings or Schedules, not {declared!r}"
+        )
+    found: dict[str, Schedule] = {}
+    for index, value in enumerate(declared):
+        schedule = as_schedule(value, where=f"{what}: schedules[{index}]").named(workflow)
+        if schedule.key in found:
+            raise DefinitionError(
+                f"{what}: two schedules are named {schedule.key!r} ({found[schedule.key].cron!r}"
+                f" and {schedule.cron!r}); give one of them another name"
+            )
+        found[schedule.key] = schedule
+    return tuple(found.values())
 
 
 @dataclass(frozen=True)

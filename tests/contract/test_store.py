@@ -59,6 +59,8 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     await store.close()
     # the database as the first migration left it
     raw(store_url, "DROP TABLE workers")
+    raw(store_url, "DROP TABLE schedules")
+    raw(store_url, "ALTER TABLE instances DROP COLUMN schedule")
     raw(store_url, "DELETE FROM schema_migrations WHERE version > 1")
     reopened = await open_store()
     versions = [(m.version,) for m in load_migrations(store_kind)]
@@ -67,6 +69,7 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     now = reopened.now()
     await reopened.heartbeat(WorkerInfo("w", "h", 1, now, now, 1.0, (WF,), 1, 0), now)
     assert [w.id for w in await reopened.list_workers()] == ["w"]
+    assert await reopened.list_schedules() == []
 
 
 async def test_close_finishes_pending_writes_and_is_idempotent(

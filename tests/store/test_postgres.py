@@ -139,8 +139,8 @@ async def test_two_schemas_in_one_database_do_not_see_each_other(schemas: list[s
         " WHERE table_schema = ANY(%s) GROUP BY table_schema",
         ([a, b],),
     )
-    # workflows, instances, steps, events, workers, schema_migrations
-    assert dict(tables) == {a: 6, b: 6}
+    # workflows, instances, steps, events, workers, schedules, schema_migrations
+    assert dict(tables) == {a: 7, b: 7}
 
 
 # -- migrations ----------------------------------------------------------------------------------

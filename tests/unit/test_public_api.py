@@ -24,6 +24,7 @@ EXPECTED = {
     "NonRetryableError",
     "Pipeline",
     "RetryConfig",
+    "Schedule",
     "StepConfig",
     "StepContext",
     "StepFailedError",

@@ -191,4 +191,10 @@ class Activation:
             timestamp=datetime.fromtimestamp(instance.created_at, UTC),
             instance_id=instance.id,
             workflow_name=instance.workflow,
+            schedule=None
+            if instance.schedule is None
+            else {
+                "cron": instance.schedule["cron"],
+                "scheduled_time": datetime.fromtimestamp(instance.schedule["tick"], UTC),
+            },
         )

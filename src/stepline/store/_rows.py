@@ -19,6 +19,7 @@ from ..records import (
     InstanceRecord,
     InstanceStatusName,
     PendingEvent,
+    ScheduleRecord,
     StepKind,
     StepRecord,
     StepStatus,
@@ -52,6 +53,26 @@ class InstanceRow(NamedTuple):
     ready_at: float | None
     lease_owner: str | None
     parent: str | None
+    schedule: str | None
+
+
+class ScheduleRow(NamedTuple):
+    """A ``schedules`` row; ``params`` is JSON text, ``paused`` a boolean or 0/1."""
+
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    params: str | None
+    catch_up: str
+    catch_up_limit: int
+    overlap: str
+    paused: Any
+    last_tick: float | None
+    last_instance: str | None
+    buffered_tick: float | None
+    created_at: float
+    updated_at: float
 
 
 class PendingEventRow(NamedTuple):
@@ -118,7 +139,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
     """The record of a row that begins with the :class:`InstanceRow` columns (more may follow)."""
     (
         pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
-        updated_at, started_at, ended_at, ready_at, lease_owner, parent,
+        updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule,
     ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
         pk=pk,
@@ -137,7 +158,18 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
         ready_at=ready_at,
         lease_owner=lease_owner,
         parent=loads(parent),
+        schedule=loads(schedule),
     )
+
+
+def schedule_from_row(row: Sequence[Any]) -> ScheduleRecord:
+    """The record of a :class:`ScheduleRow`."""
+    r = ScheduleRow._make(row)
+    return ScheduleRecord(
+        r.name, r.workflow, r.cron, r.timezone, loads(r.params), r.catch_up, r.catch_up_limit,
+        r.overlap, bool(r.paused), r.last_tick, r.last_instance, r.buffered_tick, r.created_at,
+        r.updated_at,
+    )  # fmt: skip
 
 
 def step_from_row(row: Sequence[Any]) -> StepRecord:

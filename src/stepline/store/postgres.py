@@ -35,12 +35,14 @@ from ..records import (
     InstanceEvent,
     InstancePage,
     InstanceRecord,
+    ScheduleRecord,
     StepRecord,
     WorkerInfo,
     WorkflowInfo,
 )
 from ._batcher import Batcher
 from ._pgdb import Conn, Database, describe, split_url
+from ._pgschedules import PgSchedules
 from ._pgsql import Statements, history_from_json, indexed_rows, json_rows
 from ._rows import (
     INSTANCE_COLUMNS,
@@ -62,6 +64,7 @@ from .base import (
     History,
     Lease,
     NewInstance,
+    ScheduleDefinition,
     StepWrite,
     Store,
     WorkflowMeta,
@@ -134,6 +137,7 @@ class PostgresStore(Store):
             conninfo, describe(conninfo, self.schema), max_connections=max_connections
         )
         self._sql = Statements.for_schema(self.schema)
+        self._schedules = PgSchedules(self._db, self.schema)
         self.channel = f"stepline_{self.schema}"[:63]
         """The LISTEN/NOTIFY channel of this schema."""
         self._source = secrets.token_hex(6)
@@ -359,7 +363,13 @@ class PostgresStore(Store):
             "trigger": trigger,
             "now": params_now,
             "items": json_rows(
-                {"ord": n, "id": i.id, "params": i.params, "parent": i.parent}
+                {
+                    "ord": n,
+                    "id": i.id,
+                    "params": i.params,
+                    "parent": i.parent,
+                    "schedule": i.schedule,
+                }
                 for n, i in enumerate(unique.values())
             ),
             "channel": self.channel,
@@ -871,6 +881,66 @@ class PostgresStore(Store):
             await conn.execute(query, (worker_id,))
 
         await self._db.retrying(f"removing worker {worker_id!r}", attempt)
+
+    # -- cron schedules --------------------------------------------------------------------------
+
+    async def sync_schedules(
+        self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
+    ) -> list[ScheduleRecord]:
+        if not workflows:
+            if schedules:
+                raise ValueError("schedules given without their workflows")
+            return []
+        return await self._schedules.sync(workflows, schedules, self.now())
+
+    async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:
+        return await self._schedules.list(workflow)
+
+    async def get_schedule(self, name: str) -> ScheduleRecord:
+        return await self._schedules.get(name)
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleRecord:
+        return await self._schedules.set_paused(name, paused, self.now())
+
+    async def advance_schedule(
+        self,
+        name: str,
+        *,
+        expected_last_tick: float | None,
+        expected_buffered_tick: float | None,
+        last_tick: float | None,
+        buffered_tick: float | None,
+        create: NewInstance | None = None,
+    ) -> bool:
+        now = self.now()
+        make = None
+        if create is not None:
+            item = create
+
+            async def make_instance(conn: Conn, workflow: str) -> None:
+                params = {
+                    "workflow": workflow, "trigger": "cron", "now": now,
+                    "items": json_rows([{
+                        "ord": 0, "id": item.id, "params": item.params, "parent": item.parent,
+                        "schedule": item.schedule,
+                    }]),
+                    "channel": self.channel, "note": self._note(), "leased": 0, "owner": None,
+                    "expires": None,
+                }  # fmt: skip
+                await conn.execute(self._sql.create_instances, params)
+
+            make = make_instance
+        applied = await self._schedules.advance(
+            name,
+            (expected_last_tick, expected_buffered_tick),
+            (last_tick, buffered_tick),
+            None if create is None else create.id,
+            make,
+            now,
+        )
+        if applied and create is not None:
+            self._notify_ready()
+        return applied
 
 
 _CLAIM_IN_ORDER = "SET LOCAL enable_bitmapscan = off"

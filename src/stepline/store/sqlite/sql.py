@@ -88,8 +88,8 @@ def existing_ids(n: int) -> str:
 
 INSERT_INSTANCE = (
     "INSERT INTO instances (workflow, id, status, params, trigger, parent, ready_at,"
-    " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at, schedule)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 INSTANCE_BY_ID = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE workflow = ? AND id = ?"
 INSTANCE_BY_PK = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE pk = ?"
@@ -181,7 +181,8 @@ def claim_due(n_workflows: int) -> str:
     return (
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         " ELSE status END, params, output, error, rollback, trigger, created_at, ?,"
-        " COALESCE(started_at, ?), ended_at, ?, ?, parent, lease_token + 1, control, event_seq"
+        " COALESCE(started_at, ?), ended_at, ?, ?, parent, schedule,"
+        " lease_token + 1, control, event_seq"
         f" FROM instances WHERE ready_at <= ? AND {_in_workflows(n_workflows)}"
         " ORDER BY ready_at LIMIT ?"
     )

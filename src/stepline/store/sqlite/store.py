@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..._json import dumps
-from ...errors import InstanceNotFoundError
+from ...errors import InstanceNotFoundError, ScheduleNotFoundError
 from ...records import (
     InstanceEvent,
     InstancePage,
     InstanceRecord,
+    ScheduleRecord,
     StepRecord,
     WorkerInfo,
     WorkflowInfo,
@@ -25,6 +26,7 @@ from .._rows import (
     encode_cursor,
     event_from_row,
     instance_from_row,
+    schedule_from_row,
     settle_sleeps,
     step_from_row,
     worker_from_row,
@@ -36,10 +38,12 @@ from ..base import (
     Finish,
     Lease,
     NewInstance,
+    ScheduleDefinition,
     StepWrite,
     Store,
     WorkflowMeta,
 )
+from . import schedules as cron
 from . import sql
 from . import transactions as tx
 from .db import Database, missing_message
@@ -303,3 +307,58 @@ class SqliteStore(Store):
 
     async def forget_worker(self, worker_id: str) -> None:
         await self._db.write(lambda c: tx.forget_worker(c, worker_id))
+
+    # -- cron schedules --------------------------------------------------------------------------
+
+    async def sync_schedules(
+        self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
+    ) -> list[ScheduleRecord]:
+        if not workflows:
+            if schedules:
+                raise ValueError("schedules given without their workflows")
+            return []
+        now = self.now()
+        synced: list[ScheduleRecord] = await self._db.write(
+            lambda c: cron.sync(c, workflows, schedules, now), durable=True
+        )
+        return synced
+
+    async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:
+        if workflow is None:
+            rows = await self._db.read(cron.LIST_SCHEDULES)
+        else:
+            rows = await self._db.read(cron.SCHEDULES_OF, (workflow,))
+        return [schedule_from_row(row) for row in rows]
+
+    async def get_schedule(self, name: str) -> ScheduleRecord:
+        rows = await self._db.read(cron.SCHEDULE_BY_NAME, (name,))
+        if not rows:
+            raise ScheduleNotFoundError(name)
+        return schedule_from_row(rows[0])
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleRecord:
+        now = self.now()
+        record: ScheduleRecord = await self._db.write(
+            lambda c: cron.set_paused(c, name, paused, now), durable=True
+        )
+        return record
+
+    async def advance_schedule(
+        self,
+        name: str,
+        *,
+        expected_last_tick: float | None,
+        expected_buffered_tick: float | None,
+        last_tick: float | None,
+        buffered_tick: float | None,
+        create: NewInstance | None = None,
+    ) -> bool:
+        now = self.now()
+        expected = (expected_last_tick, expected_buffered_tick)
+        new = (last_tick, buffered_tick)
+        applied: bool = await self._db.write(
+            lambda c: cron.advance(c, name, expected, new, create, now), durable=True
+        )
+        if applied and create is not None:
+            self._notify_ready()
+        return applied

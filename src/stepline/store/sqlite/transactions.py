@@ -84,7 +84,7 @@ def create(
             sql.INSERT_INSTANCE,
             (
                 workflow, item.id, status, item.params, trigger, item.parent, ready, now, now,
-                leased_to, token, expires, started,
+                leased_to, token, expires, started, item.schedule,
             ),
         )  # fmt: skip
         # The record from what was written: SQLite's RETURNING is slow per row.
@@ -105,6 +105,7 @@ def create(
             ready_at=ready,
             lease_owner=leased_to,
             parent=item.parent,
+            schedule=item.schedule,
         )
         created.append(instance_from_row(row))
     return created

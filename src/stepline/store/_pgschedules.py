@@ -1,0 +1,135 @@
+"""The PostgreSQL store's cron schedule operations (``Store``'s "cron schedules" section):
+their statements and transactions, apart from the instance machinery."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from psycopg import sql
+
+from ..errors import ScheduleNotFoundError
+from ..records import ScheduleRecord
+from ._pgdb import Conn, Database
+from ._rows import ScheduleRow, columns, schedule_from_row
+from .base import ScheduleDefinition
+
+_DECLARED = ("workflow", "cron", "timezone", "params", "catch_up", "catch_up_limit", "overlap")
+_TEMPLATES = {
+    "list": "SELECT {cols} FROM {s}.schedules ORDER BY name",
+    "of_workflow": "SELECT {cols} FROM {s}.schedules WHERE workflow = %s ORDER BY name",
+    "of_workflows": "SELECT {cols} FROM {s}.schedules WHERE workflow = ANY(%s) ORDER BY name",
+    "get": "SELECT {cols} FROM {s}.schedules WHERE name = %s",
+    "delete_unlisted": (
+        "DELETE FROM {s}.schedules WHERE workflow = ANY(%s) AND NOT (name = ANY(%s))"
+    ),
+    "upsert": (
+        "INSERT INTO {s}.schedules (name, workflow, cron, timezone, params, catch_up,"
+        " catch_up_limit, overlap, created_at, updated_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+        + ", ".join(f"{c} = excluded.{c}" for c in _DECLARED)
+        + ", updated_at = CASE WHEN "
+        + " AND ".join(f"schedules.{c} IS NOT DISTINCT FROM excluded.{c}" for c in _DECLARED)
+        + " THEN schedules.updated_at ELSE excluded.updated_at END"
+    ),
+    "set_paused": (
+        "UPDATE {s}.schedules SET paused = %s, updated_at = %s WHERE name = %s AND paused <> %s"
+    ),
+    "advance": (
+        "UPDATE {s}.schedules SET last_tick = %s, buffered_tick = %s, updated_at = %s,"
+        " last_instance = coalesce(%s, last_instance)"
+        " WHERE name = %s AND last_tick IS NOT DISTINCT FROM %s"
+        " AND buffered_tick IS NOT DISTINCT FROM %s RETURNING workflow"
+    ),
+}
+
+
+class PgSchedules:
+    """The schedule operations on one schema; ``create`` runs the store's instance creation on
+    a connection inside the caller's transaction."""
+
+    def __init__(self, db: Database, schema: str) -> None:
+        self._db = db
+        parts = {"s": sql.Identifier(schema), "cols": sql.SQL(columns(ScheduleRow._fields))}
+        self._sql = {
+            name: sql.SQL(text).format(**parts).as_string() for name, text in _TEMPLATES.items()
+        }
+
+    async def sync(
+        self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition], now: float
+    ) -> list[ScheduleRecord]:
+        for s in schedules:
+            if s.workflow not in workflows:
+                raise ValueError(
+                    f"schedule {s.name!r} is of workflow {s.workflow!r}, not one of those synced"
+                )
+        q = self._sql
+
+        async def body(conn: Conn) -> list[Any]:
+            await conn.execute(q["delete_unlisted"], (list(workflows), [s.name for s in schedules]))
+            for s in sorted(schedules, key=lambda d: d.name):
+                await conn.execute(
+                    q["upsert"],
+                    (
+                        s.name, s.workflow, s.cron, s.timezone, s.params, s.catch_up,
+                        s.catch_up_limit, s.overlap, now, now,
+                    ),
+                )  # fmt: skip
+            cur = await conn.execute(q["of_workflows"], (list(workflows),))
+            return await cur.fetchall()
+
+        rows = await self._db.transaction("syncing schedules", body, pipelined=False)
+        return [schedule_from_row(row) for row in rows]
+
+    async def list(self, workflow: str | None) -> list[ScheduleRecord]:
+        if workflow is None:
+            rows = await self._db.read("listing schedules", self._sql["list"])
+        else:
+            rows = await self._db.read("listing schedules", self._sql["of_workflow"], (workflow,))
+        return [schedule_from_row(row) for row in rows]
+
+    async def get(self, name: str) -> ScheduleRecord:
+        rows = await self._db.read(f"reading schedule {name!r}", self._sql["get"], (name,))
+        if not rows:
+            raise ScheduleNotFoundError(name)
+        return schedule_from_row(rows[0])
+
+    async def set_paused(self, name: str, paused: bool, now: float) -> ScheduleRecord:
+        q = self._sql
+
+        async def body(conn: Conn) -> list[Any]:
+            await conn.execute(q["set_paused"], (paused, now, name, paused))
+            cur = await conn.execute(q["get"], (name,))
+            return await cur.fetchall()
+
+        rows = await self._db.transaction(f"pausing schedule {name!r}", body, pipelined=False)
+        if not rows:
+            raise ScheduleNotFoundError(name)
+        return schedule_from_row(rows[0])
+
+    async def advance(
+        self,
+        name: str,
+        expected: tuple[float | None, float | None],
+        new: tuple[float | None, float | None],
+        instance_id: str | None,
+        create: Callable[[Conn, str], Awaitable[None]] | None,
+        now: float,
+    ) -> bool:
+        q = self._sql
+
+        async def body(conn: Conn) -> bool:
+            # Concurrent updates of the row wait for each other and then re-check the WHERE
+            # clause: of several expecting the same state, one matches.
+            cur = await conn.execute(q["advance"], (*new, now, instance_id, name, *expected))
+            row = await cur.fetchone()
+            if row is None:
+                found = await conn.execute(q["get"], (name,))
+                if await found.fetchone() is None:
+                    raise ScheduleNotFoundError(name)
+                return False
+            if create is not None:
+                await create(conn, row[0])
+            return True
+
+        return await self._db.transaction(f"advancing schedule {name!r}", body, pipelined=False)

@@ -1,0 +1,104 @@
+"""The SQLite store's cron schedule statements and write transactions (see ``Store``'s
+"cron schedules" operations), kept apart from the instance machinery of ``sql`` and
+``transactions``."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from ...errors import ScheduleNotFoundError
+from ...records import ScheduleRecord
+from .._rows import ScheduleRow, columns, schedule_from_row
+from ..base import NewInstance, ScheduleDefinition
+from . import transactions as tx
+
+SCHEDULE_COLUMNS = columns(ScheduleRow._fields)
+_DECLARED = ("workflow", "cron", "timezone", "params", "catch_up", "catch_up_limit", "overlap")
+
+LIST_SCHEDULES = f"SELECT {SCHEDULE_COLUMNS} FROM schedules ORDER BY name"
+SCHEDULES_OF = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE workflow = ? ORDER BY name"
+SCHEDULE_BY_NAME = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE name = ?"
+UPSERT_SCHEDULE = (
+    "INSERT INTO schedules (name, workflow, cron, timezone, params, catch_up, catch_up_limit,"
+    " overlap, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (name) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _DECLARED)
+    + ", updated_at = CASE WHEN "
+    + " AND ".join(f"schedules.{c} IS excluded.{c}" for c in _DECLARED)
+    + " THEN schedules.updated_at ELSE excluded.updated_at END"
+)
+SET_PAUSED = "UPDATE schedules SET paused = ?, updated_at = ? WHERE name = ? AND paused != ?"
+ADVANCE = (
+    "UPDATE schedules SET last_tick = ?, buffered_tick = ?, updated_at = ?,"
+    " last_instance = coalesce(?, last_instance)"
+    " WHERE name = ? AND last_tick IS ? AND buffered_tick IS ?"
+    " RETURNING workflow"
+)
+
+
+def delete_unlisted(n_workflows: int, n_names: int) -> str:
+    """Delete the schedules of ``n_workflows`` workflows whose name is none of ``n_names``."""
+    names = f" AND name NOT IN ({','.join('?' * n_names)})" if n_names else ""
+    return f"DELETE FROM schedules WHERE workflow IN ({','.join('?' * n_workflows)}){names}"
+
+
+def sync(
+    c: sqlite3.Connection,
+    workflows: Sequence[str],
+    schedules: Sequence[ScheduleDefinition],
+    now: float,
+) -> list[ScheduleRecord]:
+    for s in schedules:
+        if s.workflow not in workflows:
+            raise ValueError(
+                f"schedule {s.name!r} is of workflow {s.workflow!r}, not one of those synced"
+            )
+    names = [s.name for s in schedules]
+    c.execute(delete_unlisted(len(workflows), len(names)), (*workflows, *names))
+    for s in schedules:
+        c.execute(
+            UPSERT_SCHEDULE,
+            (
+                s.name, s.workflow, s.cron, s.timezone, s.params, s.catch_up, s.catch_up_limit,
+                s.overlap, now, now,
+            ),
+        )  # fmt: skip
+    found = [
+        schedule_from_row(row)
+        for workflow in workflows
+        for row in c.execute(SCHEDULES_OF, (workflow,)).fetchall()
+    ]
+    return sorted(found, key=lambda record: record.name)
+
+
+def set_paused(c: sqlite3.Connection, name: str, paused: bool, now: float) -> ScheduleRecord:
+    c.execute(SET_PAUSED, (int(paused), now, name, int(paused)))
+    return _get(c, name)
+
+
+def advance(
+    c: sqlite3.Connection,
+    name: str,
+    expected: tuple[float | None, float | None],
+    new: tuple[float | None, float | None],
+    create: NewInstance | None,
+    now: float,
+) -> bool:
+    """Whether the compare-and-set applied (and ``create`` was created)."""
+    instance_id = create.id if create is not None else None
+    row = c.execute(ADVANCE, (*new, now, instance_id, name, *expected)).fetchone()
+    if row is None:
+        _get(c, name)  # an unknown name raises
+        return False
+    if create is not None:
+        (workflow,) = row
+        tx.create(c, workflow, [create], "cron", True, now, owner=None, lease_expires=now, limit=0)
+    return True
+
+
+def _get(c: sqlite3.Connection, name: str) -> ScheduleRecord:
+    row = c.execute(SCHEDULE_BY_NAME, (name,)).fetchone()
+    if row is None:
+        raise ScheduleNotFoundError(name)
+    return schedule_from_row(row)

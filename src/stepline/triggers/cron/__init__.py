@@ -1,0 +1,7 @@
+"""Cron schedules: the :class:`Scheduler` that fires them (one per engine that runs a worker)
+and the :class:`ScheduleClient` that lists, pauses, resumes, triggers and backfills them."""
+
+from .client import ScheduleClient, ScheduleInfo
+from .scheduler import Scheduler
+
+__all__ = ["ScheduleClient", "ScheduleInfo", "Scheduler"]

@@ -1,0 +1,161 @@
+"""The scheduler: fires the ticks of the served workflows' schedules, exactly once per tick.
+
+Every engine that runs a worker for workflows with schedules runs one. Each iteration
+(:meth:`Scheduler.run_once`) reads the stored schedules and, for each one declared here and not
+paused, works out which due ticks fire under its catch-up and overlap policies, then claims them
+with :meth:`~stepline.store.base.Store.advance_schedule`: a compare-and-set on the schedule's
+``last_tick``, in one transaction with the tick's instance. Of several schedulers that see the
+same tick, one claims it; the instance id derives from the schedule and the tick, so a tick
+never makes two instances (docs/triggers.md, "Cron schedules").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+
+from ...errors import InstanceNotFoundError, SteplineError
+from ...records import FINISHED_STATUSES, ScheduleRecord
+from ...store.base import NewInstance, Store
+from ...workflow import WorkflowDefinition
+from ._ticks import Served, served
+
+log = logging.getLogger("stepline.triggers")
+
+GRACE = 60.0
+"""With ``catch_up = "skip"`` a tick still fires this many seconds late (a slow iteration, a
+scheduler that just started); older missed ticks are skipped."""
+MAX_WAIT = 60.0
+"""The longest the loop sleeps between iterations (it notices pauses, resumes, finished
+instances holding a buffered tick, and schedules synced by other engines)."""
+
+
+class Scheduler:
+    """Fire the schedules that ``definitions`` declare, through ``store``.
+
+    :meth:`sync` writes the declared schedules to the store (those of the served workflows that
+    are no longer declared are deleted), :meth:`run_once` fires what is due at ``now``,
+    :meth:`run` does both until :meth:`stop`, sleeping until the next tick (at most
+    ``max_wait`` seconds).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        definitions: Iterable[WorkflowDefinition],
+        *,
+        grace: float = GRACE,
+        max_wait: float = MAX_WAIT,
+    ) -> None:
+        self.store = store
+        given = list(definitions)
+        self._workflows = [d.name for d in given]
+        self._served = served(given)
+        self.grace = grace
+        self.max_wait = max_wait
+        self._stopping = asyncio.Event()
+
+    @property
+    def schedules(self) -> list[str]:
+        """The names of the schedules served, sorted."""
+        return sorted(self._served)
+
+    async def sync(self) -> list[ScheduleRecord]:
+        """Store the declared schedules of the served workflows (see
+        :meth:`~stepline.store.base.Store.sync_schedules`)."""
+        return await self.store.sync_schedules(
+            self._workflows, [s.definition() for s in self._served.values()]
+        )
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self, *, synced: bool = False) -> None:
+        """Sync (unless ``synced``), then fire due ticks until :meth:`stop`. A store error is
+        logged and retried at the next iteration."""
+        if not synced:
+            await self.sync()
+        while not self._stopping.is_set():
+            now = self.store.now()
+            try:
+                await self.run_once(now)
+            except SteplineError as exc:
+                log.warning("scheduler iteration failed: %s", exc)
+            # From the iteration's own time: a tick that came during it is due at once.
+            wait = min(self.next_tick(now) - self.store.now(), self.max_wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), max(wait, 0.01))
+
+    def next_tick(self, now: float) -> float:
+        """The earliest tick after ``now`` of any served schedule (``now + max_wait`` if none)."""
+        ticks = [s.schedule.next_tick(now) for s in self._served.values()]
+        return min((t for t in ticks if t is not None), default=now + self.max_wait)
+
+    async def run_once(self, now: float) -> list[str]:
+        """Fire what is due at ``now``; return the ids of the instances created here."""
+        created: list[str] = []
+        for record in await self.store.list_schedules():
+            entry = self._served.get(record.name)
+            if entry is None or record.paused or record.workflow != entry.workflow:
+                continue
+            created.extend(await self._fire(entry, record, now))
+        return created
+
+    async def _fire(self, entry: Served, record: ScheduleRecord, now: float) -> list[str]:
+        created: list[str] = []
+        last, buffered = record.last_tick, record.buffered_tick
+        last_instance = record.last_instance
+        if buffered is not None and not await self._unfinished(entry.workflow, last_instance):
+            buffered_new = entry.instance(buffered)
+            if not await self.store.advance_schedule(
+                entry.name, expected_last_tick=last, expected_buffered_tick=buffered,
+                last_tick=last, buffered_tick=None, create=buffered_new,
+            ):  # fmt: skip
+                return created  # another scheduler moved it on: it decides
+            created.append(buffered_new.id)
+            buffered, last_instance = None, buffered_new.id
+        for tick, fire in self._due(entry, record, now):
+            new: NewInstance | None = entry.instance(tick) if fire else None
+            next_buffered = buffered
+            overlap = entry.schedule.overlap
+            if (
+                new is not None
+                and overlap != "allow"
+                and await self._unfinished(entry.workflow, last_instance)
+            ):
+                if overlap == "skip":
+                    new = None
+                elif overlap == "buffer_one":
+                    new, next_buffered = None, tick
+            if not await self.store.advance_schedule(
+                entry.name, expected_last_tick=last, expected_buffered_tick=buffered,
+                last_tick=tick, buffered_tick=next_buffered, create=new,
+            ):  # fmt: skip
+                break
+            last, buffered = tick, next_buffered
+            if new is not None:
+                created.append(new.id)
+                last_instance = new.id
+        return created
+
+    def _due(self, entry: Served, record: ScheduleRecord, now: float) -> list[tuple[float, bool]]:
+        """The ticks to claim, oldest first, each with whether it fires: the latest due ticks
+        the catch-up policy fires. Older due ticks are skipped: ``last_tick`` moves past them."""
+        schedule = entry.schedule
+        after = record.last_tick if record.last_tick is not None else record.created_at
+        limit = schedule.catch_up_limit if schedule.catch_up == "all" else 1
+        latest = schedule.latest_ticks(after, now, limit=limit)
+        if schedule.catch_up == "skip" and latest and now - latest[-1] > self.grace:
+            return [(latest[-1], False)]
+        return [(tick, True) for tick in latest]
+
+    async def _unfinished(self, workflow: str, instance_id: str | None) -> bool:
+        if instance_id is None:
+            return False
+        try:
+            instance = await self.store.get_instance(workflow, instance_id)
+        except InstanceNotFoundError:
+            return False
+        return instance.status not in FINISHED_STATUSES
