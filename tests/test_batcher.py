@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from stepline.store._pgbatch import Batcher
+from stepline.store._batcher import Batcher
 
 
 class Recorder:

@@ -39,7 +39,7 @@ from ..records import (
     WorkerInfo,
     WorkflowInfo,
 )
-from ._pgbatch import Batcher
+from ._batcher import Batcher
 from ._pgdb import Conn, Database, describe, split_url
 from ._pgsql import Statements, history_from_json, indexed_rows, json_rows
 from ._rows import (
