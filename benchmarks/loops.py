@@ -1,8 +1,9 @@
 """Event loops: what one PostgreSQL round trip costs the client on each loop.
 
 psycopg's asyncio connection registers the socket with the event loop and arms a timer for every
-wait; the store's own connection class (``stepline.store._pgconn.StoreConnection``) keeps the
-socket registered between round trips. This measures both on asyncio's own loop and on uvloop
+wait; the store's own connection class
+(``stepline.store.postgres.connection.StoreConnection``) keeps the socket registered between
+round trips. This measures both on asyncio's own loop and on uvloop
 (the loop stepline's CLI runs on where it is installed), against psycopg's blocking connection,
 which waits in C: a single-row ``INSERT`` one after another, with
 ``synchronous_commit=off`` for the session so that no WAL flush (whose time drifts by more than
@@ -24,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from stepline.store._pgconn import StoreConnection
+from stepline.store.postgres.connection import StoreConnection
 
 from ._config import BenchConfig, parse
 from ._floors import floor_table

@@ -1,5 +1,5 @@
-"""The PostgreSQL store's connection class (``stepline.store._pgconn``): the socket stays
-registered with the event loop between round trips, and everything psycopg's own wait promises
+"""The PostgreSQL store's connection class (``stepline.store.postgres.connection``): the socket
+stays registered with the event loop between round trips, and everything psycopg's own wait promises
 still holds (idle connections leave the loop alone, closed ones leave no registration behind,
 cancelled queries are cancelled in the server, large queries and timeouts work)."""
 
@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from stepline.store import _pgconn
-from stepline.store._pgconn import StoreConnection
+from stepline.store.postgres import connection as _pgconn
+from stepline.store.postgres.connection import StoreConnection
 
 from ._pg import pg_admin_url
 from .conftest import STORES

@@ -18,10 +18,10 @@ from psycopg import sql
 
 from stepline import Engine, InstanceNotFoundError, ManualClock, Workflow
 from stepline.errors import StoreError
-from stepline.store import postgres as postgres_store
 from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
+from stepline.store.postgres import store as postgres_store
 from stepline.worker import Worker, WorkerSettings
 
 from ._pg import ThrowawayServer, connect, drop_schema, pg_admin_url

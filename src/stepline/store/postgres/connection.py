@@ -30,7 +30,7 @@ Only the generator protocol (``psycopg.waiting.Wait`` and ``Ready``) and public 
 used; ``tests/test_pgconn.py`` holds the class to each of the points above.
 
 The module also holds the log filter that demotes to DEBUG what psycopg logs about the store's
-own connections as they fail in an outage, which the store reports once itself (``_pgdb``).
+own connections as they fail in an outage, which the store reports once itself (``db``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""PostgreSQL store: one database shared by any number of workers and clients on many machines.
-
-URL: ``postgresql://user:password@host:5432/dbname?schema=NAME`` (or ``postgres://``). Every table
-lives in schema ``NAME`` (default ``stepline``; created if missing), so stepline can share an
-application's database. The ``schema`` parameter is removed before connecting; other parameters
-(``sslmode``, ``host=/socket/dir``, ...) go to libpq unchanged. How the store claims, fences,
-groups writes, notifies, commits and retries: docs/architecture.md, "The PostgreSQL store".
-"""
+"""The PostgreSQL store's operations (the package docstring says what the store is)."""
 
 from __future__ import annotations
 
@@ -21,15 +14,15 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from .._json import dumps, loads
-from ..errors import (
+from ..._json import dumps, loads
+from ...errors import (
     IllegalStateError,
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     LeaseLostError,
     StoreError,
 )
-from ..records import (
+from ...records import (
     FINISHED_STATUSES,
     WORKER_EXPIRE_BEATS,
     InstanceEvent,
@@ -39,10 +32,8 @@ from ..records import (
     WorkerInfo,
     WorkflowInfo,
 )
-from ._batcher import Batcher
-from ._pgdb import Conn, Database, describe, split_url
-from ._pgsql import Statements, history_from_json, indexed_rows, json_rows
-from ._rows import (
+from .._batcher import Batcher
+from .._rows import (
     INSTANCE_COLUMNS,
     INTERRUPTED,
     claims_on_creation,
@@ -55,7 +46,7 @@ from ._rows import (
     settle_sleeps,
     step_from_row,
 )
-from .base import (
+from ..base import (
     Claim,
     ControlAction,
     Finish,
@@ -66,9 +57,11 @@ from .base import (
     Store,
     WorkflowMeta,
 )
-from .migrations import load_migrations
+from ..migrations import load_migrations
+from .db import Conn, Database, describe, split_url
+from .sql import Statements, history_from_json, indexed_rows, json_rows
 
-__all__ = ["PostgresStore", "split_url"]
+__all__ = ["PostgresStore"]
 
 log = logging.getLogger("stepline.store.postgres")
 

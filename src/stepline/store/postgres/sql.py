@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 from psycopg import sql
 
-from .._json import loads
-from ..records import PendingEvent
-from ._rows import INSTANCE_COLUMNS, STEP_COLUMNS, step_from_row
-from .base import History
+from ..._json import loads
+from ...records import PendingEvent
+from .._rows import INSTANCE_COLUMNS, STEP_COLUMNS, step_from_row
+from ..base import History
 
 # A step write: insert, or replace the step's earlier record (a retried or re-run step).
 _STEP_UPSERT = """

@@ -3,7 +3,7 @@
 A pool of autocommit connections (one of them held out of the pool for operations that come one
 at a time) with retries on connection faults, exactly-once transactions, and a listening
 connection that reconnects by itself. Why each kind of retry is safe is
-explained in :mod:`stepline.store.postgres`.
+explained in docs/architecture.md, "The PostgreSQL store".
 
 An outage (the server unreachable: stopped, restarting, cut off) is logged once, when a retry
 fails too, and once when the first operation succeeds again, not once per failed statement. A
@@ -34,9 +34,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import StoreError, StoreUnavailableError
-from ._pgconn import POOL_NAMES, StoreConnection, quiet_psycopg
-from .migrations import Migration
+from ...errors import StoreError, StoreUnavailableError
+from ..migrations import Migration
+from .connection import POOL_NAMES, StoreConnection, quiet_psycopg
 
 log = logging.getLogger("stepline.store.postgres")
 
