@@ -7,7 +7,7 @@ application's database. The ``schema`` parameter is removed before connecting; o
 groups writes, notifies, commits and retries: docs/architecture.md, "The PostgreSQL store".
 """
 
-from .db import split_url
 from .store import PostgresStore
+from .url import split_url
 
 __all__ = ["PostgresStore", "split_url"]
