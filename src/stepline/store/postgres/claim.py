@@ -14,7 +14,13 @@ import psycopg
 
 from ..._json import loads
 from ...records import PendingEvent
-from .._rows import INSTANCE_COLUMNS, histories_from_rows, instance_from_row, step_from_row
+from .._rows import (
+    INSTANCE_COLUMNS,
+    STEP_COLUMNS,
+    histories_from_rows,
+    instance_from_row,
+    step_from_row,
+)
 from ..base import Claim, History, Lease
 from .db import Conn, Database
 from .sql import CLAIM_IN_ORDER, Statements
@@ -25,8 +31,11 @@ _TOKEN, _CONTROL, _EVENT_SEQ, _PICKED_AT, _NEXT_READY = range(_N_ICOLS, _N_ICOLS
 """The new lease token, the pending control action, the event count the lease was taken at,
 the ``ready_at`` the row was picked at, and (on the first row) the earliest timer left."""
 
-_STEP_TIMES = (8, 9, 10)
-"""wake_at, started_at, ended_at: their positions in ``STEP_COLUMNS``."""
+_STEP_TIMES = tuple(
+    [name.strip() for name in STEP_COLUMNS.split(",")].index(time)
+    for time in ("wake_at", "started_at", "ended_at")
+)
+"""The positions of a step's times in ``STEP_COLUMNS``."""
 
 _FLOOR_MARGIN = 2.0
 """Seconds below the earliest timer (or the claim's time) that the next claim reads from: room for
@@ -107,7 +116,7 @@ class Claimer:
         }
         generation = self._generation
         rows, histories, recovered = await self._lease(params)
-        claims = await self._claims(rows, histories, owner)
+        claims = await self._to_claims(rows, histories, owner)
         # An empty claim also read the earliest timer: next_wakeup() can use it once, if nothing
         # became runnable meanwhile (which would have gone through became_ready).
         self._timer_hint = (key, generation, rows[0][_NEXT_READY]) if rows and not claims else None
@@ -149,13 +158,17 @@ class Claimer:
 
         return await self._db.retrying("claiming instances", attempt, priority=True)
 
-    async def _claims(self, rows: list[Any], histories: dict[int, Any], owner: str) -> list[Claim]:
+    async def _to_claims(
+        self, rows: list[Any], histories: dict[int, Any], owner: str
+    ) -> list[Claim]:
         claimed = [row for row in rows if row[0] is not None]  # none: one row of NULLs
         # A recovered claim's histories went with the lost reply: read them now, under the
         # leases and after the ``event_seq`` recovered with them, so they hold every event it
         # counts.
         missing = [row[0] for row in claimed if row[0] not in histories]
-        loaded = dict(zip(missing, await self.load_histories(missing), strict=True))
+        loaded = (
+            dict(zip(missing, await self.load_histories(missing), strict=True)) if missing else {}
+        )
         claims: list[Claim] = []
         for row in claimed:
             lease = Lease(row[0], row[_TOKEN], owner)

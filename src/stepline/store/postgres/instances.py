@@ -77,7 +77,7 @@ class InstanceWrites:
 
         return await self._db.transaction(f"creating instances of {workflow!r}", body)
 
-    async def apply(
+    async def control(
         self,
         workflow: str,
         instance_id: str,
@@ -120,7 +120,9 @@ class InstanceWrites:
         record = await self._db.transaction(f"{action} of instance {instance_id!r}", body)
         return record, woke_parent
 
-    async def _lock(self, conn: Conn, workflow: str, instance_id: str) -> tuple[int, str, str]:
+    async def _lock(
+        self, conn: Conn, workflow: str, instance_id: str
+    ) -> tuple[int, str, str | None]:
         """Lock the instance's row: its pk, status and lease owner."""
         cur = await conn.execute(self._sql.lock_instance, (workflow, instance_id))
         found = await cur.fetchone()

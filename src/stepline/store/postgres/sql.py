@@ -491,7 +491,7 @@ class Statements:
         return cls(**rendered)
 
 
-# -- statements built per call -------------------------------------------------------------------
+# -- statements without the schema, and statements built per call ---------------------------------
 
 CLAIM_IN_ORDER = "SET LOCAL enable_bitmapscan = off"
 """Keeps the claim reading the ``ready_at`` index in order and stopping at its limit.

@@ -284,7 +284,7 @@ class PostgresStore(Store):
         rollback: bool = False,
         from_step: tuple[str, int] | None = None,
     ) -> InstanceRecord:
-        record, woke_parent = await self._instances.apply(
+        record, woke_parent = await self._instances.control(
             workflow, instance_id, action, rollback, from_step, self.now()
         )
         self._notify_changed(workflow, instance_id)

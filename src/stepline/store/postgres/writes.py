@@ -110,7 +110,8 @@ def finish_row(lease: Lease, finish: Finish, now: float) -> FinishRow:
 
 
 class ActivationWrites:
-    """The statements of step records and finishes, run for a batch of rows at a time."""
+    """The statements of step records and finishes (each run for a batch of rows), renewals and
+    releases."""
 
     def __init__(self, db: Database, sql: Statements, notes: Notes) -> None:
         self._db = db
