@@ -25,12 +25,29 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from ...errors import StoreError, StoreUnavailableError
-from .connection import POOL_NAMES, StoreConnection, quiet_psycopg
 from .outage import Outages, one_line
 
 log = logging.getLogger("stepline.store.postgres")
 
 T = TypeVar("T")
+
+
+class StoreConnection(psycopg.AsyncConnection[Any]):
+    """psycopg's asyncio connection, unchanged, with a cursor kept for the statements of the hot
+    path; the class also tells the store's own connections apart in psycopg's logs."""
+
+    _kept: psycopg.AsyncCursor[Any] | None = None
+
+    def kept_cursor(self) -> psycopg.AsyncCursor[Any]:
+        """A cursor that stays with this connection, for the statements of the hot path (step
+        writes, finishes): ``execute`` on the connection makes a new cursor, with its own
+        adaptation context, for every statement, which costs CPU. A connection runs one
+        operation at a time, so its cursor is never shared; it holds on to its last (small)
+        result until its next statement."""
+        cursor = self._kept
+        if cursor is None or cursor.closed:
+            cursor = self._kept = self.cursor()
+        return cursor
 
 
 Conn = StoreConnection
@@ -407,3 +424,53 @@ class Database:
             if status != "in progress":
                 return status == "committed"
             await asyncio.sleep(0.05)  # its backend is still finishing: ask again
+
+
+# -- logs ------------------------------------------------------------------------------------
+
+POOL_NAMES = ("stepline", "stepline-leases")
+"""The store's connection pools: the general one, and the small one for leases and claims."""
+
+
+class _OwnConnectionNoise(logging.Filter):
+    """Demotes to DEBUG the records psycopg logs about the store's own pools and connections
+    failing, which come by the dozen per outage (the store logs the outage itself)."""
+
+    MESSAGES = frozenset(
+        {
+            "error connecting in %r: %s",
+            "discarding broken connection: %s",
+            "discarding closed connection: %s",
+            "error ignored terminating %r: %s",
+            "reconnection attempt in pool %r failed after %s sec",
+        }
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg not in self.MESSAGES or record.levelno <= logging.DEBUG:
+            return True
+        first = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        ours = (
+            first in POOL_NAMES
+            or isinstance(first, StoreConnection)
+            or isinstance(getattr(first, "_conn", None), StoreConnection)  # a pipeline's
+        )
+        if not ours:
+            return True
+        # The logger's level let a warning through; as DEBUG the record goes on only where
+        # DEBUG is wanted (a handler's level alone would not stop it).
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+_noise_filter = _OwnConnectionNoise()
+
+
+def quiet_psycopg() -> None:
+    """Installs the filter (once) on psycopg's loggers."""
+    for name in ("psycopg", "psycopg.pool"):
+        logger = logging.getLogger(name)
+        if _noise_filter not in logger.filters:
+            logger.addFilter(_noise_filter)
