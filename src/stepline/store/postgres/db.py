@@ -405,11 +405,7 @@ class Database:
                 return result
 
     async def _transaction_once(
-        self,
-        body: Callable[[Conn], Awaitable[T]],
-        state: _TxState,
-        pipelined: bool = True,
-        wait: float = _POOL_WAIT,
+        self, body: Callable[[Conn], Awaitable[T]], state: _TxState, pipelined: bool, wait: float
     ) -> T:
         async def run(conn: Conn) -> T:
             return await _exactly_once(conn, body, state, pipelined)

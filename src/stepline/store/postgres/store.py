@@ -71,11 +71,7 @@ class PostgresStore(Store):
     pushes_notifications = True
 
     def __init__(
-        self,
-        url: str,
-        clock: Callable[[], float] | None = None,
-        *,
-        max_connections: int = 8,
+        self, url: str, clock: Callable[[], float] | None = None, *, max_connections: int = 8
     ) -> None:
         super().__init__(clock)
         self.url = url
