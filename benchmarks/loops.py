@@ -1,13 +1,12 @@
 """Event loops: what one PostgreSQL round trip costs the client on each loop.
 
-psycopg's asyncio connection registers the socket with the event loop and arms a timer for every
-wait; the store's own connection class (``stepline.store._pgconn.StoreConnection``) keeps the
-socket registered between round trips. This measures both on asyncio's own loop and on uvloop
-(the loop stepline's CLI runs on where it is installed), against psycopg's blocking connection,
-which waits in C: a single-row ``INSERT`` one after another, with
-``synchronous_commit=off`` for the session so that no WAL flush (whose time drifts by more than
-the difference measured) hides the client's share. Wall and CPU time per statement; CPU is the
-measuring thread's own (user + system), so it is what the client spends per round trip.
+psycopg's asyncio connection (the one the store uses) registers the socket with the event loop
+and arms a timer for every wait. This measures it on asyncio's own loop and on uvloop (the loop
+stepline's CLI runs on where it is installed), against psycopg's blocking connection, which
+waits in C: a single-row ``INSERT`` one after another, with ``synchronous_commit=off`` for the
+session so that no WAL flush (whose time drifts by more than the difference measured) hides the
+client's share. Wall and CPU time per statement; CPU is the measuring thread's own (user +
+system), so it is what the client spends per round trip.
 
 SQLite is not measured: its store waits on no socket.
 
@@ -23,8 +22,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
-
-from stepline.store._pgconn import StoreConnection
 
 from ._config import BenchConfig, parse
 from ._floors import floor_table
@@ -85,7 +82,6 @@ def _modes() -> dict[str, Measure]:
         modes[f"psycopg's asyncio connection on {loop}"] = _on_loop(
             factory, psycopg.AsyncConnection
         )
-        modes[f"the store's connection on {loop}"] = _on_loop(factory, StoreConnection)
     return modes
 
 

@@ -1,20 +1,17 @@
-"""The PostgreSQL store's connection class (``stepline.store._pgconn``): the socket stays
-registered with the event loop between round trips, and everything psycopg's own wait promises
-still holds (idle connections leave the loop alone, closed ones leave no registration behind,
-cancelled queries are cancelled in the server, large queries and timeouts work)."""
+"""The PostgreSQL store's connections (``stepline.store.postgres.db``): what psycopg logs about
+them in an outage is demoted to DEBUG (the store logs the outage once itself), and only about
+them: an application's own pools and connections keep their warnings."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from stepline.store import _pgconn
-from stepline.store._pgconn import StoreConnection
+from stepline.store.postgres.db import POOL_NAMES, StoreConnection, quiet_psycopg
 
 from .._pg import pg_admin_url
 from ..conftest import STORES
@@ -26,196 +23,83 @@ pytestmark = [
 
 
 @pytest.fixture
-async def conn() -> AsyncIterator[StoreConnection]:
-    connection = await StoreConnection.connect(pg_admin_url(), autocommit=True)
+def pool_logger() -> Iterator[logging.Logger]:
+    """psycopg's pool logger with the store's filter on it, at WARNING unless a test lowers it."""
+    logger = logging.getLogger("psycopg.pool")
+    level, filters = logger.level, list(logger.filters)
+    quiet_psycopg()
+    logger.setLevel(logging.WARNING)
     try:
-        yield connection
+        yield logger
     finally:
-        await connection.close()
+        logger.setLevel(level)
+        logger.filters[:] = filters
 
 
-async def admin(statement: str, params: Any = ()) -> None:
-    """Run ``statement`` on a connection of its own (psycopg's stock class)."""
-    async with await psycopg.AsyncConnection.connect(pg_admin_url(), autocommit=True) as other:
-        await other.execute(statement, params)
-
-
-def registered(conn: StoreConnection) -> bool:
-    return conn._watch is not None and conn._watch.registered
-
-
-def counting(
-    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop, name: str
-) -> list[int]:
-    """Count the calls to ``loop.<name>`` (asyncio's own loop, whose methods can be patched)."""
-    calls: list[int] = []
-    original: Callable[..., Any] = getattr(loop, name)
-
-    def wrapper(fd: int, *args: Any) -> Any:
-        calls.append(fd)
-        return original(fd, *args)
-
-    monkeypatch.setattr(loop, name, wrapper)
-    return calls
-
-
-async def test_round_trips_register_the_socket_once(
-    conn: StoreConnection, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """psycopg's own wait adds and removes a reader around every round trip; this one registers
-    the socket at the first and keeps it."""
-    loop = asyncio.get_running_loop()
-    added = counting(monkeypatch, loop, "add_reader")
-    removed = counting(monkeypatch, loop, "remove_reader")
-    cursor = conn.kept_cursor()
-    for n in range(50):
-        await cursor.execute("SELECT %s::int", (n,))
-        assert await cursor.fetchall() == [(n,)]
-    assert added == [conn.pgconn.socket]
-    assert removed == []
-    assert registered(conn)
-
-
-@pytest.mark.both_loops
-async def test_data_nobody_waits_for_unregisters_the_socket_and_is_delivered_later(
-    conn: StoreConnection,
-) -> None:
-    """A notification arriving at an idle connection makes the socket readable with nobody
-    waiting: the socket is unregistered (a level-triggered reader would otherwise run again on
-    every turn of the loop), and the notification is read with the next round trip."""
-    await conn.execute("LISTEN pgconn_test")
-    assert registered(conn)
-    await admin("NOTIFY pgconn_test, 'hello'")
-    cpu = time.process_time()
-    await asyncio.sleep(0.3)
-    assert time.process_time() - cpu < 0.15  # a busy loop would have used the whole 0.3 s
-    assert not registered(conn)
-    assert await (await conn.execute("SELECT 1")).fetchall() == [(1,)]
-    assert registered(conn)
-    notes = [note.payload async for note in conn.notifies(timeout=2.0, stop_after=1)]
-    assert notes == ["hello"]
-
-
-@pytest.mark.both_loops
-async def test_notifications_wake_a_waiting_listener(conn: StoreConnection) -> None:
-    await conn.execute("LISTEN pgconn_wake")
-
-    async def first() -> str:
-        async for note in conn.notifies():
-            return note.payload
-        raise AssertionError("notifies() ended")
-
-    listening = asyncio.create_task(first())
-    await asyncio.sleep(0.05)
-    await admin("NOTIFY pgconn_wake, 'up'")
-    assert await asyncio.wait_for(listening, 5.0) == "up"
-
-
-@pytest.mark.both_loops
-async def test_a_connection_the_server_drops_while_idle_leaves_the_loop_alone(
-    conn: StoreConnection,
-) -> None:
-    await conn.execute("SELECT 1")
-    pid = conn.pgconn.backend_pid
-    await admin("SELECT pg_terminate_backend(%s)", (pid,))
-    cpu = time.process_time()
-    await asyncio.sleep(0.3)
-    assert time.process_time() - cpu < 0.15
-    assert not registered(conn)
-    with pytest.raises(psycopg.OperationalError):
-        await conn.execute("SELECT 1")
-
-
-@pytest.mark.both_loops
-async def test_a_connection_lost_mid_query_leaves_no_registration_behind(
-    conn: StoreConnection,
-) -> None:
-    """libpq closes the socket itself when it reads that the server went away, while the
-    socket is registered: the registration goes at once, so the next connection, which the
-    operating system gives the same descriptor, works."""
-    fd = conn.pgconn.socket
-    running = asyncio.create_task(conn.execute("SELECT pg_sleep(30)"))
-    await asyncio.sleep(0.2)
-    await admin("SELECT pg_terminate_backend(%s)", (conn.pgconn.backend_pid,))
-    with pytest.raises(psycopg.OperationalError):
-        await asyncio.wait_for(running, 10)
-    assert not registered(conn)
-    reused = False
-    for n in range(5):
-        other = await StoreConnection.connect(pg_admin_url(), autocommit=True)
-        try:
-            reused = reused or other.pgconn.socket == fd
-            query = other.execute("SELECT %s::int", (n,))
-            assert await (await asyncio.wait_for(query, 10)).fetchall() == [(n,)]
-        finally:
-            await other.close()
-    assert reused  # the case this test is about happened
-
-
-@pytest.mark.both_loops
-async def test_closing_unregisters_so_a_reused_descriptor_works() -> None:
-    """The operating system gives a new socket the lowest free descriptor, often the one a
-    connection just closed: a registration left behind would be found by the next connection."""
-    descriptors = []
-    for n in range(20):
-        connection = await StoreConnection.connect(pg_admin_url(), autocommit=True)
-        descriptors.append(connection.pgconn.socket)
-        assert await (await connection.execute("SELECT %s::int", (n,))).fetchall() == [(n,)]
-        assert registered(connection)
-        await connection.close()
-        assert not registered(connection)
-    assert len(set(descriptors)) < len(descriptors)  # the reuse this test is about happened
-
-
-@pytest.mark.both_loops
-async def test_a_cancelled_query_is_cancelled_in_the_server_and_the_connection_recovers(
-    conn: StoreConnection,
-) -> None:
-    """As with psycopg's own wait: cancelling the task cancels the query in the server and
-    brings the connection back to idle (the store keeps its spare connection on that)."""
-    running = asyncio.create_task(conn.execute("SELECT pg_sleep(30)"))
-    await asyncio.sleep(0.2)
-    running.cancel()
-    started = time.monotonic()
-    with pytest.raises(asyncio.CancelledError):
-        await running
-    assert time.monotonic() - started < 10  # not the query's 30 s
-    assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    assert await (await conn.execute("SELECT 2")).fetchall() == [(2,)]
-    assert registered(conn)
-
-
-@pytest.mark.both_loops
-async def test_a_query_larger_than_the_socket_buffer(conn: StoreConnection) -> None:
-    """Sending it waits for the socket to be writable: psycopg's own wait does that part, and
-    the next round trip registers the socket again."""
-    big = "x" * (16 * 1024 * 1024)
-    cursor = await conn.execute("SELECT length(%s)", (big,))
-    assert await cursor.fetchall() == [(len(big),)]
-    assert await (await conn.execute("SELECT 3")).fetchall() == [(3,)]
-    assert registered(conn)
-
-
-@pytest.mark.both_loops
-async def test_a_wait_with_a_timeout_uses_psycopgs_own(conn: StoreConnection) -> None:
-    await conn.execute("LISTEN pgconn_quiet")
-    assert registered(conn)
-    started = time.monotonic()
-    assert [note async for note in conn.notifies(timeout=0.2)] == []
-    assert time.monotonic() - started >= 0.2
-    assert not registered(conn)  # psycopg's wait registers and unregisters on its own
-    assert await (await conn.execute("SELECT 4")).fetchall() == [(4,)]
-    assert registered(conn)
-
-
-@pytest.mark.both_loops
-async def test_without_poll_psycopgs_own_wait_serves(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where ``select.poll`` is missing (Windows), the connection waits as psycopg does."""
-    monkeypatch.setattr(_pgconn, "_HAS_POLL", False)
-    fresh = await StoreConnection.connect(pg_admin_url(), autocommit=True)
+@pytest.fixture
+async def connections() -> AsyncIterator[tuple[StoreConnection, psycopg.AsyncConnection[Any]]]:
+    """One of the store's connections and one of an application's."""
+    ours = await StoreConnection.connect(pg_admin_url(), autocommit=True)
+    theirs = await psycopg.AsyncConnection.connect(pg_admin_url(), autocommit=True)
     try:
-        for n in range(3):
-            assert await (await fresh.execute("SELECT %s::int", (n,))).fetchall() == [(n,)]
-        assert fresh._watch is None
+        yield ours, theirs
     finally:
-        await fresh.close()
+        await ours.close()
+        await theirs.close()
+
+
+def passed(logger: logging.Logger, msg: str, *args: Any) -> logging.LogRecord | None:
+    """The record of a warning ``logger`` logs, as its filters leave it (None: dropped)."""
+    record = logger.makeRecord(logger.name, logging.WARNING, __file__, 0, msg, args, None)
+    return record if logger.filter(record) else None
+
+
+def test_the_store_pools_failures_are_dropped_unless_debug_is_wanted(
+    pool_logger: logging.Logger,
+) -> None:
+    for name in POOL_NAMES:
+        assert passed(pool_logger, "error connecting in %r: %s", name, "refused") is None
+        message = "reconnection attempt in pool %r failed after %s sec"
+        assert passed(pool_logger, message, name, 2.0) is None
+    pool_logger.setLevel(logging.DEBUG)
+    record = passed(pool_logger, "error connecting in %r: %s", POOL_NAMES[0], "refused")
+    assert record is not None
+    assert (record.levelno, record.levelname) == (logging.DEBUG, "DEBUG")
+
+
+def test_other_pools_and_other_messages_keep_their_warnings(pool_logger: logging.Logger) -> None:
+    record = passed(pool_logger, "error connecting in %r: %s", "the-app's-pool", "refused")
+    assert record is not None and record.levelno == logging.WARNING
+    record = passed(pool_logger, "connection lost in %r: %s", POOL_NAMES[0], "refused")
+    assert record is not None and record.levelno == logging.WARNING
+
+
+async def test_only_the_store_connections_are_quietened(
+    pool_logger: logging.Logger,
+    connections: tuple[StoreConnection, psycopg.AsyncConnection[Any]],
+) -> None:
+    ours, theirs = connections
+    for message in ("discarding broken connection: %s", "discarding closed connection: %s"):
+        assert passed(pool_logger, message, ours) is None
+        record = passed(pool_logger, message, theirs)
+        assert record is not None and record.levelno == logging.WARNING
+    async with ours.pipeline() as pipeline:  # a pipeline's own message names the pipeline
+        assert passed(pool_logger, "error ignored terminating %r: %s", pipeline, "x") is None
+
+
+def test_the_filter_is_installed_once(pool_logger: logging.Logger) -> None:
+    installed = len(pool_logger.filters)
+    quiet_psycopg()
+    quiet_psycopg()
+    assert len(pool_logger.filters) == installed
+
+
+def test_the_store_uses_psycopgs_own_wait() -> None:
+    """The store's connection class adds a kept cursor and overrides nothing of psycopg's
+    (docs/architecture.md, "The PostgreSQL store")."""
+    overridden = {
+        name
+        for name in vars(StoreConnection)
+        if not name.startswith("__") and hasattr(psycopg.AsyncConnection, name)
+    }
+    assert overridden == set()

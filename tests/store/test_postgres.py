@@ -18,10 +18,10 @@ from psycopg import sql
 
 from stepline import Engine, InstanceNotFoundError, ManualClock, Workflow
 from stepline.errors import StoreError
-from stepline.store import postgres as postgres_store
 from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
+from stepline.store.postgres.sql import CLAIM_IN_ORDER
 from stepline.worker import Worker, WorkerSettings
 
 from .._pg import ThrowawayServer, connect, drop_schema, pg_admin_url
@@ -431,7 +431,7 @@ async def test_a_claim_reads_the_history_its_activation_replays(schemas: list[st
         (again,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
         assert again.instance.id == claims[0].instance.id
         read = again.history
-        assert [read] == await store._load_histories([again.lease.pk])
+        assert [read] == await store._claims.load_histories([again.lease.pk])
         assert [s.name for s in read.steps] == ["s", "nap"]
         assert read.steps[0].output == {"x": [1, 2]}
         assert [e.type for e in read.events] == ["go", "other"]
@@ -551,7 +551,7 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
         pool = store._db._priority_pool
         assert pool is not None
         async with pool.connection() as conn, conn.transaction():
-            await conn.execute(postgres_store._CLAIM_IN_ORDER)
+            await conn.execute(CLAIM_IN_ORDER)
             cur = await conn.execute("EXPLAIN " + store._sql.claim, params)
             plan = "\n".join(row[0] for row in await cur.fetchall())
         picked = plan[plan.index("CTE picked") : plan.index("CTE paused")]
@@ -586,7 +586,7 @@ async def test_histories_load_through_the_primary_key_whatever_the_statistics(
             cur = await conn.execute("EXPLAIN " + store._sql.history_steps, (list(range(50)),))
             plan = "\n".join(row[0] for row in await cur.fetchall())
         assert "Seq Scan on steps" not in plan, plan
-        history = await store._load_histories([3, 7])
+        history = await store._claims.load_histories([3, 7])
         assert [[s.name for s in h.steps] for h in history] == [
             ["s15", "s16", "s17", "s18", "s19"],
             ["s35", "s36", "s37", "s38", "s39"],

@@ -1,18 +1,20 @@
-"""The PostgreSQL store's cron schedule operations (``Store``'s "cron schedules" section):
-their statements and transactions, apart from the instance machinery."""
+"""The PostgreSQL store's cron schedule operations (``Store``'s "cron schedules" section): their
+statements and transactions; a tick's instance is created by :class:`.instances.InstanceWrites`
+inside the same transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import sql
 
-from ..errors import ScheduleNotFoundError
-from ..records import ScheduleRecord
-from ._pgdb import Conn, Database
-from ._rows import ScheduleRow, columns, schedule_from_row
-from .base import ScheduleDefinition
+from ...errors import ScheduleNotFoundError
+from ...records import ScheduleRecord
+from .._rows import ScheduleRow, columns, schedule_from_row
+from ..base import NewInstance, ScheduleDefinition, Store
+from .db import Conn, Database
+from .instances import InstanceWrites
 
 _DECLARED = ("workflow", "cron", "timezone", "params", "catch_up", "catch_up_limit", "overlap")
 _TEMPLATES = {
@@ -44,12 +46,12 @@ _TEMPLATES = {
 }
 
 
-class PgSchedules:
-    """The schedule operations on one schema; ``create`` runs the store's instance creation on
-    a connection inside the caller's transaction."""
+class ScheduleWrites:
+    """The schedule operations on one schema."""
 
-    def __init__(self, db: Database, schema: str) -> None:
+    def __init__(self, db: Database, schema: str, instances: InstanceWrites) -> None:
         self._db = db
+        self._instances = instances
         parts = {"s": sql.Identifier(schema), "cols": sql.SQL(columns(ScheduleRow._fields))}
         self._sql = {
             name: sql.SQL(text).format(**parts).as_string() for name, text in _TEMPLATES.items()
@@ -58,6 +60,10 @@ class PgSchedules:
     async def sync(
         self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition], now: float
     ) -> list[ScheduleRecord]:
+        if not workflows:
+            if schedules:
+                raise ValueError("schedules given without their workflows")
+            return []
         for s in schedules:
             if s.workflow not in workflows:
                 raise ValueError(
@@ -112,8 +118,7 @@ class PgSchedules:
         name: str,
         expected: tuple[float | None, float | None],
         new: tuple[float | None, float | None],
-        instance_id: str | None,
-        create: Callable[[Conn, str], Awaitable[None]] | None,
+        create: NewInstance | None,
         now: float,
     ) -> bool:
         q = self._sql
@@ -121,6 +126,7 @@ class PgSchedules:
         async def body(conn: Conn) -> bool:
             # Concurrent updates of the row wait for each other and then re-check the WHERE
             # clause: of several expecting the same state, one matches.
+            instance_id = None if create is None else create.id
             cur = await conn.execute(q["advance"], (*new, now, instance_id, name, *expected))
             row = await cur.fetchone()
             if row is None:
@@ -129,7 +135,46 @@ class PgSchedules:
                     raise ScheduleNotFoundError(name)
                 return False
             if create is not None:
-                await create(conn, row[0])
+                await self._instances.insert(conn, row[0], create, "cron", now)
             return True
 
         return await self._db.transaction(f"advancing schedule {name!r}", body, pipelined=False)
+
+
+class ScheduleOperations(Store):
+    """The store contract's schedule operations (:class:`~stepline.store.base.ScheduleStore`)
+    on PostgreSQL: a base of :class:`~stepline.store.postgres.PostgresStore`, which sets
+    ``_schedules``."""
+
+    _schedules: ScheduleWrites
+
+    async def sync_schedules(
+        self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
+    ) -> list[ScheduleRecord]:
+        return await self._schedules.sync(workflows, schedules, self.now())
+
+    async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:
+        return await self._schedules.list(workflow)
+
+    async def get_schedule(self, name: str) -> ScheduleRecord:
+        return await self._schedules.get(name)
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleRecord:
+        return await self._schedules.set_paused(name, paused, self.now())
+
+    async def advance_schedule(
+        self,
+        name: str,
+        *,
+        expected_last_tick: float | None,
+        expected_buffered_tick: float | None,
+        last_tick: float | None,
+        buffered_tick: float | None,
+        create: NewInstance | None = None,
+    ) -> bool:
+        expected = (expected_last_tick, expected_buffered_tick)
+        new = (last_tick, buffered_tick)
+        applied = await self._schedules.advance(name, expected, new, create, self.now())
+        if applied and create is not None:
+            self._notify_ready()
+        return applied

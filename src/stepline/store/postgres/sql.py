@@ -9,17 +9,14 @@ activation writes take ``FOR KEY SHARE`` on their instance row, client control a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import orjson
 from psycopg import sql
 
-from .._json import loads
-from ..records import PendingEvent
-from ._rows import INSTANCE_COLUMNS, STEP_COLUMNS, step_from_row
-from .base import History
+from .._rows import INSTANCE_COLUMNS, STEP_COLUMNS
 
 # A step write: insert, or replace the step's earlier record (a retried or re-run step).
 _STEP_UPSERT = """
@@ -495,32 +492,63 @@ class Statements:
         return cls(**rendered)
 
 
-# -- parameters and results ------------------------------------------------------------------------
+# -- statements without the schema, and statements built per call ---------------------------------
+
+CLAIM_IN_ORDER = "SET LOCAL enable_bitmapscan = off"
+"""Keeps the claim reading the ``ready_at`` index in order and stopping at its limit.
+
+With statistics that lag behind the instances table (never analyzed, or a fleet that grew faster
+than autovacuum's next ANALYZE), the planner expects a handful of runnable rows and plans the
+claim as a bitmap scan of every due row, sorted: harmless while few rows are due, but while a
+worker works off a backlog each claim then reads and sorts the whole backlog, much slower than
+reading the index in order, and the backlog grows."""
+
+SERVER_CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
+"""The server's clock, in seconds since the epoch."""
 
 
-def json_rows(rows: Iterable[dict[str, Any]]) -> str:
+def list_instances(
+    schema: str, *, workflow: bool, status: bool, after: bool, oldest_first: bool
+) -> str:
+    """A page of instances, newest first (or oldest first), filtered by the parameters that are
+    given, in this order: workflow, status, the pk to continue after; then the page size."""
+    clauses = [
+        sql.SQL(clause)
+        for clause, given in (
+            ("workflow = %s", workflow),
+            ("status = %s", status),
+            ("pk > %s" if oldest_first else "pk < %s", after),
+        )
+        if given
+    ]
+    where = sql.SQL("WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")
+    query = sql.SQL("SELECT {cols} FROM {s}.instances {where} ORDER BY pk {order} LIMIT %s")
+    return query.format(
+        cols=sql.SQL(INSTANCE_COLUMNS),
+        s=sql.Identifier(schema),
+        where=where,
+        order=sql.SQL("ASC" if oldest_first else "DESC"),
+    ).as_string()
+
+
+def control_update(schema: str, assignments: str) -> str:
+    """The update of a control action: ``assignments`` (a ``SET`` clause from
+    :func:`~stepline.store._rows.control_assignments`), then the pk."""
+    return (
+        sql.SQL("UPDATE {}.instances SET {} WHERE pk = %s")
+        .format(sql.Identifier(schema), sql.SQL(assignments))
+        .as_string()
+    )
+
+
+# -- parameters ----------------------------------------------------------------------------------
+
+
+def json_rows(rows: Iterable[Mapping[str, Any]]) -> str:
     """Rows for ``json_to_recordset``: one parameter whatever the batch size, encoded in C."""
     return orjson.dumps(list(rows)).decode()
 
 
-def indexed_rows(rows: list[dict[str, Any]]) -> str:
+def indexed_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     """:func:`json_rows` with each row's position as ``idx``, to match results to rows."""
     return json_rows({**row, "idx": n} for n, row in enumerate(rows))
-
-
-def history_from_json(steps: str, events: str) -> History:
-    """The history ``claim`` read: JSON arrays of step columns and of event columns.
-
-    JSON has no float type, so times that are whole numbers come back as ints: made floats again.
-    """
-    records = []
-    for row in orjson.loads(steps):
-        for n in (8, 9, 10):  # wake_at, started_at, ended_at, as in STEP_COLUMNS
-            if row[n] is not None:
-                row[n] = float(row[n])
-        records.append(step_from_row(row))
-    pending = [
-        PendingEvent(pk, kind, loads(payload), float(at))
-        for pk, kind, payload, at in orjson.loads(events)
-    ]
-    return History(records, pending)

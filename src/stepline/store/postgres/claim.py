@@ -1,0 +1,246 @@
+"""The PostgreSQL store's claim: leasing runnable instances with their histories in one round
+trip, where in the ``ready_at`` index the next claim reads from (its floor), and the earliest
+timer an empty claim read on the way."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import psycopg
+
+from ..._json import loads
+from ...records import PendingEvent
+from .._rows import (
+    INSTANCE_COLUMNS,
+    STEP_COLUMNS,
+    histories_from_rows,
+    instance_from_row,
+    step_from_row,
+)
+from ..base import Claim, History, Lease
+from .db import Conn, Database
+from .sql import CLAIM_IN_ORDER, Statements
+
+# The columns of a ``claim`` (and ``claimed_by``) row after the instance's own.
+_N_ICOLS = len(INSTANCE_COLUMNS.split(","))
+_TOKEN, _CONTROL, _EVENT_SEQ, _PICKED_AT, _NEXT_READY = range(_N_ICOLS, _N_ICOLS + 5)
+"""The new lease token, the pending control action, the event count the lease was taken at,
+the ``ready_at`` the row was picked at, and (on the first row) the earliest timer left."""
+
+_STEP_TIMES = tuple(
+    [name.strip() for name in STEP_COLUMNS.split(",")].index(time)
+    for time in ("wake_at", "started_at", "ended_at")
+)
+"""The positions of a step's times in ``STEP_COLUMNS``."""
+
+_FLOOR_MARGIN = 2.0
+"""Seconds below the earliest timer (or the claim's time) that the next claim reads from: room for
+a write whose time was taken a little before it committed, and for other processes' clocks."""
+_FLOOR_RECHECK = 10.0
+"""Seconds between claims that read the ready_at index from its low end, for any straggler below
+the floor (a write that took longer than the margin to commit)."""
+
+_Rows = tuple[list[Any], dict[int, Any], bool]
+"""A claim's rows, the claimed instances' history rows by pk, and whether it was recovered."""
+
+
+@dataclass(frozen=True)
+class _ClaimFloor:
+    """Where a worker's claims read the ``ready_at`` index from.
+
+    Every change of an instance's state rewrites its row and changes ``ready_at``, so each leaves
+    a dead entry in that index, at or below the live ones, until a VACUUM removes it. A claim
+    reading the index from its low end walks all of them, which dominates its cost once many
+    instances have changed since the last VACUUM. A claim that came back short read the earliest
+    live timer; every later write sets ``ready_at`` to a time no earlier than its own clock (now, a
+    wake-up time, a lease expiry), so the claims after it can start a margin below that. A full
+    claim (a backlog, or a busy worker filling its free slots) picked every live row below its
+    first pick that it could lock, so the floor moves to a margin below that pick: without that,
+    the claims of a backlog kept the floor of its start and each walked the dead entries of every
+    instance claimed since, each claim slower than the one before, and from the low end for good
+    once the floor expired mid-backlog. A runnable row that another transaction
+    held locked during such a claim without changing its ``ready_at`` (an event sent to a queued
+    instance, a child waking a parent that is not waiting, a claim that rolled back) can be left
+    below the floor until the next read from the low end. Every ``_FLOOR_RECHECK`` seconds, or if
+    the clock went back, a claim reads from the low end again.
+    """
+
+    at: float
+    measured: float
+    """The store-clock time of the claim that set it."""
+    rechecked: float
+    """When a claim last read the index from its low end."""
+
+    def holds(self, now: float) -> bool:
+        return self.measured <= now < self.rechecked + _FLOOR_RECHECK
+
+
+class Claimer:
+    """One store's claims, the floor each set of workflows claims from, and the timer hint."""
+
+    def __init__(self, db: Database, sql: Statements) -> None:
+        self._db = db
+        self._sql = sql
+        self._floors: dict[tuple[str, ...], _ClaimFloor] = {}
+        self._timer_hint: tuple[tuple[str, ...], int, float | None] | None = None
+        self._generation = 0
+        """Counts what may have become runnable in this process: a hint from an earlier count
+        is stale."""
+
+    def became_ready(self) -> None:
+        """Something may have become runnable: the last claim's timer hint no longer holds."""
+        self._generation += 1
+
+    async def claim(
+        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+    ) -> list[Claim]:
+        """:meth:`~stepline.store.base.Store.claim`."""
+        if not workflows or limit <= 0:
+            return []
+        key = tuple(workflows)
+        floor = self._floors.get(key)
+        if floor is not None and not floor.holds(now):
+            floor = None
+        params = {
+            "now": now,
+            "floor": None if floor is None else floor.at,
+            "workflows": list(workflows),
+            "limit": limit,
+            "owner": owner,
+            "nonce": secrets.randbits(62),
+            "expires": now + lease_seconds,
+        }
+        generation = self._generation
+        rows, histories, recovered = await self._lease(params)
+        claims = await self._to_claims(rows, histories, owner)
+        # An empty claim also read the earliest timer: next_wakeup() can use it once, if nothing
+        # became runnable meanwhile (which would have gone through became_ready).
+        self._timer_hint = (key, generation, rows[0][_NEXT_READY]) if rows and not claims else None
+        if rows and not recovered:
+            self._move_floor(key, rows, len(claims) < limit, now, floor)
+        return claims
+
+    async def _lease(self, params: dict[str, Any]) -> _Rows:
+        """Run the claim, retrying connection faults; a retry first recovers the leases an
+        attempt whose reply was lost may have taken (tagged with the claim's nonce)."""
+        sql = self._sql
+        faulted = False
+
+        async def attempt(conn: Conn) -> _Rows:
+            nonlocal faulted
+            try:
+                if faulted:
+                    cur = await conn.execute(sql.claimed_by, (params["owner"], params["nonce"]))
+                    rows = await cur.fetchall()
+                    if rows:
+                        return rows, {}, True
+                # One round trip: BEGIN, the planner setting (local to the transaction, so a
+                # pooler in transaction mode never hands it to another client), the claim, the
+                # claimed instances' histories, COMMIT. (A failed claim leaves the transaction
+                # aborted; the pool rolls it back.)
+                async with conn.pipeline():
+                    await conn.execute("BEGIN")
+                    await conn.execute(CLAIM_IN_ORDER)
+                    cur = conn.cursor()
+                    await cur.execute(sql.claim, params)
+                    histories = conn.cursor()
+                    await histories.execute(sql.claimed_histories, params)
+                    await conn.execute("COMMIT")
+                rows = await cur.fetchall()
+                return rows, {row[0]: row for row in await histories.fetchall()}, False
+            except psycopg.OperationalError:
+                faulted = True
+                raise
+
+        return await self._db.retrying("claiming instances", attempt, priority=True)
+
+    async def _to_claims(
+        self, rows: list[Any], histories: dict[int, Any], owner: str
+    ) -> list[Claim]:
+        claimed = [row for row in rows if row[0] is not None]  # none: one row of NULLs
+        # A recovered claim's histories went with the lost reply: read them now, under the
+        # leases and after the ``event_seq`` recovered with them, so they hold every event it
+        # counts.
+        missing = [row[0] for row in claimed if row[0] not in histories]
+        loaded = (
+            dict(zip(missing, await self.load_histories(missing), strict=True)) if missing else {}
+        )
+        claims: list[Claim] = []
+        for row in claimed:
+            lease = Lease(row[0], row[_TOKEN], owner)
+            read = histories.get(lease.pk)
+            if read is None:
+                event_seq, history = row[_EVENT_SEQ], loaded[lease.pk]
+            else:
+                _pk, event_seq, steps, events = read
+                history = _history_from_json(steps, events)
+            claims.append(Claim(instance_from_row(row), lease, row[_CONTROL], event_seq, history))
+        return claims
+
+    def _move_floor(
+        self,
+        key: tuple[str, ...],
+        rows: list[Any],
+        short: bool,
+        now: float,
+        floor: _ClaimFloor | None,
+    ) -> None:
+        rechecked = now if floor is None else floor.rechecked
+        if short:  # it read the earliest timer left
+            next_ready: float | None = rows[0][_NEXT_READY]
+            earliest = now if next_ready is None else min(next_ready, now)
+        else:
+            # A full claim (a backlog, or a busy worker filling its free slots): no live row it
+            # could lock lies below its first pick, so the next claims read from a margin below
+            # that, not from wherever the floor was when the backlog began (each would walk the
+            # dead entries of every instance claimed since). A row another transaction held
+            # locked below it is found by the next read from the low end, as a straggler is.
+            # (The floor may move down a little: that only reads more.)
+            earliest = rows[0][_PICKED_AT]
+        self._floors[key] = _ClaimFloor(earliest - _FLOOR_MARGIN, now, rechecked)
+
+    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
+        """:meth:`~stepline.store.base.Store.next_wakeup`."""
+        if not workflows:
+            return None
+        hint, self._timer_hint = self._timer_hint, None
+        if hint is not None and hint[0] == tuple(workflows) and hint[1] == self._generation:
+            return hint[2]
+        rows = await self._db.read(
+            "looking for the next timer", self._sql.next_wakeup, (list(workflows),), priority=True
+        )
+        value = rows[0][0] if rows else None
+        return float(value) if value is not None else None
+
+    async def load_histories(self, pks: list[int]) -> list[History]:
+        """The histories of leased instances, in the order of ``pks``."""
+        if not pks:
+            return []
+        steps, events = await self._db.read_many(
+            "loading instance histories",
+            [(self._sql.history_steps, (pks,)), (self._sql.history_events, (pks,))],
+        )
+        found = histories_from_rows(pks, steps, events)
+        return [found[pk] for pk in pks]
+
+
+def _history_from_json(steps: str, events: str) -> History:
+    """The history ``claimed_histories`` read: JSON arrays of step columns and of event columns.
+
+    JSON has no float type, so times that are whole numbers come back as ints: made floats again.
+    """
+    records = []
+    for row in orjson.loads(steps):
+        for n in _STEP_TIMES:
+            if row[n] is not None:
+                row[n] = float(row[n])
+        records.append(step_from_row(row))
+    pending = [
+        PendingEvent(pk, kind, loads(payload), float(at))
+        for pk, kind, payload, at in orjson.loads(events)
+    ]
+    return History(records, pending)

@@ -1,0 +1,229 @@
+"""The PostgreSQL store's client writes to instances: creates, control actions (pause, resume,
+terminate, restart), events, deletes and purges. Each is one exactly-once transaction; those on
+existing instances lock the rows they change ``FOR UPDATE`` (see the lock protocol in ``sql``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..._json import dumps
+from ...errors import IllegalStateError, InstanceAlreadyExistsError, InstanceNotFoundError
+from ...records import FINISHED_STATUSES, InstanceRecord
+from .._rows import INTERRUPTED, control_assignments, control_transition, instance_from_row
+from ..base import ControlAction, NewInstance
+from .db import Conn, Database
+from .notes import Notes
+from .sql import Statements, control_update, json_rows
+
+_INTERRUPTED = dumps(INTERRUPTED, what="error")
+
+Leased = tuple[str, float, int] | None
+"""For a create that claims: the owner, the lease in seconds, and how many to lease."""
+
+
+class InstanceWrites:
+    """One store's creates, control actions, events, deletes and purges."""
+
+    def __init__(self, db: Database, sql: Statements, schema: str, notes: Notes) -> None:
+        self._db = db
+        self._sql = sql
+        self._schema = schema
+        self._notes = notes
+
+    async def create(
+        self,
+        workflow: str,
+        items: Sequence[NewInstance],
+        trigger: str,
+        skip_existing: bool,
+        lease: Leased,
+        now: float,
+    ) -> list[InstanceRecord]:
+        """Create the instances, in the order of ``items`` (the first item of an id wins);
+        ``lease``: (owner, seconds, limit), the first ``limit`` leased to ``owner`` (see
+        :meth:`~stepline.store.base.Store.create_and_claim`)."""
+        unique: dict[str, NewInstance] = {}
+        for item in items:
+            unique.setdefault(item.id, item)
+        if not unique:
+            return []
+        params = self._create_params(workflow, unique.values(), trigger, lease, now)
+
+        async def body(conn: Conn) -> list[InstanceRecord]:
+            # One statement inserts and (if it inserted anything) notifies; nothing commits
+            # unless every id was new or ``skip_existing`` allows some to be skipped.
+            cur = await conn.execute(self._sql.create_instances, params)
+            created = [instance_from_row(row) for row in await cur.fetchall()]
+            if not skip_existing and len(created) < len(unique):
+                existing = set(unique) - {r.id for r in created}
+                raise InstanceAlreadyExistsError(workflow, sorted(existing)[0])
+            order = {instance_id: n for n, instance_id in enumerate(unique)}
+            created.sort(key=lambda r: order[r.id])
+            return created
+
+        return await self._db.transaction(f"creating instances of {workflow!r}", body)
+
+    async def insert(
+        self, conn: Conn, workflow: str, item: NewInstance, trigger: str, now: float
+    ) -> None:
+        """Create one instance (an existing id is skipped) in the caller's transaction."""
+        params = self._create_params(workflow, [item], trigger, None, now)
+        await conn.execute(self._sql.create_instances, params)
+
+    def _create_params(
+        self,
+        workflow: str,
+        items: Iterable[NewInstance],
+        trigger: str,
+        lease: Leased,
+        now: float,
+    ) -> dict[str, Any]:
+        owner, seconds, limit = lease or (None, 0.0, 0)
+        return {
+            "workflow": workflow,
+            "trigger": trigger,
+            "now": now,
+            "items": json_rows(
+                {
+                    "ord": n,
+                    "id": i.id,
+                    "params": i.params,
+                    "parent": i.parent,
+                    "schedule": i.schedule,
+                }
+                for n, i in enumerate(items)
+            ),
+            "channel": self._notes.channel,
+            "note": self._notes.note(),
+            "leased": limit,
+            "owner": owner,
+            "expires": now + seconds if owner is not None else None,
+        }
+
+    async def control(
+        self,
+        workflow: str,
+        instance_id: str,
+        action: ControlAction,
+        rollback: bool,
+        from_step: tuple[str, int] | None,
+        now: float,
+    ) -> tuple[InstanceRecord, bool]:
+        """:meth:`~stepline.store.base.Store.control`: the instance afterwards, and whether it
+        woke a parent."""
+        q = self._sql
+        woke_parent = False
+
+        async def body(conn: Conn) -> InstanceRecord:
+            nonlocal woke_parent
+            pk, status, owner = await self._lock(conn, workflow, instance_id)
+            if action == "restart":
+                await self._restart(conn, pk, from_step, now)
+            else:
+                change = control_transition(
+                    workflow, instance_id, status, owner is not None, action, rollback
+                )
+                sets, params = control_assignments(change, now, "%s")
+                await conn.execute(control_update(self._schema, sets), (*params, pk))
+                if change.get("fence"):  # the fenced-out activation never records its steps
+                    await conn.execute(
+                        q.interrupt_running_steps, {"pk": pk, "now": now, "error": _INTERRUPTED}
+                    )
+                if change.get("end"):  # a child ended: wake a parent waiting for it
+                    cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
+                    woke_parent = woke_parent or bool(await cur.fetchall())
+            note = self._notes.note(workflow, instance_id)
+            await conn.execute(q.notify, (self._notes.channel, note))
+            cur = await conn.execute(q.get_instance_by_pk, (pk,))
+            row = await cur.fetchone()
+            if row is None:  # pragma: no cover - the row is locked by this transaction
+                raise InstanceNotFoundError(workflow, instance_id)
+            return instance_from_row(row)
+
+        record = await self._db.transaction(f"{action} of instance {instance_id!r}", body)
+        return record, woke_parent
+
+    async def _lock(
+        self, conn: Conn, workflow: str, instance_id: str
+    ) -> tuple[int, str, str | None]:
+        """Lock the instance's row: its pk, status and lease owner."""
+        cur = await conn.execute(self._sql.lock_instance, (workflow, instance_id))
+        found = await cur.fetchone()
+        if found is None:
+            raise InstanceNotFoundError(workflow, instance_id)
+        pk, status, owner = found
+        return pk, status, owner
+
+    async def _restart(
+        self, conn: Conn, pk: int, from_step: tuple[str, int] | None, now: float
+    ) -> None:
+        q = self._sql
+        if from_step is None:
+            await conn.execute(q.delete_steps, (pk,))
+            await conn.execute(q.unconsume_all, (pk,))
+        else:
+            name, count = from_step
+            cur = await conn.execute(q.step_seq, (pk, name, count))
+            row = await cur.fetchone()
+            if row is None:
+                raise ValueError(
+                    f"instance has no recorded step {name!r} (count {count}) to restart from"
+                )
+            cur = await conn.execute(q.delete_steps_from, (pk, row[0]))
+            labels = [f"{step}-{n}" for step, n in await cur.fetchall()]
+            await conn.execute(q.unconsume, (pk, labels))
+        await conn.execute(q.restart, {"pk": pk, "now": now})
+
+    async def send_event(
+        self, workflow: str, instance_id: str, event_type: str, payload: str | None, now: float
+    ) -> None:
+        """:meth:`~stepline.store.base.Store.send_event`."""
+
+        async def body(conn: Conn) -> None:
+            pk, status, _owner = await self._lock(conn, workflow, instance_id)
+            if status in FINISHED_STATUSES:
+                raise IllegalStateError(workflow, instance_id, status, "send an event to")
+            params = {
+                "pk": pk,
+                "type": event_type,
+                "payload": payload,
+                "now": now,
+                "channel": self._notes.channel,
+                "note": self._notes.note(workflow, instance_id),
+            }
+            await conn.execute(self._sql.send_event, params)
+
+        await self._db.transaction(f"sending an event to instance {instance_id!r}", body)
+
+    async def delete(self, workflow: str, ids: list[str], finished_only: bool) -> int:
+        """:meth:`~stepline.store.base.Store.delete_instances`."""
+        q = self._sql
+
+        async def body(conn: Conn) -> int:
+            cur = await conn.execute(q.lock_instances_by_id, (workflow, ids))
+            # The rows stay locked until the delete commits: no status changes meanwhile.
+            statuses = {row[0]: row[1] for row in await cur.fetchall()}
+            if finished_only:
+                for instance_id in ids:
+                    status = statuses.get(instance_id)
+                    if status is not None and status not in FINISHED_STATUSES:
+                        raise IllegalStateError(workflow, instance_id, status, "delete")
+            cur = await conn.execute(q.delete_instances, (workflow, ids))
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        return await self._db.transaction(f"deleting instances of {workflow!r}", body)
+
+    async def purge(self, workflow: str | None, statuses: list[str], older_than: float) -> int:
+        """:meth:`~stepline.store.base.Store.purge_instances`."""
+        params = {"statuses": statuses, "older_than": older_than, "workflow": workflow}
+        q = self._sql
+
+        async def body(conn: Conn) -> int:
+            await conn.execute(q.lock_finished, params)
+            cur = await conn.execute(q.purge_instances, params)
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        return await self._db.transaction("purging finished instances", body)

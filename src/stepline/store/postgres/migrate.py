@@ -1,0 +1,50 @@
+"""The PostgreSQL store's schema: created if missing, and brought up to date by the numbered
+migrations it has not had yet."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+
+from psycopg import sql
+
+from ..migrations import Migration
+from .db import Conn, Database
+
+log = logging.getLogger("stepline.store.postgres")
+
+
+async def migrate(db: Database, schema: str, migrations: Sequence[Migration]) -> None:
+    """Create ``schema`` if missing and apply the ``migrations`` it has not had yet, in one
+    transaction, serialised with other stores opening the same schema at once."""
+    key = int.from_bytes(
+        hashlib.blake2b(f"stepline:{schema}".encode(), digest_size=8).digest(),
+        "big",
+        signed=True,
+    )
+    name = sql.Identifier(schema)
+
+    async def body(conn: Conn) -> None:
+        # Serialises stores opening at once: CREATE SCHEMA IF NOT EXISTS alone can race.
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+        await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
+        await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(name))
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
+            " name text NOT NULL, applied_at double precision NOT NULL)"
+        )
+        cur = await conn.execute("SELECT version FROM schema_migrations")
+        done = {row[0] for row in await cur.fetchall()}
+        for migration in migrations:
+            if migration.version in done:
+                continue
+            await conn.execute(migration.sql.encode())  # a script: not in pipeline mode
+            await conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                (migration.version, migration.name, time.time()),
+            )
+            log.info("applied migration %04d_%s to %s", migration.version, migration.name, db.where)
+
+    await db.transaction("migrating the schema", body, pipelined=False)

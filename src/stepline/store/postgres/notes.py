@@ -1,0 +1,65 @@
+"""The PostgreSQL store's notifications: the payloads it sends on its schema's LISTEN/NOTIFY
+channel, and what a payload it receives asks it to wake.
+
+A payload is a JSON object: ``s``, the sending store's id (a store skips its own: it signalled
+itself when it committed); ``w`` and ``i``, the instance that changed, if one; ``ended``, the
+``[workflow, id]`` pairs a finish batch ended; ``e``, true when those ended and nothing became
+runnable (then no worker needs to look for work).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from ..._json import dumps, loads
+
+
+@dataclass(frozen=True)
+class Wake:
+    """What a received notification asks for."""
+
+    ready: bool
+    """Something may have become runnable: wake the worker."""
+    changed: list[tuple[str, str]]
+    """The instances (workflow, id) that changed: wake their waiters."""
+
+
+class Notes:
+    """One store's notifications: its channel and its id."""
+
+    def __init__(self, schema: str) -> None:
+        self.channel = f"stepline_{schema}"[:63]
+        """The LISTEN/NOTIFY channel of the schema."""
+        self.source = secrets.token_hex(6)
+        """Tags this store's notifications, so that it can skip its own."""
+
+    def note(self, workflow: str | None = None, instance_id: str | None = None) -> str:
+        """A payload: this store's id, and the instance that changed, if one."""
+        note = {"s": self.source}
+        if workflow is not None and instance_id is not None:
+            note |= {"w": workflow, "i": instance_id}
+        return dumps(note, what="notification")
+
+    def read(self, payload: str) -> Wake | None:
+        """What ``payload`` asks to wake; None for this store's own notifications."""
+        try:
+            data = loads(payload) if payload else {}
+        except ValueError:
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        if data.get("s") == self.source:
+            return None
+        changed: list[tuple[str, str]] = []
+        workflow, instance_id = data.get("w"), data.get("i")
+        if workflow is not None and instance_id is not None:
+            changed.append((str(workflow), str(instance_id)))
+        ended = data.get("ended")
+        if isinstance(ended, list):
+            changed.extend(
+                (str(item[0]), str(item[1]))
+                for item in ended
+                if isinstance(item, list) and len(item) == 2
+            )
+        return Wake(data.get("e") is not True, changed)

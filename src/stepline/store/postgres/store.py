@@ -1,0 +1,361 @@
+"""PostgresStore: the store contract's operations on PostgreSQL. The parts with a job of their own
+are modules beside it: the claim (``claim``), activation writes (``writes``), the client's
+writes (``instances``), the server clock (``clock``), notifications (``notes``), the connections
+(``db``) and the SQL (``sql``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..._json import dumps, loads
+from ...errors import InstanceNotFoundError
+from ...records import (
+    InstanceEvent,
+    InstancePage,
+    InstanceRecord,
+    StepRecord,
+    WorkerInfo,
+    WorkflowInfo,
+)
+from .._batcher import Batcher
+from .._rows import (
+    claims_on_creation,
+    decode_cursor,
+    encode_cursor,
+    instance_from_row,
+    settle_sleeps,
+    step_from_row,
+)
+from ..base import (
+    Claim,
+    ControlAction,
+    Finish,
+    Lease,
+    NewInstance,
+    StepWrite,
+    WorkflowMeta,
+)
+from ..migrations import load_migrations
+from . import sql
+from .claim import Claimer
+from .clock import ServerClock
+from .db import Database
+from .instances import InstanceWrites, Leased
+from .listen import Listener
+from .migrate import migrate
+from .notes import Notes
+from .schedules import ScheduleOperations, ScheduleWrites
+from .sql import Statements
+from .url import describe, split_url
+from .workers import WorkerRegistry
+from .writes import (
+    ActivationWrites,
+    Finished,
+    FinishRow,
+    StepRow,
+    finish_row,
+    not_a_connection_fault,
+    step_row,
+)
+
+__all__ = ["PostgresStore"]
+
+
+class PostgresStore(ScheduleOperations):
+    """The shared store. ``url`` is ``postgresql://user:password@host:port/db[?schema=name]``.
+
+    ``clock``: the time to follow as it is (a test's manual clock); by default (None) the
+    server's clock, so that every machine means the same instant (see :meth:`now`).
+    """
+
+    pushes_notifications = True
+
+    def __init__(
+        self, url: str, clock: Callable[[], float] | None = None, *, max_connections: int = 8
+    ) -> None:
+        super().__init__(clock)
+        self.url = url
+        conninfo, self.schema = split_url(url)
+        self._db = Database(
+            conninfo, describe(conninfo, self.schema), max_connections=max_connections
+        )
+        self._sql = Statements.for_schema(self.schema)
+        self._notes = Notes(self.schema)
+        self.channel = self._notes.channel
+        """The LISTEN/NOTIFY channel of this schema."""
+        self._listener = Listener(self._db)
+        self._time = ServerClock(self._db, clock)
+        self._claims = Claimer(self._db, self._sql)
+        self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
+        self._workers = WorkerRegistry(self._db, self._sql)
+        self._schedules = ScheduleWrites(self._db, self.schema, self._instances)
+        self._writes = ActivationWrites(self._db, self._sql, self._notes)
+        self._step_writes: Batcher[StepRow, str] = Batcher(
+            self._writes.record_steps,
+            key=lambda row: (row["pk"], row["name"], row["count"]),
+            split=not_a_connection_fault,
+        )
+        self._finishes: Batcher[FinishRow, Finished] = Batcher(
+            self._writes.finish, key=lambda row: row["pk"], split=not_a_connection_fault
+        )
+
+    @property
+    def retry_seconds(self) -> float:
+        """How long an operation retries connection faults before raising StoreError."""
+        return self._db.retry_seconds
+
+    @retry_seconds.setter
+    def retry_seconds(self, value: float) -> None:
+        self._db.retry_seconds = value
+
+    def now(self) -> float:
+        """The database server's clock (see :class:`.clock.ServerClock`: a step of this
+        machine's wall clock moves no timer or lease), unless the store was given a clock."""
+        return self._time.now()
+
+    @property
+    def clock_offset(self) -> float:
+        """Seconds from this machine's wall clock (or the given clock) to :meth:`now`."""
+        return self.now() - self._clock()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._db.is_open:
+            return
+        await self._db.open()
+        try:
+            await migrate(self._db, self.schema, load_migrations("postgres"))
+            await self._time.measure()
+            await self._listener.start(self.channel, self._dispatch, self._wake_everything)
+        except BaseException:
+            await self._listener.stop()
+            await self._db.close()
+            raise
+        self._time.start()
+
+    async def close(self) -> None:
+        if not self._db.is_open:
+            return
+        for batcher in (self._step_writes, self._finishes):
+            await batcher.drain()
+        await self._time.stop()
+        await self._listener.stop()
+        await self._db.close()
+
+    # -- wake-ups --------------------------------------------------------------------------------
+
+    def _dispatch(self, payload: str) -> None:
+        """A notification arrived: wake the worker, and waiters on the instances it names."""
+        wake = self._notes.read(payload)
+        if wake is None:  # this store's own: it signalled itself when it committed
+            return
+        if wake.ready:
+            self._notify_ready()
+        for workflow, instance_id in wake.changed:
+            self._notify_changed(workflow, instance_id)
+
+    def _notify_ready(self) -> None:
+        self._claims.became_ready()
+        super()._notify_ready()
+
+    def _wake_everything(self) -> None:
+        """After the listener reconnects: anything may have changed meanwhile."""
+        self._notify_ready()
+        for workflow, instance_id in list(self._change_watches):
+            self._notify_changed(workflow, instance_id)
+
+    # -- workflows -------------------------------------------------------------------------------
+
+    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
+        latest = {meta.name: meta for meta in metas}  # the last definition of a name wins
+        if not latest:
+            return
+        params = {
+            "now": self.now(),
+            "names": list(latest),
+            "classes": [m.class_name for m in latest.values()],
+            "definitions": [
+                dumps(m.definition, what="workflow definition", limit=1 << 24)
+                for m in latest.values()
+            ],
+        }
+        await self._db.execute("registering workflows", self._sql.register_workflows, params)
+
+    async def list_workflows(self) -> list[WorkflowInfo]:
+        rows, count_rows = await self._db.read_many(
+            "listing workflows", [(self._sql.list_workflows, ()), (self._sql.count_instances, ())]
+        )
+        counts: dict[str, dict[str, int]] = {}
+        for workflow, status, n in count_rows:
+            counts.setdefault(workflow, {})[status] = n
+        return [
+            WorkflowInfo(
+                name, class_name, created, updated, loads(definition), counts.get(name, {})
+            )
+            for name, class_name, created, updated, definition in rows
+        ]
+
+    # -- instances -------------------------------------------------------------------------------
+
+    async def create_instances(
+        self, workflow: str, items: Sequence[NewInstance], *, trigger: str, skip_existing: bool
+    ) -> list[InstanceRecord]:
+        return await self._create(workflow, items, trigger, skip_existing, None)
+
+    async def create_and_claim(
+        self,
+        workflow: str,
+        items: Sequence[NewInstance],
+        *,
+        trigger: str,
+        skip_existing: bool,
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[InstanceRecord], list[Claim]]:
+        lease = (owner, lease_seconds, limit)
+        created = await self._create(workflow, items, trigger, skip_existing, lease)
+        return created, claims_on_creation(created, owner)
+
+    async def _create(
+        self, workflow: str, items: Sequence[NewInstance], trigger: str, skip: bool, lease: Leased
+    ) -> list[InstanceRecord]:
+        """:meth:`InstanceWrites.create`, then a wake-up if any instance was left queued."""
+        created = await self._instances.create(workflow, items, trigger, skip, lease, self.now())
+        if any(record.status == "queued" for record in created):
+            self._notify_ready()
+        return created
+
+    async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
+        rows = await self._db.read(
+            f"reading instance {instance_id!r}", self._sql.get_instance, (workflow, instance_id)
+        )
+        if not rows:
+            raise InstanceNotFoundError(workflow, instance_id)
+        return instance_from_row(rows[0])
+
+    async def list_instances(
+        self,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        *,
+        oldest_first: bool = False,
+    ) -> InstancePage:
+        after = decode_cursor(cursor)
+        query = sql.list_instances(
+            self.schema,
+            workflow=workflow is not None,
+            status=status is not None,
+            after=after is not None,
+            oldest_first=oldest_first,
+        )
+        params = [value for value in (workflow, status, after) if value is not None]
+        rows = await self._db.read("listing instances", query, (*params, limit + 1))
+        records = [instance_from_row(r) for r in rows[:limit]]
+        next_cursor = encode_cursor(records[-1].pk) if len(rows) > limit else None
+        return InstancePage(records, next_cursor)
+
+    async def get_steps(self, workflow: str, instance_id: str) -> list[StepRecord]:
+        found, steps = await self._db.read_many(
+            f"reading the steps of instance {instance_id!r}",
+            [
+                (self._sql.get_instance, (workflow, instance_id)),
+                (self._sql.steps_of_instance, (workflow, instance_id)),
+            ],
+        )
+        if not found:
+            raise InstanceNotFoundError(workflow, instance_id)
+        return settle_sleeps(
+            [step_from_row(r) for r in steps], instance_from_row(found[0]), self.now()
+        )
+
+    async def control(
+        self,
+        workflow: str,
+        instance_id: str,
+        action: ControlAction,
+        *,
+        rollback: bool = False,
+        from_step: tuple[str, int] | None = None,
+    ) -> InstanceRecord:
+        record, woke_parent = await self._instances.control(
+            workflow, instance_id, action, rollback, from_step, self.now()
+        )
+        self._notify_changed(workflow, instance_id)
+        if record.ready_at is not None or woke_parent:
+            self._notify_ready()
+        return record
+
+    async def send_event(
+        self, workflow: str, instance_id: str, event_type: str, payload: str | None
+    ) -> None:
+        await self._instances.send_event(workflow, instance_id, event_type, payload, self.now())
+        self._notify_ready()
+
+    async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
+        found, events = await self._db.read_many(
+            f"reading the events of instance {instance_id!r}",
+            [
+                (self._sql.get_instance, (workflow, instance_id)),
+                (self._sql.events_of_instance, (workflow, instance_id)),
+            ],
+        )
+        if not found:
+            raise InstanceNotFoundError(workflow, instance_id)
+        return [
+            InstanceEvent(kind, loads(payload), created, consumed_by)
+            for kind, payload, created, consumed_by in events
+        ]
+
+    async def delete_instances(
+        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
+    ) -> int:
+        return await self._instances.delete(workflow, list(instance_ids), finished_only)
+
+    async def purge_instances(
+        self, workflow: str | None, statuses: Sequence[str], older_than: float
+    ) -> int:
+        return await self._instances.purge(workflow, list(statuses), older_than)
+
+    # -- activations -----------------------------------------------------------------------------
+
+    async def claim(
+        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+    ) -> list[Claim]:
+        return await self._claims.claim(owner, workflows, limit, lease_seconds, now)
+
+    async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+        return await self._step_writes.submit(step_row(lease, write))
+
+    async def renew(
+        self, leases: Sequence[Lease], lease_seconds: float, now: float
+    ) -> dict[int, str]:
+        return await self._writes.renew(leases, now + lease_seconds)
+
+    async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
+        done = await self._finishes.submit(finish_row(lease, finish, now))
+        self._notify_changed(done.workflow, done.instance_id)
+        if done.status == "waiting" or done.woke_parent:
+            self._notify_ready()
+        return done.status
+
+    async def release(self, lease: Lease, now: float) -> None:
+        await self._writes.release(lease, now)
+        self._notify_ready()
+
+    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
+        return await self._claims.next_wakeup(workflows)
+
+    # -- worker liveness -------------------------------------------------------------------------
+
+    async def heartbeat(self, info: WorkerInfo, now: float) -> None:
+        await self._workers.heartbeat(info, now)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return await self._workers.list()
+
+    async def forget_worker(self, worker_id: str) -> None:
+        await self._workers.forget(worker_id)

@@ -1,0 +1,49 @@
+"""The PostgreSQL store's record of live workers: heartbeats, the list, and removal."""
+
+from __future__ import annotations
+
+from ..._json import dumps, loads
+from ...records import WORKER_EXPIRE_BEATS, WorkerInfo
+from .db import Database
+from .sql import Statements
+
+
+class WorkerRegistry:
+    """One store's view of the workers table."""
+
+    def __init__(self, db: Database, sql: Statements) -> None:
+        self._db = db
+        self._sql = sql
+
+    async def heartbeat(self, info: WorkerInfo, now: float) -> None:
+        """:meth:`~stepline.store.base.Store.heartbeat`."""
+        params = {
+            "id": info.id,
+            "host": info.host,
+            "pid": info.pid,
+            "started_at": info.started_at,
+            "now": now,
+            "heartbeat": info.heartbeat,
+            "workflows": dumps(list(info.workflows), what="worker workflows", limit=1 << 24),
+            "concurrency": info.concurrency,
+            "running": info.running,
+            "expire_beats": WORKER_EXPIRE_BEATS,
+        }
+        # On the pool kept for leases and claims: a worker busy enough to exhaust the main pool
+        # must not look dead for it.
+        what = f"recording the heartbeat of worker {info.id!r}"
+        await self._db.execute(what, self._sql.heartbeat, params, priority=True)
+
+    async def list(self) -> list[WorkerInfo]:
+        """:meth:`~stepline.store.base.Store.list_workers`."""
+        rows = await self._db.read("listing workers", self._sql.list_workers)
+        return [
+            WorkerInfo(id_, host, pid, started, seen, beat, tuple(loads(workflows)), conc, running)
+            for id_, host, pid, started, seen, beat, workflows, conc, running in rows
+        ]
+
+    async def forget(self, worker_id: str) -> None:
+        """:meth:`~stepline.store.base.Store.forget_worker`."""
+        await self._db.execute(
+            f"removing worker {worker_id!r}", self._sql.forget_worker, (worker_id,)
+        )

@@ -1,0 +1,240 @@
+"""The PostgreSQL store's activation writes: step records and finishes, each a batch of rows run
+as one statement (the store's group commit, :class:`~stepline.store._batcher.Batcher`, forms the
+batches), lease renewals and releases. Every write is fenced on its lease: a row whose lease was
+lost gets :class:`~stepline.errors.LeaseLostError` (or is left out), the others are written."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple, TypedDict
+
+import psycopg
+
+from ..._json import dumps
+from ...errors import LeaseLostError
+from ..base import Finish, Lease, StepWrite
+from .db import Conn, Database
+from .notes import Notes
+from .sql import Statements, indexed_rows, json_rows
+
+
+class StepRow(TypedDict):
+    """One step write, as the parameters of ``record_step(s)`` (and a row of ``finish``)."""
+
+    pk: int
+    token: int
+    owner: str
+    name: str
+    count: int
+    seq: int
+    kind: str
+    status: str
+    output: str | None
+    error: str | None
+    attempts: str | None
+    wake_at: float | None
+    started_at: float | None
+    ended_at: float | None
+    info: str | None
+    event: int | None
+    """The event the step consumes, if it is a wait for one."""
+    new: bool
+    """The writer's hint that the step has no record yet (a plain insert will do)."""
+
+
+class FinishRow(TypedDict):
+    """One finish, as a row of ``finish``."""
+
+    pk: int
+    token: int
+    owner: str
+    status: str
+    output: str | None
+    error: str | None
+    rollback: str | None
+    wake_at: float | None
+    event_seq: int
+    fnow: float
+    steps: list[StepRow]
+
+
+class Finished(NamedTuple):
+    """A finished activation."""
+
+    status: str
+    """The instance's new status."""
+    workflow: str
+    instance_id: str
+    woke_parent: bool
+
+
+def step_row(lease: Lease, write: StepWrite) -> StepRow:
+    return {
+        "pk": lease.pk,
+        "token": lease.token,
+        "owner": lease.owner,
+        "name": write.name,
+        "count": write.count,
+        "seq": write.seq,
+        "kind": write.kind,
+        "status": write.status,
+        "output": write.output,
+        "error": _json_or_none(write.error, "step error"),
+        "attempts": dumps([a.to_json() for a in write.attempts], what="attempts")
+        if write.attempts
+        else None,
+        "wake_at": write.wake_at,
+        "started_at": write.started_at,
+        "ended_at": write.ended_at,
+        "info": _json_or_none(write.info, "step info"),
+        "event": write.consume_event,
+        "new": write.new,
+    }
+
+
+def finish_row(lease: Lease, finish: Finish, now: float) -> FinishRow:
+    waiting = finish.status == "waiting"  # then what the instance will return is still unknown
+    return {
+        "pk": lease.pk,
+        "token": lease.token,
+        "owner": lease.owner,
+        "status": finish.status,
+        "output": None if waiting else finish.output,
+        "error": None if waiting else _json_or_none(finish.error, "error"),
+        "rollback": None if waiting else _json_or_none(finish.rollback, "rollback"),
+        "wake_at": finish.wake_at,
+        "event_seq": finish.event_seq,
+        "fnow": now,
+        "steps": [step_row(lease, write) for write in finish.steps],
+    }
+
+
+class ActivationWrites:
+    """The statements of step records and finishes (each run for a batch of rows), renewals and
+    releases."""
+
+    def __init__(self, db: Database, sql: Statements, notes: Notes) -> None:
+        self._db = db
+        self._sql = sql
+        self._notes = notes
+
+    async def record_steps(self, rows: list[StepRow]) -> list[str | BaseException]:
+        """Record each step; the result is its instance's status, or LeaseLostError."""
+        q = self._sql
+        consuming = any(row["event"] is not None for row in rows)
+        query: str
+        params: StepRow | tuple[str]
+        plain_insert = False  # a step's first record, without the upsert (`record_step_new`)
+        if len(rows) == 1:  # the common case: plain parameters are cheaper for the server
+            params = rows[0]
+            plain_insert = params["new"] and not consuming
+            if consuming:
+                query = q.record_step_consuming
+            else:
+                query = q.record_step_new if plain_insert else q.record_step
+        else:
+            query = q.record_steps_consuming if consuming else q.record_steps
+            params = (indexed_rows(rows),)
+
+        async def attempt(conn: Conn) -> list[Any]:
+            cur = conn.kept_cursor()
+            try:
+                await cur.execute(query, params)
+            except psycopg.errors.UniqueViolation:
+                if not plain_insert:
+                    raise
+                # The step has a record after all: this write's own, committed on an attempt
+                # whose reply was lost (then retried here), or the writer's hint was wrong.
+                await cur.execute(q.record_step, params)
+            return await cur.fetchall()
+
+        held = dict(await self._db.retrying("recording steps", attempt))  # idx -> status
+        return [held.get(n) or _lease_lost(row["pk"], row["owner"]) for n, row in enumerate(rows)]
+
+    async def renew(self, leases: Sequence[Lease], expires: float) -> dict[int, str]:
+        """Move the leases still held to expire at ``expires``: their instances' statuses."""
+        if not leases:
+            return {}
+        params = {
+            "leases": json_rows(
+                {"pk": lease.pk, "token": lease.token, "owner": lease.owner} for lease in leases
+            ),
+            "expires": expires,
+        }
+
+        async def attempt(conn: Conn) -> list[Any]:
+            cur = await conn.execute(self._sql.renew, params)
+            return await cur.fetchall()
+
+        rows = await self._db.retrying("renewing leases", attempt, priority=True)
+        return {pk: status for pk, status in rows}
+
+    async def release(self, lease: Lease, now: float) -> None:
+        """Give the instance back unfinished, runnable now (if still leased)."""
+        params = {
+            "pk": lease.pk,
+            "token": lease.token,
+            "owner": lease.owner,
+            "now": now,
+            "channel": self._notes.channel,
+            "note": self._notes.note(),
+        }
+        await self._db.execute(f"releasing instance {lease.pk}", self._sql.release, params)
+
+    async def finish(self, rows: list[FinishRow]) -> list[Finished | BaseException]:
+        """Finish each activation (its last step records first); a child that ends wakes its
+        parent."""
+        params = {
+            "rows": json_rows(
+                {key: value for key, value in row.items() if key != "steps"} | {"idx": n}
+                for n, row in enumerate(rows)
+            ),
+            "steps": json_rows(
+                {**step, "idx": n} for n, row in enumerate(rows) for step in row["steps"]
+            ),
+            "channel": self._notes.channel,
+            "source": self._notes.source,
+        }
+        fences = (
+            json_rows({"idx": n, "pk": r["pk"], "token": r["token"]} for n, r in enumerate(rows)),
+        )
+        faulted = False
+
+        async def attempt(conn: Conn) -> dict[int, Finished]:
+            nonlocal faulted
+            try:
+                cur = conn.kept_cursor()
+                await cur.execute(self._sql.finish, params)
+                done = _finished_by_idx(await cur.fetchall())
+                if faulted and len(done) < len(rows):
+                    # An attempt whose reply was lost may have committed: its instances are
+                    # released under the same token.
+                    cur = await conn.execute(self._sql.finished_by, fences)
+                    for idx, finished in _finished_by_idx(await cur.fetchall()).items():
+                        done.setdefault(idx, finished)
+                return done
+            except psycopg.OperationalError:
+                faulted = True
+                raise
+
+        done = await self._db.retrying("finishing activations", attempt)
+        return [done.get(n) or _lease_lost(row["pk"], row["owner"]) for n, row in enumerate(rows)]
+
+
+def _finished_by_idx(rows: Sequence[Sequence[Any]]) -> dict[int, Finished]:
+    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke a parent)."""
+    return {row[0]: Finished(row[1], row[2], row[3], bool(row[4])) for row in rows}
+
+
+def not_a_connection_fault(exc: Exception) -> bool:
+    """Whether a failed batch may have failed because of one of its items (then each is retried
+    alone); connection faults were already retried for the whole batch."""
+    return not isinstance(exc.__cause__, psycopg.OperationalError)
+
+
+def _lease_lost(pk: int, owner: str) -> LeaseLostError:
+    return LeaseLostError(f"lease on instance {pk} lost by worker {owner}")
+
+
+def _json_or_none(value: Any, what: str) -> str | None:
+    return None if value is None else dumps(value, what=what)
