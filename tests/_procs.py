@@ -44,6 +44,8 @@ from stepline import (
     WorkflowStep,
 )
 
+from ._fileclock import FileClock
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = "ledger-workflow"
 
@@ -135,11 +137,27 @@ def expected_steps(params: dict[str, Any]) -> list[str]:
 
 
 async def _worker_main(
-    url: str, lease: float, concurrency: int, poll: float, workflows: str | None
+    url: str,
+    lease: float,
+    concurrency: int,
+    poll: float,
+    workflows: str | None,
+    clock: str | None = None,
+    scheduler_wait: float | None = None,
 ) -> None:
     # ``--workflows MODULE`` registers that module's ``WORKFLOWS`` instead of the ledger workflow
     registered = importlib.import_module(workflows).WORKFLOWS if workflows else [LedgerWorkflow]
-    engine = Engine(url, registered, lease=lease, concurrency=concurrency, poll_interval=poll)
+    engine = Engine(
+        url,
+        registered,
+        lease=lease,
+        concurrency=concurrency,
+        poll_interval=poll,
+        clock=FileClock(clock) if clock else None,
+    )
+    if scheduler_wait is not None:
+        # A file clock jumps a minute at a time: look for due ticks often in real time.
+        engine.scheduler.max_wait = scheduler_wait
     try:
         await engine.open()
         print(f"ready {os.getpid()}", flush=True)
@@ -155,13 +173,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--poll", type=float, default=0.05)
     parser.add_argument("--workflows", help="a module whose WORKFLOWS list the worker registers")
+    parser.add_argument("--clock", help="read the time from this file (tests._fileclock)")
+    parser.add_argument("--scheduler-wait", type=float, help="the scheduler's longest sleep")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING,
         stream=sys.stderr,
         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s",
     )
-    asyncio.run(_worker_main(args.url, args.lease, args.concurrency, args.poll, args.workflows))
+    asyncio.run(
+        _worker_main(
+            args.url,
+            args.lease,
+            args.concurrency,
+            args.poll,
+            args.workflows,
+            args.clock,
+            args.scheduler_wait,
+        )
+    )
 
 
 # -- test side: worker processes -----------------------------------------------------------
@@ -209,6 +239,9 @@ class WorkerPool:
     concurrency: int = 100
     workflows: str | None = None
     """A module whose ``WORKFLOWS`` the workers register (default: the ledger workflow)."""
+    clock: Path | None = None
+    """A :class:`~tests._fileclock.FileClock` file the workers read the time from."""
+    scheduler_wait: float | None = None
     workers: list[WorkerProc] = field(default_factory=list)
 
     def start(self) -> WorkerProc:
@@ -227,6 +260,12 @@ class WorkerPool:
                     "--concurrency",
                     str(self.concurrency),
                     *(["--workflows", self.workflows] if self.workflows else []),
+                    *(["--clock", str(self.clock)] if self.clock else []),
+                    *(
+                        ["--scheduler-wait", str(self.scheduler_wait)]
+                        if self.scheduler_wait is not None
+                        else []
+                    ),
                 ],
                 cwd=ROOT,
                 stdout=stdout,

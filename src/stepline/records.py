@@ -199,6 +199,7 @@ class InstanceRecord:
             "ended_at": self.ended_at,
             "wake_at": self.ready_at if self.status == "waiting" else None,
             "parent": self.parent,
+            "schedule": self.schedule,
         }
 
 

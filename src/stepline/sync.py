@@ -11,6 +11,7 @@ implementation; there is no second implementation.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from types import TracebackType
@@ -23,11 +24,14 @@ from .engine import Engine
 from .records import (
     InstanceEvent,
     InstancePage,
+    InstanceRecord,
     InstanceStatus,
     StepRecord,
     WorkerInfo,
     WorkflowInfo,
 )
+from .triggers.cron import ScheduleClient, ScheduleInfo
+from .triggers.cron.client import Moment
 
 T = TypeVar("T")
 
@@ -118,6 +122,33 @@ class SyncWorkflowBinding:
         )
 
 
+class SyncScheduleClient:
+    """Synchronous twin of :class:`~stepline.triggers.cron.ScheduleClient`."""
+
+    def __init__(self, portal: _Portal, client: ScheduleClient) -> None:
+        self._portal = portal
+        self._client = client
+
+    def get(self, name: str) -> ScheduleInfo:
+        return self._portal.call(self._client.get(name))
+
+    def pause(self, name: str) -> ScheduleInfo:
+        return self._portal.call(self._client.pause(name))
+
+    def resume(self, name: str) -> ScheduleInfo:
+        return self._portal.call(self._client.resume(name))
+
+    def trigger(self, name: str, at: Moment | None = None) -> InstanceRecord:
+        return self._portal.call(self._client.trigger(name, at))
+
+    def backfill(self, name: str, start: Moment, end: Moment) -> list[InstanceRecord]:
+        return self._portal.call(self._client.backfill(name, start, end))
+
+    # Last: within the class body below this, ``list`` would mean this method.
+    def list(self, workflow: str | None = None) -> builtins.list[ScheduleInfo]:
+        return self._portal.call(self._client.list(workflow))
+
+
 class SyncEngine:
     """Blocking client over an :class:`~stepline.Engine` (no worker unless ``worker=True``)."""
 
@@ -154,6 +185,9 @@ class SyncEngine:
 
     def list_workers(self) -> list[WorkerInfo]:
         return self._portal.call(self.engine.list_workers())
+
+    def schedules(self) -> SyncScheduleClient:
+        return SyncScheduleClient(self._portal, self.engine.schedules())
 
     def close(self) -> None:
         try:

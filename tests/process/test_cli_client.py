@@ -68,6 +68,11 @@ CLIENT_COMMANDS = [
     ["workflows", "instances", "delete", "greeting", "g1"],
     ["workflows", "instances", "delete", "greeting", "--older-than", "1 day"],
     ["workers", "list"],
+    ["schedules", "list"],
+    ["schedules", "pause", "nightly"],
+    ["schedules", "resume", "nightly"],
+    ["schedules", "trigger", "nightly", "--at", "0"],
+    ["schedules", "backfill", "nightly", "--from", "0", "--to", "60"],
 ]
 
 

@@ -89,6 +89,7 @@ SAMPLES: dict[str, BaseException] = {
     "InvalidPayloadError": errors.InvalidPayloadError("instance params is not JSON"),
     "WorkflowNotFoundError": errors.WorkflowNotFoundError("nope", ["greet"]),
     "InstanceNotFoundError": errors.InstanceNotFoundError("greet", "nope"),
+    "ScheduleNotFoundError": errors.ScheduleNotFoundError("nope"),
     "InstanceAlreadyExistsError": errors.InstanceAlreadyExistsError("greet", "done"),
     "IllegalStateError": errors.IllegalStateError("greet", "done", "complete", "pause"),
     "DefinitionError": errors.DefinitionError("run() must be an async function"),

@@ -14,6 +14,7 @@ from ._consume import consume
 from ._db import db
 from ._instances import instances
 from ._run import run, worker
+from ._schedules import schedules
 from ._workers import workers
 from ._workflows import workflows
 
@@ -73,6 +74,7 @@ cli.add_command(workflows)
 cli.add_command(worker)
 cli.add_command(consume)
 cli.add_command(workers)
+cli.add_command(schedules)
 cli.add_command(run)
 cli.add_command(db)
 

@@ -23,6 +23,7 @@ from ..errors import (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     InvalidPayloadError,
+    ScheduleNotFoundError,
     SteplineError,
     WorkflowNotFoundError,
 )
@@ -37,7 +38,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 """``stepline run``: the instance ended errored or terminated; any command: the database failed."""
 EXIT_USAGE = 2
-"""Bad input: invalid JSON, unknown workflow or instance, illegal state change, bad config."""
+"""Bad input: invalid JSON, unknown workflow, instance or schedule, illegal change, bad config."""
 EXIT_INTERRUPTED = 130
 
 INPUT_ERRORS: tuple[type[BaseException], ...] = (
@@ -47,6 +48,7 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     InvalidPayloadError,
+    ScheduleNotFoundError,
     WorkflowNotFoundError,
     ValueError,
 )

@@ -5,8 +5,8 @@ the client API (:class:`stepline.Engine`, :class:`stepline.Instance`); nothing h
 worker or the runtime. Bad input never produces a 500: it is answered with
 ``{"error": {"code", "message"}}`` and 400, 404, 409, 413 or 422 (see :mod:`.errors`).
 
-The endpoints are grouped by resource: :mod:`._workflows`, :mod:`._instances`, :mod:`._stream`;
-this module holds the workers and OpenAPI endpoints and the routes.
+The endpoints are grouped by resource: :mod:`._workflows`, :mod:`._instances`, :mod:`._stream`,
+:mod:`._schedules`; this module holds the workers and OpenAPI endpoints and the routes.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..engine import Engine
 from ._input import RequestReader
 from ._instances import InstanceEndpoints
 from ._lookup import Lookup
+from ._schedules import ScheduleEndpoints
 from ._stream import InstanceStream
 from ._workflows import WorkflowEndpoints
 from .errors import JsonResponse, client_errors
@@ -47,6 +48,7 @@ class Api:
         self.workflows = WorkflowEndpoints(engine, lookup)
         self.instances = InstanceEndpoints(engine, lookup, reader)
         self.stream = InstanceStream(engine, lookup, stream_interval)
+        self.schedules = ScheduleEndpoints(engine, lookup, reader)
 
     async def openapi(self, request: Request) -> Response:
         return JsonResponse(openapi_document(self.max_body, self.max_payload, secured=self.secured))
@@ -73,7 +75,8 @@ def api_routes(api: Api) -> list[Route]:
     """The routes mounted under ``/api``."""
     base = "/workflows/{name}/instances"
     one = base + "/{id}"
-    workflows, instances = api.workflows, api.instances
+    workflows, instances, schedules = api.workflows, api.instances, api.schedules
+    schedule = "/schedules/{name}"
     paths: dict[str, dict[str, Endpoint]] = {
         "/openapi.json": {"GET": api.openapi},
         "/workers": {"GET": api.list_workers},
@@ -87,6 +90,12 @@ def api_routes(api: Api) -> list[Route]:
         one + "/events": {"GET": instances.list_events},
         one + "/events/{type}": {"POST": instances.send_event},
         one + "/stream": {"GET": api.stream.stream},
+        "/schedules": {"GET": schedules.list_schedules},
+        schedule: {"GET": schedules.get_schedule},
+        schedule + "/pause": {"POST": schedules.pause},
+        schedule + "/resume": {"POST": schedules.resume},
+        schedule + "/trigger": {"POST": schedules.trigger},
+        schedule + "/backfill": {"POST": schedules.backfill},
     }
     return [
         Route(path, _by_method(handlers), methods=list(handlers))

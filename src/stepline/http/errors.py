@@ -14,6 +14,7 @@ from ..errors import (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     InvalidPayloadError,
+    ScheduleNotFoundError,
     StoreError,
     WorkflowNotFoundError,
 )
@@ -22,7 +23,7 @@ from ..errors import (
 ERROR_CODES: dict[int, tuple[str, ...]] = {
     400: ("invalid_input",),
     401: ("unauthorized",),
-    404: ("workflow_not_found", "instance_not_found", "not_found"),
+    404: ("workflow_not_found", "instance_not_found", "schedule_not_found", "not_found"),
     405: ("method_not_allowed",),
     409: ("instance_exists", "illegal_state"),
     413: ("payload_too_large",),
@@ -74,6 +75,8 @@ def client_errors() -> Iterator[None]:
         raise ApiError(404, "workflow_not_found", str(exc)) from exc
     except InstanceNotFoundError as exc:
         raise ApiError(404, "instance_not_found", str(exc)) from exc
+    except ScheduleNotFoundError as exc:
+        raise ApiError(404, "schedule_not_found", str(exc)) from exc
     except InstanceAlreadyExistsError as exc:
         raise ApiError(409, "instance_exists", str(exc)) from exc
     except IllegalStateError as exc:

@@ -9,60 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import INSTANCE_STATUSES, WORKER_EXPIRE_BEATS, WORKER_LIVE_BEATS
-
-NAME_PATTERN = "^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$"
-_REF = "#/components/schemas/"
-_NUMBER_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
-_OBJECT_OR_NULL: dict[str, Any] = {"type": ["object", "null"]}
-_ERROR_OBJECT: dict[str, Any] = {
-    "type": ["object", "null"],
-    "properties": {"name": {"type": "string"}, "message": {"type": "string"}},
-}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF + name}
-
-
-def _json_content(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"application/json": {"schema": schema}}
-
-
-_ERRORS = {
-    400: "Invalid input (a bad id, status, cursor, limit or body shape, an integer past 64 bits).",
-    401: "Missing or wrong bearer token.",
-    404: "Unknown workflow or instance.",
-    409: "Duplicate instance id, or a change the instance's status does not allow.",
-    413: "Request body or payload over the size limit.",
-    414: "URL (path and query string) over the size limit.",
-    422: "The request body is not valid JSON.",
-    503: "The database failed.",
-}
-
-
-def _responses(ok: dict[str, Any], *statuses: int) -> dict[str, Any]:
-    out: dict[str, Any] = dict(ok)
-    for status in (400, 401, *statuses, 414, 503):
-        out[str(status)] = {
-            "description": _ERRORS[status],
-            "content": _json_content(_ref("Error")),
-        }
-    return out
-
-
-def _ok(status: int, description: str, schema: str) -> dict[str, Any]:
-    return {str(status): {"description": description, "content": _json_content(_ref(schema))}}
-
-
-def _path_param(name: str, description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "path",
-        "required": True,
-        "description": description,
-        "schema": {"type": "string", "pattern": NAME_PATTERN},
-    }
-
+from ._openapi_common import ERROR_OBJECT as _ERROR_OBJECT
+from ._openapi_common import NAME_PATTERN
+from ._openapi_common import NUMBER_OR_NULL as _NUMBER_OR_NULL
+from ._openapi_common import OBJECT_OR_NULL as _OBJECT_OR_NULL
+from ._openapi_common import json_content as _json_content
+from ._openapi_common import ok as _ok
+from ._openapi_common import path_param as _path_param
+from ._openapi_common import ref as _ref
+from ._openapi_common import responses as _responses
+from ._openapi_schedules import schedule_paths, schedule_schemas
 
 _NAME = _path_param("name", "The workflow name.")
 _ID = _path_param("id", "The instance id.")
@@ -102,6 +58,13 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "started_at": _NUMBER_OR_NULL,
         "ended_at": _NUMBER_OR_NULL,
         "wake_at": {**_NUMBER_OR_NULL, "description": "When a waiting instance wakes up."},
+        "schedule": {
+            **_OBJECT_OR_NULL,
+            "description": (
+                "Instances a cron schedule created: `{name, cron, tick}` (tick: seconds since "
+                "the epoch); else null."
+            ),
+        },
         "warning": {
             "type": ["string", "null"],
             "description": (
@@ -573,8 +536,8 @@ def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[
                 f"{max_body:,} bytes; params and event payloads to {max_payload:,} bytes."
             ),
         },
-        "paths": _paths(),
-        "components": {"schemas": _schemas(max_payload)},
+        "paths": {**_paths(), **schedule_paths()},
+        "components": {"schemas": {**_schemas(max_payload), **schedule_schemas()}},
     }
     if secured:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}

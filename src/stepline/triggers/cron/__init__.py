@@ -2,6 +2,7 @@
 and the :class:`ScheduleClient` that lists, pauses, resumes, triggers and backfills them."""
 
 from .client import ScheduleClient, ScheduleInfo
+from .moments import parse_moment
 from .scheduler import Scheduler
 
-__all__ = ["ScheduleClient", "ScheduleInfo", "Scheduler"]
+__all__ = ["ScheduleClient", "ScheduleInfo", "Scheduler", "parse_moment"]

@@ -3,6 +3,7 @@
 import { api, enc } from "./api.js";
 import { STATUSES, clear, h, relativeTime, replace, toast } from "./dom.js";
 import { go } from "./router.js";
+import { schedulesPanel } from "./schedules.js";
 import { workersPanel } from "./workers.js";
 
 const REFRESH_MS = 4000;
@@ -156,8 +157,9 @@ export function render(root) {
     ),
     grid,
   );
+  const schedules = schedulesPanel();
   const workers = workersPanel();
-  root.append(workers.el);
+  root.append(schedules.el, workers.el);
   let timer = null;
   let stopped = false;
   const cards = new Map();
@@ -223,6 +225,7 @@ export function render(root) {
   return () => {
     stopped = true;
     clearTimeout(timer);
+    schedules.stop();
     workers.stop();
   };
 }

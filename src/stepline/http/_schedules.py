@@ -1,0 +1,111 @@
+"""The schedule endpoints: list, detail, pause, resume, trigger and backfill cron schedules
+(:class:`~stepline.triggers.cron.ScheduleClient` over HTTP)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..engine import Engine
+from ..records import InstanceRecord
+from ..triggers.cron import parse_moment
+from ._input import MISSING, RequestReader
+from ._lookup import Lookup
+from .errors import ApiError, JsonResponse, client_errors
+
+
+def _object(body: Any, keys: tuple[str, ...], example: str) -> dict[str, Any]:
+    """The request body as an object with only ``keys`` (an empty body: ``{}``)."""
+    if body is MISSING:
+        return {}
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_input", f"the request body must be a JSON object like "
+                       f"{example}")  # fmt: skip
+    unknown = sorted(set(body) - set(keys))
+    if unknown:
+        names = " and ".join(repr(key) for key in keys)
+        raise ApiError(400, "invalid_input", f"unknown key {unknown[0]!r}; the keys are {names}")
+    return body
+
+
+def _moment(body: dict[str, Any], key: str) -> float:
+    try:
+        return parse_moment(body[key], repr(key))
+    except ValueError as exc:
+        raise ApiError(400, "invalid_input", str(exc)) from None
+
+
+def _instance(record: InstanceRecord) -> dict[str, Any]:
+    return {"id": record.id, "status": record.status}
+
+
+class ScheduleEndpoints:
+    """The schedules stored in ``engine``'s database (those its workers' schedulers synced)."""
+
+    def __init__(self, engine: Engine, lookup: Lookup, reader: RequestReader) -> None:
+        self.engine = engine
+        self.lookup = lookup
+        self.reader = reader
+
+    async def list_schedules(self, request: Request) -> Response:
+        workflow = request.query_params.get("workflow")
+        if workflow == "":
+            raise ApiError(400, "invalid_input", "query parameter 'workflow' is empty; leave it "
+                           "out to list the schedules of every workflow")  # fmt: skip
+        if workflow is not None:
+            await self.lookup.require_workflow(workflow)
+        with client_errors():
+            infos = await self.engine.schedules().list(workflow)
+        return JsonResponse({"schedules": [info.to_json() for info in infos]})
+
+    async def get_schedule(self, request: Request) -> Response:
+        with client_errors():
+            info = await self.engine.schedules().get(request.path_params["name"])
+        return JsonResponse(info.to_json())
+
+    async def pause(self, request: Request) -> Response:
+        await self._no_body(request)
+        with client_errors():
+            info = await self.engine.schedules().pause(request.path_params["name"])
+        return JsonResponse(info.to_json())
+
+    async def resume(self, request: Request) -> Response:
+        await self._no_body(request)
+        with client_errors():
+            info = await self.engine.schedules().resume(request.path_params["name"])
+        return JsonResponse(info.to_json())
+
+    async def _no_body(self, request: Request) -> None:
+        _object(await self.reader.json(request), (), "{}")
+
+    async def trigger(self, request: Request) -> Response:
+        """Create the instance of the tick at ``at`` (default now); an existing one is
+        returned unchanged."""
+        name = request.path_params["name"]
+        body = _object(await self.reader.json(request), ("at",), '{"at": "2024-01-31T09:00Z"}')
+        at = _moment(body, "at") if body.get("at") is not None else None
+        with client_errors():
+            record = await self.engine.schedules().trigger(name, at)
+        return JsonResponse({"schedule": name, "workflow": record.workflow, **_instance(record)})
+
+    async def backfill(self, request: Request) -> Response:
+        """Create the instances of every tick in ``[from, to]``; existing ones are kept."""
+        name = request.path_params["name"]
+        example = '{"from": "2024-01-31T00:00Z", "to": "2024-01-31T12:00Z"}'
+        body = _object(await self.reader.json(request), ("from", "to"), example)
+        missing = [key for key in ("from", "to") if key not in body]
+        if missing:
+            raise ApiError(400, "invalid_input", f"the request body needs {missing[0]!r}, "
+                           f"like {example}")  # fmt: skip
+        start, end = _moment(body, "from"), _moment(body, "to")
+        with client_errors():
+            records = await self.engine.schedules().backfill(name, start, end)
+        return JsonResponse(
+            {
+                "schedule": name,
+                "count": len(records),
+                "instances": [_instance(record) for record in records],
+            }
+        )

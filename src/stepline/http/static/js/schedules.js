@@ -1,0 +1,115 @@
+// Cron schedules: the schedules panel on the workflows page (GET /api/schedules), with pause,
+// resume and trigger buttons.
+
+import { api, enc } from "./api.js";
+import { h, replace, timeCell, toast } from "./dom.js";
+import { go } from "./router.js";
+
+const REFRESH_MS = 4000;
+
+function policies(s) {
+  const catchUp = s.catch_up === "all" ? `all (at most ${s.catch_up_limit})` : s.catch_up;
+  return `catch-up ${catchUp}, overlap ${s.overlap}`;
+}
+
+/** The schedules panel: a card that lists the stored schedules and refreshes itself. */
+export function schedulesPanel() {
+  const summary = h("span", { class: "muted", "data-testid": "schedules-summary" });
+  const body = h("div", { class: "table-scroll" });
+  const el = h(
+    "section",
+    { class: "card table-card schedules-card", "data-testid": "schedules" },
+    h("h3", {}, "Schedules ", summary),
+    body,
+  );
+  let timer = null;
+  let stopped = false;
+
+  async function act(s, action, button) {
+    button.disabled = true;
+    try {
+      const path = `/api/schedules/${enc(s.name)}/${action}`;
+      const result = await api("POST", path);
+      if (action === "trigger") {
+        toast(`Triggered ${result.id}`);
+        go(`#/workflows/${enc(result.workflow)}/instances/${enc(result.id)}`);
+        return;
+      }
+      toast(`Schedule ${s.name} ${action === "pause" ? "paused" : "resumed"}`);
+      await load();
+    } catch (err) {
+      toast(err.message, "error");
+      button.disabled = false;
+    }
+  }
+
+  function row(s) {
+    const toggle = h(
+      "button",
+      { type: "button", class: "small", "data-testid": s.paused ? "schedule-resume" : "schedule-pause" },
+      s.paused ? "Resume" : "Pause",
+    );
+    toggle.addEventListener("click", () => act(s, s.paused ? "resume" : "pause", toggle));
+    const trigger = h("button", { type: "button", class: "small", "data-testid": "schedule-trigger" }, "Trigger now");
+    trigger.addEventListener("click", () => act(s, "trigger", trigger));
+    return h(
+      "tr",
+      { "data-testid": "schedule-row", "data-name": s.name, "data-paused": String(s.paused) },
+      h("td", { class: "mono id-cell", title: s.name }, s.name),
+      h("td", { class: "mono" }, s.workflow),
+      h("td", { class: "mono", title: s.timezone }, `${s.cron} · ${s.timezone}`),
+      h(
+        "td",
+        {},
+        h("span", { class: ["schedule-state", s.paused ? "paused" : "active"], "data-testid": "schedule-state" },
+          s.paused ? "⏸ paused" : "▶ active"),
+      ),
+      h("td", {}, s.last_run === null ? "—" : timeCell(s.last_run)),
+      h("td", { "data-testid": "schedule-next" }, s.next_run === null ? "—" : timeCell(s.next_run)),
+      h("td", { class: "muted" }, policies(s)),
+      h("td", { class: "schedule-actions" }, toggle, trigger),
+    );
+  }
+
+  async function load() {
+    clearTimeout(timer);
+    try {
+      const data = await api("GET", "/api/schedules");
+      if (stopped) return;
+      const paused = data.schedules.filter((s) => s.paused).length;
+      replace(summary, `· ${data.schedules.length} · ${paused} paused`);
+      if (!data.schedules.length) {
+        replace(
+          body,
+          h(
+            "p",
+            { class: "schedules-none", "data-testid": "no-schedules" },
+            "No cron schedules are stored: a worker serving a workflow that declares schedules stores them when it starts.",
+          ),
+        );
+        return;
+      }
+      replace(
+        body,
+        h(
+          "table",
+          { class: "table" },
+          h("thead", {}, h("tr", {}, ["Schedule", "Workflow", "Cron", "State", "Last run", "Next run", "Policies", ""].map((t) => h("th", {}, t)))),
+          h("tbody", {}, data.schedules.map(row)),
+        ),
+      );
+    } catch (err) {
+      if (!stopped) toast(err.message, "error");
+    } finally {
+      if (!stopped) timer = setTimeout(load, REFRESH_MS);
+    }
+  }
+  load();
+  return {
+    el,
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
+}
