@@ -119,8 +119,14 @@ class Schedule:
         return replace(self, name=f"{workflow[: NAME_MAX - 9]}-{digest}")
 
     def ticks_after(self, after: float) -> Iterator[float]:
-        """The ticks strictly after ``after``, in order (seconds since the epoch)."""
-        for tick in CronSim(self.cron, datetime.fromtimestamp(after, self.zone)):
+        """The ticks strictly after ``after``, in order (seconds since the epoch), ending where
+        datetimes end (year 9999)."""
+        ticks = iter(CronSim(self.cron, datetime.fromtimestamp(after, self.zone)))
+        while True:
+            try:
+                tick = next(ticks)
+            except (StopIteration, OverflowError, ValueError):
+                return  # cronsim steps past year 9999 by raising: no later tick exists
             yield tick.timestamp()
 
     def next_tick(self, after: float) -> float | None:

@@ -56,12 +56,6 @@ def test_the_latest_time_is_accepted() -> None:
     assert parse_moment("9999-12-31T23:59Z", "--to") == LATEST
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="Schedule.ticks_between lets cronsim step past year 9999 (OverflowError) instead of "
-    "stopping at the end of the range: a backfill to 9999-12-31 of a yearly cron fails",
-)
 def test_ticks_up_to_the_last_year() -> None:
     yearly = Schedule("0 0 1 1 *", name="yearly")
     start = datetime(9998, 6, 1, tzinfo=UTC).timestamp()

@@ -11,7 +11,6 @@ from rich.text import Text
 from ..records import InstanceRecord
 from ..triggers.cron import ScheduleInfo, parse_moment
 from ._common import (
-    CliError,
     State,
     check_workflow,
     cli_errors,
@@ -174,10 +173,7 @@ def trigger(state: State, name: str, at: str | None, as_json: bool) -> None:
 
 async def _backfill(state: State, name: str, start: float, end: float) -> list[InstanceRecord]:
     async with state.client() as engine:
-        try:
-            return await engine.schedules().backfill(name, start, end)
-        except OverflowError as exc:  # tick maths past the year 9999
-            raise CliError(f"backfill of {name!r}: the range reaches too far: {exc}") from None
+        return await engine.schedules().backfill(name, start, end)
 
 
 @schedules.command("backfill")
