@@ -22,7 +22,7 @@ from .store import Store, create_store
 from .store.base import WorkflowMeta
 from .triggers.cron import ScheduleClient, Scheduler
 from .worker import Reservation, Worker, WorkerSettings
-from .workflow import WorkflowDefinition, definition_of, is_valid_name
+from .workflow import WorkflowDefinition, check_schedule_names, definition_of, is_valid_name
 
 log = logging.getLogger("stepline")
 
@@ -106,7 +106,6 @@ class Engine:
         self._worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
         self._scheduler: Scheduler | None = None
-        self._scheduler_task: asyncio.Task[None] | None = None
         self._db_workflows: set[str] = set()
 
     # -- registry --------------------------------------------------------------------------------
@@ -122,24 +121,9 @@ class Engine:
                 f"two workflows are named {definition.name!r}: {existing.class_name} and "
                 f"{definition.class_name}; give one of them another name"
             )
-        self._check_schedule_names(definition)
+        check_schedule_names(self._registry.values(), definition)
         self._registry[definition.name] = definition
         return definition
-
-    def _check_schedule_names(self, definition: WorkflowDefinition) -> None:
-        """Schedule names are unique across the workflows an engine serves."""
-        owners = {
-            s.key: d.name
-            for d in self._registry.values()
-            if d.name != definition.name
-            for s in d.schedules
-        }
-        for schedule in definition.schedules:
-            if schedule.key in owners:
-                raise DefinitionError(
-                    f"workflows {owners[schedule.key]!r} and {definition.name!r} both declare a "
-                    f"schedule named {schedule.key!r}; schedule names must be unique"
-                )
 
     @property
     def workflows(self) -> dict[str, WorkflowDefinition]:
@@ -161,7 +145,8 @@ class Engine:
 
     async def close(self) -> None:
         """Stop the scheduler and the in-process worker (gracefully) and close the store."""
-        await self._stop_scheduler()
+        if self._scheduler is not None:
+            await self._scheduler.close()
         if self._worker_task is not None:
             assert self._worker is not None
             self._worker.stop()
@@ -175,7 +160,7 @@ class Engine:
     async def __aenter__(self) -> Engine:
         await self.open()
         if self._run_worker and self._registry:
-            await self._start_scheduler()
+            await self.scheduler.start()
             self._worker_task = asyncio.create_task(self.worker.run(), name="stepline-worker")
         return self
 
@@ -249,10 +234,11 @@ class Engine:
                 return  # abandoned by a second signal: nothing was claimed
             if signals:
                 return
-            await self._start_scheduler()
+            await self.scheduler.start()
             await worker.run()
         finally:
-            await self._stop_scheduler()
+            if self._scheduler is not None:
+                await self._scheduler.close()
             for sig in installed:
                 loop.remove_signal_handler(sig)
 
@@ -265,23 +251,6 @@ class Engine:
         if self._scheduler is None:
             self._scheduler = Scheduler(self.store, self._registry.values())
         return self._scheduler
-
-    async def _start_scheduler(self) -> None:
-        """Sync the served workflows' schedules (a schedule removed from code is deleted), and
-        run the scheduler if any is declared."""
-        scheduler = self.scheduler
-        await scheduler.sync()
-        if scheduler.schedules and self._scheduler_task is None:
-            self._scheduler_task = asyncio.create_task(
-                scheduler.run(synced=True), name="stepline-scheduler"
-            )
-
-    async def _stop_scheduler(self) -> None:
-        if self._scheduler_task is not None and self._scheduler is not None:
-            self._scheduler.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scheduler_task
-            self._scheduler_task = None
 
     def schedules(self) -> ScheduleClient:
         """List, pause, resume, trigger and backfill the schedules stored in the database."""

@@ -280,3 +280,17 @@ class _InstanceDefinition(WorkflowDefinition):
 
     def describe(self) -> dict[str, Any]:
         return self.instance.describe()
+
+
+def check_schedule_names(
+    registered: Iterable[WorkflowDefinition], definition: WorkflowDefinition
+) -> None:
+    """Schedule names are unique across the workflows an engine serves: else
+    :class:`DefinitionError` naming both workflows."""
+    owners = {s.key: d.name for d in registered if d.name != definition.name for s in d.schedules}
+    for schedule in definition.schedules:
+        if schedule.key in owners:
+            raise DefinitionError(
+                f"workflows {owners[schedule.key]!r} and {definition.name!r} both declare a "
+                f"schedule named {schedule.key!r}; schedule names must be unique"
+            )

@@ -56,6 +56,7 @@ class Scheduler:
         self.grace = grace
         self.max_wait = max_wait
         self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def schedules(self) -> list[str]:
@@ -71,6 +72,21 @@ class Scheduler:
 
     def stop(self) -> None:
         self._stopping.set()
+
+    async def start(self) -> None:
+        """Sync the served workflows' schedules (a schedule removed from code is deleted), then
+        :meth:`run` in a task of its own if any schedule is declared."""
+        await self.sync()
+        if self._served and self._task is None:
+            self._task = asyncio.create_task(self.run(synced=True), name="stepline-scheduler")
+
+    async def close(self) -> None:
+        """Stop the task :meth:`start` began and wait for it (nothing if none runs)."""
+        if self._task is not None:
+            self.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
 
     async def run(self, *, synced: bool = False) -> None:
         """Sync (unless ``synced``), then fire due ticks until :meth:`stop`. A store error is
