@@ -398,12 +398,10 @@ def check_runs(
                 assert run.attempt == number, f"{where} {rec.display_name}: {run} is {number}"
             mapped[number] = run
         final = mapped[max(mapped)]
+        # An interrupted attempt was cut by a kill, or never reached its callback (a sync
+        # callback still queued for a pool thread when its worker died): it needs no execution
+        # in the ledger. Every execution that was cut must still be explained by a kill (below).
         interrupted = {a.number for a in rec.attempts if a.interrupted}
-        cut = {run.attempt for run in step_runs if run not in mapped.values()}
-        assert interrupted <= cut, (
-            f"{where} step {rec.display_name}: attempts {sorted(interrupted)} recorded as "
-            f"interrupted, but the ledger shows no cut execution of them: {step_runs}"
-        )
         seen: set[tuple[int, int]] = set()
         for run in step_runs:
             if run in mapped.values():

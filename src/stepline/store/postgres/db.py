@@ -225,19 +225,28 @@ class Database:
         return StoreError(f"PostgreSQL error while {what} on {self.where}: {exc}")
 
     async def _backoff(
-        self, what: str, exc: psycopg.Error, started: float, attempt: int, applied: str | None
+        self,
+        what: str,
+        exc: psycopg.Error,
+        started: float,
+        attempt: int,
+        applied: str | None,
+        tried_at: float,
     ) -> None:
         """Sleep before retrying a connection fault, or raise StoreUnavailableError when the
         retry period is over (``applied`` says what became of the change, if any)."""
         pause = self.outages.pause(what, exc, started, attempt, applied)
-        await self.fault(what, exc, outage=attempt >= 2)
+        await self.fault(what, exc, outage=attempt >= 2, since=tried_at)
         await asyncio.sleep(pause)
 
-    async def fault(self, what: str, exc: BaseException, *, outage: bool) -> None:
-        """A connection fault (``outage``: a retry failed too), logged by :class:`Outages`. On
-        a first fault the connections that died with it are dropped at once (the spare too), so
-        that they do not fail one by one later, after the retries of the first one succeeded."""
-        self.outages.fault(what, exc, outage=outage)
+    async def fault(
+        self, what: str, exc: BaseException, *, outage: bool, since: float | None = None
+    ) -> None:
+        """A connection fault (``outage``: a retry failed too; ``since``: when the failed attempt
+        began), logged by :class:`Outages`. On a first fault the connections that died with it
+        are dropped at once (the spare too), so that they do not fail one by one later, after
+        the retries of the first one succeeded."""
+        self.outages.fault(what, exc, outage=outage, since=since)
         if outage:
             return
         pool = self._pool
@@ -277,10 +286,11 @@ class Database:
         tries = 0
         while True:
             tries += 1
+            tried_at = time.monotonic()
             try:
                 result = await self._on_connection(attempt, priority, self._wait_limit(started))
             except psycopg.OperationalError as exc:
-                await self._backoff(what, exc, started, tries, applied)
+                await self._backoff(what, exc, started, tries, applied, tried_at)
             except psycopg.Error as exc:
                 raise self.error(what, exc) from exc
             else:
@@ -377,6 +387,7 @@ class Database:
         while True:
             tries += 1
             state = _TxState()
+            tried_at = time.monotonic()
             try:
                 result = await self._transaction_once(
                     body, state, pipelined, self._wait_limit(started)
@@ -396,7 +407,7 @@ class Database:
                     if committed:
                         done: T = state.result
                         return done
-                await self._backoff(what, exc, started, tries, "nothing was changed")
+                await self._backoff(what, exc, started, tries, "nothing was changed", tried_at)
             except psycopg.Error as exc:
                 raise self.error(what, exc) from exc
             else:

@@ -71,19 +71,24 @@ class Outages:
         delay = min(0.02 * 2 ** (attempt - 1), 1.0)
         return min(jittered(delay), left)
 
-    def fault(self, what: str, exc: BaseException, *, outage: bool) -> None:
-        """A connection fault; ``outage``: a retry failed too. The first fault of an outage is
-        logged as such, unless it comes within ``_SETTLE`` seconds of the end of the last one:
-        then it is the same one still settling (operations that were waiting for the pool when
-        another one got through), and it is logged only if it lasts."""
+    def fault(
+        self, what: str, exc: BaseException, *, outage: bool, since: float | None = None
+    ) -> None:
+        """A connection fault; ``outage``: a retry failed too; ``since``: when the failed
+        attempt began (monotonic). The first fault of an outage is logged as such, unless it
+        comes within ``_SETTLE`` seconds of the end of the last one, or its attempt began
+        before that end (it waited for the pool through the outage): then it is the same one
+        still settling, and it is logged only if it lasts."""
         now = time.monotonic()
-        quiet, self._last_fault = now - self._last_fault < 1.0, now
+        stale = since is not None and since < self._recovered_at
+        quiet, self._last_fault = stale or now - self._last_fault < 1.0, now
         if outage and self._began is None:
             self._began = now
             self._logged = False
         if (
             outage
             and not self._logged
+            and not stale
             and (now - self._recovered_at >= _SETTLE or now - (self._began or now) >= _SETTLE)
         ):
             self._logged = True
