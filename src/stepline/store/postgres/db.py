@@ -149,15 +149,6 @@ class Database:
         self._spare_until = 0.0
 
     @property
-    def retry_seconds(self) -> float:
-        """How long an operation keeps retrying connection faults before raising StoreError."""
-        return self.outages.retry_seconds
-
-    @retry_seconds.setter
-    def retry_seconds(self, value: float) -> None:
-        self.outages.retry_seconds = value
-
-    @property
     def is_open(self) -> bool:
         return self._pool is not None
 
@@ -262,7 +253,7 @@ class Database:
     def _wait_limit(self, started: float) -> float:
         """How long an attempt may wait for a pooled connection: not past the retry period."""
         longest = _OUTAGE_POOL_WAIT if self.outages.ongoing else _POOL_WAIT
-        return max(0.05, min(longest, started + self.retry_seconds - time.monotonic()))
+        return max(0.05, min(longest, started + self.outages.retry_seconds - time.monotonic()))
 
     async def retrying(
         self, what: str, attempt: Callable[[Conn], Awaitable[T]], *, priority: bool = False

@@ -102,11 +102,11 @@ class PostgresStore(ScheduleOperations):
     @property
     def retry_seconds(self) -> float:
         """How long an operation retries connection faults before raising StoreError."""
-        return self._db.retry_seconds
+        return self._db.outages.retry_seconds
 
     @retry_seconds.setter
     def retry_seconds(self, value: float) -> None:
-        self._db.retry_seconds = value
+        self._db.outages.retry_seconds = value
 
     def now(self) -> float:
         """The database server's clock (see :class:`.clock.ServerClock`: a step of this
