@@ -67,6 +67,19 @@ class InstanceAlreadyExistsError(SteplineError):
         self.instance_id = instance_id
 
 
+class DuplicateInstanceError(SteplineError):
+    """``create`` was given a ``dedup_key`` that an unfinished instance of the workflow holds."""
+
+    def __init__(self, workflow: str, dedup_key: str, instance_id: str) -> None:
+        super().__init__(
+            f"workflow {workflow!r} already has an unfinished instance {instance_id!r} with "
+            f"dedup key {dedup_key!r}"
+        )
+        self.workflow = workflow
+        self.dedup_key = dedup_key
+        self.instance_id = instance_id
+
+
 class InstanceNotFoundError(SteplineError, LookupError):
     """No instance with that id exists for that workflow."""
 

@@ -182,6 +182,14 @@ class InstanceRecord:
     schedule: dict[str, Any] | None = None
     """For an instance a cron schedule created: ``{"name", "cron", "tick"}`` (tick: seconds
     since the epoch); None otherwise."""
+    key: str | None = None
+    """The flow control key given at creation (``create(key=...)``): the workflow's
+    ``key_concurrency`` limits how many instances of one key run at once."""
+    priority: int = 0
+    """Lower runs first among runnable instances; equal priorities run in the order they
+    became runnable."""
+    dedup_key: str | None = None
+    """While this instance is unfinished, no other instance of its workflow has this key."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -200,6 +208,9 @@ class InstanceRecord:
             "wake_at": self.ready_at if self.status == "waiting" else None,
             "parent": self.parent,
             "schedule": self.schedule,
+            "key": self.key,
+            "priority": self.priority,
+            "dedup_key": self.dedup_key,
         }
 
 
@@ -241,6 +252,32 @@ class WorkflowInfo:
             "definition": self.definition,
             "counts": self.counts,
         }
+
+
+@dataclass(frozen=True)
+class LimitState:
+    """One limit that applies to an instance, and how much of it is in use now (what
+    ``Store.limit_states`` reads to tell why an instance is still queued)."""
+
+    scope: Literal["workflow", "key", "limit"]
+    """What it limits: the workflow's instances, those of one key, or a named limit's."""
+    name: str
+    """The workflow's name, the key, or the named limit's name."""
+    running: int
+    """Instances it counts that run now (a live lease)."""
+    concurrency: int | None
+    started: int
+    """First starts it counts within the last ``rate_period`` (0 without a rate)."""
+    rate_count: int | None = None
+    rate_period: float | None = None
+    next_start: float | None = None
+    """When the rate lets the next instance start, if ``started`` has reached ``rate_count``."""
+
+    @property
+    def full(self) -> bool:
+        """Whether no more instances may run (concurrency) or start (rate) under it now."""
+        at_capacity = self.concurrency is not None and self.running >= self.concurrency
+        return at_capacity or self.next_start is not None
 
 
 WORKER_LIVE_BEATS = 3

@@ -16,15 +16,17 @@ import abc
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..limits import Limit, WorkflowLimits
 from ..records import (
     Attempt,
     InstanceEvent,
     InstancePage,
     InstanceRecord,
+    LimitState,
     PendingEvent,
     ScheduleRecord,
     StepKind,
@@ -86,6 +88,12 @@ class NewInstance:
     """JSON text ``{"workflow", "id", "step"}`` for child instances started by a parent's step."""
     schedule: str | None = None
     """JSON text ``{"name", "cron", "tick"}`` for instances a cron schedule created."""
+    key: str | None = None
+    """The flow control key (see :attr:`InstanceRecord.key`)."""
+    priority: int = 0
+    """Lower is claimed first (see :meth:`Store.claim`)."""
+    dedup_key: str | None = None
+    """No two unfinished instances of a workflow share one (see :meth:`Store.create_instances`)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,8 @@ class WorkflowMeta:
     name: str
     class_name: str
     definition: dict[str, Any] | None = None
+    limits: WorkflowLimits = field(default_factory=WorkflowLimits)
+    """Its flow control, which every worker's claims apply (see :meth:`Store.claim`)."""
 
 
 @dataclass(frozen=True)
@@ -329,8 +339,15 @@ class Store(ScheduleStore):
     # -- workflows ---------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
-        """Insert or update the workflows a worker or client knows (``created_at`` is kept)."""
+    async def register_workflows(
+        self, metas: Sequence[WorkflowMeta], limits: Sequence[Limit] = ()
+    ) -> None:
+        """Insert or update the workflows a worker or client knows (``created_at`` is kept),
+        with their limits, and insert or update the named ``limits``, in one transaction.
+
+        The stored limits are what :meth:`claim` applies from then on (a lowered limit cancels
+        nothing: it only holds back later claims). Named limits not given are left as stored.
+        """
 
     @abc.abstractmethod
     async def list_workflows(self) -> list[WorkflowInfo]:
@@ -348,6 +365,12 @@ class Store(ScheduleStore):
         counts once, as its first occurrence). With ``skip_existing`` ids that exist are skipped
         and only new instances are returned; otherwise an existing id raises
         ``InstanceAlreadyExistsError`` and nothing is created.
+
+        An item with a ``dedup_key`` that an unfinished instance of ``workflow`` holds (or an
+        earlier item of ``items``) is a duplicate: with ``skip_existing`` it is skipped;
+        otherwise ``DuplicateInstanceError`` names the key and the instance holding it, and
+        nothing is created. Of concurrent creates with one key, exactly one creates an
+        instance; the others see it. A key is free again once its instance has finished.
         """
 
     @abc.abstractmethod
@@ -470,16 +493,41 @@ class Store(ScheduleStore):
 
     @abc.abstractmethod
     async def claim(
-        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+        self,
+        owner: str,
+        workflows: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        now: float,
+        *,
+        caps: Mapping[str, int] | None = None,
     ) -> list[Claim]:
-        """Atomically take up to ``limit`` runnable instances of ``workflows``, earliest first.
+        """Atomically take up to ``limit`` runnable instances of ``workflows`` that their limits
+        let run, lowest ``priority`` first, then earliest ``ready_at`` (then lowest ``pk``).
 
         Runnable: ``ready_at <= now`` and no live lease. Each claimed instance gets a fresh lease
         token and ``lease_expires = now + lease_seconds``; queued and waiting instances become
         ``running``. Two concurrent claims never return the same instance. Each claim carries
         the instance's history (:attr:`Claim.history`), read under its new lease. A runnable
         instance with a pause pending (``waitingForPause`` whose lease expired) becomes
-        ``paused`` instead of being claimed.
+        ``paused`` instead of being claimed, whatever the limits.
+
+        Limits (as registered, :meth:`register_workflows`): an instance *runs* while it holds
+        a live lease (``running`` or ``waitingForPause`` with ``lease_expires > now``); a
+        *start* is the claim of an instance that has not started (``started_at`` unset). An
+        instance is claimed only if, counting what runs and what this claim takes before it:
+        its workflow runs fewer than ``concurrency``; its key (if it has one and the workflow
+        sets ``key_concurrency``) runs fewer than ``key_concurrency``; each named limit of its
+        workflow runs fewer than its ``concurrency`` (counting every workflow that uses it);
+        and, if the claim is a start, fewer than the rate's count started (``started_at``)
+        within the rate's period before ``now``, for the workflow's rate and each named limit's.
+        ``caps`` (a worker's own ``worker_concurrency`` room): at most ``caps[w]`` instances of
+        workflow ``w`` (absent: no cap). An instance held back is left as it is, for a later
+        claim. Of concurrent claims, none can together exceed a limit.
+
+        A claim returns fewer than ``limit`` only if no other instance was runnable and allowed
+        when it looked, or another claim took it; an instance it held back because of what it
+        took itself may be left for the next claim.
         """
 
     @abc.abstractmethod
@@ -515,7 +563,21 @@ class Store(ScheduleStore):
     @abc.abstractmethod
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
         """The earliest time at which an instance of ``workflows`` may need a worker: a timer,
-        a runnable instance, or a lease's expiry (when another worker may take it over)."""
+        a runnable instance, or a lease's expiry (when another worker may take it over).
+
+        A runnable instance that a limit holds back counts from when it may start: a rate's
+        next opening; never, for a concurrency limit (of its workflow, key, or a named one),
+        since a slot frees only when an instance ends, suspends or is released (which, in
+        this process, calls the ready listeners) or when a lease expires (a timer of its own).
+        """
+
+    @abc.abstractmethod
+    async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
+        """The registered limits that apply to an instance of ``workflow`` with ``key``, each
+        with its use now: the workflow's own (concurrency and rate, scope ``workflow``), its
+        key's (scope ``key``, when both ``key`` and ``key_concurrency`` are set), then each
+        named limit's (scope ``limit``), in the workflow's order. Empty for a workflow without
+        limits, or unknown."""
 
     # -- worker liveness -------------------------------------------------------------------------
 
