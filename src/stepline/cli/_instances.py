@@ -13,6 +13,7 @@ from ..client import Instance
 from ..durations import format_duration, parse_duration
 from ..engine import Engine
 from ..errors import IllegalStateError, InstanceNotFoundError
+from ..held import read_held_reasons
 from ..records import (
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
@@ -133,6 +134,8 @@ class Described:
     warning: str | None = None
     """``no live worker serves 'NAME'`` (:meth:`Engine.unserved_warnings`), or None."""
     events: list[InstanceEvent] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    """The full limits holding a due instance back (:func:`stepline.held.held_reasons`)."""
 
 
 async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
@@ -145,7 +148,8 @@ async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
         (w.definition for w in await engine.list_workflows() if w.name == record.workflow), None
     )
     (warning,) = await engine.unserved_warnings([record])
-    return Described(record, steps, engine.now(), definition, warning, events)
+    held = await read_held_reasons(engine.store, record)
+    return Described(record, steps, engine.now(), definition, warning, events, held)
 
 
 def show_instance(
@@ -157,6 +161,7 @@ def show_instance(
             {
                 **describe_json(described.record, described.steps),
                 "warning": described.warning,
+                "held": described.held,
                 "events": [event.to_json() for event in described.events],
             }
         )
@@ -171,6 +176,7 @@ def show_instance(
             definition=described.definition,
             warning=described.warning,
             events=described.events,
+            held=described.held,
         )
     )
 

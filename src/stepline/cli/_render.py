@@ -247,10 +247,12 @@ def describe_instance(
     definition: dict[str, Any] | None = None,
     warning: str | None = None,
     events: Sequence[InstanceEvent] = (),
+    held: Sequence[str] = (),
 ) -> RenderableType:
     """The ``instances describe`` layout; a DAG or pipeline also gets its graph with the state
-    of every node. ``warning`` (no live worker serves the workflow) follows the status; the
-    ``events`` sent to the instance, pending or consumed, come last."""
+    of every node. ``warning`` (no live worker serves the workflow) and ``held`` (the full
+    limits holding it back) follow the status; the ``events`` sent to the instance, pending or
+    consumed, come last."""
     fields: list[Field] = [
         ("Workflow Name", record.workflow),
         ("Instance Id", record.id),
@@ -259,10 +261,18 @@ def describe_instance(
     if warning:
         hint = "start `stepline worker`; `stepline workers list` shows the workers"
         fields.append(("Warning", Text(f"⚠ {warning} ({hint})", style="yellow")))
+    if held:
+        fields.append(("Held By", Text("; ".join(held), style="yellow")))
     fields += [
         ("Trigger", trigger_text(record.trigger)),
         ("Queued", fmt_time(record.created_at)),
     ]
+    if record.key is not None:
+        fields.append(("Key", record.key))
+    if record.priority:
+        fields.append(("Priority", str(record.priority)))
+    if record.dedup_key is not None:
+        fields.append(("Dedup Key", record.dedup_key))
     if record.started_at is not None:
         fields.append(("Start", fmt_time(record.started_at)))
     if record.ended_at is not None:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 from rich.text import Text
 
-from ..errors import WorkflowNotFoundError
+from ..errors import DuplicateInstanceError, WorkflowNotFoundError
 from ..project import load_workflow
 from ..records import WorkflowInfo
 from ..workflow import definition_of, validate_name
@@ -118,7 +118,11 @@ def describe(state: State, name: str, as_json: bool) -> None:
     state.out.print(describe_workflow(info, configured))
 
 
-async def _trigger(state: State, name: str, params: Any, instance_id: str | None) -> str:
+async def _trigger(
+    state: State, name: str, params: Any, instance_id: str | None, flow: dict[str, Any]
+) -> tuple[str, bool]:
+    """The instance's id, and False when ``flow``'s dedup key named an unfinished instance
+    instead of creating one."""
     validate_name(name, what="workflow name")
     if instance_id is not None:
         validate_name(instance_id, what="instance id")
@@ -132,8 +136,13 @@ async def _trigger(state: State, name: str, params: Any, instance_id: str | None
     if name not in in_database and entry is not None:
         registered.append(load_workflow(state.project, entry))
     async with state.client(registered) as engine:
-        instance = await engine.workflow(name).create(instance_id, params, trigger="cli")
-        return instance.id
+        try:
+            instance = await engine.workflow(name).create(
+                instance_id, params, trigger="cli", on_duplicate="raise", **flow
+            )
+        except DuplicateInstanceError as exc:
+            return exc.instance_id, False
+        return instance.id, True
 
 
 @workflows.command("trigger")
@@ -141,6 +150,10 @@ async def _trigger(state: State, name: str, params: Any, instance_id: str | None
 @click.argument("params_json", required=False, metavar="[PARAMS_JSON]")
 @json_file_option("--params-file", "Read the params (JSON) from FILE; '-' reads stdin.")
 @click.option("--id", "instance_id", help="Instance id (default: a random UUID).")
+@click.option("--key", help="Flow control key: the workflow's key_concurrency applies per key.")
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="Lower runs first among runnable instances.")  # fmt: skip
+@click.option("--dedup-key", help="Create nothing if an unfinished instance has this key.")
 @json_option
 @pass_state
 def trigger(
@@ -149,6 +162,9 @@ def trigger(
     params_json: str | None,
     params_file: str | None,
     instance_id: str | None,
+    key: str | None,
+    priority: int,
+    dedup_key: str | None,
     as_json: bool,
 ) -> None:
     """Create (queue) an instance of NAME with PARAMS_JSON (or --params-file) as its params.
@@ -157,7 +173,16 @@ def trigger(
     """
     with cli_errors():
         params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
-    created = run_async(_trigger(state, name, params, instance_id))
+    flow = {"key": key, "priority": priority, "dedup_key": dedup_key}
+    created, new = run_async(_trigger(state, name, params, instance_id, flow))
+    if not new:
+        if as_json:
+            print_json({"workflow": name, "id": created, "duplicate": True})
+            return
+        state.out.print(
+            Text(f'🔁 Workflow instance "{created}" holds dedup key "{dedup_key}": not created')
+        )
+        return
     if as_json:
         print_json({"workflow": name, "id": created, "status": "queued"})
         return

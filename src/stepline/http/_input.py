@@ -79,23 +79,34 @@ class RequestReader:
                 "bytes; store large data elsewhere and pass a reference",
             )
 
-    def new_instance(self, item: Any, where: str) -> dict[str, Any]:
+    def new_instance(self, item: Any, where: str, *, single: bool = True) -> dict[str, Any]:
+        """A create's item: ``id``, ``params``, ``key`` and ``priority``, and for a single
+        create ``dedup_key`` and ``on_duplicate``; absent keys are left out (the client's
+        defaults apply). The client checks the values' ranges."""
         if not isinstance(item, dict):
             raise ApiError(
                 400, "invalid_input", f"{where} must be a JSON object like "
                 '{"id": "optional-id", "params": {...}}',
             )  # fmt: skip
-        unknown = sorted(set(item) - {"id", "params"})
+        allowed = _SINGLE_KEYS if single else _BATCH_KEYS
+        unknown = sorted(set(item) - set(allowed))
         if unknown:
+            keys = ", ".join(repr(key) for key in allowed)
             raise ApiError(
                 400, "invalid_input", f"{where} has an unknown key {unknown[0]!r}; "
-                "the keys are 'id' and 'params'",
+                f"the keys are {keys}",
             )  # fmt: skip
-        instance_id = item.get("id")
-        if instance_id is not None and not isinstance(instance_id, str):
-            raise ApiError(400, "invalid_input", f"{where}: 'id' must be a string or null")
+        for key in ("id", "key", "dedup_key", "on_duplicate"):
+            if item.get(key) is not None and not isinstance(item[key], str):
+                raise ApiError(400, "invalid_input", f"{where}: {key!r} must be a string or null")
+        priority = item.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ApiError(400, "invalid_input", f"{where}: 'priority' must be an integer")
         self.check_size(item.get("params"), f"{where}: params")
-        return {"id": instance_id, "params": item.get("params")}
+        return {key: item[key] for key in allowed if item.get(key) is not None} | {
+            "id": item.get("id"),
+            "params": item.get("params"),
+        }
 
     def new_instances(self, body: Any) -> list[dict[str, Any]]:
         """The items of a batch create."""
@@ -109,11 +120,18 @@ class RequestReader:
                 400, "invalid_input", f"a batch holds at most {MAX_BATCH} instances, got "
                 f"{len(body)}; split it into several requests",
             )  # fmt: skip
-        items = [self.new_instance(item, f"item {i} of the batch") for i, item in enumerate(body)]
+        items = [
+            self.new_instance(item, f"item {i} of the batch", single=False)
+            for i, item in enumerate(body)
+        ]
         ids = [item["id"] for item in items if item["id"] is not None]
         if len(ids) != len(set(ids)):
             raise ApiError(400, "invalid_input", "the batch names the same instance id twice")
         return items
+
+
+_BATCH_KEYS = ("id", "params", "key", "priority")
+_SINGLE_KEYS = (*_BATCH_KEYS, "dedup_key", "on_duplicate")
 
 
 def query_int(request: Request, key: str, default: int, low: int, high: int) -> int:

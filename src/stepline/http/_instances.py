@@ -71,9 +71,10 @@ class InstanceEndpoints:
         name = request.path_params["name"]
         body = await self.reader.json(request)
         item = self.reader.new_instance({} if body is MISSING else body, "the request body")
+        options = {k: v for k, v in item.items() if k not in ("id", "params")}
         with client_errors():
             instance = await self.engine.workflow(name).create(
-                item["id"], item["params"], trigger="http"
+                item["id"], item["params"], trigger="http", **options
             )
             status = await instance.status()
         return JsonResponse({"id": instance.id, "status": status.status}, status_code=201)

@@ -11,6 +11,7 @@ from typing import Any
 from ..dag import node_states
 from ..engine import Engine
 from ..errors import InstanceNotFoundError, WorkflowNotFoundError
+from ..held import read_held_reasons
 from ..records import StepRecord, WorkflowInfo
 from .errors import ApiError, client_errors
 
@@ -100,11 +101,12 @@ class Lookup:
             record = await instance.record()
             steps = await instance.steps()
             (warning,) = await self.engine.unserved_warnings([record])
+            held = await read_held_reasons(self.engine.store, record)
         graph = graph_of(await self.definition(workflow))
         if graph is not None:
             graph["states"] = _node_states(graph, steps, instance_id)
         return {
-            "workflow": {**record.to_json(), "warning": warning},
+            "workflow": {**record.to_json(), "warning": warning, "held": held},
             "steps": [s.to_json() for s in steps],
             "graph": graph,
         }

@@ -10,6 +10,7 @@ import orjson
 from starlette.responses import JSONResponse
 
 from ..errors import (
+    DuplicateInstanceError,
     IllegalStateError,
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
@@ -25,7 +26,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
     401: ("unauthorized",),
     404: ("workflow_not_found", "instance_not_found", "schedule_not_found", "not_found"),
     405: ("method_not_allowed",),
-    409: ("instance_exists", "illegal_state"),
+    409: ("instance_exists", "duplicate_instance", "illegal_state"),
     413: ("payload_too_large",),
     414: ("uri_too_long",),
     422: ("invalid_json",),
@@ -79,6 +80,8 @@ def client_errors() -> Iterator[None]:
         raise ApiError(404, "schedule_not_found", str(exc)) from exc
     except InstanceAlreadyExistsError as exc:
         raise ApiError(409, "instance_exists", str(exc)) from exc
+    except DuplicateInstanceError as exc:
+        raise ApiError(409, "duplicate_instance", str(exc)) from exc
     except IllegalStateError as exc:
         raise ApiError(409, "illegal_state", str(exc)) from exc
     except StoreError as exc:

@@ -65,6 +65,27 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                 "the epoch); else null."
             ),
         },
+        "key": {
+            "type": ["string", "null"],
+            "description": "The flow control key given at creation (`key_concurrency`).",
+        },
+        "priority": {
+            "type": "integer",
+            "description": "Lower runs first among runnable instances (default 0).",
+        },
+        "dedup_key": {
+            "type": ["string", "null"],
+            "description": "No other unfinished instance of the workflow has this key.",
+        },
+        "held": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": (
+                "On an instance's detail: the full limits holding it back while it is due to "
+                "run, e.g. `concurrency 10/10`, `rate limit: next start in 12 s`, "
+                "`key customer-42 busy (1/1)`; empty when none is."
+            ),
+        },
         "warning": {
             "type": ["string", "null"],
             "description": (

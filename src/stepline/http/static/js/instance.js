@@ -18,6 +18,13 @@ import { go } from "./router.js";
 import { timeline } from "./timeline.js";
 import { unservedBanner } from "./workers.js";
 
+/** Why a due instance has not started (the API's `held`: its full limits), or null. */
+function heldBanner(inst) {
+  if (!inst.held || !inst.held.length) return null;
+  return h("div", { class: "unserved", role: "status", "data-testid": "held" },
+    `⏸ Held back by flow control: ${inst.held.join("; ")}`);
+}
+
 function stepDuration(step) {
   if (!step.started_at) return null;
   const end = step.ended_at ?? (step.status === "waiting" || step.status === "running" ? Date.now() / 1000 : null);
@@ -103,6 +110,7 @@ export function render(root, params) {
   const timelineBox = h("div", {});
   const stepsBox = h("div", { class: "table-scroll" });
   const warningBox = h("div", {});
+  const heldBox = h("div", {});
 
   const button = (label, testid, cls, onclick) =>
     h("button", { type: "button", class: cls, "data-testid": testid, onclick }, label);
@@ -188,6 +196,7 @@ export function render(root, params) {
       h("div", { class: "head-status" }, live, badge),
     ),
     warningBox,
+    heldBox,
     h(
       "div",
       { class: "grid-2" },
@@ -229,6 +238,7 @@ export function render(root, params) {
     const inst = detail.workflow;
     replace(badge, statusBadge(inst.status, "badge-lg"));
     replace(warningBox, unservedBanner(inst));
+    replace(heldBox, heldBanner(inst));
     const finished = FINISHED.has(inst.status);
     live.textContent = finished ? "" : "● live";
     pauseBtn.disabled = !["queued", "running", "waiting"].includes(inst.status);
@@ -251,6 +261,8 @@ export function render(root, params) {
       fact("Ended", inst.ended_at ? formatTime(inst.ended_at) : "—"),
       fact("Duration", inst.started_at ? formatDuration(end - inst.started_at) : "—"),
       fact("Trigger", inst.trigger),
+      inst.key != null ? fact("Key", inst.key) : null,
+      inst.priority ? fact("Priority", String(inst.priority)) : null,
       fact("Steps", String(detail.steps.length)),
       inst.wake_at ? fact("Wakes", timeCell(inst.wake_at)) : null,
       inst.parent ? fact("Parent", h("a", { href: `#/workflows/${enc(inst.parent.workflow)}/instances/${enc(inst.parent.id)}` }, `${inst.parent.workflow}/${inst.parent.id}`)) : null,
