@@ -45,6 +45,20 @@ class Trivial(Workflow):
         return total
 
 
+class TrivialLimited(Trivial):
+    """:class:`Trivial` with a fleet-wide concurrency limit of 50."""
+
+    name = "bench-trivial-c50"
+    concurrency = 50
+
+
+class TrivialKeyed(Trivial):
+    """:class:`Trivial` that runs one instance per key at a time (``create(key=...)``)."""
+
+    name = "bench-trivial-keyed"
+    key_concurrency = 1
+
+
 class Long(Workflow):
     """``steps`` steps (``s0``, ``s1``, ...) that each return ``time.process_time()``: the CPU
     time of the process running them, so a benchmark can tell the engine's CPU cost per step
@@ -122,6 +136,8 @@ class Slow(Workflow):
 
 WORKFLOWS: tuple[type[Workflow], ...] = (
     Trivial,
+    TrivialLimited,
+    TrivialKeyed,
     Long,
     Sleeper,
     SleeperProbe,

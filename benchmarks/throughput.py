@@ -1,5 +1,9 @@
 """Throughput: 10,000 instances x 10 trivial steps, run by 1, 2 and 4 worker processes.
 
+With flow control, in the same run and at the 2-process point: the same workload with a
+fleet-wide ``concurrency = 50``, and with ``key_concurrency = 1`` over 100 keys (instance i has
+key ``k{i % 100}``), each shown as a ratio to the unlimited figure measured beside it.
+
 For each store and each process count, on a fresh database: the instances are created with
 ``create_batch`` (batches of 500) before any worker runs; then the worker processes
 (``python -m benchmarks._worker``, engine defaults: concurrency 100, lease 30 s, poll interval
@@ -31,13 +35,19 @@ from ._floors import per_second, step_floor
 from ._procs import WorkerOptions, worker_pool
 from ._report import Figure, Floor, Report, median
 from ._run import execute
-from ._workflows import Trivial
+from ._workflows import Trivial, TrivialKeyed, TrivialLimited
 
 NAME = "throughput"
 PROCESSES = (1, 2, 4)
 STEPS = 10
 BATCH = 500
 ASYNC_COMMIT_PROCESSES = 2
+LIMITED_PROCESSES = 2
+KEYS = 100
+LIMITED = (
+    ("concurrency 50", TrivialLimited.name, 0),
+    (f"key_concurrency 1 over {KEYS} keys", TrivialKeyed.name, KEYS),
+)
 
 
 async def run(config: BenchConfig) -> list[Report]:
@@ -53,6 +63,8 @@ async def measure(
     processes: int,
     steps: int = STEPS,
     async_commit: bool = False,
+    workflow: str = Trivial.name,
+    keys: int = 0,
 ) -> dict[str, float]:
     """One run on a fresh database ``url``: steps/s, seconds, CPU µs per step (workers and, for
     a local PostgreSQL, the server processes serving them), bytes stored per instance.
@@ -78,7 +90,7 @@ async def measure(
         cpu_before = [cpu_seconds(w.pid) or 0.0 for w in pool.workers]
         started = pool.go()
         done = await wait_for_status(
-            url, Trivial.name, instances, ("complete",), timeout=900, interval=0.05
+            url, workflow, instances, ("complete",), timeout=900, interval=0.05
         )
         cpu = sum(
             (cpu_seconds(w.pid) or 0.0) - before
@@ -88,7 +100,7 @@ async def measure(
         server = sum(cpu_seconds(pid) or 0.0 for pid in backends) - server_before
     if pool.problems:
         raise RuntimeError("benchmark workers logged errors:\n" + "\n".join(pool.problems[:20]))
-    timing = await span(url, Trivial.name)
+    timing = await span(url, workflow)
     sizes = await table_sizes(url)
     total_steps = instances * steps
     result = {
@@ -125,6 +137,22 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                     series[f"{key}_{processes}"].append(value)
                 print(
                     f"  {NAME} {store} {processes} process(es): "
+                    f"{result['steps_per_s']:,.0f} steps/s",
+                    flush=True,
+                )
+            for label, workflow, keys in LIMITED:
+                with database(config, store, directory) as url:
+                    result = await measure(
+                        url,
+                        directory / "logs",
+                        instances=instances,
+                        processes=LIMITED_PROCESSES,
+                        workflow=workflow,
+                        keys=keys,
+                    )
+                series[f"limited_{workflow}"].append(result["steps_per_s"])
+                print(
+                    f"  {NAME} {store} {LIMITED_PROCESSES} processes, {label}: "
                     f"{result['steps_per_s']:,.0f} steps/s",
                     flush=True,
                 )
@@ -169,6 +197,24 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                 True,
             )
         )
+    unlimited_key = f"steps_per_s_{LIMITED_PROCESSES}"
+    unlimited = Floor(
+        f"unlimited, {LIMITED_PROCESSES} processes",
+        median(series[unlimited_key]),
+        "/s",
+        tuple(series[unlimited_key]),
+    )
+    for label, workflow, _keys in LIMITED:
+        values = series[f"limited_{workflow}"]
+        report.figures.append(
+            Figure(
+                f"steps/s, {LIMITED_PROCESSES} processes, {label}",
+                median(values),
+                "/s",
+                unlimited,
+                tuple(values),
+            )
+        )
     for n in PROCESSES:
         es = "es" if n > 1 else ""
         report.figures.append(
@@ -207,6 +253,9 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         "synchronous_commit=off (PostgreSQL, workers' connections only): a commit returns before "
         "its WAL is flushed; a server crash may lose the last few hundred ms of worker writes "
         "(those steps run again), never an acknowledged create or event",
+        f"flow control: the {LIMITED_PROCESSES}-process run repeated with a fleet-wide "
+        f"concurrency of 50, and with key_concurrency 1 over {KEYS} keys; the ratio is to the "
+        "unlimited figure of the same run",
         f"heavy benchmark: median of {runs} runs (--heavy-runs)",
     ]
     return report
