@@ -145,11 +145,14 @@ async def _worker_main(
     clock: str | None = None,
     scheduler_wait: float | None = None,
 ) -> None:
-    # ``--workflows MODULE`` registers that module's ``WORKFLOWS`` instead of the ledger workflow
-    registered = importlib.import_module(workflows).WORKFLOWS if workflows else [LedgerWorkflow]
+    # ``--workflows MODULE`` registers that module's ``WORKFLOWS`` (and named ``LIMITS``, if it
+    # has any) instead of the ledger workflow
+    module = importlib.import_module(workflows) if workflows else None
+    registered = module.WORKFLOWS if module else [LedgerWorkflow]
     engine = Engine(
         url,
         registered,
+        limits=getattr(module, "LIMITS", ()),
         lease=lease,
         concurrency=concurrency,
         poll_interval=poll,
