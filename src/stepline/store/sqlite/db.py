@@ -189,6 +189,11 @@ class Database:
         conn = self.require()
         return await self._retry_locked(lambda: conn.execute(statement, params).fetchall())
 
+    async def read_with(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn``'s reads on the connection (several statements, outside any transaction)."""
+        conn = self.require()
+        return await self._retry_locked(lambda: fn(conn))
+
     async def _retry_locked(self, fn: Callable[[], T]) -> T:
         delay = 0.001
         deadline = time.monotonic() + self.retry_seconds

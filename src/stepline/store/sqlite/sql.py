@@ -6,10 +6,15 @@ when both stores read them alike); a statement selects ``columns(RowType._fields
 
 The timer reads (idle poll, claim, next wake-up) filter on ``+workflow IN (?, ...)``: the unary
 plus (SQLite's documented way to keep a term from choosing an index) leaves them to the
-``ready_at`` index, in order. Without statistics (a database never analyzed, or one that grew
-since) the planner otherwise reads every instance the workflows ever ran through
-``instances_status`` (workflow, status) and sorts the due ones, for each idle poll, claim and
-timer read: far slower than reading in ``ready_at`` order once it holds many.
+``instances_ready`` index (priority, ready_at), in order. Without statistics (a database never
+analyzed, or one that grew since) the planner otherwise reads every instance the workflows ever
+ran through ``instances_status`` (workflow, status) and sorts the due ones, for each idle poll,
+claim and timer read: far slower than reading in ``ready_at`` order once it holds many.
+
+The ready index leads with the priority (the claim's order), so a read in ``ready_at`` order
+walks it one priority at a time: :data:`PRIORITIES` lists the distinct priorities of instances
+with a ``ready_at`` (a loose index scan: one index seek per priority, and there are few), and
+each read looks at ``priority = p AND ready_at ...``.
 
 The statements do without ``RETURNING`` where they run per row on a hot path (SQLite's
 ``RETURNING`` is slow per row): a claim computes the claimed rows in its SELECT, a finish reads
@@ -66,12 +71,19 @@ def _in_workflows(n: int) -> str:
 # -- workflows -------------------------------------------------------------------------------
 
 REGISTER_WORKFLOW = (
-    "INSERT INTO workflows (name, class_name, definition, created_at, updated_at)"
-    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+    "INSERT INTO workflows (name, class_name, definition, limits, created_at, updated_at)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
     " class_name = excluded.class_name, definition = excluded.definition,"
+    " limits = excluded.limits,"
     " updated_at = CASE WHEN workflows.class_name IS excluded.class_name AND"
-    " workflows.definition IS excluded.definition THEN workflows.updated_at"
-    " ELSE excluded.updated_at END"
+    " workflows.definition IS excluded.definition AND workflows.limits IS excluded.limits"
+    " THEN workflows.updated_at ELSE excluded.updated_at END"
+)
+UPSERT_LIMIT = (
+    "INSERT INTO limits (name, concurrency, rate_count, rate_period, updated_at)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+    " concurrency = excluded.concurrency, rate_count = excluded.rate_count,"
+    " rate_period = excluded.rate_period, updated_at = excluded.updated_at"
 )
 LIST_WORKFLOWS = f"SELECT {columns(WorkflowRow._fields)} FROM workflows ORDER BY name"
 COUNT_INSTANCES = "SELECT workflow, status, count(*) FROM instances GROUP BY workflow, status"
@@ -88,8 +100,25 @@ def existing_ids(n: int) -> str:
 
 INSERT_INSTANCE = (
     "INSERT INTO instances (workflow, id, status, params, trigger, parent, ready_at,"
-    " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at, schedule)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at, schedule,"
+    " key, priority, dedup_key)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_UNFINISHED = "status NOT IN ('complete', 'errored', 'terminated')"
+"""Written as the dedup index's condition, so that SQLite reads that (partial) index."""
+
+
+def dedup_holders(n: int) -> str:
+    """The unfinished instances of a workflow holding one of ``n`` dedup keys: key, id."""
+    return (
+        f"SELECT dedup_key, id FROM instances WHERE workflow = ?"
+        f" AND dedup_key IN ({_marks(n)}) AND {_UNFINISHED}"
+    )
+
+
+DEDUP_OF_FINISHED = (
+    "SELECT workflow, dedup_key FROM instances WHERE pk = ? AND dedup_key IS NOT NULL"
+    " AND status IN ('complete', 'errored', 'terminated')"
 )
 INSTANCE_BY_ID = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE workflow = ? AND id = ?"
 INSTANCE_BY_PK = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE pk = ?"
@@ -168,23 +197,66 @@ def purge(n_statuses: int, *, workflow: bool) -> str:
 # -- activations -----------------------------------------------------------------------------
 
 
+FIRST_PRIORITY = "SELECT min(priority) FROM instances WHERE ready_at IS NOT NULL"
+NEXT_PRIORITY = "SELECT min(priority) FROM instances WHERE ready_at IS NOT NULL AND priority > ?"
+_PRIORITIES = (
+    "WITH RECURSIVE p(v) AS (SELECT (" + FIRST_PRIORITY + ") UNION ALL"
+    " SELECT (SELECT min(priority) FROM instances WHERE ready_at IS NOT NULL AND priority > v)"
+    " FROM p WHERE v IS NOT NULL) "
+)
+"""The distinct priorities of the instances with a ``ready_at``, as ``p(v)`` (a loose index
+scan; the last ``v`` is NULL)."""
+
+
 def any_due(n_workflows: int) -> str:
-    """Whether anything is due: a read first, so an idle poll takes no write lock."""
-    return f"SELECT 1 FROM instances WHERE ready_at <= ? AND {_in_workflows(n_workflows)} LIMIT 1"
+    """Whether anything is due: a read first, so an idle poll takes no write lock. Parameters:
+    now, the workflows."""
+    return (
+        f"{_PRIORITIES}SELECT 1 FROM p WHERE v IS NOT NULL AND EXISTS (SELECT 1 FROM instances"
+        f" WHERE priority = v AND ready_at <= ? AND {_in_workflows(n_workflows)}) LIMIT 1"
+    )
 
 
-def claim_due(n_workflows: int) -> str:
-    """The due instances as claimed (``InstanceRow`` columns after :func:`take_leases`), then
-    their new lease token, ``control`` and ``event_seq``. Parameters: now (updated_at), now
-    (started_at if unset), the lease expiry (ready_at), the owner, now (due), the workflows,
-    the limit. A ``waitingForPause`` row keeps its status (a claim pauses it instead)."""
+def claim_due(n_workflows: int, *, excluding: tuple[int, int] | None, after: bool) -> str:
+    """The due instances of one priority as claimed, in claim order (``InstanceRow`` columns
+    after :func:`take_leases`), then their new lease token, ``control`` and ``event_seq``, then
+    their ``ready_at`` and whether a claim would be their first start. Parameters: now
+    (updated_at), now (started_at if unset), the lease expiry (ready_at), the owner, the
+    priority, now (due), the workflows, then the exclusions if any (:func:`_excluding`), then
+    ``ready_at`` and ``pk`` to read after if ``after``, then the limit. A ``waitingForPause`` row
+    keeps its status (a claim pauses it instead)."""
+    skip = "" if excluding is None else f" AND {_excluding(*excluding)}"
+    cursor = " AND (ready_at, pk) > (?, ?)" if after else ""
     return (
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         " ELSE status END, params, output, error, rollback, trigger, created_at, ?,"
-        " COALESCE(started_at, ?), ended_at, ?, ?, parent, schedule,"
-        " lease_token + 1, control, event_seq"
-        f" FROM instances WHERE ready_at <= ? AND {_in_workflows(n_workflows)}"
-        " ORDER BY ready_at LIMIT ?"
+        " COALESCE(started_at, ?), ended_at, ?, ?, parent, schedule, key, priority, dedup_key,"
+        " lease_token + 1, control, event_seq, ready_at, started_at IS NULL"
+        f" FROM instances WHERE priority = ? AND ready_at <= ? AND {_in_workflows(n_workflows)}"
+        f"{skip}{cursor} ORDER BY ready_at, pk LIMIT ?"
+    )
+
+
+def _excluding(n_keys: int, n_no_starts: int) -> str:
+    """What the limits hold back, for a claim to skip in its read: instances of ``n_keys``
+    (workflow, key) pairs, and first starts of ``n_no_starts`` workflows (a workflow none of
+    whose instances may run is left out of the read's workflows). A pause pending is never
+    skipped."""
+    held = []
+    if n_keys:
+        pairs = ",".join(["(?, ?)"] * n_keys)
+        held.append(f"(key IS NOT NULL AND (workflow, key) IN (VALUES {pairs}))")
+    if n_no_starts:
+        held.append(f"(started_at IS NULL AND +workflow IN ({_marks(n_no_starts)}))")
+    return f"(status = 'waitingForPause' OR NOT ({' OR '.join(held) or '0'}))"
+
+
+def pauses_due(n_workflows: int) -> str:
+    """The pauses pending whose lease has expired: a claim carries them out, whatever the
+    limits (read through ``instances_status``, not in claim order)."""
+    return (
+        f"SELECT pk FROM instances WHERE workflow IN ({_marks(n_workflows)})"
+        " AND status = 'waitingForPause' AND ready_at <= ?"
     )
 
 
@@ -258,10 +330,47 @@ RELEASE = (
 UNREADY_PAUSED = "UPDATE instances SET ready_at = NULL WHERE pk = ? AND status = 'paused'"
 
 
-def next_wakeup(n_workflows: int) -> str:
+def next_wakeup(n_workflows: int, *, after: bool = False) -> str:
+    """The earliest ``ready_at`` of the workflows (after a time if ``after``: parameters the
+    time, then the workflows)."""
+    since = "ready_at > ?" if after else "ready_at IS NOT NULL"
     return (
-        "SELECT min(ready_at) FROM instances WHERE ready_at IS NOT NULL"
-        f" AND {_in_workflows(n_workflows)}"
+        f"{_PRIORITIES}SELECT min((SELECT min(ready_at) FROM instances WHERE priority = v"
+        f" AND {since} AND {_in_workflows(n_workflows)})) FROM p WHERE v IS NOT NULL"
+    )
+
+
+# -- flow control ----------------------------------------------------------------------------
+
+WORKFLOW_LIMITS = "SELECT name, limits FROM workflows WHERE limits IS NOT NULL"
+NAMED_LIMITS = "SELECT name, concurrency, rate_count, rate_period FROM limits"
+
+
+def running(n_workflows: int) -> str:
+    """How many instances run (a live lease) per workflow and key. Parameters: the workflows,
+    now. (``instances_status`` finds them; only those running or pausing are read.)"""
+    return (
+        f"SELECT workflow, key, count(*) FROM instances WHERE workflow IN ({_marks(n_workflows)})"
+        " AND status IN ('running', 'waitingForPause') AND lease_expires_at > ?"
+        " GROUP BY workflow, key"
+    )
+
+
+def recent_starts(n_workflows: int) -> str:
+    """The latest first starts of the workflows after a time, latest first (``instances_started``).
+    Parameters: the workflows, the time, how many."""
+    return (
+        f"SELECT started_at FROM instances WHERE workflow IN ({_marks(n_workflows)})"
+        " AND started_at > ? ORDER BY started_at DESC LIMIT ?"
+    )
+
+
+def count_starts(n_workflows: int) -> str:
+    """How many first starts the workflows made after a time. Parameters: the workflows, the
+    time."""
+    return (
+        f"SELECT count(*) FROM instances WHERE workflow IN ({_marks(n_workflows)})"
+        " AND started_at > ?"
     )
 
 

@@ -2,19 +2,22 @@
 
 Each operation of the contract reads through the database (``db.Database``) or submits one of
 the write transactions (``transactions``) to its group commit; how writes are grouped,
-committed and retried is the database's business (see ``db``).
+committed and retried is the database's business (see ``db``). Flow control (the limits a
+claim applies, the next wake-up under them, their use) is ``flow``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..._json import dumps
 from ...errors import InstanceNotFoundError, ScheduleNotFoundError
+from ...limits import Limit
 from ...records import (
     InstanceEvent,
     InstancePage,
     InstanceRecord,
+    LimitState,
     ScheduleRecord,
     StepRecord,
     WorkerInfo,
@@ -43,8 +46,8 @@ from ..base import (
     Store,
     WorkflowMeta,
 )
+from . import flow, sql
 from . import schedules as cron
-from . import sql
 from . import transactions as tx
 from .db import Database, missing_message
 
@@ -103,9 +106,11 @@ class SqliteStore(Store):
 
     # -- workflows -------------------------------------------------------------------------------
 
-    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
+    async def register_workflows(
+        self, metas: Sequence[WorkflowMeta], limits: Sequence[Limit] = ()
+    ) -> None:
         now = self.now()
-        await self._db.write(lambda c: tx.register_workflows(c, metas, now), durable=True)
+        await self._db.write(lambda c: tx.register_workflows(c, metas, limits, now), durable=True)
 
     async def list_workflows(self) -> list[WorkflowInfo]:
         rows = await self._db.read(sql.LIST_WORKFLOWS)
@@ -250,7 +255,14 @@ class SqliteStore(Store):
     # -- activations -----------------------------------------------------------------------------
 
     async def claim(
-        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+        self,
+        owner: str,
+        workflows: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        now: float,
+        *,
+        caps: Mapping[str, int] | None = None,
     ) -> list[Claim]:
         if not workflows or limit <= 0:
             return []
@@ -259,7 +271,7 @@ class SqliteStore(Store):
             return []
         expires = now + lease_seconds
         claims: list[Claim] = await self._db.write(
-            lambda c: tx.claim(c, owner, workflows, limit, expires, now)
+            lambda c: tx.claim(c, owner, workflows, limit, expires, now, caps)
         )
         return claims
 
@@ -291,10 +303,18 @@ class SqliteStore(Store):
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
         if not workflows:
             return None
-        rows = await self._db.read(sql.next_wakeup(len(workflows)), tuple(workflows))
-        for (earliest,) in rows:
-            return float(earliest) if earliest is not None else None
-        return None
+        now = self.now()
+        earliest: float | None = await self._db.read_with(
+            lambda c: flow.next_wakeup(c, workflows, now)
+        )
+        return earliest
+
+    async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
+        now = self.now()
+        states: list[LimitState] = await self._db.read_with(
+            lambda c: flow.limit_states(c, workflow, key, now)
+        )
+        return states
 
     # -- worker liveness -------------------------------------------------------------------------
 

@@ -1,20 +1,26 @@
 """The SQLite store's writes: each function runs on the connection, inside one group commit's
 transaction (``BEGIN IMMEDIATE``: under the database's write lock), and either returns its
-result or raises, having written nothing that its caller sees (see ``db.Database``)."""
+result or raises, having written nothing that its caller sees (see ``db.Database``).
+
+Being under the lock is what makes the checks here final: a create's dedup check and the
+claim's limits (``flow``) see every committed instance, and nothing changes before their writes
+(the dedup index is there as the last guard all the same)."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from ..._json import dumps, loads
 from ...errors import (
+    DuplicateInstanceError,
     IllegalStateError,
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     LeaseLostError,
 )
+from ...limits import Limit
 from ...records import FINISHED_STATUSES, WORKER_EXPIRE_BEATS, InstanceRecord, WorkerInfo
 from .._rows import (
     INTERRUPTED,
@@ -26,7 +32,7 @@ from .._rows import (
     instance_from_row,
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
-from . import sql
+from . import flow, sql
 from .sql import Fence, Lookup
 
 _INTERRUPTED = dumps(INTERRUPTED, what="error")
@@ -35,10 +41,26 @@ _INTERRUPTED = dumps(INTERRUPTED, what="error")
 # -- workflows -------------------------------------------------------------------------------
 
 
-def register_workflows(c: sqlite3.Connection, metas: Sequence[WorkflowMeta], now: float) -> None:
+def register_workflows(
+    c: sqlite3.Connection, metas: Sequence[WorkflowMeta], limits: Sequence[Limit], now: float
+) -> None:
     for meta in metas:
         definition = dumps(meta.definition, what="workflow definition", limit=1 << 24)
-        c.execute(sql.REGISTER_WORKFLOW, (meta.name, meta.class_name, definition, now, now))
+        declared = meta.limits.to_json()
+        stored = None if declared is None else dumps(declared, what="workflow limits")
+        c.execute(sql.REGISTER_WORKFLOW, (meta.name, meta.class_name, definition, stored, now, now))
+    for limit in limits:
+        rate = limit.rate
+        c.execute(
+            sql.UPSERT_LIMIT,
+            (
+                limit.name,
+                limit.concurrency,
+                None if rate is None else rate.count,
+                None if rate is None else rate.period,
+                now,
+            ),
+        )
 
 
 # -- instances -------------------------------------------------------------------------------
@@ -67,26 +89,26 @@ def create(
     if existing and not skip_existing:
         raise InstanceAlreadyExistsError(workflow, sorted(existing)[0])
     created: list[InstanceRecord] = []
-    seen: set[str] = set()
-    for item in items:
-        if item.id in seen:
-            continue
-        seen.add(item.id)  # its position among distinct ids: len(seen) - 1
-        if item.id in existing:
-            continue
+    for position, item in _creatable(c, workflow, items, existing, skip_existing):
         leased_to: str | None = None
         expires: float | None = None
         status, ready, token, started = "queued", now, 0, None
-        if len(seen) <= limit:
+        if position < limit:
             leased_to, expires = owner, lease_expires
             status, ready, token, started = "running", expires, 1, now
-        inserted = c.execute(
-            sql.INSERT_INSTANCE,
-            (
-                workflow, item.id, status, item.params, trigger, item.parent, ready, now, now,
-                leased_to, token, expires, started, item.schedule,
-            ),
-        )  # fmt: skip
+        try:
+            inserted = c.execute(
+                sql.INSERT_INSTANCE,
+                (
+                    workflow, item.id, status, item.params, trigger, item.parent, ready, now,
+                    now, leased_to, token, expires, started, item.schedule, item.key,
+                    item.priority, item.dedup_key,
+                ),
+            )  # fmt: skip
+        except sqlite3.IntegrityError:
+            if item.dedup_key is not None:
+                _check_dedup_key(c, workflow, item.dedup_key)
+            raise
         # The record from what was written: SQLite's RETURNING is slow per row.
         row = InstanceRow(
             pk=cast(int, inserted.lastrowid),  # set by every INSERT
@@ -106,9 +128,52 @@ def create(
             lease_owner=leased_to,
             parent=item.parent,
             schedule=item.schedule,
+            key=item.key,
+            priority=item.priority,
+            dedup_key=item.dedup_key,
         )
         created.append(instance_from_row(row))
     return created
+
+
+def _creatable(
+    c: sqlite3.Connection,
+    workflow: str,
+    items: Sequence[NewInstance],
+    existing: set[str],
+    skip_existing: bool,
+) -> list[tuple[int, NewInstance]]:
+    """The items to insert, each with its position among the distinct ids: an id repeated
+    counts once, an existing id is skipped, and so is a dedup key that an unfinished instance
+    or an earlier item holds (``DuplicateInstanceError`` unless ``skip_existing``)."""
+    wanted = list(dict.fromkeys(i.dedup_key for i in items if i.dedup_key is not None))
+    holders: dict[str, str] = {}
+    for start in range(0, len(wanted), sql.ID_CHUNK):
+        chunk = wanted[start : start + sql.ID_CHUNK]
+        holders.update(c.execute(sql.dedup_holders(len(chunk)), (workflow, *chunk)))
+    creatable: list[tuple[int, NewInstance]] = []
+    seen: set[str] = set()
+    for item in items:
+        if item.id in seen:
+            continue
+        seen.add(item.id)
+        if item.id in existing:
+            continue
+        if item.dedup_key is not None:
+            holder = holders.get(item.dedup_key)
+            if holder is not None:
+                if skip_existing:
+                    continue
+                raise DuplicateInstanceError(workflow, item.dedup_key, holder)
+            holders[item.dedup_key] = item.id
+        creatable.append((len(seen) - 1, item))
+    return creatable
+
+
+def _check_dedup_key(c: sqlite3.Connection, workflow: str, dedup_key: str) -> None:
+    """``DuplicateInstanceError`` if an unfinished instance of ``workflow`` holds the key."""
+    for _, holder in c.execute(sql.dedup_holders(1), (workflow, dedup_key)).fetchall():
+        raise DuplicateInstanceError(workflow, dedup_key, holder)
 
 
 def _lookup(c: sqlite3.Connection, workflow: str, instance_id: str) -> Lookup:
@@ -147,6 +212,9 @@ def control(
 
 
 def _restart(c: sqlite3.Connection, pk: int, from_step: tuple[str, int] | None, now: float) -> None:
+    for workflow, dedup_key in c.execute(sql.DEDUP_OF_FINISHED, (pk,)).fetchall():
+        # Unfinished again, it would hold its dedup key: unless another instance took it since.
+        _check_dedup_key(c, workflow, dedup_key)
     if from_step is None:
         c.execute(sql.DELETE_STEPS, (pk,))
         c.execute(sql.UNCONSUME_EVENTS, (pk,))
@@ -224,21 +292,18 @@ def claim(
     limit: int,
     expires: float,
     now: float,
+    caps: Mapping[str, int] | None = None,
 ) -> list[Claim]:
-    """One SELECT and one UPDATE for the whole batch (the claimed rows are computed by the
-    SELECT, under the write lock), then the histories: two queries per batch."""
-    claims: list[Claim] = []
-    due = c.execute(
-        sql.claim_due(len(workflows)), (now, now, expires, owner, now, *workflows, limit)
-    )
-    for row in due.fetchall():
-        taken = claim_from_row(row, owner)
-        if taken.instance.status == "waitingForPause":
-            c.execute(sql.PAUSE_UNCLAIMED, (now, taken.lease.pk))
-        else:
-            claims.append(taken)
-    if not claims:
+    """The instances the limits let run, read in claim order with their claimed columns
+    (``flow.pick``, under the write lock), leased in one UPDATE, then their histories: two
+    queries per batch."""
+    rules = flow.read_rules(c)
+    picked = flow.pick(c, workflows, limit, now, (now, now, expires, owner), caps, rules)
+    for pk in picked.pauses:
+        c.execute(sql.PAUSE_UNCLAIMED, (now, pk))
+    if not picked.rows:
         return []
+    claims = [claim_from_row(row, owner) for row in picked.rows]
     pks = [taken.lease.pk for taken in claims]
     c.execute(sql.take_leases(len(pks)), (owner, expires, expires, now, now, *pks))
     add_history_rows(

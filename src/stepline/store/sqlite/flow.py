@@ -1,0 +1,276 @@
+"""The SQLite store's flow control: which due instances a claim takes under the registered
+limits, when a worker should look again, and the limits' use now.
+
+Claims run inside ``BEGIN IMMEDIATE`` (the group commit of ``db``): what a claim reads of what
+runs and what started cannot change before its leases are written, so the reference rules of
+``store/_admission`` apply as they are, one instance at a time in claim order, and concurrent
+claims of several processes never together exceed a limit.
+
+- The rules (``workflows.limits`` and ``limits``) are read at every claim, since another
+  process may register new ones; a database without limits returns no row.
+- What runs and what started (``Usage``) is read only when a workflow of the claim has
+  fleet-wide limits, and only for the scopes it uses.
+- Due instances are read one priority at a time, in ``ready_at`` order, a page at a time. What
+  the limits hold back is left out of the SQL: a workflow with no room left is dropped from
+  the read, full keys and workflows whose rate is used up are filtered out, so a backlog held
+  back is not returned to every claim. (SQLite still walks its index entries: the ready index
+  cannot skip them.)
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..._json import loads
+from ...limits import Limit, Rate, WorkflowLimits
+from ...records import LimitState
+from .._admission import Admission, Rules, Usage
+from .._admission import limit_states as states_of
+from .._rows import N_INSTANCE_COLUMNS, InstanceRow
+from . import sql
+
+_STATUS = InstanceRow._fields.index("status")
+_WORKFLOW = InstanceRow._fields.index("workflow")
+_KEY = InstanceRow._fields.index("key")
+_READY = N_INSTANCE_COLUMNS + 3
+"""The due row's own ``ready_at`` (:func:`sql.claim_due`), then whether it would start."""
+_STARTING = N_INSTANCE_COLUMNS + 4
+_MAX_KEYS = 400
+"""Full keys a read leaves out in its SQL at most; the claim skips any others itself."""
+
+
+@dataclass
+class Picked:
+    """What a claim takes: the rows of :func:`sql.claim_due` it admitted, in claim order, and
+    the pauses pending it carries out (pks)."""
+
+    rows: list[Sequence[Any]] = field(default_factory=list)
+    pauses: dict[int, None] = field(default_factory=dict)
+    held_by_rate: bool = False
+    """Whether a rate held back a due instance."""
+    reopens: float | None = None
+    """When the earliest used-up rate of the claim's scopes lets the next start."""
+
+
+def read_rules(c: sqlite3.Connection) -> Rules:
+    """The registered limits: every workflow's that has some, and the named limits."""
+    workflows = {
+        name: WorkflowLimits.from_json(loads(text)) for name, text in c.execute(sql.WORKFLOW_LIMITS)
+    }
+    named: dict[str, Limit] = {}
+    if any(declared.limits for declared in workflows.values()):
+        for name, concurrency, count, period in c.execute(sql.NAMED_LIMITS):
+            rate = None if count is None else Rate(count, period)
+            named[name] = Limit(name, concurrency=concurrency, rate=rate)
+    return Rules(workflows, named)
+
+
+def read_usage(
+    c: sqlite3.Connection,
+    rules: Rules,
+    workflows: Sequence[str],
+    now: float,
+    *,
+    exact: bool = False,
+) -> Usage:
+    """What runs and what started in the scopes of ``workflows``' fleet-wide limits (their own,
+    their keys', their named limits', counting every workflow that uses one). ``started``
+    stops counting at the rate's count unless ``exact``: all a claim needs to know."""
+    usage = Usage()
+    limited = [name for name in workflows if rules.limited(name)]
+    if not limited:
+        return usage
+    users: dict[str, list[str]] = {}
+    for name in limited:
+        for limit_name in rules.workflows[name].limits:
+            if limit_name in rules.limits and limit_name not in users:
+                users[limit_name] = [
+                    w for w, declared in rules.workflows.items() if limit_name in declared.limits
+                ]
+    counted = list(dict.fromkeys([*limited, *(w for found in users.values() for w in found)]))
+    for workflow, key, n in c.execute(sql.running(len(counted)), (*counted, now)):
+        usage.running[workflow] += n
+        declared = rules.workflows[workflow]
+        if key is not None and declared.key_concurrency is not None:
+            usage.key_running[(workflow, key)] += n
+        for limit_name in declared.limits:
+            if limit_name in users:
+                usage.limit_running[limit_name] += n
+    for name in limited:
+        rate = rules.workflows[name].rate
+        if rate is not None:
+            usage.started[name], reopens = _starts(c, [name], rate, now, exact)
+            if reopens is not None:
+                usage.reopens[f"workflow:{name}"] = reopens
+    for limit_name, using in users.items():
+        rate = rules.limits[limit_name].rate
+        if rate is not None:
+            usage.limit_started[limit_name], reopens = _starts(c, using, rate, now, exact)
+            if reopens is not None:
+                usage.reopens[f"limit:{limit_name}"] = reopens
+    return usage
+
+
+def _starts(
+    c: sqlite3.Connection, workflows: Sequence[str], rate: Rate, now: float, exact: bool
+) -> tuple[int, float | None]:
+    """The first starts of ``workflows`` within the rate's period before ``now`` (a start at
+    ``now - period`` no longer counts), and when the rate lets the next one if it is used up:
+    when the ``count``-th latest start leaves the period."""
+    since = now - rate.period
+    params = (*workflows, since, rate.count)
+    latest = [at for (at,) in c.execute(sql.recent_starts(len(workflows)), params)]
+    if len(latest) < rate.count:
+        return len(latest), None
+    started = rate.count
+    if exact:
+        (started,) = c.execute(sql.count_starts(len(workflows)), (*workflows, since)).fetchone()
+    reopens = latest[-1] + rate.period
+    while reopens - rate.period < latest[-1]:  # the very time at which it stops counting
+        reopens = math.nextafter(reopens, math.inf)
+    return started, reopens
+
+
+def pick(
+    c: sqlite3.Connection,
+    workflows: Sequence[str],
+    limit: int,
+    now: float,
+    head: tuple[float, float, float, str],
+    caps: Mapping[str, int] | None,
+    rules: Rules,
+    *,
+    probe: bool = False,
+) -> Picked:
+    """The due instances of ``workflows`` a claim at ``now`` takes, at most ``limit``, and the
+    pauses it carries out; nothing is written. ``head``: the claim's parameters of
+    :func:`sql.claim_due` (now, now, lease expiry, owner). A ``probe`` (:func:`next_wakeup`)
+    reads one instance a rate holds back, so as to learn that one is."""
+    picked = Picked()
+    limited = [name for name in workflows if rules.limited(name)]
+    admission: Admission | None = None
+    usage = Usage()
+    if limited or caps:
+        usage = read_usage(c, rules, limited, now)
+        if usage.reopens:
+            picked.reopens = min(usage.reopens.values())
+        admission = Admission(rules, usage, caps)
+        for (pk,) in c.execute(sql.pauses_due(len(workflows)), (*workflows, now)):
+            picked.pauses[pk] = None
+    taken: Counter[str] = Counter()
+    active: list[str] = list(workflows)
+    keys: list[tuple[str, str]] = []
+    no_starts: list[str] = []
+    if admission is not None:
+        active, keys, no_starts = _held(admission, rules, usage, workflows, caps or {}, taken)
+        if probe:
+            no_starts = []
+    remaining = limit
+    (priority,) = c.execute(sql.FIRST_PRIORITY).fetchone()
+    while priority is not None and remaining > 0 and active:
+        after: tuple[float, int] | None = None
+        while remaining > 0 and active:
+            page = remaining
+            excluding = (len(keys), len(no_starts)) if keys or no_starts else None
+            statement = sql.claim_due(len(active), excluding=excluding, after=after is not None)
+            flat_keys = [part for pair in keys for part in pair]
+            params = (*head, priority, now, *active, *flat_keys, *no_starts, *(after or ()), page)
+            rows = c.execute(statement, params).fetchall()
+            for row in rows:
+                if row[_STATUS] == "waitingForPause":
+                    picked.pauses[row[0]] = None
+                elif admission is None or admission.admit(
+                    row[_WORKFLOW], row[_KEY], bool(row[_STARTING])
+                ):
+                    picked.rows.append(row)
+                    taken[row[_WORKFLOW]] += 1
+                    remaining -= 1
+            if len(rows) < page:
+                break
+            after = (rows[-1][_READY], rows[-1][0])
+            if admission is not None:
+                active, keys, no_starts = _held(
+                    admission, rules, usage, workflows, caps or {}, taken
+                )
+        (priority,) = c.execute(sql.NEXT_PRIORITY, (priority,)).fetchone()
+    picked.held_by_rate = admission is not None and admission.held_by_rate
+    return picked
+
+
+def _held(
+    admission: Admission,
+    rules: Rules,
+    usage: Usage,
+    workflows: Sequence[str],
+    caps: Mapping[str, int],
+    taken: Counter[str],
+) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """What a read can leave out now: the workflows that may still run (those with no room
+    left dropped), the full keys among them, and those whose first starts a rate holds."""
+    saturated, full_keys = admission.saturated()
+    active = [
+        name
+        for name in workflows
+        if name not in saturated and (name not in caps or taken[name] < caps[name])
+    ]
+    running = set(active)
+    keys = sorted(pair for pair in full_keys if pair[0] in running)[:_MAX_KEYS]
+    no_starts = [name for name in active if rules.limited(name) and _rate_used(rules, usage, name)]
+    return active, keys, no_starts
+
+
+def _rate_used(rules: Rules, usage: Usage, workflow: str) -> bool:
+    """Whether the workflow's rate or one of its named limits' lets no instance start now."""
+    declared = rules.workflows[workflow]
+    if declared.rate is not None and usage.started[workflow] >= declared.rate.count:
+        return True
+    for name in declared.limits:
+        limit = rules.limits.get(name)
+        rate = None if limit is None else limit.rate
+        if rate is not None and usage.limit_started[name] >= rate.count:
+            return True
+    return False
+
+
+def next_wakeup(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> float | None:
+    """``Store.next_wakeup``: the earliest ``ready_at`` of the workflows without fleet-wide
+    limits (one read when none has any); for the others, their timers and leases after ``now``,
+    what a claim would take now, and the reopening of a rate that holds an instance back."""
+    rules = read_rules(c)
+    limited = [name for name in workflows if rules.limited(name)]
+    if not limited:
+        return _earliest(c, workflows)
+    free = [name for name in workflows if not rules.limited(name)]
+    found = [_earliest(c, free) if free else None, _earliest(c, limited, after=now)]
+    probe = pick(c, limited, 1, now, (now, now, now, ""), None, rules, probe=True)
+    if probe.pauses:
+        found.append(now)
+    if probe.rows:
+        found.append(probe.rows[0][_READY])
+    elif probe.held_by_rate:
+        found.append(probe.reopens)
+    times = [at for at in found if at is not None]
+    return min(times) if times else None
+
+
+def _earliest(
+    c: sqlite3.Connection, workflows: Sequence[str], *, after: float | None = None
+) -> float | None:
+    params = tuple(workflows) if after is None else (after, *workflows)
+    (earliest,) = c.execute(
+        sql.next_wakeup(len(workflows), after=after is not None), params
+    ).fetchone()
+    return None if earliest is None else float(earliest)
+
+
+def limit_states(
+    c: sqlite3.Connection, workflow: str, key: str | None, now: float
+) -> list[LimitState]:
+    """``Store.limit_states``, from the rules and the exact use of ``workflow``'s scopes."""
+    rules = read_rules(c)
+    return states_of(workflow, key, rules, read_usage(c, rules, [workflow], now, exact=True))
