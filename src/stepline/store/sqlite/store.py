@@ -7,10 +7,11 @@ committed and retried is the database's business (see ``db``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..._json import dumps
 from ...errors import InstanceNotFoundError, ScheduleNotFoundError
+from ...limits import Limit
 from ...records import (
     InstanceEvent,
     InstancePage,
@@ -103,7 +104,9 @@ class SqliteStore(Store):
 
     # -- workflows -------------------------------------------------------------------------------
 
-    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
+    async def register_workflows(
+        self, metas: Sequence[WorkflowMeta], limits: Sequence[Limit] = ()
+    ) -> None:
         now = self.now()
         await self._db.write(lambda c: tx.register_workflows(c, metas, now), durable=True)
 
@@ -250,7 +253,14 @@ class SqliteStore(Store):
     # -- activations -----------------------------------------------------------------------------
 
     async def claim(
-        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+        self,
+        owner: str,
+        workflows: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        now: float,
+        *,
+        caps: Mapping[str, int] | None = None,
     ) -> list[Claim]:
         if not workflows or limit <= 0:
             return []
