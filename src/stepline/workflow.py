@@ -69,7 +69,8 @@ class Workflow:
     worker_concurrency: int | None = None
     """Instances running at once in one worker process."""
     rate_limit: RateLimit | None = None
-    """Instances starting per period, across every worker: ``"100/minute"``, ``(100, "1 min")``."""
+    """Instances starting per period, across every worker: ``"100/minute"``,
+    ``(100, "1 minute")``."""
     key_concurrency: int | None = None
     """Instances of one key (``create(key=...)``) running at once."""
     limits: Iterable[str] = ()
