@@ -92,11 +92,13 @@ class Worker:
         starts them at once: no claim, no history read (a new instance has none), no wait for
         its next look at the database. Only while :meth:`run` runs, with free slots, and when
         the last claim found nothing else runnable, so that new instances do not overtake a
-        backlog of queued ones.
+        backlog of queued ones. Never for a workflow with limits: its instances wait for a
+        claim, which applies them.
         """
         if not self._running or self._stopping.is_set() or self._backlog:
             return None
-        if workflow not in self.registry:
+        definition = self.registry.get(workflow)
+        if definition is None or not definition.limits.empty:
             return None
         take = self._slots.reserve(count)
         if take <= 0:
