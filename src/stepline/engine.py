@@ -153,13 +153,8 @@ class Engine:
         await self.store.open()
         self._opened = True
         if self._registry:
-            await self.store.register_workflows(
-                [
-                    WorkflowMeta(d.name, d.class_name, d.describe(), limits=d.limits)
-                    for d in self._registry.values()
-                ],
-                self._limits,
-            )
+            metas = [_meta(definition) for definition in self._registry.values()]
+            await self.store.register_workflows(metas, self._limits)
 
     async def close(self) -> None:
         """Stop the scheduler and the in-process worker (gracefully) and close the store."""
@@ -342,6 +337,13 @@ class Engine:
             return [None] * len(records)
         workers = await self.store.list_workers()
         return [unserved_warning(record, workers, now) for record in records]
+
+
+def _meta(definition: WorkflowDefinition) -> WorkflowMeta:
+    """What the store keeps of a workflow: its code's name, description and limits."""
+    return WorkflowMeta(
+        definition.name, definition.class_name, definition.describe(), limits=definition.limits
+    )
 
 
 def _named_limits(limits: Iterable[Limit]) -> tuple[Limit, ...]:
