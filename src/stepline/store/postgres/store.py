@@ -5,11 +5,10 @@ writes (``instances``), the server clock (``clock``), notifications (``notes``),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from ..._json import dumps, loads
 from ...errors import InstanceNotFoundError
-from ...limits import Limit
 from ...records import (
     InstanceEvent,
     InstancePage,
@@ -168,9 +167,7 @@ class PostgresStore(ScheduleOperations):
 
     # -- workflows -------------------------------------------------------------------------------
 
-    async def register_workflows(
-        self, metas: Sequence[WorkflowMeta], limits: Sequence[Limit] = ()
-    ) -> None:
+    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
         latest = {meta.name: meta for meta in metas}  # the last definition of a name wins
         if not latest:
             return
@@ -326,14 +323,7 @@ class PostgresStore(ScheduleOperations):
     # -- activations -----------------------------------------------------------------------------
 
     async def claim(
-        self,
-        owner: str,
-        workflows: Sequence[str],
-        limit: int,
-        lease_seconds: float,
-        now: float,
-        *,
-        caps: Mapping[str, int] | None = None,
+        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
     ) -> list[Claim]:
         return await self._claims.claim(owner, workflows, limit, lease_seconds, now)
 

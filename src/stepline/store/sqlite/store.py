@@ -7,11 +7,10 @@ committed and retried is the database's business (see ``db``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from ..._json import dumps
 from ...errors import InstanceNotFoundError, ScheduleNotFoundError
-from ...limits import Limit
 from ...records import (
     InstanceEvent,
     InstancePage,
@@ -104,9 +103,7 @@ class SqliteStore(Store):
 
     # -- workflows -------------------------------------------------------------------------------
 
-    async def register_workflows(
-        self, metas: Sequence[WorkflowMeta], limits: Sequence[Limit] = ()
-    ) -> None:
+    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
         now = self.now()
         await self._db.write(lambda c: tx.register_workflows(c, metas, now), durable=True)
 
@@ -253,14 +250,7 @@ class SqliteStore(Store):
     # -- activations -----------------------------------------------------------------------------
 
     async def claim(
-        self,
-        owner: str,
-        workflows: Sequence[str],
-        limit: int,
-        lease_seconds: float,
-        now: float,
-        *,
-        caps: Mapping[str, int] | None = None,
+        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
     ) -> list[Claim]:
         if not workflows or limit <= 0:
             return []
