@@ -571,13 +571,13 @@ class Store(ScheduleStore):
         this process, calls the ready listeners) or when a lease expires (a timer of its own).
         """
 
+    @abc.abstractmethod
     async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
         """The registered limits that apply to an instance of ``workflow`` with ``key``, each
         with its use now: the workflow's own (concurrency and rate, scope ``workflow``), its
         key's (scope ``key``, when both ``key`` and ``key_concurrency`` are set), then each
         named limit's (scope ``limit``), in the workflow's order. Empty for a workflow without
         limits, or unknown."""
-        raise NotImplementedError("limit_states is implemented by the store branches")
 
     # -- worker liveness -------------------------------------------------------------------------
 
