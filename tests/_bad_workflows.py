@@ -120,5 +120,26 @@ class BadName(Workflow):
         return None
 
 
+class NegativeConcurrency(Workflow):
+    concurrency = -1
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return None
+
+
+class FortnightRate(Workflow):
+    rate_limit = "5 per fortnight"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return None
+
+
+class UnknownLimit(Workflow):
+    limits = ("nowhere",)
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return None
+
+
 def sync_decorated() -> None:
     workflow(name="sync")(lambda event, step: None)  # type: ignore[arg-type,return-value]

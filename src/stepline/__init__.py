@@ -15,6 +15,7 @@ from .engine import Engine
 from .errors import (
     ConfigError,
     DefinitionError,
+    DuplicateInstanceError,
     IllegalStateError,
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
@@ -30,6 +31,7 @@ from .errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
+from .limits import Limit, Rate
 from .records import (
     EventRecord,
     InstanceEvent,
@@ -51,6 +53,7 @@ __all__ = [
     "ConfigError",
     "Dag",
     "DefinitionError",
+    "DuplicateInstanceError",
     "Engine",
     "EventRecord",
     "IllegalStateError",
@@ -63,10 +66,12 @@ __all__ = [
     "InstanceStatus",
     "InvalidPayloadError",
     "LeaseLostError",
+    "Limit",
     "ManualClock",
     "NonDeterminismError",
     "NonRetryableError",
     "Pipeline",
+    "Rate",
     "RetryConfig",
     "Schedule",
     "StepConfig",

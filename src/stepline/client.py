@@ -9,12 +9,12 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from . import _json
 from ._json import DEFAULT_MAX_PAYLOAD
 from .durations import Duration, parse_duration
-from .errors import InstanceNotFoundError
+from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .records import (
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
@@ -31,6 +31,11 @@ CheckWorkflow = Callable[[str], Awaitable[None]]
 
 FINISHED_ORDER = tuple(s for s in INSTANCE_STATUSES if s in FINISHED_STATUSES)
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+MAX_KEY_LENGTH = 200
+"""The longest ``key`` or ``dedup_key`` (characters)."""
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+"""The priorities a store keeps (a 32-bit signed integer); lower is claimed first."""
+OnDuplicate = Literal["return", "raise"]
 
 
 def check_listing(status: str | None, limit: int) -> None:
@@ -61,6 +66,28 @@ def _check_from_step(name: object) -> str:
             "control characters"
         )
     return str(name)
+
+
+def _check_key(value: object, *, what: str) -> str | None:
+    """A flow control key or dedup key: None, or text of 1 to 200 characters (UTF-8, no control
+    characters, which no store keeps alike); else ``ValueError`` naming ``what``."""
+    if value is None:
+        return None
+    if not _is_text(value) or not 1 <= len(str(value)) <= MAX_KEY_LENGTH:
+        raise ValueError(
+            f"invalid {what} {value!r}: a string of 1 to {MAX_KEY_LENGTH} characters without "
+            "control characters (or None)"
+        )
+    return str(value)
+
+
+def _check_priority(value: object, *, what: str = "priority") -> int:
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(
+            f"invalid {what} {value!r}: a whole number from {low} to {high} (lower runs first)"
+        )
+    return value
 
 
 async def _delete(store: Store, workflow: str, ids: Sequence[str], force: bool) -> int:
@@ -266,26 +293,56 @@ class WorkflowBinding:
         return created
 
     async def create(
-        self, id: str | None = None, params: Any = None, *, trigger: str = "api"
+        self,
+        id: str | None = None,
+        params: Any = None,
+        *,
+        trigger: str = "api",
+        key: str | None = None,
+        priority: int = 0,
+        dedup_key: str | None = None,
+        on_duplicate: OnDuplicate = "return",
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
         engine's own worker has room for it.
 
         ``id`` defaults to a random UUID; an existing id raises
         :class:`~stepline.InstanceAlreadyExistsError`.
+
+        Flow control: ``key`` (1-200 characters) groups instances for the workflow's
+        ``key_concurrency``; ``priority`` (a 32-bit signed integer, default 0) orders the
+        claims, lower first; ``dedup_key`` (1-200 characters): while an unfinished instance of
+        the workflow holds it, no other is created, and ``on_duplicate`` says what happens
+        instead: ``"return"`` a handle on that instance, ``"raise"``
+        :class:`~stepline.DuplicateInstanceError` (its ``instance_id`` names it).
         """
+        if on_duplicate not in ("return", "raise"):
+            raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
         await self._check()
-        instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
-        encoded = _json.dumps(params, what="instance params", limit=self._max_payload)
-        await self._create([NewInstance(instance_id, encoded)], trigger, skip_existing=False)
-        return Instance(self._store, self.name, instance_id, self._max_payload)
+        new = NewInstance(
+            str(uuid.uuid4()) if id is None else validate_name(id, what="instance id"),
+            _json.dumps(params, what="instance params", limit=self._max_payload),
+            key=_check_key(key, what="key"),
+            priority=_check_priority(priority),
+            dedup_key=_check_key(dedup_key, what="dedup_key"),
+        )
+        try:
+            await self._create([new], trigger, skip_existing=False)
+        except DuplicateInstanceError as exc:
+            if on_duplicate == "raise":
+                raise
+            return Instance(self._store, self.name, exc.instance_id, self._max_payload)
+        return Instance(self._store, self.name, new.id, self._max_payload)
 
     async def create_batch(
         self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
     ) -> list[Instance]:
-        """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...}, ...]``.
+        """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...,
+        "key"?: ..., "priority"?: ...}, ...]`` (``key`` and ``priority`` as in :meth:`create`).
 
         Idempotent: ids that already exist are skipped. Returns a handle for every item, in order.
+        Items take no ``dedup_key``: a duplicate would be skipped, and its handle would name an
+        instance that was never created; use :meth:`create` for those.
         """
         await self._check()
         new: list[NewInstance] = []
@@ -295,9 +352,12 @@ class WorkflowBinding:
                     f"create_batch item {index} must be a dict like {{'id': ..., 'params': ...}}, "
                     f"got {type(item).__name__}"
                 )
-            unknown = set(item) - {"id", "params"}
+            unknown = set(item) - {"id", "params", "key", "priority"}
             if unknown:
-                raise ValueError(f"create_batch item {index}: unknown key {sorted(unknown)[0]!r}")
+                raise ValueError(
+                    f"create_batch item {index}: unknown key {sorted(unknown)[0]!r} (items take "
+                    "id, params, key and priority)"
+                )
             raw_id = item.get("id")
             instance_id = (
                 str(uuid.uuid4()) if raw_id is None else validate_name(raw_id, what="instance id")
@@ -309,6 +369,10 @@ class WorkflowBinding:
                         item.get("params"),
                         what=f"params of batch item {index}",
                         limit=self._max_payload,
+                    ),
+                    key=_check_key(item.get("key"), what=f"key of batch item {index}"),
+                    priority=_check_priority(
+                        item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
                 )
             )

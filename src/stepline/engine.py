@@ -16,6 +16,7 @@ from .client import Instance, WorkflowBinding, check_listing
 from .clock import SystemClock
 from .durations import Duration, parse_duration
 from .errors import DefinitionError, WorkflowNotFoundError
+from .limits import Limit, check_limit_names
 from .liveness import unserved_warning
 from .records import InstancePage, InstanceRecord, WorkerInfo, WorkflowInfo
 from .store import Store, create_store
@@ -52,6 +53,11 @@ class Engine:
     ``create`` (default True): opening creates a SQLite file that does not exist (with its
     directories). A client that must not create a database no worker reads passes
     ``create=False``: a missing file then raises :class:`~stepline.ConfigError` naming it.
+
+    ``limits``: the named limits (:class:`~stepline.Limit`) that workflows share by naming them
+    in their ``limits``; registering a workflow that names one not given raises
+    :class:`~stepline.DefinitionError`. Opening stores them with the workflows' own limits,
+    which every worker's claims then apply.
     """
 
     def __init__(
@@ -71,6 +77,7 @@ class Engine:
         worker_id: str | None = None,
         listeners: Iterable[Listener] = (),
         create: bool = True,
+        limits: Iterable[Limit] = (),
     ) -> None:
         self.url = url or os.environ.get("STEPLINE_DATABASE_URL") or DEFAULT_URL
         if concurrency < 1:
@@ -97,6 +104,7 @@ class Engine:
         # server's clock), so it is given none.
         self.store: Store = create_store(self.url, clock, create=create)
         self._registry: dict[str, WorkflowDefinition] = {}
+        self._limits = _named_limits(limits)
         self._opened = False
         for wf in workflows:
             self.register(wf)
@@ -122,6 +130,7 @@ class Engine:
                 f"{definition.class_name}; give one of them another name"
             )
         check_schedule_names(self._registry.values(), definition)
+        check_limit_names([(definition.name, definition.limits)], self._limits)
         self._registry[definition.name] = definition
         return definition
 
@@ -129,6 +138,11 @@ class Engine:
     def workflows(self) -> dict[str, WorkflowDefinition]:
         """The registered workflows by name."""
         return dict(self._registry)
+
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """The named limits given (each once)."""
+        return self._limits
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -139,9 +153,8 @@ class Engine:
         await self.store.open()
         self._opened = True
         if self._registry:
-            await self.store.register_workflows(
-                [WorkflowMeta(d.name, d.class_name, d.describe()) for d in self._registry.values()]
-            )
+            metas = [_meta(definition) for definition in self._registry.values()]
+            await self.store.register_workflows(metas, self._limits)
 
     async def close(self) -> None:
         """Stop the scheduler and the in-process worker (gracefully) and close the store."""
@@ -324,3 +337,20 @@ class Engine:
             return [None] * len(records)
         workers = await self.store.list_workers()
         return [unserved_warning(record, workers, now) for record in records]
+
+
+def _meta(definition: WorkflowDefinition) -> WorkflowMeta:
+    """What the store keeps of a workflow: its code's name, description and limits."""
+    return WorkflowMeta(
+        definition.name, definition.class_name, definition.describe(), limits=definition.limits
+    )
+
+
+def _named_limits(limits: Iterable[Limit]) -> tuple[Limit, ...]:
+    """The named limits, each once; one name defined twice differently raises."""
+    given = tuple(limits)
+    for limit in given:
+        if not isinstance(limit, Limit):
+            raise DefinitionError(f"Engine limits are stepline.Limit objects, not {limit!r}")
+    check_limit_names((), given)
+    return tuple({limit.name: limit for limit in given}.values())

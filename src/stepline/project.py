@@ -8,6 +8,7 @@ The configuration is found by walking up from the current directory, like ``wran
     [[workflows]]
     name = "documents"                        # the workflow name used by the CLI and the API
     class_name = "documents:DocumentWorkflow" # module:attribute, importable from this directory
+    concurrency = 10                          # flow control over the code's: _project_overrides
 
     [worker]
     concurrency = 20
@@ -34,7 +35,6 @@ none). Nothing here runs at import time: the environment is read by :func:`load_
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib
 import importlib.util
@@ -47,8 +47,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ._project_overrides import (
+    check_limit_references,
+    named_limits,
+    with_limits,
+    with_schedules,
+    workflow_limit_settings,
+)
 from .durations import parse_duration
 from .errors import ConfigError, DefinitionError
+from .limits import WORKFLOW_LIMIT_KEYS, Limit
 from .schedule import Schedule
 from .workflow import Workflow, definition_of, validate_name
 
@@ -57,9 +65,10 @@ PYPROJECT_FILE = "pyproject.toml"
 ENV_DATABASE = "STEPLINE_DATABASE_URL"
 DEFAULT_DATABASE_FILE = "stepline.db"
 
-_TOP_KEYS = ("database", "workflows", "worker", "triggers", "schedules")
+_TOP_KEYS = ("database", "workflows", "worker", "triggers", "schedules", "limits")
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
+_WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS)
 _SCHEDULE_KEYS = (
     "workflow", "cron", "timezone", "params", "name", "catch_up", "catch_up_limit", "overlap",
 )  # fmt: skip
@@ -74,6 +83,8 @@ class WorkflowEntry:
     class_name: str
     key: str
     """Where the entry is in the file, for error messages: ``workflows[0]``."""
+    limits: Mapping[str, Any] = field(default_factory=dict)
+    """The flow control keys it sets (checked), in place of what the code declares."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,8 @@ class ProjectConfig:
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     queue_triggers: tuple[QueueTriggerEntry, ...] = ()
     schedules: tuple[ScheduleEntry, ...] = ()
+    limits: tuple[Limit, ...] = ()
+    """The ``[[limits]]`` tables: named limits, for ``Engine(limits=...)``."""
 
     @property
     def workflow_names(self) -> list[str]:
@@ -272,7 +285,7 @@ def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
         where = f"{key}[{index}]"
         if not isinstance(item, dict):
             raise ConfigError(f"{path}: key '{where}' must be a table ([[workflows]])")
-        _check_keys(item, _WORKFLOW_KEYS, path, where)
+        _check_keys(item, _WORKFLOW_TABLE_KEYS, path, where)
         for required in _WORKFLOW_KEYS:
             if required not in item:
                 raise ConfigError(f"{path}: key '{where}.{required}' is missing")
@@ -295,7 +308,8 @@ def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
                 f"{seen[name]}; workflow names must be unique"
             )
         seen[name] = where
-        entries.append(WorkflowEntry(name, class_name, where))
+        limits = workflow_limit_settings(item, name, path, where)
+        entries.append(WorkflowEntry(name, class_name, where, limits))
     return tuple(entries)
 
 
@@ -387,6 +401,7 @@ class _FileConfig:
     worker: WorkerConfig
     triggers: tuple[QueueTriggerEntry, ...]
     schedules: tuple[ScheduleEntry, ...]
+    limits: tuple[Limit, ...] = ()
 
 
 def read_config(path: Path) -> _FileConfig:
@@ -408,6 +423,8 @@ def read_config(path: Path) -> _FileConfig:
     worker = _worker(data.get("worker"), path, prefix)
     triggers = _queue_triggers(data.get("triggers"), path, prefix)
     schedules = _schedules(data.get("schedules"), path, prefix)
+    limits = named_limits(data.get("limits"), path, prefix)
+    check_limit_references(((entry.key, entry.limits) for entry in workflows), limits, path)
     known = {entry.name for entry in workflows}
     for entry in schedules:
         if entry.workflow not in known:
@@ -415,7 +432,7 @@ def read_config(path: Path) -> _FileConfig:
                 f"{path}: key '{entry.key}.workflow': no [[workflows]] entry is named "
                 f"{entry.workflow!r} (configured: {', '.join(sorted(known)) or 'none'})"
             )
-    return _FileConfig(database, workflows, worker, triggers, schedules)
+    return _FileConfig(database, workflows, worker, triggers, schedules, limits)
 
 
 def load_project(
@@ -453,7 +470,15 @@ def load_project(
     else:
         url, source = resolve_database_url(f"sqlite:///{DEFAULT_DATABASE_FILE}", root), "default"
     return ProjectConfig(
-        root, url, source, path, read.workflows, read.worker, read.triggers, read.schedules
+        root,
+        url,
+        source,
+        path,
+        read.workflows,
+        read.worker,
+        read.triggers,
+        read.schedules,
+        read.limits,
     )
 
 
@@ -552,32 +577,11 @@ def load_workflow(config: ProjectConfig, entry: WorkflowEntry) -> Any:
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc.__cause__
     loaded = named(as_workflow(attribute(module, attr, where), where), entry.name, where)
+    loaded = with_limits(loaded, entry.limits)
     extra = [s.schedule for s in config.schedules if s.workflow == entry.name]
     if not extra:
         return loaded
     return as_workflow(with_schedules(loaded, extra), f"{config.path}: key '[[schedules]]'")
-
-
-def with_schedules(workflow: Any, schedules: list[Schedule]) -> Any:
-    """``workflow`` declaring ``schedules`` after its own: a class is subclassed, an object
-    (Pipeline, Dag) copied."""
-    definition = definition_of(workflow)
-    declared = (*definition.schedules, *schedules)
-    if isinstance(workflow, type):
-        return type(
-            workflow.__name__,
-            (workflow,),
-            {
-                "name": definition.name,
-                "schedules": declared,
-                "__module__": workflow.__module__,
-                "__qualname__": workflow.__qualname__,
-                "__doc__": workflow.__doc__,
-            },
-        )
-    copied = copy.copy(workflow)
-    copied.schedules = declared
-    return copied
 
 
 def load_workflows(config: ProjectConfig) -> list[Any]:

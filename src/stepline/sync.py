@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from . import _loop
-from .client import FINISHED_ORDER, Instance, WorkflowBinding
+from .client import FINISHED_ORDER, Instance, OnDuplicate, WorkflowBinding
 from .durations import Duration
 from .engine import Engine
 from .records import (
@@ -103,11 +103,32 @@ class SyncWorkflowBinding:
         self._binding = binding
         self.name = binding.name
 
-    def create(self, id: str | None = None, params: Any = None) -> SyncInstance:
-        return SyncInstance(self._portal, self._portal.call(self._binding.create(id, params)))
+    def create(
+        self,
+        id: str | None = None,
+        params: Any = None,
+        *,
+        trigger: str = "api",
+        key: str | None = None,
+        priority: int = 0,
+        dedup_key: str | None = None,
+        on_duplicate: OnDuplicate = "return",
+    ) -> SyncInstance:
+        made = self._binding.create(
+            id,
+            params,
+            trigger=trigger,
+            key=key,
+            priority=priority,
+            dedup_key=dedup_key,
+            on_duplicate=on_duplicate,
+        )
+        return SyncInstance(self._portal, self._portal.call(made))
 
-    def create_batch(self, items: Iterable[Mapping[str, Any]]) -> list[SyncInstance]:
-        made = self._portal.call(self._binding.create_batch(list(items)))
+    def create_batch(
+        self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
+    ) -> list[SyncInstance]:
+        made = self._portal.call(self._binding.create_batch(list(items), trigger=trigger))
         return [SyncInstance(self._portal, i) for i in made]
 
     def get(self, id: str) -> SyncInstance:

@@ -11,11 +11,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from .durations import Duration
 from .errors import DefinitionError
+from .limits import WORKFLOW_LIMIT_KEYS, Rate, WorkflowLimits, workflow_limits
 from .schedule import Schedule, as_schedule
 from .step import WorkflowStep
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$")
+
+RateLimit = Rate | str | tuple[int, Duration] | list[Any]
+"""A rate as declared: ``"100/minute"``, ``"5 per 10 seconds"``, ``(100, "1 minute")``."""
 
 
 @dataclass(frozen=True)
@@ -50,11 +55,27 @@ class Workflow:
     ``name`` defaults to the class name in kebab-case (``SendWelcome`` -> ``send-welcome``).
     ``run`` is called from the top on every activation and replays recorded steps, so it must be
     deterministic: branch only on step results, ``event.payload`` and other recorded values.
+
+    Flow control (each None or empty for no limit; see :class:`~stepline.limits.WorkflowLimits`)
+    is declared with the attributes below, on the class or on a Pipeline or Dag object; a bad
+    value raises :class:`DefinitionError` when the workflow is registered.
     """
 
     name: str = ""
     schedules: ClassVar[Iterable[str | Schedule]] = ()
     """Cron schedules that create instances: cron strings or :class:`~stepline.Schedule`."""
+    concurrency: int | None = None
+    """Instances running at once across every worker."""
+    worker_concurrency: int | None = None
+    """Instances running at once in one worker process."""
+    rate_limit: RateLimit | None = None
+    """Instances starting per period, across every worker: ``"100/minute"``,
+    ``(100, "1 minute")``."""
+    key_concurrency: int | None = None
+    """Instances of one key (``create(key=...)``) running at once."""
+    limits: Iterable[str] = ()
+    """Names of shared limits (``[[limits]]`` in stepline.toml, ``Engine(limits=...)``) that its
+    instances also count toward."""
 
     async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.run() is not implemented")
@@ -138,13 +159,26 @@ def workflow(
     name: str | None = None,
     *,
     schedules: Iterable[str | Schedule] = (),
+    concurrency: int | None = None,
+    worker_concurrency: int | None = None,
+    rate_limit: RateLimit | None = None,
+    key_concurrency: int | None = None,
+    limits: Iterable[str] = (),
 ) -> Callable[[RunFunction], type[Workflow]]:
     """Decorator form: ``@workflow(name="greeting")`` on ``async def fn(event, step)``.
 
     Returns a :class:`Workflow` subclass, usable everywhere a workflow class is. ``schedules``:
-    cron strings or :class:`~stepline.Schedule` objects (see :attr:`Workflow.schedules`).
+    cron strings or :class:`~stepline.Schedule` objects (see :attr:`Workflow.schedules`). The
+    flow control arguments are the :class:`Workflow` attributes of the same names, checked here.
     """
     declared = tuple(schedules)
+    settings: dict[str, Any] = {
+        "concurrency": concurrency,
+        "worker_concurrency": worker_concurrency,
+        "rate_limit": rate_limit,
+        "key_concurrency": key_concurrency,
+        "limits": limits,
+    }
 
     def decorate(fn: RunFunction) -> type[Workflow]:
         if not callable(fn):
@@ -152,6 +186,7 @@ def workflow(
         label = getattr(fn, "__qualname__", repr(fn))
         _check_run(fn, f"@workflow function {label!r}", ("event", "step"))
         wf_name = validate_name(name or kebab_case(fn.__name__), what="workflow name")
+        workflow_limits(settings, what=f"workflow {wf_name!r} ({label})")
 
         async def run(self: Workflow, event: WorkflowEvent, step: WorkflowStep) -> Any:
             return await fn(event, step)
@@ -162,6 +197,7 @@ def workflow(
             {
                 "name": wf_name,
                 "schedules": declared,
+                **settings,
                 "run": run,
                 "__doc__": fn.__doc__,
                 "__module__": fn.__module__,
@@ -182,6 +218,8 @@ class WorkflowDefinition:
     cls: type[Workflow]
     schedules: tuple[Schedule, ...] = field(default=(), kw_only=True)
     """The declared schedules, each with its name set (:meth:`Schedule.named`)."""
+    limits: WorkflowLimits = field(default_factory=WorkflowLimits, kw_only=True)
+    """Its flow control, checked (:func:`~stepline.limits.workflow_limits`)."""
 
     @property
     def class_name(self) -> str:
@@ -233,18 +271,26 @@ def definition_of(obj: Any) -> WorkflowDefinition:
             obj.__dict__.get("name") or kebab_case(obj.__name__), what="workflow name"
         )
         schedules = _schedules(obj.schedules, name, f"workflow class {obj.__qualname__}")
-        return WorkflowDefinition(name, obj, schedules=schedules)
+        limits = _limits(obj, f"workflow {name!r} ({obj.__qualname__})")
+        return WorkflowDefinition(name, obj, schedules=schedules, limits=limits)
     if isinstance(obj, Workflow):
         check_workflow_class(type(obj))
         obj.validate()
         name = validate_name(obj.name or kebab_case(type(obj).__name__), what="workflow name")
         what = f"workflow {name!r} ({type(obj).__qualname__})"
         schedules = _schedules(obj.schedules, name, what)
-        return _InstanceDefinition(name, type(obj), obj, schedules=schedules)
+        return _InstanceDefinition(
+            name, type(obj), obj, schedules=schedules, limits=_limits(obj, what)
+        )
     raise DefinitionError(
         f"{obj!r} is not a workflow: pass a Workflow subclass, a @workflow function, "
         "a Pipeline or a Dag"
     )
+
+
+def _limits(obj: Any, what: str) -> WorkflowLimits:
+    """The flow control a class or object declares (its attributes, inherited ones included)."""
+    return workflow_limits({key: getattr(obj, key) for key in WORKFLOW_LIMIT_KEYS}, what=what)
 
 
 def _schedules(declared: Any, workflow: str, what: str) -> tuple[Schedule, ...]:

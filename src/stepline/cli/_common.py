@@ -123,8 +123,9 @@ class State:
         return self._project
 
     def engine(self, workflows: Iterable[Any] = (), **options: Any) -> Engine:
-        """An engine on the project's database (no worker unless asked)."""
+        """An engine on the project's database with its named limits (no worker unless asked)."""
         options.setdefault("worker", False)
+        options.setdefault("limits", self.project.limits)
         merged = {**self.project.worker.engine_options(), **options}
         with cli_errors():
             return Engine(self.project.database, workflows, **merged)

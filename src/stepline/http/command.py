@@ -131,7 +131,14 @@ def serve_command(
             )
     options = project.worker.engine_options() if worker else {}
     # Only a server that runs workflows creates a missing SQLite file (as a worker does).
-    engine = Engine(project.database, workflows, worker=worker, create=worker, **options)
+    engine = Engine(
+        project.database,
+        workflows,
+        worker=worker,
+        create=worker,
+        limits=project.limits,
+        **options,
+    )
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"stepline dashboard: http://{shown}:{port}/  (API under /api)", err=True)
     click.echo(f"database: {redact(project.database)} ({project.database_source})", err=True)

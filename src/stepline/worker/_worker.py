@@ -1,6 +1,7 @@
-"""The worker's orchestrator: :meth:`Worker.run`, the claim loop, and starting and finishing
-activations. The side tasks (lease renewal, heartbeat, retention) and the graceful shutdown
-are its collaborators, each in its own module."""
+"""The worker's orchestrator: :meth:`Worker.run`, the claim loop, and starting activations.
+Running one activation, the per-workflow room of ``worker_concurrency``, the side tasks (lease
+renewal, heartbeat, retention) and the graceful shutdown are its collaborators, each in its own
+module."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._runtime import Activation, ActivationAborted, ActivationSettings
-from ..errors import LeaseLostError, StoreError
+from .._runtime import ActivationSettings
+from ..errors import StoreError
 from ..store.base import Claim, Store
 from ..workflow import WorkflowDefinition
+from ._activate import activate
+from ._caps import ClaimPlan, WorkflowCaps
 from ._clockstep import ClockStepWatch
 from ._heartbeat import Heartbeat
 from ._log import log, outage_level
@@ -44,7 +47,8 @@ class Worker:
         self._activation_settings = ActivationSettings(self.settings.max_payload, listeners)
         self._slots = Slots(self.settings.concurrency)
         self._active = self._slots.active  # the same dict: the hot path reads it directly
-        self._workflows = sorted(registry)
+        self._caps = WorkflowCaps(registry)
+        self._workflows = self._caps.workflows
         self._renewer = LeaseRenewer(store, self._slots, self.settings.lease)
         self._heartbeat = Heartbeat(store, self.id, self.settings, self._workflows, self._slots)
         self._retention = Retention(store, self.settings.retention)
@@ -92,11 +96,13 @@ class Worker:
         starts them at once: no claim, no history read (a new instance has none), no wait for
         its next look at the database. Only while :meth:`run` runs, with free slots, and when
         the last claim found nothing else runnable, so that new instances do not overtake a
-        backlog of queued ones.
+        backlog of queued ones. Never for a workflow with limits: its instances wait for a
+        claim, which applies them.
         """
         if not self._running or self._stopping.is_set() or self._backlog:
             return None
-        if workflow not in self.registry:
+        definition = self.registry.get(workflow)
+        if definition is None or not definition.limits.empty:
             return None
         take = self._slots.reserve(count)
         if take <= 0:
@@ -124,7 +130,7 @@ class Worker:
         """
         total = 0
         while True:
-            claims = await self._claim(self.settings.concurrency)
+            claims = await self._claim(self._caps.plan(self._slots, self.settings.concurrency))
             if not claims:
                 return total
             total += len(claims)
@@ -187,20 +193,20 @@ class Worker:
             if hold > 0 and free > 0:
                 await self._idle(min(hold, self.settings.poll_interval))
             elif free > 0:
-                limit = min(free, self.settings.claim_batch)
+                plan = self._caps.plan(self._slots, min(free, self.settings.claim_batch))
                 self._wanted = False
                 try:
-                    claims = await self._claim(limit)
+                    claims = await self._claim(plan)
                 except StoreError as exc:
                     log.log(outage_level(exc, logging.WARNING), "claim failed, retrying: %s", exc)
                     claims = []
                     await self._idle(1.0)
-                self._backlog = len(claims) == limit
+                self._backlog = bool(claims) and len(claims) == plan.limit
                 for claim in claims:
                     self._start(claim)
                 if claims:
                     idle_wait = fastest
-                    if len(claims) == limit:
+                    if self._backlog:
                         continue  # there may be more: claim again at once
                     # Fewer than asked: nothing else was runnable. New work arrives by
                     # notification (or the next poll); timers by the wait below.
@@ -213,16 +219,27 @@ class Worker:
                 self._wanted = True  # not looked at, timers included: look when a slot frees
                 await self._idle(self.settings.poll_interval)
 
-    async def _claim(self, limit: int) -> list[Claim]:
-        if not self._workflows:
+    async def _claim(self, plan: ClaimPlan) -> list[Claim]:
+        if not plan.workflows or plan.limit <= 0:
             return []
         return await self.store.claim(
-            self.id, self._workflows, limit, self.settings.lease, self.store.now()
+            self.id,
+            plan.workflows,
+            plan.limit,
+            self.settings.lease,
+            self.store.now(),
+            caps=plan.caps,
         )
 
     async def _until_next_timer(self, idle_wait: float) -> float:
+        # Only the workflows with room: one at its worker_concurrency would look runnable now
+        # (a busy loop); a slot that frees wakes the loop for it instead.
+        plan = self._caps.plan(self._slots, 1)
+        self._wanted = self._wanted or plan.held_back
+        if not plan.workflows:
+            return self.settings.poll_interval
         try:
-            nxt = await self.store.next_wakeup(self._workflows)
+            nxt = await self.store.next_wakeup(plan.workflows)
         except StoreError:
             return idle_wait
         if nxt is None:
@@ -252,56 +269,10 @@ class Worker:
         return slot.task
 
     async def _activate(self, slot: Slot) -> None:
-        claim = slot.claim
-        record = claim.instance
-        lease = claim.lease
         try:
-            definition = self.registry[record.workflow]
-            activation = Activation(
-                self.store, claim, claim.history, definition.make(), self._activation_settings
+            await activate(
+                self.store, slot, self.registry, self._activation_settings, self._slot_freed
             )
-            slot.activation = activation
-            if slot.stop_reason is not None:
-                activation.request_stop(slot.stop_reason)
-            finish = await activation.execute()
-            slot.ending = True  # its lease is about to be released: not "lost"
-            self._slot_freed()  # claim more while its final write is in flight
-            if finish.status == "waiting" and activation.stop_reason == "shutdown":
-                await self.store.release(lease, self.store.now())
-                return
-            status = await self.store.finish(lease, finish, self.store.now())
-            log.log(
-                logging.INFO if status in ("complete", "errored", "terminated") else logging.DEBUG,
-                "instance %s/%s -> %s",
-                record.workflow,
-                record.id,
-                status,
-            )
-        except (ActivationAborted, LeaseLostError) as exc:
-            log.log(
-                outage_level(exc, logging.WARNING),
-                "instance %s/%s abandoned: %s",
-                record.workflow,
-                record.id,
-                exc,
-            )
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.release(lease, self.store.now()))
-            raise
-        except Exception as exc:
-            # A store failure (or a bug) must not leave the instance stuck until its lease
-            # expires: give it back so that this or another worker retries it.
-            log.log(
-                outage_level(exc, logging.ERROR),
-                "instance %s/%s: activation failed, releasing it: %s",
-                record.workflow,
-                record.id,
-                exc,
-                exc_info=not isinstance(exc, StoreError),
-            )
-            with contextlib.suppress(Exception):
-                await self.store.release(lease, self.store.now())
         finally:
-            self._active.pop(lease.pk, None)
+            self._active.pop(slot.claim.lease.pk, None)
             self._slot_freed()

@@ -1,0 +1,55 @@
+"""``worker_concurrency``: how many activations of a workflow one worker runs at once, and what
+that leaves for its next claim (``Store.claim(..., caps=)``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..workflow import WorkflowDefinition
+from ._slots import Slots
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What the next claim asks the store for."""
+
+    workflows: tuple[str, ...]
+    """The workflows with room: those at their ``worker_concurrency`` are left out."""
+    caps: dict[str, int] | None
+    """The room of each capped workflow among them (None: no cap)."""
+    limit: int
+    """How many to claim: no more than the capped workflows' room when all of them are capped."""
+    held_back: bool
+    """Whether a workflow was left out for want of room: a slot that frees may let it claim."""
+
+
+class WorkflowCaps:
+    """The ``worker_concurrency`` of each registered workflow that sets one."""
+
+    __slots__ = ("_caps", "workflows")
+
+    def __init__(self, registry: Mapping[str, WorkflowDefinition]) -> None:
+        self.workflows = tuple(sorted(registry))
+        self._caps = {
+            name: cap
+            for name, definition in registry.items()
+            if (cap := definition.limits.worker_concurrency) is not None
+        }
+
+    def plan(self, slots: Slots, limit: int) -> ClaimPlan:
+        """The claim of at most ``limit`` that the activations in ``slots`` leave room for."""
+        if not self._caps:  # the common case costs nothing
+            return ClaimPlan(self.workflows, None, limit, held_back=False)
+        # Counted as Slots.free counts: an activation whose final write is in flight runs no
+        # more code and takes no room.
+        running = Counter(
+            slot.claim.instance.workflow for slot in slots.active.values() if not slot.ending
+        )
+        room = {name: cap - running[name] for name, cap in self._caps.items()}
+        workflows = tuple(name for name in self.workflows if room.get(name, 1) > 0)
+        caps = {name: room[name] for name in workflows if name in room}
+        if all(name in room for name in workflows):
+            limit = min(limit, sum(caps.values()))
+        return ClaimPlan(workflows, caps or None, limit, len(workflows) < len(self.workflows))
