@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..engine import Engine
-from ..errors import IllegalStateError
+from ..errors import DuplicateInstanceError, IllegalStateError
 from ..records import InstanceRecord
 from ._input import (
     DEFAULT_PAGE_SIZE,
@@ -71,11 +71,28 @@ class InstanceEndpoints:
         name = request.path_params["name"]
         body = await self.reader.json(request)
         item = self.reader.new_instance({} if body is MISSING else body, "the request body")
-        options = {k: v for k, v in item.items() if k not in ("id", "params")}
-        with client_errors():
-            instance = await self.engine.workflow(name).create(
-                item["id"], item["params"], trigger="http", **options
+        options = {k: v for k, v in item.items() if k not in ("id", "params", "on_duplicate")}
+        on_duplicate = item.get("on_duplicate", "return")
+        if on_duplicate not in ("return", "raise"):
+            raise ApiError(
+                400,
+                "invalid_input",
+                f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'",
             )
+        binding = self.engine.workflow(name)
+        with client_errors():
+            try:
+                instance = await binding.create(
+                    item["id"], item["params"], trigger="http", on_duplicate="raise", **options
+                )
+            except DuplicateInstanceError as exc:
+                if on_duplicate != "return":
+                    raise
+                # Not created: the instance holding the dedup key, as 200 rather than 201.
+                existing = await binding.get(exc.instance_id)
+                status = await existing.status()
+                body = {"id": existing.id, "status": status.status, "duplicate": True}
+                return JsonResponse(body, status_code=200)
             status = await instance.status()
         return JsonResponse({"id": instance.id, "status": status.status}, status_code=201)
 

@@ -47,6 +47,30 @@ _PAGING = [
 
 def _schemas(max_payload: int) -> dict[str, Any]:
     status_enum = {"type": "string", "enum": list(INSTANCE_STATUSES)}
+    flow_key: dict[str, Any] = {
+        "type": ["string", "null"],
+        "minLength": 1,
+        "maxLength": 200,
+        "pattern": "^[^\\x00-\\x1f\\x7f]*$",
+    }
+    batch_item: dict[str, Any] = {
+        "id": {
+            "type": ["string", "null"],
+            "pattern": NAME_PATTERN,
+            "description": "Instance id; a random UUID when absent.",
+        },
+        "params": {
+            "description": f"Any JSON value, at most {max_payload:,} bytes encoded.",
+        },
+        "key": {**flow_key, "description": "Flow control key (the workflow's key_concurrency)."},
+        "priority": {
+            "type": "integer",
+            "minimum": -(2**31),
+            "maximum": 2**31 - 1,
+            "default": 0,
+            "description": "Lower runs first among runnable instances.",
+        },
+    }
     summary_props: dict[str, Any] = {
         "workflow": {"type": "string"},
         "id": {"type": "string"},
@@ -76,15 +100,6 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "dedup_key": {
             "type": ["string", "null"],
             "description": "No other unfinished instance of the workflow has this key.",
-        },
-        "held": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": (
-                "On an instance's detail: the full limits holding it back while it is due to "
-                "run, e.g. `concurrency 10/10`, `rate limit: next start in 12 s`, "
-                "`key customer-42 busy (1/1)`; empty when none is."
-            ),
         },
         "warning": {
             "type": ["string", "null"],
@@ -187,9 +202,18 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         },
         "Instance": {
             "type": "object",
-            "required": [*summary_props, "params", "output", "rollback", "parent"],
+            "required": [*summary_props, "params", "output", "rollback", "parent", "held"],
             "properties": {
                 **summary_props,
+                "held": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": (
+                        "The full limits holding the instance back while it is due to "
+                        "run, e.g. `concurrency 10/10`, `rate limit: next start in 12 s`, "
+                        "`key customer-42 busy (1/1)`; empty when none is."
+                    ),
+                },
                 "params": {"description": "The params the instance was created with."},
                 "output": {"description": "What run() returned (complete instances)."},
                 "rollback": _OBJECT_OR_NULL,
@@ -278,16 +302,25 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "NewInstance": {
             "type": "object",
             "additionalProperties": False,
+            "description": (
+                "A duplicate `dedup_key` with `on_duplicate: return` answers 200 with the "
+                "instance holding it and `duplicate: true`; with `raise`, 409 "
+                "`duplicate_instance`."
+            ),
             "properties": {
-                "id": {
-                    "type": ["string", "null"],
-                    "pattern": NAME_PATTERN,
-                    "description": "Instance id; a random UUID when absent.",
+                **batch_item,
+                "dedup_key": {
+                    **flow_key,
+                    "description": "While an unfinished instance holds this key, none other "
+                    "is created.",
                 },
-                "params": {
-                    "description": f"Any JSON value, at most {max_payload:,} bytes encoded.",
-                },
+                "on_duplicate": {"enum": ["return", "raise"], "default": "return"},
             },
+        },
+        "BatchItem": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": batch_item,
         },
         "InstanceState": {
             "type": "object",
@@ -423,7 +456,18 @@ def _paths() -> dict[str, Any]:
                 "summary": "Create an instance (queued; durable when this answers).",
                 "parameters": [_NAME],
                 "requestBody": {"content": _json_content(_ref("NewInstance"))},
-                "responses": _responses(_ok(201, "Created.", "InstanceState"), 404, 409, 413, 422),
+                "responses": _responses(
+                    {
+                        **_ok(201, "Created.", "InstanceState"),
+                        **_ok(
+                            200, "Not created: the instance holding the dedup key.", "InstanceState"
+                        ),
+                    },
+                    404,
+                    409,
+                    413,
+                    422,
+                ),
             },
         },
         instances + "/batch": {
@@ -438,7 +482,7 @@ def _paths() -> dict[str, Any]:
                             "type": "array",
                             "minItems": 1,
                             "maxItems": 100,
-                            "items": _ref("NewInstance"),
+                            "items": _ref("BatchItem"),
                         }
                     ),
                 },
