@@ -54,6 +54,9 @@ class InstanceRow(NamedTuple):
     lease_owner: str | None
     parent: str | None
     schedule: str | None
+    key: str | None
+    priority: int
+    dedup_key: str | None
 
 
 class ScheduleRow(NamedTuple):
@@ -139,7 +142,8 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
     """The record of a row that begins with the :class:`InstanceRow` columns (more may follow)."""
     (
         pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
-        updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule,
+        updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule, key,
+        priority, dedup_key,
     ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
         pk=pk,
@@ -159,6 +163,9 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
         lease_owner=lease_owner,
         parent=loads(parent),
         schedule=loads(schedule),
+        key=key,
+        priority=priority,
+        dedup_key=dedup_key,
     )
 
 
