@@ -27,7 +27,7 @@ from .._rows import (
 from ..base import Claim, History, Lease
 from .claim_sql import ClaimStatements
 from .db import Conn, Database
-from .sql import CLAIM_IN_ORDER, Statements
+from .sql import CLAIM_IN_ORDER, NO_JIT, Statements
 
 # The columns of a ``claim`` (and ``claimed_by``) row after the instance's own.
 _N_ICOLS = len(INSTANCE_COLUMNS.split(","))
@@ -189,13 +189,14 @@ class Claimer:
                     rows = await cur.fetchall()
                     if rows:
                         return rows, {}, True
-                # One round trip: BEGIN, the planner setting (local to the transaction, so a
-                # pooler in transaction mode never hands it to another client), the limits'
+                # One round trip: BEGIN, the planner settings (local to the transaction, so a
+                # pooler in transaction mode never hands them to another client), the limits'
                 # locks (if any), the claim, the claimed instances' histories, COMMIT. (A failed
                 # claim leaves the transaction aborted; the pool rolls it back.)
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
                     await conn.execute(CLAIM_IN_ORDER)
+                    await conn.execute(NO_JIT)
                     if limited:
                         await conn.execute(sql.lock_limits, params)
                     cur = conn.cursor()
@@ -283,8 +284,14 @@ class Claimer:
             "caps": "{}",
             "all_running": False,
         }
-        query = self._sql.next_wakeup_limited if limited else self._sql.next_wakeup
-        rows = await self._db.read("looking for the next timer", query, params, priority=True)
+        if limited:
+            rows = await self._read_uncompiled(
+                "looking for the next timer", self._sql.next_wakeup_limited, params
+            )
+        else:
+            rows = await self._db.read(
+                "looking for the next timer", self._sql.next_wakeup, params, priority=True
+            )
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
 
@@ -298,14 +305,11 @@ class Claimer:
             "caps": "{}",
             "all_running": True,
         }
-        declared, named, used = await self._db.read_many(
-            f"reading the limits of workflow {workflow!r}",
-            [
-                (self._sql.workflow_limits, params),
-                (self._sql.named_limits, ()),
-                (self._sql.limit_usage, params),
-            ],
+        what = f"reading the limits of workflow {workflow!r}"
+        declared, named = await self._db.read_many(
+            what, [(self._sql.workflow_limits, params), (self._sql.named_limits, ())]
         )
+        used = await self._read_uncompiled(what, self._sql.limit_usage, params)
         limits = WorkflowLimits.from_json(loads(declared[0][0])) if declared else WorkflowLimits()
         rules = Rules(
             {workflow: limits},
@@ -332,6 +336,21 @@ class Claimer:
             if reopen is not None:
                 usage.reopens[f"{scope}:{name}"] = float(reopen)
         return limit_states(workflow, key, rules, usage)
+
+    async def _read_uncompiled(self, what: str, query: str, params: dict[str, Any]) -> list[Any]:
+        """The rows of a read under limits, in a transaction of its own without JIT (one round
+        trip)."""
+
+        async def attempt(conn: Conn) -> list[Any]:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                await conn.execute(NO_JIT)
+                cur = conn.cursor()
+                await cur.execute(query, params)
+                await conn.execute("COMMIT")
+            return await cur.fetchall()
+
+        return await self._db.retrying(what, attempt, priority=True)
 
     async def load_histories(self, pks: list[int]) -> list[History]:
         """The histories of leased instances, in the order of ``pks``."""

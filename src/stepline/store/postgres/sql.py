@@ -473,6 +473,11 @@ claim as a bitmap scan of every due row, sorted: harmless while few rows are due
 worker works off a backlog each claim then reads and sorts the whole backlog, much slower than
 reading the index in order, and the backlog grows."""
 
+NO_JIT = "SET LOCAL jit = off"
+"""Keeps the claim's statements (and the reads under limits) from being compiled: their cost
+estimates, inflated by the JSON functions they call, pass ``jit_above_cost`` whatever the
+data, and compiling one takes the server seconds."""
+
 SERVER_CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
 """The server's clock, in seconds since the epoch."""
 
