@@ -8,15 +8,16 @@ range, ``priority = p AND ready_at <= now``, so a claim never walks the future t
 priority to reach the next one. ``floor`` (NULL: none) is where each range starts instead of
 the index's low end (see ``claim._ClaimFloor``).
 
-Under limits (docs/architecture.md, "Flow control"), a claim first takes a transaction-level
+Under limits (docs/architecture.md, "The PostgreSQL store"), a claim first takes a transaction-level
 advisory lock on each limited workflow and each named limit its workflows use, in a statement
 of its own (``lock_limits``): under READ COMMITTED the claim statement that follows sees every
 earlier claim that held one of those locks. It counts what runs and what started (``usage``),
 skips the instances whose workflow, key or named limit is full (or whose rate is used up, for a
 first start), and admits the rest in claim order with running counts per workflow, key and
 named limit (window functions). Each count also counts the candidates before it that a later
-stage turned down, so a claim may admit fewer than the rules would, never more; the first
-candidate always has room, so every claim that finds one takes it.
+stage turned down, so a pass may admit fewer than the rules would, never more; the first
+candidate always has room, so every claim that finds one takes it. Two further passes in the
+same transaction read past what the passes before held back because of what they took.
 """
 
 from __future__ import annotations
@@ -353,7 +354,9 @@ _TEMPLATES = {
     # misses that event; the activation would then suspend believing it had seen every event.
     # A statement that starts after the locks were taken sees everything committed before them,
     # and nothing can change the leased rows' events until the claim commits (``send_event``
-    # must update the locked instance row), so ``event_seq`` and the events agree.
+    # must update the locked instance row), so ``event_seq`` and the events agree. (Through the
+    # claim's index, one priority at a time; OFFSET 0 keeps the planner from turning it into a
+    # join, which could read the whole table.)
     "claimed_histories": "WITH RECURSIVE "
     + _LEVELS.replace("{bound}", "%(expires)s::float8")
     + """
@@ -363,9 +366,12 @@ _TEMPLATES = {
             (SELECT COALESCE(json_agg(json_build_array(pk, type, payload, created_at)
                 ORDER BY pk), '[]')::text
                 FROM {s}.events e WHERE e.instance_pk = i.pk AND consumed_by IS NULL)
-        FROM levels JOIN {s}.instances i ON i.priority = levels.p
-        WHERE i.ready_at = %(expires)s AND i.lease_owner = %(owner)s
-            AND i.lease_nonce = %(nonce)s
+        FROM levels CROSS JOIN LATERAL (
+            SELECT pk, event_seq FROM {s}.instances
+            WHERE priority = levels.p AND ready_at = %(expires)s AND lease_owner = %(owner)s
+                AND lease_nonce = %(nonce)s
+            OFFSET 0
+        ) AS i
     """,
     "claimed_by": """
         SELECT {icols}, lease_token, control, event_seq, ready_at, NULL::float8, NULL::int,
