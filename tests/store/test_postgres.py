@@ -139,8 +139,8 @@ async def test_two_schemas_in_one_database_do_not_see_each_other(schemas: list[s
         " WHERE table_schema = ANY(%s) GROUP BY table_schema",
         ([a, b],),
     )
-    # workflows, instances, steps, events, workers, schedules, schema_migrations
-    assert dict(tables) == {a: 7, b: 7}
+    # workflows, instances, steps, events, workers, schedules, limits, schema_migrations
+    assert dict(tables) == {a: 8, b: 8}
 
 
 # -- migrations ----------------------------------------------------------------------------------
@@ -547,16 +547,17 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
             "owner": "me",
             "nonce": 1,
             "expires": 2030.0,
-        }
+        }  # one priority in use: the claim reads its range of the index in order
         pool = store._db._priority_pool
         assert pool is not None
         async with pool.connection() as conn, conn.transaction():
             await conn.execute(CLAIM_IN_ORDER)
-            cur = await conn.execute("EXPLAIN " + store._sql.claim, params)
+            cur = await conn.execute("EXPLAIN " + store._claims._sql.claim, params)
             plan = "\n".join(row[0] for row in await cur.fetchall())
         picked = plan[plan.index("CTE picked") : plan.index("CTE paused")]
         assert "Index Scan using instances_ready" in picked, plan
-        assert "Bitmap" not in picked and "Sort" not in picked, plan
+        sorts = [line.strip() for line in picked.splitlines() if "Sort Key" in line]
+        assert "Bitmap" not in picked and sorts == ["Sort Key: levels.p"], plan
 
         assert len(await store.claim("me", ["w"], 10, 30.0, 2000.0)) == 10
         async with pool.connection() as first, pool.connection() as second:

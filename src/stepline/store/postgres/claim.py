@@ -1,11 +1,11 @@
 """The PostgreSQL store's claim: leasing runnable instances with their histories in one round
-trip, where in the ``ready_at`` index the next claim reads from (its floor), and the earliest
-timer an empty claim read on the way."""
+trip (under the workflows' limits, if any), where in the ``ready_at`` index the next claim reads
+from (its floor), and the earliest timer an empty claim read on the way."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,23 +13,48 @@ import orjson
 import psycopg
 
 from ..._json import loads
-from ...records import PendingEvent
+from ...limits import Limit, Rate, WorkflowLimits
+from ...records import LimitState, PendingEvent
+from .._admission import Rules, Usage, limit_states
 from .._rows import (
     INSTANCE_COLUMNS,
     STEP_COLUMNS,
+    InstanceRow,
     histories_from_rows,
     instance_from_row,
     step_from_row,
 )
 from ..base import Claim, History, Lease
+from .claim_sql import ClaimStatements
 from .db import Conn, Database
-from .sql import CLAIM_IN_ORDER, Statements
+from .sql import CLAIM_IN_ORDER, NO_JIT, Statements
 
 # The columns of a ``claim`` (and ``claimed_by``) row after the instance's own.
 _N_ICOLS = len(INSTANCE_COLUMNS.split(","))
-_TOKEN, _CONTROL, _EVENT_SEQ, _PICKED_AT, _NEXT_READY = range(_N_ICOLS, _N_ICOLS + 5)
+_TOKEN, _CONTROL, _EVENT_SEQ, _PICKED_AT, _NEXT_READY, _TOP, _LIMITED, _HINT = range(
+    _N_ICOLS, _N_ICOLS + 8
+)
 """The new lease token, the pending control action, the event count the lease was taken at,
-the ``ready_at`` the row was picked at, and (on the first row) the earliest timer left."""
+the ``ready_at`` the row was picked at; on every row, the earliest timer left, the highest
+priority in use, whether limits apply and the earliest wake-up under them (``claim_sql``)."""
+_PRIORITY = InstanceRow._fields.index("priority")
+_MORE_PASSES = 2
+"""Passes a claim under limits makes after its first, in the same transaction and round trip,
+to read past the instances it held back because of what the passes before it took."""
+
+
+def _with_meta(rows: list[Any], first: Sequence[Any]) -> list[Any]:
+    """A further pass's rows with the first pass's columns after ``_PICKED_AT`` (the timers,
+    the priorities in use and the limits seen)."""
+    return [(*row[:_NEXT_READY], *first[_NEXT_READY:]) for row in rows]
+
+
+def _claim_order(row: Sequence[Any]) -> tuple[Any, ...]:
+    """Claimed rows in claim order (the row of NULLs of a claim that took nothing first)."""
+    if row[0] is None:
+        return (0, 0, 0.0, 0)
+    return (1, row[_PRIORITY], row[_PICKED_AT], row[0])
+
 
 _STEP_TIMES = tuple(
     [name.strip() for name in STEP_COLUMNS.split(",")].index(time)
@@ -82,10 +107,15 @@ class _ClaimFloor:
 class Claimer:
     """One store's claims, the floor each set of workflows claims from, and the timer hint."""
 
-    def __init__(self, db: Database, sql: Statements) -> None:
+    def __init__(self, db: Database, sql: Statements, schema: str) -> None:
         self._db = db
-        self._sql = sql
+        self._statements = sql
+        self._sql = ClaimStatements.for_schema(schema)
+        self._lock_prefix = f"stepline:{schema}:"
         self._floors: dict[tuple[str, ...], _ClaimFloor] = {}
+        self._limited: dict[tuple[str, ...], bool] = {}
+        """Whether the last claim of these workflows found fleet-wide limits registered: the
+        next claims them under the limits (a claim without finds out, and claims again)."""
         self._timer_hint: tuple[tuple[str, ...], int, float | None] | None = None
         self._generation = 0
         """Counts what may have become runnable in this process: a hint from an earlier count
@@ -96,7 +126,13 @@ class Claimer:
         self._generation += 1
 
     async def claim(
-        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+        self,
+        owner: str,
+        workflows: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        now: float,
+        caps: Mapping[str, int] | None = None,
     ) -> list[Claim]:
         """:meth:`~stepline.store.base.Store.claim`."""
         if not workflows or limit <= 0:
@@ -105,6 +141,7 @@ class Claimer:
         floor = self._floors.get(key)
         if floor is not None and not floor.holds(now):
             floor = None
+        capped = {w: cap for w, cap in (caps or {}).items() if w in key}
         params = {
             "now": now,
             "floor": None if floor is None else floor.at,
@@ -113,20 +150,34 @@ class Claimer:
             "owner": owner,
             "nonce": secrets.randbits(62),
             "expires": now + lease_seconds,
+            "caps": orjson.dumps(capped).decode(),
+            "all_running": False,
+            "lock_prefix": self._lock_prefix,
         }
         generation = self._generation
-        rows, histories, recovered = await self._lease(params)
+        limited = bool(capped) or self._limited.get(key, False)
+        rows, histories, recovered = await self._lease(params, limited)
+        if rows and not recovered:
+            if rows[0][_LIMITED] and not limited:  # limits were registered: claim under them
+                limited = True
+                rows, histories, recovered = await self._lease(params, limited)
+            if rows and not recovered:
+                self._limited[key] = bool(rows[0][_LIMITED])
         claims = await self._to_claims(rows, histories, owner)
         # An empty claim also read the earliest timer: next_wakeup() can use it once, if nothing
         # became runnable meanwhile (which would have gone through became_ready).
-        self._timer_hint = (key, generation, rows[0][_NEXT_READY]) if rows and not claims else None
+        if rows and not claims:
+            self._timer_hint = (key, generation, rows[0][_HINT if limited else _NEXT_READY])
+        else:
+            self._timer_hint = None
         if rows and not recovered:
-            self._move_floor(key, rows, len(claims) < limit, now, floor)
+            self._move_floor(key, rows, limited or len(claims) < limit, now, floor)
         return claims
 
-    async def _lease(self, params: dict[str, Any]) -> _Rows:
-        """Run the claim, retrying connection faults; a retry first recovers the leases an
-        attempt whose reply was lost may have taken (tagged with the claim's nonce)."""
+    async def _lease(self, params: dict[str, Any], limited: bool) -> _Rows:
+        """Run the claim (``limited``: under the limits), retrying connection faults; a retry
+        first recovers the leases an attempt whose reply was lost may have taken (tagged with
+        the claim's nonce)."""
         sql = self._sql
         faulted = False
 
@@ -138,19 +189,29 @@ class Claimer:
                     rows = await cur.fetchall()
                     if rows:
                         return rows, {}, True
-                # One round trip: BEGIN, the planner setting (local to the transaction, so a
-                # pooler in transaction mode never hands it to another client), the claim, the
-                # claimed instances' histories, COMMIT. (A failed claim leaves the transaction
-                # aborted; the pool rolls it back.)
+                # One round trip: BEGIN, the planner settings (local to the transaction, so a
+                # pooler in transaction mode never hands them to another client), the limits'
+                # locks (if any), the claim, the claimed instances' histories, COMMIT. (A failed
+                # claim leaves the transaction aborted; the pool rolls it back.)
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
                     await conn.execute(CLAIM_IN_ORDER)
+                    await conn.execute(NO_JIT)
+                    if limited:
+                        await conn.execute(sql.lock_limits, params)
                     cur = conn.cursor()
-                    await cur.execute(sql.claim, params)
+                    await cur.execute(sql.claim_limited if limited else sql.claim, params)
+                    more = [conn.cursor() for _ in range(_MORE_PASSES if limited else 0)]
+                    for pass_ in more:
+                        await pass_.execute(sql.claim_limited_more, params)
                     histories = conn.cursor()
                     await histories.execute(sql.claimed_histories, params)
                     await conn.execute("COMMIT")
                 rows = await cur.fetchall()
+                for pass_ in more:
+                    rows += _with_meta([row for row in await pass_.fetchall() if row[0]], rows[0])
+                if more:
+                    rows.sort(key=_claim_order)
                 return rows, {row[0]: row for row in await histories.fetchall()}, False
             except psycopg.OperationalError:
                 faulted = True
@@ -190,7 +251,7 @@ class Claimer:
         floor: _ClaimFloor | None,
     ) -> None:
         rechecked = now if floor is None else floor.rechecked
-        if short:  # it read the earliest timer left
+        if short:  # it read the earliest timer left (under limits it always does)
             next_ready: float | None = rows[0][_NEXT_READY]
             earliest = now if next_ready is None else min(next_ready, now)
         else:
@@ -199,22 +260,97 @@ class Claimer:
             # that, not from wherever the floor was when the backlog began (each would walk the
             # dead entries of every instance claimed since). A row another transaction held
             # locked below it is found by the next read from the low end, as a straggler is.
-            # (The floor may move down a little: that only reads more.)
-            earliest = rows[0][_PICKED_AT]
+            # (The floor may move down a little: that only reads more.) Only if it reached the
+            # highest priority in use: it did not read the priorities after its last.
+            top = rows[0][_TOP]
+            firsts = [row[_PICKED_AT] for row in rows if row[_PRIORITY] == top]
+            if not firsts:
+                return
+            earliest = firsts[0]
         self._floors[key] = _ClaimFloor(earliest - _FLOOR_MARGIN, now, rechecked)
 
-    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
+    async def next_wakeup(self, workflows: Sequence[str], now: float) -> float | None:
         """:meth:`~stepline.store.base.Store.next_wakeup`."""
         if not workflows:
             return None
+        key = tuple(workflows)
         hint, self._timer_hint = self._timer_hint, None
-        if hint is not None and hint[0] == tuple(workflows) and hint[1] == self._generation:
+        if hint is not None and hint[0] == key and hint[1] == self._generation:
             return hint[2]
-        rows = await self._db.read(
-            "looking for the next timer", self._sql.next_wakeup, (list(workflows),), priority=True
-        )
+        limited = self._limited.get(key, False)
+        params = {
+            "workflows": list(workflows),
+            "now": now,
+            "caps": "{}",
+            "all_running": False,
+        }
+        if limited:
+            rows = await self._read_uncompiled(
+                "looking for the next timer", self._sql.next_wakeup_limited, params
+            )
+        else:
+            rows = await self._db.read(
+                "looking for the next timer", self._sql.next_wakeup, params, priority=True
+            )
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
+
+    async def limit_states(self, workflow: str, key: str | None, now: float) -> list[LimitState]:
+        """:meth:`~stepline.store.base.Store.limit_states`."""
+        params = {
+            "workflow": workflow,
+            "key": key,
+            "workflows": [workflow],
+            "now": now,
+            "caps": "{}",
+            "all_running": True,
+        }
+        what = f"reading the limits of workflow {workflow!r}"
+        declared, named = await self._db.read_many(
+            what, [(self._sql.workflow_limits, params), (self._sql.named_limits, ())]
+        )
+        used = await self._read_uncompiled(what, self._sql.limit_usage, params)
+        limits = WorkflowLimits.from_json(loads(declared[0][0])) if declared else WorkflowLimits()
+        rules = Rules(
+            {workflow: limits},
+            {
+                name: Limit(
+                    name, concurrency=concurrency, rate=None if count is None else Rate(count, per)
+                )
+                for name, concurrency, count, per in named
+                if concurrency is not None or count is not None
+            },
+        )
+        usage = Usage()
+        for scope, name, running, started, reopen in used:
+            if scope == "key":
+                usage.key_running[(workflow, name)] = int(running)
+                continue
+            counts = (
+                (usage.running, usage.started)
+                if scope == "workflow"
+                else (usage.limit_running, usage.limit_started)
+            )
+            counts[0][name] = int(running)
+            counts[1][name] = int(started)
+            if reopen is not None:
+                usage.reopens[f"{scope}:{name}"] = float(reopen)
+        return limit_states(workflow, key, rules, usage)
+
+    async def _read_uncompiled(self, what: str, query: str, params: dict[str, Any]) -> list[Any]:
+        """The rows of a read under limits, in a transaction of its own without JIT (one round
+        trip)."""
+
+        async def attempt(conn: Conn) -> list[Any]:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                await conn.execute(NO_JIT)
+                cur = conn.cursor()
+                await cur.execute(query, params)
+                await conn.execute("COMMIT")
+            return await cur.fetchall()
+
+        return await self._db.retrying(what, attempt, priority=True)
 
     async def load_histories(self, pks: list[int]) -> list[History]:
         """The histories of leased instances, in the order of ``pks``."""
@@ -222,7 +358,10 @@ class Claimer:
             return []
         steps, events = await self._db.read_many(
             "loading instance histories",
-            [(self._sql.history_steps, (pks,)), (self._sql.history_events, (pks,))],
+            [
+                (self._statements.history_steps, (pks,)),
+                (self._statements.history_events, (pks,)),
+            ],
         )
         found = histories_from_rows(pks, steps, events)
         return [found[pk] for pk in pks]

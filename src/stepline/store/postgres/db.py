@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -51,6 +51,8 @@ class StoreConnection(psycopg.AsyncConnection[Any]):
 
 
 Conn = StoreConnection
+Params = Sequence[Any] | Mapping[str, Any]
+"""A statement's parameters: by position or by name."""
 
 _SPARE_SECONDS = 60.0
 """How long the spare connection is kept before it goes back through the pool (which then
@@ -331,7 +333,7 @@ class Database:
         await self.retrying(what, attempt, priority=priority)
 
     async def read(
-        self, what: str, query: str, params: Sequence[Any] = (), *, priority: bool = False
+        self, what: str, query: str, params: Params = (), *, priority: bool = False
     ) -> list[Any]:
         """All rows of one query (retried on connection faults)."""
 
@@ -341,9 +343,7 @@ class Database:
 
         return await self._retrying(what, attempt, priority, None)
 
-    async def read_many(
-        self, what: str, queries: Sequence[tuple[str, Sequence[Any]]]
-    ) -> list[list[Any]]:
+    async def read_many(self, what: str, queries: Sequence[tuple[str, Params]]) -> list[list[Any]]:
         """The rows of several queries, sent in one round trip (pipeline mode)."""
 
         async def attempt(conn: Conn) -> list[list[Any]]:

@@ -8,7 +8,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..._json import dumps
-from ...errors import IllegalStateError, InstanceAlreadyExistsError, InstanceNotFoundError
+from ...errors import (
+    DuplicateInstanceError,
+    IllegalStateError,
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+)
 from ...records import FINISHED_STATUSES, InstanceRecord
 from .._rows import INTERRUPTED, control_assignments, control_transition, instance_from_row
 from ..base import ControlAction, NewInstance
@@ -20,6 +25,23 @@ _INTERRUPTED = dumps(INTERRUPTED, what="error")
 
 Leased = tuple[str, float, int] | None
 """For a create that claims: the owner, the lease in seconds, and how many to lease."""
+
+
+def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
+    """The rows ``create_instances`` inserts, each with its place (``ord``)."""
+    return json_rows(
+        {
+            "ord": n,
+            "id": i.id,
+            "params": i.params,
+            "parent": i.parent,
+            "schedule": i.schedule,
+            "key": i.key,
+            "priority": i.priority,
+            "dedup_key": i.dedup_key,
+        }
+        for n, i in items
+    )
 
 
 class InstanceWrites:
@@ -48,52 +70,85 @@ class InstanceWrites:
             unique.setdefault(item.id, item)
         if not unique:
             return []
-        params = self._create_params(workflow, unique.values(), trigger, lease, now)
+        params = self._create_params(workflow, enumerate(unique.values()), trigger, lease, now)
 
         async def body(conn: Conn) -> list[InstanceRecord]:
             # One statement inserts and (if it inserted anything) notifies; nothing commits
-            # unless every id was new or ``skip_existing`` allows some to be skipped.
+            # unless every item was new or ``skip_existing`` allows some to be skipped.
             cur = await conn.execute(self._sql.create_instances, params)
             created = [instance_from_row(row) for row in await cur.fetchall()]
             if not skip_existing and len(created) < len(unique):
-                existing = set(unique) - {r.id for r in created}
-                raise InstanceAlreadyExistsError(workflow, sorted(existing)[0])
+                created += await self._refuse_or_retry(conn, params, unique, created)
             order = {instance_id: n for n, instance_id in enumerate(unique)}
             created.sort(key=lambda r: order[r.id])
             return created
 
         return await self._db.transaction(f"creating instances of {workflow!r}", body)
 
+    async def _refuse_or_retry(
+        self,
+        conn: Conn,
+        params: dict[str, Any],
+        unique: dict[str, NewInstance],
+        created: list[InstanceRecord],
+    ) -> list[InstanceRecord]:
+        """Why items of a create were skipped: an existing id (``InstanceAlreadyExistsError``)
+        or a dedup key an unfinished instance holds (``DuplicateInstanceError``); or, if that
+        instance finished meanwhile, those items inserted again (what this returns).
+
+        The insert waited for the holder's transaction and skipped the item once it committed,
+        so a statement after it (a newer snapshot, under READ COMMITTED) sees the holder.
+        """
+        workflow = params["workflow"]
+        done = {record.id for record in created}
+        added: list[InstanceRecord] = []
+        while True:
+            places = [(n, item) for n, item in enumerate(unique.values()) if item.id not in done]
+            skipped = [item for _n, item in places]
+            if not skipped:
+                return added
+            cur = await conn.execute(
+                self._sql.existing_ids, (workflow, [item.id for item in skipped])
+            )
+            taken_ids = {row[0] for row in await cur.fetchall()}
+            keys = [item.dedup_key for item in skipped if item.dedup_key is not None]
+            cur = await conn.execute(self._sql.dedup_holders, (workflow, keys))
+            holders = {key: holder for key, holder in await cur.fetchall()}
+            for item in skipped:
+                if item.id in taken_ids:
+                    raise InstanceAlreadyExistsError(workflow, item.id)
+                if item.dedup_key is not None and item.dedup_key in holders:
+                    raise DuplicateInstanceError(workflow, item.dedup_key, holders[item.dedup_key])
+            # Each holder finished (or was deleted) since the insert skipped the items: again.
+            again = {**params, "items": _items_json(places)}
+            cur = await conn.execute(self._sql.create_instances, again)
+            rows = [instance_from_row(row) for row in await cur.fetchall()]
+            added += rows
+            done |= {record.id for record in rows}
+
     async def insert(
         self, conn: Conn, workflow: str, item: NewInstance, trigger: str, now: float
     ) -> None:
         """Create one instance (an existing id is skipped) in the caller's transaction."""
-        params = self._create_params(workflow, [item], trigger, None, now)
+        params = self._create_params(workflow, [(0, item)], trigger, None, now)
         await conn.execute(self._sql.create_instances, params)
 
     def _create_params(
         self,
         workflow: str,
-        items: Iterable[NewInstance],
+        items: Iterable[tuple[int, NewInstance]],
         trigger: str,
         lease: Leased,
         now: float,
     ) -> dict[str, Any]:
+        """``items``: each with its place among the distinct ids (the first ``limit`` places
+        are leased)."""
         owner, seconds, limit = lease or (None, 0.0, 0)
         return {
             "workflow": workflow,
             "trigger": trigger,
             "now": now,
-            "items": json_rows(
-                {
-                    "ord": n,
-                    "id": i.id,
-                    "params": i.params,
-                    "parent": i.parent,
-                    "schedule": i.schedule,
-                }
-                for n, i in enumerate(items)
-            ),
+            "items": _items_json(items),
             "channel": self._notes.channel,
             "note": self._notes.note(),
             "leased": limit,
@@ -119,6 +174,9 @@ class InstanceWrites:
             nonlocal woke_parent
             pk, status, owner = await self._lock(conn, workflow, instance_id)
             if action == "restart":
+                cur = await conn.execute(q.dedup_holder_of, (pk,))
+                for dedup_key, holder in await cur.fetchall():
+                    raise DuplicateInstanceError(workflow, dedup_key, holder)
                 await self._restart(conn, pk, from_step, now)
             else:
                 change = control_transition(

@@ -77,14 +77,30 @@ _RECORD_STEPS = (
 
 _TEMPLATES: dict[str, str] = {
     # -- workflows -------------------------------------------------------------------------------
+    # The named limits and the workflows (with their limits) in one statement; a row's
+    # updated_at moves only when something of it changed.
     "register_workflows": """
-        INSERT INTO {s}.workflows AS w (name, class_name, definition, created_at, updated_at)
-        SELECT n, c, d, %(now)s, %(now)s FROM unnest(%(names)s::text[], %(classes)s::text[],
-            %(definitions)s::text[]) AS t(n, c, d)
+        WITH named AS (
+            INSERT INTO {s}.limits AS l (name, concurrency, rate_count, rate_period, updated_at)
+            SELECT n, c, rc, rp, %(now)s FROM unnest(%(limit_names)s::text[],
+                %(limit_concurrency)s::int[], %(rate_counts)s::int[],
+                %(rate_periods)s::float8[]) AS t(n, c, rc, rp)
+            ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
+                rate_count = excluded.rate_count, rate_period = excluded.rate_period,
+                updated_at = CASE WHEN (l.concurrency, l.rate_count, l.rate_period)
+                    IS NOT DISTINCT FROM (excluded.concurrency, excluded.rate_count,
+                        excluded.rate_period)
+                    THEN l.updated_at ELSE excluded.updated_at END
+        )
+        INSERT INTO {s}.workflows AS w (name, class_name, definition, limits, created_at,
+            updated_at)
+        SELECT n, c, d, l, %(now)s, %(now)s FROM unnest(%(names)s::text[], %(classes)s::text[],
+            %(definitions)s::text[], %(limits)s::text[]) AS t(n, c, d, l)
         ON CONFLICT (name) DO UPDATE SET class_name = excluded.class_name,
-            definition = excluded.definition,
+            definition = excluded.definition, limits = excluded.limits,
             updated_at = CASE WHEN w.class_name IS NOT DISTINCT FROM excluded.class_name
                 AND w.definition IS NOT DISTINCT FROM excluded.definition
+                AND w.limits IS NOT DISTINCT FROM excluded.limits
                 THEN w.updated_at ELSE excluded.updated_at END
     """,
     "list_workflows": """
@@ -95,28 +111,37 @@ _TEMPLATES: dict[str, str] = {
         SELECT workflow, status, count(*) FROM {s}.instances GROUP BY workflow, status
     """,
     # -- instances -------------------------------------------------------------------------------
-    # Workers are told only of instances left queued, not of those leased on creation.
+    # Workers are told only of instances left queued, not of those leased on creation. A row
+    # that would repeat an id, or the dedup key of an unfinished instance (instances_dedup), is
+    # skipped: the caller tells which from what came back.
     "create_instances": """
         WITH created AS (
             INSERT INTO {s}.instances (workflow, id, status, params, trigger, parent, ready_at,
                 created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at,
-                schedule)
+                schedule, key, priority, dedup_key)
             SELECT %(workflow)s, t.id, CASE WHEN t.leased THEN 'running' ELSE 'queued' END,
                 t.params, %(trigger)s, t.parent,
                 CASE WHEN t.leased THEN %(expires)s::float8 ELSE %(now)s END, %(now)s, %(now)s,
                 CASE WHEN t.leased THEN %(owner)s::text END, CASE WHEN t.leased THEN 1 ELSE 0 END,
                 CASE WHEN t.leased THEN %(expires)s::float8 END,
-                CASE WHEN t.leased THEN %(now)s::float8 END, t.schedule
+                CASE WHEN t.leased THEN %(now)s::float8 END, t.schedule, t.key, t.priority,
+                t.dedup_key
             FROM (SELECT r.*, r.ord < %(leased)s AS leased
                   FROM json_to_recordset(%(items)s::json) AS r(ord int, id text, params text,
-                      parent text, schedule text)) AS t
+                      parent text, schedule text, key text, priority int, dedup_key text)) AS t
             ORDER BY t.ord
-            ON CONFLICT (workflow, id) DO NOTHING
+            ON CONFLICT DO NOTHING
             RETURNING {icols}
         )
         SELECT *, CASE WHEN EXISTS (SELECT 1 FROM created WHERE status = 'queued')
             THEN (SELECT 1 FROM pg_notify(%(channel)s, %(note)s)) END
         FROM created
+    """,
+    "existing_ids": "SELECT id FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[])",
+    "dedup_holders": """
+        SELECT dedup_key, id FROM {s}.instances
+        WHERE workflow = %s AND dedup_key = ANY(%s::text[])
+            AND status NOT IN ('complete', 'errored', 'terminated')
     """,
     "get_instance": "SELECT {icols} FROM {s}.instances WHERE workflow = %s AND id = %s",
     "get_instance_by_pk": "SELECT {icols} FROM {s}.instances WHERE pk = %s",
@@ -142,6 +167,14 @@ _TEMPLATES: dict[str, str] = {
     "lock_instance": """
         SELECT pk, status, lease_owner FROM {s}.instances WHERE workflow = %s AND id = %s
         FOR UPDATE
+    """,
+    # Restarting a finished instance takes its dedup key back: the unfinished instance that holds
+    # it meanwhile, if any.
+    "dedup_holder_of": """
+        SELECT o.dedup_key, o.id FROM {s}.instances i JOIN {s}.instances o
+            ON o.workflow = i.workflow AND o.dedup_key = i.dedup_key AND o.pk <> i.pk
+            AND o.status NOT IN ('complete', 'errored', 'terminated')
+        WHERE i.pk = %s AND i.status IN ('complete', 'errored', 'terminated')
     """,
     "delete_steps": "DELETE FROM {s}.steps WHERE instance_pk = %s",
     "unconsume_all": "UPDATE {s}.events SET consumed_by = NULL WHERE instance_pk = %s",
@@ -217,69 +250,7 @@ _TEMPLATES: dict[str, str] = {
         )
         SELECT count(*) FROM d
     """,
-    # -- activations -----------------------------------------------------------------------------
-    # The claim commits without waiting for the WAL flush (``async_commit``: a local setting,
-    # undone when the statement's transaction ends; why that is safe for a claim:
-    # docs/architecture.md, "The PostgreSQL store"). ``floor`` (NULL: none) is where the
-    # ready_at index is read from instead of its low end, which holds the dead entries of every
-    # earlier update until a VACUUM (see ``claim``). The claimed instances' histories are read
-    # by ``claimed_histories``, not here.
-    "claim": """
-        WITH picked AS (
-            SELECT pk AS p_pk, status AS p_status, ready_at AS p_ready FROM {s}.instances
-            WHERE ready_at <= %(now)s AND ready_at >= COALESCE(%(floor)s::float8, '-infinity')
-                AND workflow = ANY(%(workflows)s::text[])
-            ORDER BY ready_at LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ), paused AS (
-            UPDATE {s}.instances SET status = 'paused', ready_at = NULL, lease_owner = NULL,
-                lease_expires_at = NULL, updated_at = %(now)s
-            FROM picked WHERE pk = p_pk AND p_status = 'waitingForPause'
-        ), claimed AS (
-            UPDATE {s}.instances SET lease_owner = %(owner)s, lease_token = lease_token + 1,
-                lease_nonce = %(nonce)s,
-                lease_expires_at = %(expires)s, ready_at = %(expires)s, updated_at = %(now)s,
-                status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,
-                started_at = COALESCE(started_at, %(now)s)
-            FROM picked WHERE pk = p_pk AND p_status <> 'waitingForPause'
-            RETURNING {icols}, lease_token, control, event_seq, p_ready
-        )
-        , async_commit AS (
-            SELECT set_config('synchronous_commit', 'off', true)
-        )
-        SELECT claimed.*, next_ready
-        FROM (
-            SELECT CASE WHEN (SELECT count(*) FROM claimed) < %(limit)s THEN (
-                SELECT min(ready_at) FROM {s}.instances
-                WHERE ready_at >= COALESCE(%(floor)s::float8, '-infinity')
-                    AND workflow = ANY(%(workflows)s::text[])
-            ) END AS next_ready
-        ) AS timers CROSS JOIN async_commit LEFT JOIN claimed ON true
-        ORDER BY p_ready, pk
-    """,
-    # The histories of the instances a claim just leased, read by the next statement of the
-    # claim's transaction. Not by the claim statement itself: under READ COMMITTED its row locks
-    # and updates act on the newest version of each row (an event committed while the claim ran
-    # included, in ``event_seq``), while its other reads see the statement's snapshot, which
-    # misses that event; the activation would then suspend believing it had seen every event.
-    # A statement that starts after the locks were taken sees everything committed before them,
-    # and nothing can change the leased rows' events until the claim commits (``send_event``
-    # must update the locked instance row), so ``event_seq`` and the events agree.
-    "claimed_histories": """
-        SELECT i.pk, i.event_seq,
-            (SELECT COALESCE(json_agg(json_build_array({scols}) ORDER BY seq), '[]')::text
-                FROM {s}.steps WHERE instance_pk = i.pk),
-            (SELECT COALESCE(json_agg(json_build_array(pk, type, payload, created_at)
-                ORDER BY pk), '[]')::text
-                FROM {s}.events e WHERE e.instance_pk = i.pk AND consumed_by IS NULL)
-        FROM {s}.instances i
-        WHERE i.ready_at = %(expires)s AND i.lease_owner = %(owner)s
-            AND i.lease_nonce = %(nonce)s
-    """,
-    "claimed_by": """
-        SELECT {icols}, lease_token, control, event_seq, ready_at, NULL::float8
-        FROM {s}.instances WHERE lease_owner = %s AND lease_nonce = %s ORDER BY pk
-    """,
+    # -- activations (the claim's statements are in claim_sql) ----------------------------------
     "record_step": _RECORD_STEP.replace("{conflict}", _STEP_UPSERT).replace("{consume}", ""),
     "record_step_new": _RECORD_STEP.replace("{conflict}", "").replace("{consume}", ""),
     "record_step_consuming": _RECORD_STEP.replace("{conflict}", _STEP_UPSERT).replace(
@@ -402,10 +373,6 @@ _TEMPLATES: dict[str, str] = {
         )
         SELECT (SELECT 1 FROM pg_notify(%(channel)s, %(note)s)) FROM u WHERE ready_at IS NOT NULL
     """,
-    "next_wakeup": """
-        SELECT min(ready_at) FROM {s}.instances
-        WHERE ready_at IS NOT NULL AND workflow = ANY(%s::text[])
-    """,
     # -- worker liveness -------------------------------------------------------------------------
     "heartbeat": """
         WITH expired AS (
@@ -437,12 +404,15 @@ class Statements:
     list_workflows: str
     count_instances: str
     create_instances: str
+    existing_ids: str
+    dedup_holders: str
     get_instance: str
     get_instance_by_pk: str
     history_steps: str
     history_events: str
     steps_of_instance: str
     lock_instance: str
+    dedup_holder_of: str
     delete_steps: str
     unconsume_all: str
     step_seq: str
@@ -457,9 +427,6 @@ class Statements:
     lock_finished: str
     delete_instances: str
     purge_instances: str
-    claim: str
-    claimed_histories: str
-    claimed_by: str
     record_step: str
     record_step_new: str
     record_step_consuming: str
@@ -470,7 +437,6 @@ class Statements:
     wake_parent_of: str
     finished_by: str
     release: str
-    next_wakeup: str
     heartbeat: str
     list_workers: str
     forget_worker: str
@@ -480,16 +446,20 @@ class Statements:
         names = {f.name for f in fields(cls)}
         if names != set(_TEMPLATES):
             raise RuntimeError(f"statement templates out of sync: {names ^ set(_TEMPLATES)}")
-        parts = {
-            "s": sql.Identifier(schema),
-            "icols": sql.SQL(INSTANCE_COLUMNS),
-            "scols": sql.SQL(STEP_COLUMNS),
-        }
-        rendered = {
-            name: " ".join(sql.SQL(text).format(**parts).as_string().split())
-            for name, text in _TEMPLATES.items()
-        }
-        return cls(**rendered)
+        return cls(**render(_TEMPLATES, schema))
+
+
+def render(templates: Mapping[str, str], schema: str) -> dict[str, str]:
+    """The ``templates`` with the schema and the shared column lists filled in."""
+    parts = {
+        "s": sql.Identifier(schema),
+        "icols": sql.SQL(INSTANCE_COLUMNS),
+        "scols": sql.SQL(STEP_COLUMNS),
+    }
+    return {
+        name: " ".join(sql.SQL(text).format(**parts).as_string().split())
+        for name, text in templates.items()
+    }
 
 
 # -- statements without the schema, and statements built per call ---------------------------------
@@ -502,6 +472,11 @@ than autovacuum's next ANALYZE), the planner expects a handful of runnable rows 
 claim as a bitmap scan of every due row, sorted: harmless while few rows are due, but while a
 worker works off a backlog each claim then reads and sorts the whole backlog, much slower than
 reading the index in order, and the backlog grows."""
+
+NO_JIT = "SET LOCAL jit = off"
+"""Keeps the claim's statements (and the reads under limits) from being compiled: their cost
+estimates, inflated by the JSON functions they call, pass ``jit_above_cost`` whatever the
+data, and compiling one takes the server seconds."""
 
 SERVER_CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
 """The server's clock, in seconds since the epoch."""

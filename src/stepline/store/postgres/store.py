@@ -5,14 +5,16 @@ writes (``instances``), the server clock (``clock``), notifications (``notes``),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..._json import dumps, loads
 from ...errors import InstanceNotFoundError
+from ...limits import Limit
 from ...records import (
     InstanceEvent,
     InstancePage,
     InstanceRecord,
+    LimitState,
     StepRecord,
     WorkerInfo,
     WorkflowInfo,
@@ -61,6 +63,12 @@ from .writes import (
 __all__ = ["PostgresStore"]
 
 
+def _limits_json(meta: WorkflowMeta) -> str | None:
+    """What ``workflows.limits`` keeps: ``WorkflowLimits.to_json()``, NULL for none."""
+    data = meta.limits.to_json()
+    return None if data is None else dumps(data, what=f"limits of workflow {meta.name!r}")
+
+
 class PostgresStore(ScheduleOperations):
     """The shared store. ``url`` is ``postgresql://user:password@host:port/db[?schema=name]``.
 
@@ -85,7 +93,7 @@ class PostgresStore(ScheduleOperations):
         """The LISTEN/NOTIFY channel of this schema."""
         self._listener = Listener(self._db)
         self._time = ServerClock(self._db, clock)
-        self._claims = Claimer(self._db, self._sql)
+        self._claims = Claimer(self._db, self._sql, self.schema)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
         self._workers = WorkerRegistry(self._db, self._sql)
         self._schedules = ScheduleWrites(self._db, self.schema, self._instances)
@@ -167,9 +175,12 @@ class PostgresStore(ScheduleOperations):
 
     # -- workflows -------------------------------------------------------------------------------
 
-    async def register_workflows(self, metas: Sequence[WorkflowMeta]) -> None:
+    async def register_workflows(
+        self, metas: Sequence[WorkflowMeta], limits: Sequence[Limit] = ()
+    ) -> None:
         latest = {meta.name: meta for meta in metas}  # the last definition of a name wins
-        if not latest:
+        named = {limit.name: limit for limit in limits}
+        if not latest and not named:
             return
         params = {
             "now": self.now(),
@@ -179,6 +190,11 @@ class PostgresStore(ScheduleOperations):
                 dumps(m.definition, what="workflow definition", limit=1 << 24)
                 for m in latest.values()
             ],
+            "limits": [_limits_json(m) for m in latest.values()],
+            "limit_names": list(named),
+            "limit_concurrency": [n.concurrency for n in named.values()],
+            "rate_counts": [None if n.rate is None else n.rate.count for n in named.values()],
+            "rate_periods": [None if n.rate is None else n.rate.period for n in named.values()],
         }
         await self._db.execute("registering workflows", self._sql.register_workflows, params)
 
@@ -323,9 +339,16 @@ class PostgresStore(ScheduleOperations):
     # -- activations -----------------------------------------------------------------------------
 
     async def claim(
-        self, owner: str, workflows: Sequence[str], limit: int, lease_seconds: float, now: float
+        self,
+        owner: str,
+        workflows: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        now: float,
+        *,
+        caps: Mapping[str, int] | None = None,
     ) -> list[Claim]:
-        return await self._claims.claim(owner, workflows, limit, lease_seconds, now)
+        return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
         return await self._step_writes.submit(step_row(lease, write))
@@ -347,7 +370,10 @@ class PostgresStore(ScheduleOperations):
         self._notify_ready()
 
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
-        return await self._claims.next_wakeup(workflows)
+        return await self._claims.next_wakeup(workflows, self.now())
+
+    async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
+        return await self._claims.limit_states(workflow, key, self.now())
 
     # -- worker liveness -------------------------------------------------------------------------
 
