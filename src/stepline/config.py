@@ -14,6 +14,7 @@ from typing import Any, Literal, cast
 
 from .durations import Duration, parse_duration
 from .errors import NonRetryableError
+from .limits import is_valid_limit_name
 
 Backoff = Literal["constant", "linear", "exponential"]
 DelayFunction = Callable[[int, BaseException], Any]
@@ -29,7 +30,7 @@ DEFAULT_NON_RETRYABLE: tuple[ErrorType, ...] = (TypeError, NameError, AttributeE
 
 _BACKOFFS = ("constant", "linear", "exponential")
 _RETRY_KEYS = ("limit", "delay", "backoff", "non_retryable")
-_STEP_KEYS = ("retries", "timeout")
+_STEP_KEYS = ("retries", "timeout", "limit")
 _ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -171,17 +172,27 @@ _DEFAULT_RETRIES = RetryConfig()
 
 @dataclass(frozen=True, init=False)
 class StepConfig:
-    """Per-step settings: ``retries`` (a :class:`RetryConfig`, or a dict of its fields) and the
-    per-attempt ``timeout`` (a duration, default 10 minutes)."""
+    """Per-step settings: ``retries`` (a :class:`RetryConfig`, or a dict of its fields), the
+    per-attempt ``timeout`` (a duration, default 10 minutes) and ``limit``, the name of a
+    named limit (:class:`~stepline.Limit`) each attempt holds a slot of while it runs."""
 
     retries: RetryConfig
     timeout: float
+    limit: str | None
 
     def __init__(
         self,
         retries: RetryConfig | Mapping[str, Any] | None = None,
         timeout: Duration = DEFAULT_TIMEOUT,
+        limit: str | None = None,
     ) -> None:
+        if limit is not None and not is_valid_limit_name(limit):
+            raise _invalid(
+                "limit",
+                f"{limit!r} (the name of a limit: 1-100 ASCII letters, digits, '_', '-', '.' "
+                "or ':')",
+            )
+        object.__setattr__(self, "limit", limit)
         object.__setattr__(self, "retries", _parse_retries(retries))
         try:
             seconds = parse_duration(timeout, what="timeout")
@@ -193,7 +204,10 @@ class StepConfig:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able description (callables and classes are shown by name)."""
-        return {"retries": self.retries.to_json(), "timeout": self.timeout}
+        described: dict[str, Any] = {"retries": self.retries.to_json(), "timeout": self.timeout}
+        if self.limit is not None:
+            described["limit"] = self.limit
+        return described
 
 
 def _parse_retries(value: object) -> RetryConfig:
@@ -215,7 +229,7 @@ DEFAULT_STEP_CONFIG = StepConfig()
 
 
 def parse_step_config(value: object) -> StepConfig:
-    """Validate a ``StepConfig`` or a dict ``{"retries": {...}, "timeout": ...}``.
+    """Validate a ``StepConfig`` or a dict ``{"retries": {...}, "timeout": ..., "limit": ...}``.
 
     Unknown keys and invalid values raise :class:`ValueError` naming the key.
     """
@@ -227,5 +241,7 @@ def parse_step_config(value: object) -> StepConfig:
         raise ValueError(f"invalid step config {value!r}: expected a dict or a StepConfig")
     unknown = sorted(set(value) - set(_STEP_KEYS))
     if unknown:
-        raise ValueError(f"unknown step config key {unknown[0]!r}; allowed: retries, timeout")
+        raise ValueError(
+            f"unknown step config key {unknown[0]!r}; allowed: {', '.join(_STEP_KEYS)}"
+        )
     return StepConfig(**value)

@@ -144,6 +144,11 @@ class StoreUnavailableError(StoreError):
     """
 
 
+class UnknownLimitError(SteplineError, LookupError):
+    """A step named a limit that no ``[[limits]]`` table or ``stepline.Limit`` defines (raised
+    by ``Store.acquire_limit``; the runtime ends the instance with a DefinitionError)."""
+
+
 class LeaseLostError(SteplineError):
     """This worker no longer holds the lease of the instance it was running.
 

@@ -139,8 +139,9 @@ async def test_two_schemas_in_one_database_do_not_see_each_other(schemas: list[s
         " WHERE table_schema = ANY(%s) GROUP BY table_schema",
         ([a, b],),
     )
-    # workflows, instances, steps, events, workers, schedules, limits, schema_migrations
-    assert dict(tables) == {a: 8, b: 8}
+    # workflows, instances, steps, events, workers, schedules, limits, limit_slots,
+    # limit_starts, schema_migrations
+    assert dict(tables) == {a: 10, b: 10}
 
 
 # -- migrations ----------------------------------------------------------------------------------

@@ -121,7 +121,12 @@ class Activation:
                 # `paused`, unless the pause was withdrawn (resumed) meanwhile: then the instance
                 # must run again at once, not wait for a wake-up that nothing will send.
                 wake_at = state.store.now()
-            finish = Finish("waiting", wake_at=wake_at, event_seq=self.claim.event_seq)
+            finish = Finish(
+                "waiting",
+                wake_at=wake_at,
+                event_seq=self.claim.event_seq,
+                parked_on=quiet.parked_on,
+            )
         if finish.status == "waiting" and quiet.stop_reason == "shutdown":
             await state.writer.committed()  # released, not finished: nothing carries them
             return finish
@@ -131,7 +136,7 @@ class Activation:
             # activation's path.
             finish = Finish(
                 finish.status, finish.output, finish.error, finish.rollback, finish.wake_at,
-                finish.event_seq, steps,
+                finish.event_seq, steps, finish.parked_on,
             )  # fmt: skip
         return finish
 

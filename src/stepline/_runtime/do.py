@@ -3,7 +3,8 @@
 A recorded step returns its stored result (or raises its stored failure) without running.
 Otherwise each attempt runs the callback under the attempt clock (:mod:`.marks`: the ``running``
 record and the timeout); a failure is retried after the backoff (the step parks meanwhile, so
-the instance may suspend), and the result is sent write-behind (:mod:`.writer`).
+the instance may suspend), and the result is sent write-behind (:mod:`.writer`). A step whose
+config names a limit holds a slot of it during each attempt (:mod:`.slots`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..errors import (
 )
 from ..records import Attempt, StepRecord
 from ..step import StepCallback, StepContext
+from . import slots
 from .calls import IN_CALLBACK
 from .replay import validate_step_name
 from .signals import error_info
@@ -98,11 +100,16 @@ async def run_attempts(
     quiet, writer = state.quiet, state.writer
     await writer.committed()  # earlier steps' records, before this callback runs
     retry_at = record.wake_at if record is not None else None
+    limit = cfg.limit
+    if record is not None and record.status == "waiting" and (record.info or {}).get("limit"):
+        retry_at = None  # waited for a slot, and may have been woken early by a release
     if quiet.gate_needed(retry_at):
         await quiet.gate(retry_at)
     step.started_at = record.started_at if record is not None else None
 
     while True:
+        if limit is not None:
+            await slots.take(state, step, limit)
         number = len(attempts) + 1
         now = state.store.now()
         if step.started_at is None:
@@ -134,12 +141,16 @@ async def run_attempts(
         except (_EngineSignal, asyncio.CancelledError):
             mark.cancel()
             quiet.end()
+            if limit is not None:
+                await slots.give_back_cancelled(state, step, limit)
             raise
         except Exception as exc:
             try:
                 running = mark.stop()
                 if running is not None:
                     await running  # the final record must not race the `running` one
+                if limit is not None:
+                    await slots.give_back(state, step, limit)  # before the retry's delay
                 wake_at = await _failed(state, step, cfg, number, now, number - cut_off, exc)
             finally:
                 quiet.end()
@@ -152,6 +163,8 @@ async def run_attempts(
             if running is not None:
                 await running  # the final record must not race the `running` one
             ended = state.store.now()
+            if limit is not None:
+                await slots.give_back(state, step, limit)
             attempts.append(Attempt(number, now, ended, None))
             try:
                 encoded, decoded = _json.encode(

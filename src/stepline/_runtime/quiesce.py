@@ -37,6 +37,7 @@ class Quiescence:
         "_loop",
         "_now",
         "in_flight",
+        "limits",
         "parked",
         "progress",
         "stop_reason",
@@ -66,6 +67,8 @@ class Quiescence:
         """The quiescence test is running (the activation may be about to suspend)."""
         self.wake_at: float | None = None
         """Once suspended: the earliest wake-up of the parked steps (None: an event's)."""
+        self.limits: list[tuple[float, str]] = []
+        """The parked steps waiting for a slot of a named limit: (wake-up time, limit)."""
         self.stop_reason: str | None = None
         """``"pause"`` or ``"shutdown"`` once requested: no new step starts."""
         self.terminating = terminating
@@ -97,15 +100,24 @@ class Quiescence:
         coroutine)."""
         return wake_at is not None or self.terminating or self.stop_reason is not None
 
-    async def gate(self, wake_at: float | None = None) -> None:
-        """Before new work: park if the activation is stopping, or until ``wake_at``; raise
-        :class:`Terminating` if it is terminating."""
+    async def gate(self, wake_at: float | None = None, limit: str | None = None) -> None:
+        """Before new work: park if the activation is stopping, or until ``wake_at`` (for a
+        slot of named limit ``limit``, if given); raise :class:`Terminating` if it is
+        terminating."""
         if self.terminating:
             raise Terminating()
         if self.stop_reason is not None:
             await self.park(None)
         if wake_at is not None and wake_at > self._now():
+            if limit is not None:
+                self.limits.append((wake_at, limit))
             await self.park(wake_at)
+
+    @property
+    def parked_on(self) -> str | None:
+        """Once suspended: the named limit a parked step waits for a slot of, if any (the one
+        whose recheck comes first)."""
+        return min(self.limits)[1] if self.limits else None
 
     async def park(self, wake_at: float | None) -> NoReturn:
         """Wait for the activation to suspend (``wake_at``: when to run again, None for an

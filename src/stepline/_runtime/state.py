@@ -49,6 +49,7 @@ class ActivationState:
     __slots__ = (
         "events",
         "instance",
+        "lease",
         "loop",
         "quiet",
         "replay",
@@ -63,6 +64,7 @@ class ActivationState:
     ) -> None:
         self.store = store
         self.instance = claim.instance
+        self.lease = claim.lease
         self.settings = settings
         self.loop = asyncio.get_running_loop()
         """Kept: ``asyncio.get_running_loop()`` costs a ``getpid`` system call each time."""

@@ -49,6 +49,8 @@ def describe_event(kind: str, data: dict[str, Any]) -> tuple[str, str] | None:
             f"step '{step}' waiting for event '{data.get('type')}' "
             f"(until {fmt_time(data.get('until'))})"
         )
+    if kind == "step_limited":
+        return "⏳", f"step '{step}' waiting for a slot of limit '{data.get('limit')}'"
     if kind == "event_received":
         return "📨", f"step '{step}' received event '{data.get('type')}'"
     return None

@@ -355,6 +355,8 @@ def describe_step(
     if end is not None:
         fields.append(("End", fmt_time(end)))
     fields.append(("Duration", fmt_span(step.started_at, end if end is not None else now)))
+    if step.status == "waiting" and step.kind in ("do", "rollback") and info.get("limit"):
+        fields.append(("Waiting for", f"a slot of limit {info['limit']}"))
     if step.status == "waiting" and step.wake_at is not None:
         if step.kind == "do" or step.kind == "rollback":
             fields.append(("Next attempt", fmt_time(step.wake_at)))

@@ -148,6 +148,10 @@ class Finish:
     (lease lost) none. Each is its step's latest record, one per step (``name``, ``count``), and
     none sets ``consume_event``; a store must insert or replace them as :meth:`Store.record_step`
     would."""
+    parked_on: str | None = None
+    """With ``waiting``: the named limit a step waits for a slot of (see
+    :meth:`Store.release_limit`, which wakes the instance parked longest on it). A claim clears
+    it."""
 
 
 @dataclass(frozen=True)
@@ -518,9 +522,11 @@ class Store(ScheduleStore):
         instance is claimed only if, counting what runs and what this claim takes before it:
         its workflow runs fewer than ``concurrency``; its key (if it has one and the workflow
         sets ``key_concurrency``) runs fewer than ``key_concurrency``; each named limit of its
-        workflow runs fewer than its ``concurrency`` (counting every workflow that uses it);
-        and, if the claim is a start, fewer than the rate's count started (``started_at``)
-        within the rate's period before ``now``, for the workflow's rate and each named limit's.
+        workflow runs fewer than its ``concurrency`` (counting every workflow that uses it and
+        the steps' live slots, as :meth:`acquire_limit` does); and, if the claim is a start,
+        fewer than the rate's count started (``started_at``, and for a named limit the slots
+        taken) within the rate's period before ``now``, for the workflow's rate and each named
+        limit's.
         ``caps`` (a worker's own ``worker_concurrency`` room): at most ``caps[w]`` instances of
         workflow ``w`` (absent: no cap). An instance held back is left as it is, for a later
         claim. Of concurrent claims, none can together exceed a limit.
@@ -570,6 +576,30 @@ class Store(ScheduleStore):
         since a slot frees only when an instance ends, suspends or is released (which, in
         this process, calls the ready listeners) or when a lease expires (a timer of its own).
         """
+
+    @abc.abstractmethod
+    async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
+        """Take a slot of named limit ``limit`` for step ``step`` (``name-count``) of the leased
+        instance and return None; or take nothing and return when to try again: when the rate
+        reopens if the rate is what is used up, else ``math.inf`` (only a release makes room).
+
+        Fenced on the lease (``LeaseLostError``, nothing taken). A slot is *live* while its
+        instance holds the lease it was taken under (same token, not expired). There is room if
+        live slots plus running instances (:meth:`claim`) of the workflows listing ``limit``,
+        an instance holding slots counting once per slot, stay within ``concurrency`` (so a
+        listed instance's first slot costs nothing), and if the starts within the rate's
+        period (slots taken, and first starts of the listing workflows' instances) are fewer
+        than its count; each slot taken is a start. If the instance already holds a live slot
+        for ``step``, return None (a retried call). An unknown ``limit`` raises
+        ``UnknownLimitError`` (a ``LookupError``) naming it. Acquisitions of one limit, and
+        claims counting it, are serialised."""
+
+    @abc.abstractmethod
+    async def release_limit(self, lease: Lease, limit: str, step: str, now: float) -> None:
+        """Give back the slot ``step`` took under ``lease`` (nothing if none; not fenced: a lost
+        lease's slot is dead anyway). If there was one, make the instance parked on ``limit``
+        (:attr:`Finish.parked_on`) with the earliest ``ready_at`` after ``now`` ready now, and
+        tell workers (this process's ready listeners; other processes where notified)."""
 
     @abc.abstractmethod
     async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:

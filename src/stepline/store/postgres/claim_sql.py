@@ -77,6 +77,7 @@ _CLAIM_TAIL = """
         UPDATE {s}.instances SET lease_owner = %(owner)s, lease_token = lease_token + 1,
             lease_nonce = %(nonce)s,
             lease_expires_at = %(expires)s, ready_at = %(expires)s, updated_at = %(now)s,
+            parked_on = NULL,
             status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,
             started_at = COALESCE(started_at, %(now)s)
         FROM {taken} WHERE pk = p_pk {taken_if}
@@ -130,8 +131,11 @@ _CLAIM = (
 # What runs and what started, for the workflows ``%(workflows)s`` and the named limits they use:
 # ``rules`` (their registered limits), ``wf_limits`` (every workflow's named limits), ``named``
 # and ``users`` (the limits used, and every workflow counting toward them), ``running`` (live
-# leases by workflow and key), ``wf_use``/``lim_use`` (running, started within the rate's
-# period and, once the rate is used up, when it reopens), ``wf_state`` (``full``: no instance of
+# leases by workflow and key), ``lim_slots`` (what steps' live slots add to a named limit: every
+# slot, less one per listing instance holding some, which counts once per slot rather than
+# once more for itself), ``wf_use``/``lim_use`` (running, started within the rate's
+# period, the slots steps took included, and, once the rate is used up, when it reopens),
+# ``wf_state`` (``full``: no instance of
 # the workflow may run; ``reopen_at``: when a first start may happen again, if a rate holds it).
 _USAGE = """
     rules AS (
@@ -167,16 +171,29 @@ _USAGE = """
                 WHERE workflow = r.wf AND started_at > %(now)s - r.rate_s
                 ORDER BY started_at DESC {recent}) AS recent
         ) AS st ON r.rate_n IS NOT NULL
+    ), lim_slots AS (
+        SELECT s.limit_name AS lim, count(*) - count(DISTINCT s.instance_pk) FILTER (
+                WHERE EXISTS (SELECT 1 FROM users u WHERE u.lim = s.limit_name
+                    AND u.wf = i.workflow)) AS n
+        FROM {s}.limit_slots s JOIN {s}.instances i ON i.pk = s.instance_pk
+            AND i.lease_token = s.lease_token AND i.status IN ('running', 'waitingForPause')
+            AND i.lease_expires_at > %(now)s
+        WHERE s.limit_name IN (SELECT lim FROM named)
+        GROUP BY s.limit_name
     ), lim_use AS (
         SELECT d.*, COALESCE((SELECT sum(x.n) FROM running x JOIN users u ON u.wf = x.wf
-                WHERE u.lim = d.lim), 0) AS running,
+                WHERE u.lim = d.lim), 0)
+                + COALESCE((SELECT z.n FROM lim_slots z WHERE z.lim = d.lim), 0) AS running,
             COALESCE(st.n, 0) AS started, st.reopen
         FROM named d LEFT JOIN LATERAL (
             SELECT count(*) AS n, (array_agg(t ORDER BY t DESC))[d.rate_n] + d.rate_s AS reopen
-            FROM (SELECT started_at AS t FROM {s}.instances
+            FROM ((SELECT started_at AS t FROM {s}.instances
                 WHERE workflow IN (SELECT wf FROM users u WHERE u.lim = d.lim)
                     AND started_at > %(now)s - d.rate_s
-                ORDER BY started_at DESC {recent_d}) AS recent
+                ORDER BY started_at DESC {recent_d})
+                UNION ALL (SELECT at FROM {s}.limit_starts
+                WHERE limit_name = d.lim AND at > %(now)s - d.rate_s
+                ORDER BY at DESC {recent_d})) AS recent
         ) AS st ON d.rate_n IS NOT NULL
     ), wf_state AS (
         SELECT w.*, (w.conc IS NOT NULL AND w.running >= w.conc) OR EXISTS (

@@ -290,7 +290,7 @@ _TEMPLATES: dict[str, str] = {
         WITH f AS (
             SELECT * FROM json_to_recordset(%(rows)s::json) AS f(idx int, pk bigint,
                 token bigint, owner text, status text, output text, error text, rollback text,
-                wake_at float8, event_seq bigint, fnow float8)
+                wake_at float8, event_seq bigint, fnow float8, parked_on text)
         ), held AS (
             SELECT f.idx AS h_idx FROM {s}.instances i
             JOIN f ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner = f.owner
@@ -325,7 +325,8 @@ _TEMPLATES: dict[str, str] = {
                 rollback = CASE WHEN f.status = 'waiting' THEN i.rollback ELSE f.rollback END,
                 control = CASE WHEN f.status = 'waiting' THEN i.control END,
                 ended_at = CASE WHEN f.status = 'waiting' THEN i.ended_at ELSE f.fnow END,
-                lease_owner = NULL, lease_expires_at = NULL, updated_at = f.fnow
+                lease_owner = NULL, lease_expires_at = NULL, updated_at = f.fnow,
+                parked_on = f.parked_on
             FROM f JOIN held ON h_idx = f.idx
             WHERE i.pk = f.pk
             RETURNING f.idx, i.status, i.workflow, i.id, i.parent

@@ -1,7 +1,7 @@
 """PostgresStore: the store contract's operations on PostgreSQL. The parts with a job of their own
-are modules beside it: the claim (``claim``), activation writes (``writes``), the client's
-writes (``instances``), the server clock (``clock``), notifications (``notes``), the connections
-(``db``) and the SQL (``sql``)."""
+are modules beside it: the claim (``claim``), activation writes (``writes``), the slots of named
+limits that steps take (``slots``), the client's writes (``instances``), the server clock
+(``clock``), notifications (``notes``), the connections (``db``) and the SQL (``sql``)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ from .listen import Listener
 from .migrate import migrate
 from .notes import Notes
 from .schedules import ScheduleOperations, ScheduleWrites
+from .slots import Slots
 from .sql import Statements
 from .url import describe, split_url
 from .workers import WorkerRegistry
@@ -98,6 +99,7 @@ class PostgresStore(ScheduleOperations):
         self._workers = WorkerRegistry(self._db, self._sql)
         self._schedules = ScheduleWrites(self._db, self.schema, self._instances)
         self._writes = ActivationWrites(self._db, self._sql, self._notes)
+        self._slots = Slots(self._db, self.schema, self._notes)
         self._step_writes: Batcher[StepRow, str] = Batcher(
             self._writes.record_steps,
             key=lambda row: (row["pk"], row["name"], row["count"]),
@@ -371,6 +373,13 @@ class PostgresStore(ScheduleOperations):
 
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
         return await self._claims.next_wakeup(workflows, self.now())
+
+    async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
+        return await self._slots.acquire(lease, limit, step, now)
+
+    async def release_limit(self, lease: Lease, limit: str, step: str, now: float) -> None:
+        if await self._slots.release(lease, limit, step, now):
+            self._notify_ready()
 
     async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
         return await self._claims.limit_states(workflow, key, self.now())

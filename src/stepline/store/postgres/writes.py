@@ -55,6 +55,7 @@ class FinishRow(TypedDict):
     wake_at: float | None
     event_seq: int
     fnow: float
+    parked_on: str | None
     steps: list[StepRow]
 
 
@@ -105,6 +106,7 @@ def finish_row(lease: Lease, finish: Finish, now: float) -> FinishRow:
         "wake_at": finish.wake_at,
         "event_seq": finish.event_seq,
         "fnow": now,
+        "parked_on": finish.parked_on if waiting else None,
         "steps": [step_row(lease, write) for write in finish.steps],
     }
 

@@ -1,5 +1,6 @@
 """The SQLite store's flow control: which due instances a claim takes under the registered
-limits, when a worker should look again, and the limits' use now.
+limits, when a worker should look again, the limits' use now, and the slots of named limits
+that steps take and give back.
 
 Claims run inside ``BEGIN IMMEDIATE`` (the group commit of ``db``): what a claim reads of what
 runs and what started cannot change before its leases are written, so the reference rules of
@@ -27,11 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._json import loads
+from ...errors import LeaseLostError, UnknownLimitError
 from ...limits import Limit, Rate, WorkflowLimits
 from ...records import LimitState
 from .._admission import Admission, Rules, Usage
 from .._admission import limit_states as states_of
 from .._rows import N_INSTANCE_COLUMNS, InstanceRow
+from ..base import Lease
 from . import sql
 
 _STATUS = InstanceRow._fields.index("status")
@@ -108,28 +111,59 @@ def read_usage(
             if reopens is not None:
                 usage.reopens[f"workflow:{name}"] = reopens
     for limit_name, using in users.items():
+        usage.limit_running[limit_name] += _slots_beyond_instances(c, limit_name, using, now)
         rate = rules.limits[limit_name].rate
         if rate is not None:
-            usage.limit_started[limit_name], reopens = _starts(c, using, rate, now, exact)
+            started, reopens = _starts(c, using, rate, now, exact, limit=limit_name)
+            usage.limit_started[limit_name] = started
             if reopens is not None:
                 usage.reopens[f"limit:{limit_name}"] = reopens
     return usage
 
 
+def _slots_beyond_instances(
+    c: sqlite3.Connection, limit: str, users: Sequence[str], now: float
+) -> int:
+    """What the live slots of steps add to a named limit's running instances (those of
+    ``users``, the workflows listing it): every slot, less one per running instance of a
+    listing workflow that holds some (it counts once per slot, not once more for itself)."""
+    added = 0
+    for workflow, slots, holders in c.execute(sql.LIVE_SLOTS, (now, limit)):
+        added += slots - (holders if workflow in users else 0)
+    return int(added)
+
+
 def _starts(
-    c: sqlite3.Connection, workflows: Sequence[str], rate: Rate, now: float, exact: bool
+    c: sqlite3.Connection,
+    workflows: Sequence[str],
+    rate: Rate,
+    now: float,
+    exact: bool,
+    *,
+    limit: str | None = None,
 ) -> tuple[int, float | None]:
-    """The first starts of ``workflows`` within the rate's period before ``now`` (a start at
-    ``now - period`` no longer counts), and when the rate lets the next one if it is used up:
-    when the ``count``-th latest start leaves the period."""
+    """The first starts of ``workflows`` (and the slots taken of named limit ``limit``) within
+    the rate's period before ``now`` (a start at ``now - period`` no longer counts), and when
+    the rate lets the next one if it is used up: when the ``count``-th latest start leaves the
+    period."""
     since = now - rate.period
-    params = (*workflows, since, rate.count)
-    latest = [at for (at,) in c.execute(sql.recent_starts(len(workflows)), params)]
+    latest: list[float] = []
+    if workflows:
+        params = (*workflows, since, rate.count)
+        latest = [at for (at,) in c.execute(sql.recent_starts(len(workflows)), params)]
+    if limit is not None:
+        taken = c.execute(sql.RECENT_LIMIT_STARTS, (limit, since, rate.count))
+        latest = sorted([*latest, *(at for (at,) in taken)], reverse=True)[: rate.count]
     if len(latest) < rate.count:
         return len(latest), None
     started = rate.count
     if exact:
-        (started,) = c.execute(sql.count_starts(len(workflows)), (*workflows, since)).fetchone()
+        started = 0
+        if workflows:
+            (started,) = c.execute(sql.count_starts(len(workflows)), (*workflows, since)).fetchone()
+        if limit is not None:
+            (taken_n,) = c.execute(sql.COUNT_LIMIT_STARTS, (limit, since)).fetchone()
+            started += taken_n
     reopens = latest[-1] + rate.period
     while reopens - rate.period < latest[-1]:  # the very time at which it stops counting
         reopens = math.nextafter(reopens, math.inf)
@@ -274,3 +308,54 @@ def limit_states(
     """``Store.limit_states``, from the rules and the exact use of ``workflow``'s scopes."""
     rules = read_rules(c)
     return states_of(workflow, key, rules, read_usage(c, rules, [workflow], now, exact=True))
+
+
+# -- named limits on steps -------------------------------------------------------------------
+
+
+def acquire_limit(
+    c: sqlite3.Connection, lease: Lease, limit: str, step: str, now: float
+) -> float | None:
+    """``Store.acquire_limit``, under the write lock (so acquisitions and claims of one limit
+    never together exceed it)."""
+    fence = c.execute(sql.FENCE_LIMIT, (lease.pk, lease.token, lease.owner)).fetchone()
+    if fence is None:
+        raise LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
+    if c.execute(sql.SLOT_HELD, (limit, lease.pk, step, lease.token)).fetchone() is not None:
+        return None  # a retried call whose reply was lost
+    found = c.execute(sql.LIMIT_BY_NAME, (limit,)).fetchone()
+    if found is None:
+        raise UnknownLimitError(f"limit {limit!r} is not defined")
+    concurrency, count, period = found
+    rate = None if count is None else Rate(count, period)
+    c.execute(sql.DELETE_DEAD_SLOTS, (limit,))
+    c.execute(sql.PRUNE_LIMIT_STARTS, (limit, now - (0.0 if rate is None else rate.period)))
+    rules = read_rules(c)
+    users = [name for name, declared in rules.workflows.items() if limit in declared.limits]
+    if concurrency is not None:
+        running = 0
+        if users:
+            running = sum(n for _w, _k, n in c.execute(sql.running(len(users)), (*users, now)))
+        running += _slots_beyond_instances(c, limit, users, now)
+        workflow, expires = fence
+        (own,) = c.execute(sql.OWN_SLOTS, (limit, lease.pk, lease.token)).fetchone()
+        # A running instance of a listing workflow already counts once: its first slot is that.
+        counted = workflow in users and expires is not None and expires > now and own == 0
+        if running + (0 if counted else 1) > concurrency:
+            return math.inf
+    if rate is not None:
+        _started, reopens = _starts(c, users, rate, now, False, limit=limit)
+        if reopens is not None:
+            return reopens
+        c.execute(sql.LOG_LIMIT_START, (limit, now))
+    c.execute(sql.TAKE_SLOT, (limit, lease.pk, step, lease.token, now))
+    return None
+
+
+def release_limit(c: sqlite3.Connection, lease: Lease, limit: str, step: str, now: float) -> bool:
+    """``Store.release_limit``: whether a slot was given back (then the instance parked on the
+    limit that would wake first is ready now)."""
+    if not c.execute(sql.RELEASE_SLOT, (limit, lease.pk, step, lease.token)).rowcount:
+        return False
+    c.execute(sql.WAKE_PARKED, (now, limit, now))
+    return True

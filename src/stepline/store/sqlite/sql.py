@@ -271,7 +271,7 @@ def take_leases(n: int) -> str:
     """Lease ``n`` instances: owner, expiry (lease and ready_at), now (updated, started), pks."""
     return (
         "UPDATE instances SET lease_owner = ?, lease_token = lease_token + 1,"
-        " lease_expires_at = ?, ready_at = ?, updated_at = ?,"
+        " lease_expires_at = ?, ready_at = ?, updated_at = ?, parked_on = NULL,"
         " status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,"
         f" started_at = COALESCE(started_at, ?) WHERE pk IN ({_marks(n)})"
     )
@@ -314,7 +314,7 @@ CONSUME_EVENT = "UPDATE events SET consumed_by = ? WHERE pk = ?"
 RENEW = f"UPDATE instances SET lease_expires_at = ?, ready_at = ? {_HELD} RETURNING status"
 SUSPEND = (
     "UPDATE instances SET status = ?, ready_at = ?, lease_owner = NULL,"
-    " lease_expires_at = NULL, updated_at = ? WHERE pk = ?"
+    " lease_expires_at = NULL, updated_at = ?, parked_on = ? WHERE pk = ?"
 )
 END = (
     "UPDATE instances SET status = ?, output = ?, error = ?, rollback = ?, ready_at = NULL,"
@@ -372,6 +372,54 @@ def count_starts(n_workflows: int) -> str:
         f"SELECT count(*) FROM instances WHERE workflow IN ({_marks(n_workflows)})"
         " AND started_at > ?"
     )
+
+
+# -- named limits on steps -------------------------------------------------------------------
+
+LIMIT_BY_NAME = "SELECT concurrency, rate_count, rate_period FROM limits WHERE name = ?"
+FENCE_LIMIT = f"SELECT workflow, lease_expires_at FROM instances {_HELD}"
+SLOT_HELD = (
+    "SELECT 1 FROM limit_slots WHERE limit_name = ? AND instance_pk = ? AND step = ?"
+    " AND lease_token = ?"
+)
+OWN_SLOTS = (
+    "SELECT count(*) FROM limit_slots WHERE limit_name = ? AND instance_pk = ? AND lease_token = ?"
+)
+# A slot whose instance no longer holds the lease it was taken under (its holder ended,
+# released or was fenced out); one whose lease merely expired is not counted, but kept.
+DELETE_DEAD_SLOTS = (
+    "DELETE FROM limit_slots WHERE limit_name = ? AND NOT EXISTS (SELECT 1 FROM instances i"
+    " WHERE i.pk = limit_slots.instance_pk AND i.lease_token = limit_slots.lease_token"
+    " AND i.lease_owner IS NOT NULL)"
+)
+LIVE_SLOTS = (
+    "SELECT i.workflow, count(*), count(DISTINCT s.instance_pk) FROM limit_slots s"
+    " JOIN instances i ON i.pk = s.instance_pk AND i.lease_token = s.lease_token"
+    " AND i.status IN ('running', 'waitingForPause') AND i.lease_expires_at > ?"
+    " WHERE s.limit_name = ? GROUP BY i.workflow"
+)
+"""Live slots of a limit by their instances' workflow: how many, held by how many instances.
+Parameters: now, the limit."""
+TAKE_SLOT = (
+    "INSERT OR REPLACE INTO limit_slots (limit_name, instance_pk, step, lease_token,"
+    " acquired_at) VALUES (?, ?, ?, ?, ?)"
+)
+LOG_LIMIT_START = "INSERT INTO limit_starts (limit_name, at) VALUES (?, ?)"
+PRUNE_LIMIT_STARTS = "DELETE FROM limit_starts WHERE limit_name = ? AND at <= ?"
+RECENT_LIMIT_STARTS = (
+    "SELECT at FROM limit_starts WHERE limit_name = ? AND at > ? ORDER BY at DESC LIMIT ?"
+)
+COUNT_LIMIT_STARTS = "SELECT count(*) FROM limit_starts WHERE limit_name = ? AND at > ?"
+RELEASE_SLOT = (
+    "DELETE FROM limit_slots WHERE limit_name = ? AND instance_pk = ? AND step = ?"
+    " AND lease_token = ?"
+)
+WAKE_PARKED = (
+    "UPDATE instances SET ready_at = ? WHERE pk = (SELECT pk FROM instances"
+    " WHERE parked_on = ? AND ready_at > ? AND status = 'waiting' ORDER BY ready_at LIMIT 1)"
+)
+"""Make the instance parked on a limit that would wake first ready now. Parameters: now, the
+limit, now."""
 
 
 # -- worker liveness -------------------------------------------------------------------------

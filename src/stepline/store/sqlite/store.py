@@ -309,6 +309,19 @@ class SqliteStore(Store):
         )
         return earliest
 
+    async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
+        retry_at: float | None = await self._db.write(
+            lambda c: flow.acquire_limit(c, lease, limit, step, now)
+        )
+        return retry_at
+
+    async def release_limit(self, lease: Lease, limit: str, step: str, now: float) -> None:
+        released: bool = await self._db.write(
+            lambda c: flow.release_limit(c, lease, limit, step, now)
+        )
+        if released:
+            self._notify_ready()
+
     async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
         now = self.now()
         states: list[LimitState] = await self._db.read_with(

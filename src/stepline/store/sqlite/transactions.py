@@ -378,7 +378,7 @@ def finish(
             status, ready = "waiting", now
         else:
             status, ready = "waiting", end.wake_at
-        c.execute(sql.SUSPEND, (status, ready, now, lease.pk))
+        c.execute(sql.SUSPEND, (status, ready, now, end.parked_on, lease.pk))
     else:
         status = end.status
         error = dumps(end.error, what="error") if end.error is not None else None

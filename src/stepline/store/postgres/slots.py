@@ -1,0 +1,218 @@
+"""The PostgreSQL store's slots of named limits that steps take and give back
+(``Store.acquire_limit``, ``Store.release_limit``).
+
+An acquisition takes the advisory lock that claims under the limit take (``claim_sql``'s
+``lock_limits``: the same key), in a statement before the one that counts, inside one
+transaction sent in one round trip: under READ COMMITTED the counting statement then sees every
+claim and acquisition of the limit that held the lock before it, so none can together exceed
+the limit. A release takes no lock: it only frees room.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ...errors import LeaseLostError, UnknownLimitError
+from ..base import Lease
+from .db import Conn, Database
+from .notes import Notes
+from .sql import render
+
+_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_prefix)s || 'l:' || %(limit)s, 0))"
+
+# Dead slots (their instance no longer holds the lease they were taken under: it ended, was
+# released or fenced out) and starts older than the rate's period go. A slot whose lease merely
+# expired is not counted, but kept: its holder may still renew it.
+_TIDY = """
+    WITH dead AS (
+        DELETE FROM {s}.limit_slots s WHERE s.limit_name = %(limit)s AND NOT EXISTS (
+            SELECT 1 FROM {s}.instances i WHERE i.pk = s.instance_pk
+                AND i.lease_token = s.lease_token AND i.lease_owner IS NOT NULL)
+    )
+    DELETE FROM {s}.limit_starts WHERE limit_name = %(limit)s AND at <= %(now)s
+        - COALESCE((SELECT rate_period FROM {s}.limits WHERE name = %(limit)s), 0)
+"""
+
+# The verdict (``lost``, ``held``, ``unknown``, ``full``, ``rate`` or ``take``) and, for a rate,
+# the start that must leave its period before the next (the ``rate_n``-th latest). What runs:
+# the running instances of the workflows listing the limit, plus the live slots, less one per
+# listing instance holding some (it counts once per slot); the instance asking counts nothing
+# more for its first slot if it already runs as a listing instance.
+_ACQUIRE = """
+    WITH fence AS (
+        SELECT workflow, lease_expires_at > %(now)s AS live FROM {s}.instances
+        WHERE pk = %(pk)s AND lease_token = %(token)s AND lease_owner = %(owner)s
+    ), lim AS (
+        SELECT concurrency AS conc, rate_count AS rate_n, rate_period AS rate_s
+        FROM {s}.limits WHERE name = %(limit)s
+    ), held AS (
+        SELECT 1 FROM {s}.limit_slots WHERE limit_name = %(limit)s AND instance_pk = %(pk)s
+            AND step = %(step)s AND lease_token = %(token)s
+    ), users AS (
+        SELECT w.name AS wf FROM {s}.workflows w
+        WHERE w.limits IS NOT NULL AND EXISTS (
+            SELECT 1 FROM json_array_elements_text(w.limits::json -> 'limits') AS n(name)
+            WHERE n.name = %(limit)s)
+    ), live AS (
+        SELECT s.instance_pk, i.workflow IN (SELECT wf FROM users) AS listed
+        FROM {s}.limit_slots s JOIN {s}.instances i ON i.pk = s.instance_pk
+            AND i.lease_token = s.lease_token AND i.status IN ('running', 'waitingForPause')
+            AND i.lease_expires_at > %(now)s
+        WHERE s.limit_name = %(limit)s
+    ), use AS (
+        SELECT (SELECT count(*) FROM {s}.instances WHERE workflow IN (SELECT wf FROM users)
+                    AND status IN ('running', 'waitingForPause') AND lease_expires_at > %(now)s)
+                + (SELECT count(*) FROM live)
+                - (SELECT count(DISTINCT instance_pk) FROM live WHERE listed) AS running,
+            COALESCE((SELECT live FROM fence) AND (SELECT workflow FROM fence) IN (
+                    SELECT wf FROM users)
+                AND NOT EXISTS (SELECT 1 FROM live WHERE instance_pk = %(pk)s), false) AS counted,
+            COALESCE(st.n, 0) AS started, st.edge
+        FROM lim LEFT JOIN LATERAL (
+            SELECT count(*) AS n, (array_agg(t ORDER BY t DESC))[lim.rate_n] AS edge
+            FROM ((SELECT started_at AS t FROM {s}.instances
+                    WHERE workflow IN (SELECT wf FROM users)
+                        AND started_at > %(now)s - lim.rate_s
+                    ORDER BY started_at DESC LIMIT lim.rate_n)
+                UNION ALL (SELECT at FROM {s}.limit_starts
+                    WHERE limit_name = %(limit)s AND at > %(now)s - lim.rate_s
+                    ORDER BY at DESC LIMIT lim.rate_n)) AS recent
+        ) AS st ON lim.rate_n IS NOT NULL
+    ), verdict AS (
+        SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM fence) THEN 'lost'
+                WHEN EXISTS (SELECT 1 FROM held) THEN 'held'
+                WHEN NOT EXISTS (SELECT 1 FROM lim) THEN 'unknown'
+                WHEN lim.conc IS NOT NULL
+                    AND u.running + CASE WHEN u.counted THEN 0 ELSE 1 END > lim.conc THEN 'full'
+                WHEN lim.rate_n IS NOT NULL AND u.started >= lim.rate_n THEN 'rate'
+                ELSE 'take' END AS v,
+            u.edge, lim.rate_s, lim.rate_n
+        FROM (SELECT 1) AS one LEFT JOIN lim ON true LEFT JOIN use u ON true
+    ), taken AS (
+        INSERT INTO {s}.limit_slots (limit_name, instance_pk, step, lease_token, acquired_at)
+        SELECT %(limit)s, %(pk)s, %(step)s, %(token)s, %(now)s FROM verdict WHERE v = 'take'
+        ON CONFLICT (limit_name, instance_pk, step) DO UPDATE
+            SET lease_token = excluded.lease_token, acquired_at = excluded.acquired_at
+    ), logged AS (
+        INSERT INTO {s}.limit_starts (limit_name, at)
+        SELECT %(limit)s, %(now)s FROM verdict WHERE v = 'take' AND rate_n IS NOT NULL
+    )
+    SELECT v, edge, rate_s FROM verdict
+"""
+
+# The slot given back and, if there was one, the instance parked on the limit that would wake
+# first made ready now (and other processes' workers told).
+_RELEASE = """
+    WITH freed AS (
+        DELETE FROM {s}.limit_slots WHERE limit_name = %(limit)s AND instance_pk = %(pk)s
+            AND step = %(step)s AND lease_token = %(token)s
+        RETURNING 1
+    ), parked AS (
+        SELECT pk FROM {s}.instances
+        WHERE parked_on = %(limit)s AND ready_at > %(now)s AND status = 'waiting'
+            AND EXISTS (SELECT 1 FROM freed)
+        ORDER BY ready_at LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ), woke AS (
+        UPDATE {s}.instances i SET ready_at = %(now)s FROM parked
+        WHERE i.pk = parked.pk AND i.status = 'waiting'
+        RETURNING i.pk
+    ), notes AS (
+        SELECT pg_notify(%(channel)s, %(note)s) FROM woke
+    )
+    SELECT (SELECT count(*) FROM freed), (SELECT count(*) FROM notes)
+"""
+
+
+@dataclass(frozen=True)
+class SlotStatements:
+    """The statements of slots, rendered for one schema."""
+
+    lock: str
+    tidy: str
+    acquire: str
+    release: str
+
+    @classmethod
+    def for_schema(cls, schema: str) -> SlotStatements:
+        templates = {"lock": _LOCK, "tidy": _TIDY, "acquire": _ACQUIRE, "release": _RELEASE}
+        if {f.name for f in fields(cls)} != set(templates):
+            raise RuntimeError("slot statement templates out of sync")
+        return cls(**render(templates, schema))
+
+
+class Slots:
+    """One store's acquisitions and releases of named limits' slots."""
+
+    def __init__(self, db: Database, schema: str, notes: Notes) -> None:
+        self._db = db
+        self._sql = SlotStatements.for_schema(schema)
+        self._lock_prefix = f"stepline:{schema}:"
+        """As the claim's (``claim.Claimer``): one lock per named limit."""
+        self._notes = notes
+
+    async def acquire(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
+        """:meth:`~stepline.store.base.Store.acquire_limit`. Safe to repeat after a fault: a
+        slot the lost attempt took reads as held."""
+        params = _params(lease, limit, step, now) | {"lock_prefix": self._lock_prefix}
+        q = self._sql
+
+        async def attempt(conn: Conn) -> Any:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                await conn.execute(q.lock, params)
+                await conn.execute(q.tidy, params)
+                cur = conn.cursor()
+                await cur.execute(q.acquire, params)
+                await conn.execute("COMMIT")
+            return await cur.fetchone()
+
+        verdict, edge, period = await self._db.retrying(
+            f"taking a slot of limit {limit!r}", attempt, priority=True
+        )
+        if verdict == "lost":
+            raise LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
+        if verdict == "unknown":
+            raise UnknownLimitError(f"limit {limit!r} is not defined")
+        if verdict == "full":
+            return math.inf
+        if verdict == "rate":
+            return _reopening(float(edge), float(period))
+        return None
+
+    async def release(self, lease: Lease, limit: str, step: str, now: float) -> bool:
+        """:meth:`~stepline.store.base.Store.release_limit`: whether a slot was given back."""
+        params = _params(lease, limit, step, now) | {
+            "channel": self._notes.channel,
+            "note": self._notes.note(),
+        }
+        release = self._sql.release
+
+        async def attempt(conn: Conn) -> Any:
+            cur = await conn.execute(release, params)
+            return await cur.fetchone()
+
+        freed, _woke = await self._db.retrying(f"giving back a slot of limit {limit!r}", attempt)
+        return bool(freed)
+
+
+def _params(lease: Lease, limit: str, step: str, now: float) -> dict[str, Any]:
+    return {
+        "pk": lease.pk,
+        "token": lease.token,
+        "owner": lease.owner,
+        "limit": limit,
+        "step": step,
+        "now": now,
+    }
+
+
+def _reopening(edge: float, period: float) -> float:
+    """When the start at ``edge`` leaves the period (``at > now - period`` counts): the least
+    time whose period no longer holds it."""
+    reopens = edge + period
+    while reopens - period < edge:
+        reopens = math.nextafter(reopens, math.inf)
+    return reopens
