@@ -1,7 +1,9 @@
 """The store interface: every domain operation the engine needs from a database.
 
-One narrow abstract class; SQLite and PostgreSQL implement it (one file each) and both pass the
-same contract test suite. Every operation documents its contract. Driver errors never escape: an
+One narrow abstract class, :class:`Store`, with its cron schedule operations
+(:class:`ScheduleStore`, ``schedules.py``) and its flow control ones (:class:`FlowStore`,
+``flow.py``) as bases, and the values they pass in ``types.py`` (re-exported here); SQLite and
+PostgreSQL implement it (one package each) and both pass the same contract test suite. Every operation documents its contract. Driver errors never escape: an
 implementation translates them into stepline's exceptions at this boundary, chained with ``from``.
 
 Times are float seconds since the epoch. Operations that depend on the current time take it as
@@ -13,265 +15,54 @@ lease expiry.
 from __future__ import annotations
 
 import abc
-import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
 
-from ..limits import Limit, WorkflowLimits
+from ..limits import Limit
 from ..records import (
-    Attempt,
     InstanceEvent,
     InstancePage,
     InstanceRecord,
-    LimitState,
-    PendingEvent,
-    ScheduleRecord,
-    StepKind,
     StepRecord,
-    StepStatus,
     WorkerInfo,
     WorkflowInfo,
 )
+from .flow import FlowStore
+from .schedules import ScheduleStore
+from .types import (
+    ChangeWatch,
+    Claim,
+    ControlAction,
+    Finish,
+    FinishStatus,
+    History,
+    Lease,
+    NewInstance,
+    ScheduleDefinition,
+    StepWrite,
+    WorkflowMeta,
+)
+
+__all__ = [
+    "ChangeWatch",
+    "Claim",
+    "ControlAction",
+    "Finish",
+    "FinishStatus",
+    "FlowStore",
+    "History",
+    "Lease",
+    "NewInstance",
+    "ScheduleDefinition",
+    "ScheduleStore",
+    "StepWrite",
+    "Store",
+    "WorkflowMeta",
+]
 
 
-@dataclass(frozen=True)
-class Lease:
-    """Proof that a worker holds an instance: every fenced write checks ``token``.
-
-    A lease is held until a claim takes the instance over, a terminate or restart fences it out,
-    or :meth:`Store.finish` / :meth:`Store.release` gives it back. Expiry alone does not end it:
-    it makes the instance claimable, and the holder's writes succeed until someone claims it.
-    """
-
-    pk: int
-    token: int
-    owner: str
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claimed instance, ready to be activated."""
-
-    instance: InstanceRecord
-    lease: Lease
-    control: str | None
-    """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out."""
-    event_seq: int
-    """A counter of what may wake the instance (events sent, children ended); passed back to
-    :meth:`Store.finish` to catch what came during the activation."""
-    history: History
-    """The instance's recorded steps and unconsumed events when it was claimed: every event
-    counted in ``event_seq`` is here unless consumed (one sent later may be too). Nothing but
-    the lease holder writes steps, so they stay current while the lease is held."""
-
-
-@dataclass(frozen=True)
-class History:
-    """Everything an activation needs to replay: recorded steps and unconsumed events."""
-
-    steps: list[StepRecord]
-    """In start order (``seq``)."""
-    events: list[PendingEvent]
-    """In send order."""
-
-
-@dataclass(frozen=True)
-class NewInstance:
-    """An instance to create: ``params`` is already-encoded JSON text (or None)."""
-
-    id: str
-    params: str | None
-    parent: str | None = None
-    """JSON text ``{"workflow", "id", "step"}`` for child instances started by a parent's step."""
-    schedule: str | None = None
-    """JSON text ``{"name", "cron", "tick"}`` for instances a cron schedule created."""
-    key: str | None = None
-    """The flow control key (see :attr:`InstanceRecord.key`)."""
-    priority: int = 0
-    """Lower is claimed first (see :meth:`Store.claim`)."""
-    dedup_key: str | None = None
-    """No two unfinished instances of a workflow share one (see :meth:`Store.create_instances`)."""
-
-
-@dataclass(frozen=True)
-class StepWrite:
-    """A step's new state, written by :meth:`Store.record_step` (insert or replace)."""
-
-    name: str
-    count: int
-    seq: int
-    kind: StepKind
-    status: StepStatus
-    output: str | None = None
-    """Encoded JSON text."""
-    error: dict[str, str] | None = None
-    attempts: tuple[Attempt, ...] = ()
-    wake_at: float | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    info: dict[str, Any] | None = None
-    consume_event: int | None = None
-    """The pk of a pending event this step consumes, atomically with the write."""
-    new: bool = False
-    """True when the writer knows of no record of this step (``name``, ``count``): none in the
-    claim's history and none written under its lease. A store may then insert without first
-    looking for a record to replace, or ignore the field. It must still end with exactly this
-    record if one exists after all (a retried write whose first attempt committed, its reply
-    lost): replace it, never fail or keep two."""
-
-
-FinishStatus = Literal["complete", "errored", "terminated", "waiting"]
-
-
-@dataclass(frozen=True)
-class Finish:
-    """How an activation ends.
-
-    ``waiting`` means suspended: the instance becomes ready again at ``wake_at`` (or when an event
-    arrives if ``wake_at`` is None). If events arrived since ``event_seq`` was read, it is made
-    ready at once instead, so no event is ever missed. A pause requested meanwhile
-    (``waitingForPause``) turns ``waiting`` into ``paused``.
-    """
-
-    status: FinishStatus
-    output: str | None = None
-    error: dict[str, str] | None = None
-    rollback: dict[str, Any] | None = None
-    wake_at: float | None = None
-    event_seq: int = 0
-    steps: tuple[StepWrite, ...] = ()
-    """Step records not yet written, written by :meth:`Store.finish` in its own transaction,
-    fenced on the same lease and before the status change: all of them with the end, or
-    (lease lost) none. Each is its step's latest record, one per step (``name``, ``count``), and
-    none sets ``consume_event``; a store must insert or replace them as :meth:`Store.record_step`
-    would."""
-    parked_on: str | None = None
-    """With ``waiting``: the named limit a step waits for a slot of (see
-    :meth:`Store.release_limit`, which wakes the instance parked longest on it). A claim clears
-    it."""
-
-
-@dataclass(frozen=True)
-class WorkflowMeta:
-    """What a worker registers about a workflow it can run."""
-
-    name: str
-    class_name: str
-    definition: dict[str, Any] | None = None
-    limits: WorkflowLimits = field(default_factory=WorkflowLimits)
-    """Its flow control, which every worker's claims apply (see :meth:`Store.claim`)."""
-
-
-@dataclass(frozen=True)
-class ScheduleDefinition:
-    """A schedule as declared in code, for :meth:`Store.sync_schedules`: ``params`` is
-    already-encoded JSON text (or None)."""
-
-    name: str
-    workflow: str
-    cron: str
-    timezone: str
-    params: str | None
-    catch_up: str
-    catch_up_limit: int
-    overlap: str
-
-
-ControlAction = Literal["pause", "resume", "terminate", "restart"]
-
-
-class ChangeWatch:
-    """Changes of one instance since the watch began or since its last :meth:`wait` returned
-    (see :meth:`Store.watch_changes`)."""
-
-    def __init__(self) -> None:
-        self._changed = False
-        self._waiter: asyncio.Future[None] | None = None
-
-    def changed(self) -> None:
-        """Called by the store when the instance changed."""
-        self._changed = True
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def wait(self, timeout: float) -> None:
-        """Return once the instance has changed since the last call (at once if it already
-        has), or after ``timeout`` seconds. One wait at a time."""
-        if self._waiter is not None:
-            raise RuntimeError("a ChangeWatch serves one wait at a time")
-        if not self._changed:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait((self._waiter,), timeout=timeout)
-            finally:
-                self._waiter = None
-        self._changed = False
-
-
-class ScheduleStore(abc.ABC):
-    """The store contract's cron schedule operations (a base of :class:`Store`): the state of
-    each schedule (paused, last tick, buffered tick), and the tick's instance created with the
-    compare-and-set that claims the tick."""
-
-    @abc.abstractmethod
-    async def sync_schedules(
-        self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
-    ) -> list[ScheduleRecord]:
-        """Make the stored schedules of ``workflows`` the given ones, durably, in one
-        transaction; return them, sorted by name.
-
-        A given schedule is inserted (not paused, no tick yet, ``created_at`` now) or, if its
-        name is stored, its declaration (workflow, cron, timezone, params, catch_up,
-        catch_up_limit, overlap) is replaced and its state (paused, last_tick, last_instance,
-        buffered_tick, created_at) kept; ``updated_at`` becomes now when the declaration
-        changed. A stored schedule of one of ``workflows`` that is not given is deleted. Stored
-        schedules of other workflows are left alone. A given schedule whose workflow is not in
-        ``workflows`` raises ``ValueError`` and nothing changes.
-        """
-
-    @abc.abstractmethod
-    async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:
-        """Every stored schedule (of ``workflow`` only, if given), sorted by name."""
-
-    @abc.abstractmethod
-    async def get_schedule(self, name: str) -> ScheduleRecord:
-        """The stored schedule, or ``ScheduleNotFoundError`` naming it."""
-
-    @abc.abstractmethod
-    async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleRecord:
-        """Pause or resume a schedule durably and return it; ``updated_at`` becomes now if it
-        changed. Nothing else changes (a resumed schedule's ``last_tick`` is where it was: the
-        scheduler decides what to do with the ticks of the pause). An unknown name raises
-        ``ScheduleNotFoundError`` naming it."""
-
-    @abc.abstractmethod
-    async def advance_schedule(
-        self,
-        name: str,
-        *,
-        expected_last_tick: float | None,
-        expected_buffered_tick: float | None,
-        last_tick: float | None,
-        buffered_tick: float | None,
-        create: NewInstance | None = None,
-    ) -> bool:
-        """Compare-and-set a schedule's tick state, creating the tick's instance with it.
-
-        If the stored ``last_tick`` and ``buffered_tick`` equal the expected ones (None equals
-        None), set them to ``last_tick`` and ``buffered_tick`` and ``updated_at`` to now, and,
-        with ``create``, create that instance of the schedule's workflow (trigger ``cron``,
-        queued, runnable at once; an id that exists is not created again) and set
-        ``last_instance`` to its id; everything in one durable transaction; return True.
-        Otherwise change and create nothing and return False: of several concurrent calls
-        expecting the same state, exactly one returns True. An unknown name raises
-        ``ScheduleNotFoundError``.
-        """
-
-
-class Store(ScheduleStore):
+class Store(ScheduleStore, FlowStore):
     """Abstract store. Subclasses: :class:`~stepline.store.sqlite.SqliteStore`, PostgreSQL."""
 
     url: str
@@ -576,38 +367,6 @@ class Store(ScheduleStore):
         since a slot frees only when an instance ends, suspends or is released (which, in
         this process, calls the ready listeners) or when a lease expires (a timer of its own).
         """
-
-    @abc.abstractmethod
-    async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
-        """Take a slot of named limit ``limit`` for step ``step`` (``name-count``) of the leased
-        instance and return None; or take nothing and return when to try again: when the rate
-        reopens if the rate is what is used up, else ``math.inf`` (only a release makes room).
-
-        Fenced on the lease (``LeaseLostError``, nothing taken). A slot is *live* while its
-        instance holds the lease it was taken under (same token, not expired). There is room if
-        live slots plus running instances (:meth:`claim`) of the workflows listing ``limit``,
-        an instance holding slots counting once per slot, stay within ``concurrency`` (so a
-        listed instance's first slot costs nothing), and if the starts within the rate's
-        period (slots taken, and first starts of the listing workflows' instances) are fewer
-        than its count; each slot taken is a start. If the instance already holds a live slot
-        for ``step``, return None (a retried call). An unknown ``limit`` raises
-        ``UnknownLimitError`` (a ``LookupError``) naming it. Acquisitions of one limit, and
-        claims counting it, are serialised."""
-
-    @abc.abstractmethod
-    async def release_limit(self, lease: Lease, limit: str, step: str, now: float) -> None:
-        """Give back the slot ``step`` took under ``lease`` (nothing if none; not fenced: a lost
-        lease's slot is dead anyway). If there was one, make the instance parked on ``limit``
-        (:attr:`Finish.parked_on`) with the earliest ``ready_at`` after ``now`` ready now, and
-        tell workers (this process's ready listeners; other processes where notified)."""
-
-    @abc.abstractmethod
-    async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
-        """The registered limits that apply to an instance of ``workflow`` with ``key``, each
-        with its use now: the workflow's own (concurrency and rate, scope ``workflow``), its
-        key's (scope ``key``, when both ``key`` and ``key_concurrency`` are set), then each
-        named limit's (scope ``limit``), in the workflow's order. Empty for a workflow without
-        limits, or unknown."""
 
     # -- worker liveness -------------------------------------------------------------------------
 

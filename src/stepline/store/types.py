@@ -1,0 +1,186 @@
+"""The values the store contract passes (see :mod:`stepline.store.base`): leases and claims,
+histories, instances to create, step writes, how an activation ends, what a worker registers,
+and the watch on one instance's changes."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..limits import WorkflowLimits
+from ..records import Attempt, InstanceRecord, PendingEvent, StepKind, StepRecord, StepStatus
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof that a worker holds an instance: every fenced write checks ``token``.
+
+    A lease is held until a claim takes the instance over, a terminate or restart fences it out,
+    or :meth:`Store.finish` / :meth:`Store.release` gives it back. Expiry alone does not end it:
+    it makes the instance claimable, and the holder's writes succeed until someone claims it.
+    """
+
+    pk: int
+    token: int
+    owner: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed instance, ready to be activated."""
+
+    instance: InstanceRecord
+    lease: Lease
+    control: str | None
+    """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out."""
+    event_seq: int
+    """A counter of what may wake the instance (events sent, children ended); passed back to
+    :meth:`Store.finish` to catch what came during the activation."""
+    history: History
+    """The instance's recorded steps and unconsumed events when it was claimed: every event
+    counted in ``event_seq`` is here unless consumed (one sent later may be too). Nothing but
+    the lease holder writes steps, so they stay current while the lease is held."""
+
+
+@dataclass(frozen=True)
+class History:
+    """Everything an activation needs to replay: recorded steps and unconsumed events."""
+
+    steps: list[StepRecord]
+    """In start order (``seq``)."""
+    events: list[PendingEvent]
+    """In send order."""
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    """An instance to create: ``params`` is already-encoded JSON text (or None)."""
+
+    id: str
+    params: str | None
+    parent: str | None = None
+    """JSON text ``{"workflow", "id", "step"}`` for child instances started by a parent's step."""
+    schedule: str | None = None
+    """JSON text ``{"name", "cron", "tick"}`` for instances a cron schedule created."""
+    key: str | None = None
+    """The flow control key (see :attr:`InstanceRecord.key`)."""
+    priority: int = 0
+    """Lower is claimed first (see :meth:`Store.claim`)."""
+    dedup_key: str | None = None
+    """No two unfinished instances of a workflow share one (see :meth:`Store.create_instances`)."""
+
+
+@dataclass(frozen=True)
+class StepWrite:
+    """A step's new state, written by :meth:`Store.record_step` (insert or replace)."""
+
+    name: str
+    count: int
+    seq: int
+    kind: StepKind
+    status: StepStatus
+    output: str | None = None
+    """Encoded JSON text."""
+    error: dict[str, str] | None = None
+    attempts: tuple[Attempt, ...] = ()
+    wake_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    info: dict[str, Any] | None = None
+    consume_event: int | None = None
+    """The pk of a pending event this step consumes, atomically with the write."""
+    new: bool = False
+    """True when the writer knows of no record of this step (``name``, ``count``): none in the
+    claim's history and none written under its lease. A store may then insert without first
+    looking for a record to replace, or ignore the field. It must still end with exactly this
+    record if one exists after all (a retried write whose first attempt committed, its reply
+    lost): replace it, never fail or keep two."""
+
+
+FinishStatus = Literal["complete", "errored", "terminated", "waiting"]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How an activation ends.
+
+    ``waiting`` means suspended: the instance becomes ready again at ``wake_at`` (or when an event
+    arrives if ``wake_at`` is None). If events arrived since ``event_seq`` was read, it is made
+    ready at once instead, so no event is ever missed. A pause requested meanwhile
+    (``waitingForPause``) turns ``waiting`` into ``paused``.
+    """
+
+    status: FinishStatus
+    output: str | None = None
+    error: dict[str, str] | None = None
+    rollback: dict[str, Any] | None = None
+    wake_at: float | None = None
+    event_seq: int = 0
+    steps: tuple[StepWrite, ...] = ()
+    """Step records not yet written, written by :meth:`Store.finish` in its own transaction,
+    fenced on the same lease and before the status change: all of them with the end, or
+    (lease lost) none. Each is its step's latest record, one per step (``name``, ``count``), and
+    none sets ``consume_event``; a store must insert or replace them as :meth:`Store.record_step`
+    would."""
+    parked_on: str | None = None
+    """With ``waiting``: the named limit a step waits for a slot of (see
+    :meth:`Store.release_limit`, which wakes the instance parked longest on it). A claim clears
+    it."""
+
+
+@dataclass(frozen=True)
+class WorkflowMeta:
+    """What a worker registers about a workflow it can run."""
+
+    name: str
+    class_name: str
+    definition: dict[str, Any] | None = None
+    limits: WorkflowLimits = field(default_factory=WorkflowLimits)
+    """Its flow control, which every worker's claims apply (see :meth:`Store.claim`)."""
+
+
+@dataclass(frozen=True)
+class ScheduleDefinition:
+    """A schedule as declared in code, for :meth:`Store.sync_schedules`: ``params`` is
+    already-encoded JSON text (or None)."""
+
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    params: str | None
+    catch_up: str
+    catch_up_limit: int
+    overlap: str
+
+
+ControlAction = Literal["pause", "resume", "terminate", "restart"]
+
+
+class ChangeWatch:
+    """Changes of one instance since the watch began or since its last :meth:`wait` returned
+    (see :meth:`Store.watch_changes`)."""
+
+    def __init__(self) -> None:
+        self._changed = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def changed(self) -> None:
+        """Called by the store when the instance changed."""
+        self._changed = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Return once the instance has changed since the last call (at once if it already
+        has), or after ``timeout`` seconds. One wait at a time."""
+        if self._waiter is not None:
+            raise RuntimeError("a ChangeWatch serves one wait at a time")
+        if not self._changed:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait((self._waiter,), timeout=timeout)
+            finally:
+                self._waiter = None
+        self._changed = False
