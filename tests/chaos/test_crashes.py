@@ -34,7 +34,7 @@ from .conftest import say
 
 INSTANCES = 500
 WORKERS = 3
-KILLS = 10
+KILLS = 8
 LEASE = 2.0
 """Short, so a killed worker's instances move on quickly; renewed every third of it (some steps
 of ``chaos-sleep`` take longer than the lease: a live worker keeps them)."""
@@ -92,7 +92,7 @@ async def crash_round(url: str, work: Path, seed: int, pool: WorkerPool) -> None
     size = -(-INSTANCES // KILLS)
     waves = [mix[k * size : (k + 1) * size] for k in range(KILLS)]
     # wave k is created at offsets[k]; its worker kill comes `kill_after[k]` later
-    intervals = [rng.uniform(2.5, 4.0) for _ in range(KILLS)]
+    intervals = [rng.uniform(2.0, 3.2) for _ in range(KILLS)]
     offsets = [sum(intervals[:k]) for k in range(KILLS)]
     kill_after = [rng.uniform(0.3, 1.2) for _ in range(KILLS)]
     sends: list[dict[str, Any]] = []

@@ -1,6 +1,7 @@
 # ruff: noqa: F811  (the imported fixtures are parameters of the tests)
 """The dashboard's worker liveness in headless Chromium: the workers panel (live and dead
-workers) and the "no live worker serves" warning on the instance and instances pages.
+workers) and the "no live worker serves" warning on the instance and instances pages; and the
+flow control limit that holds a queued instance back.
 
 Reuses tests/test_dashboard.py's browser and page set-up, with a server of its own: its
 in-process worker runs the dashboard tests' workflows, and a client engine on the same database
@@ -40,6 +41,11 @@ async def unserved(event: WorkflowEvent, step: WorkflowStep) -> Any:
     return await step.do("never", lambda: "ran")
 
 
+@workflow(name="capped", concurrency=1)
+async def capped(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    return await step.do("never", lambda: "ran")
+
+
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("dashboard-workers") / "stepline.db"
@@ -56,7 +62,7 @@ def client_call(db: Path, action: Any) -> Any:
     (Playwright's sync API keeps an event loop running in this one)."""
 
     async def main() -> Any:
-        async with Engine(f"sqlite:///{db}", [unserved], worker=False) as engine:
+        async with Engine(f"sqlite:///{db}", [unserved, capped], worker=False) as engine:
             return await action(engine)
 
     with ThreadPoolExecutor(1) as pool:
@@ -110,6 +116,24 @@ def test_an_instance_nobody_serves_is_flagged(page: Page, site: Site, db: Path) 
     expect(
         page.locator("[data-testid=instance-row][data-id=served-one] [data-testid=unserved]")
     ).to_have_count(0)
+
+
+def test_an_instance_held_back_by_a_limit_says_which(page: Page, site: Site, db: Path) -> None:
+    async def fill_the_limit(engine: Engine) -> None:
+        await engine.workflow("capped").create("running")
+        claims = await engine.store.claim("elsewhere", ["capped"], 1, 300, engine.store.now())
+        assert [c.instance.id for c in claims] == ["running"]
+        await engine.workflow("capped").create("held", key="customer-42", priority=2)
+
+    client_call(db, fill_the_limit)
+    page.goto(instance_url(site, "capped", "held"))
+    expect(page.locator("[data-testid=held]")).to_have_text(
+        "⏸ Held back by flow control: concurrency 1/1"
+    )
+    expect(page.locator("[data-testid=facts]")).to_contain_text("customer-42")
+    page.goto(instance_url(site, "capped", "running"))
+    expect(page.locator("[data-testid=status] .badge")).to_have_attribute("data-status", "running")
+    expect(page.locator("[data-testid=held]")).to_have_count(0)
 
 
 def test_no_workers_says_how_to_start_one(page: Page, tmp_path: Path) -> None:

@@ -3,8 +3,9 @@
 One narrow abstract class, :class:`Store`, with its cron schedule operations
 (:class:`ScheduleStore`, ``schedules.py``) and its flow control ones (:class:`FlowStore`,
 ``flow.py``) as bases, and the values they pass in ``types.py`` (re-exported here); SQLite and
-PostgreSQL implement it (one package each) and both pass the same contract test suite. Every operation documents its contract. Driver errors never escape: an
-implementation translates them into stepline's exceptions at this boundary, chained with ``from``.
+PostgreSQL implement it (one package each) and both pass the same contract test suite. Every
+operation documents its contract. Driver errors never escape: an implementation translates them
+into stepline's exceptions at this boundary, chained with ``from``.
 
 Times are float seconds since the epoch. Operations that depend on the current time take it as
 ``now`` from :meth:`Store.now`, the store's clock: the clock it was given, or without one real

@@ -14,7 +14,6 @@ from ...records import (
     InstanceEvent,
     InstancePage,
     InstanceRecord,
-    LimitState,
     StepRecord,
     WorkerInfo,
     WorkflowInfo,
@@ -42,6 +41,7 @@ from . import sql
 from .claim import Claimer
 from .clock import ServerClock
 from .db import Database
+from .flow import FlowOperations
 from .instances import InstanceWrites, Leased
 from .listen import Listener
 from .migrate import migrate
@@ -70,7 +70,7 @@ def _limits_json(meta: WorkflowMeta) -> str | None:
     return None if data is None else dumps(data, what=f"limits of workflow {meta.name!r}")
 
 
-class PostgresStore(ScheduleOperations):
+class PostgresStore(ScheduleOperations, FlowOperations):
     """The shared store. ``url`` is ``postgresql://user:password@host:port/db[?schema=name]``.
 
     ``clock``: the time to follow as it is (a test's manual clock); by default (None) the
@@ -373,16 +373,6 @@ class PostgresStore(ScheduleOperations):
 
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
         return await self._claims.next_wakeup(workflows, self.now())
-
-    async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
-        return await self._slots.acquire(lease, limit, step, now)
-
-    async def release_limit(self, lease: Lease, limit: str, step: str, now: float) -> None:
-        if await self._slots.release(lease, limit, step, now):
-            self._notify_ready()
-
-    async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
-        return await self._claims.limit_states(workflow, key, self.now())
 
     # -- worker liveness -------------------------------------------------------------------------
 

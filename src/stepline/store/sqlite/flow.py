@@ -34,8 +34,9 @@ from ...records import LimitState
 from .._admission import Admission, Rules, Usage
 from .._admission import limit_states as states_of
 from .._rows import N_INSTANCE_COLUMNS, InstanceRow
-from ..base import Lease
+from ..base import Lease, Store
 from . import sql
+from .db import Database
 
 _STATUS = InstanceRow._fields.index("status")
 _WORKFLOW = InstanceRow._fields.index("workflow")
@@ -359,3 +360,28 @@ def release_limit(c: sqlite3.Connection, lease: Lease, limit: str, step: str, no
         return False
     c.execute(sql.WAKE_PARKED, (now, limit, now))
     return True
+
+
+class FlowOperations(Store):
+    """The store contract's flow control operations (:class:`~stepline.store.flow.FlowStore`)
+    on SQLite: a base of :class:`~stepline.store.sqlite.SqliteStore`, which sets ``_db``."""
+
+    _db: Database
+
+    async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
+        retry_at: float | None = await self._db.write(
+            lambda c: acquire_limit(c, lease, limit, step, now)
+        )
+        return retry_at
+
+    async def release_limit(self, lease: Lease, limit: str, step: str, now: float) -> None:
+        released: bool = await self._db.write(lambda c: release_limit(c, lease, limit, step, now))
+        if released:
+            self._notify_ready()
+
+    async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
+        now = self.now()
+        states: list[LimitState] = await self._db.read_with(
+            lambda c: limit_states(c, workflow, key, now)
+        )
+        return states

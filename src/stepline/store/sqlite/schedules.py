@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from ...errors import ScheduleNotFoundError
 from ...records import ScheduleRecord
 from .._rows import ScheduleRow, columns, schedule_from_row
-from ..base import NewInstance, ScheduleDefinition
+from ..base import NewInstance, ScheduleDefinition, Store
 from . import transactions as tx
+from .db import Database
 
 SCHEDULE_COLUMNS = columns(ScheduleRow._fields)
 _DECLARED = ("workflow", "cron", "timezone", "params", "catch_up", "catch_up_limit", "overlap")
@@ -102,3 +103,63 @@ def _get(c: sqlite3.Connection, name: str) -> ScheduleRecord:
     if row is None:
         raise ScheduleNotFoundError(name)
     return schedule_from_row(row)
+
+
+class ScheduleOperations(Store):
+    """The store contract's schedule operations (:class:`~stepline.store.base.ScheduleStore`)
+    on SQLite: a base of :class:`~stepline.store.sqlite.SqliteStore`, which sets ``_db``."""
+
+    _db: Database
+
+    async def sync_schedules(
+        self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
+    ) -> list[ScheduleRecord]:
+        if not workflows:
+            if schedules:
+                raise ValueError("schedules given without their workflows")
+            return []
+        now = self.now()
+        synced: list[ScheduleRecord] = await self._db.write(
+            lambda c: sync(c, workflows, schedules, now), durable=True
+        )
+        return synced
+
+    async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:
+        if workflow is None:
+            rows = await self._db.read(LIST_SCHEDULES)
+        else:
+            rows = await self._db.read(SCHEDULES_OF, (workflow,))
+        return [schedule_from_row(row) for row in rows]
+
+    async def get_schedule(self, name: str) -> ScheduleRecord:
+        rows = await self._db.read(SCHEDULE_BY_NAME, (name,))
+        if not rows:
+            raise ScheduleNotFoundError(name)
+        return schedule_from_row(rows[0])
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleRecord:
+        now = self.now()
+        record: ScheduleRecord = await self._db.write(
+            lambda c: set_paused(c, name, paused, now), durable=True
+        )
+        return record
+
+    async def advance_schedule(
+        self,
+        name: str,
+        *,
+        expected_last_tick: float | None,
+        expected_buffered_tick: float | None,
+        last_tick: float | None,
+        buffered_tick: float | None,
+        create: NewInstance | None = None,
+    ) -> bool:
+        now = self.now()
+        expected = (expected_last_tick, expected_buffered_tick)
+        new = (last_tick, buffered_tick)
+        applied: bool = await self._db.write(
+            lambda c: advance(c, name, expected, new, create, now), durable=True
+        )
+        if applied and create is not None:
+            self._notify_ready()
+        return applied

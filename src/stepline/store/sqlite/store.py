@@ -3,7 +3,8 @@
 Each operation of the contract reads through the database (``db.Database``) or submits one of
 the write transactions (``transactions``) to its group commit; how writes are grouped,
 committed and retried is the database's business (see ``db``). Flow control (the limits a
-claim applies, the next wake-up under them, their use) is ``flow``'s.
+claim applies, the next wake-up under them, their use, step slots) is ``flow``'s, the cron
+schedule operations ``schedules``'s: each adds its operations as a base of ``SqliteStore``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..._json import dumps
-from ...errors import InstanceNotFoundError, ScheduleNotFoundError
+from ...errors import InstanceNotFoundError
 from ...limits import Limit
 from ...records import (
     InstanceEvent,
     InstancePage,
     InstanceRecord,
-    LimitState,
-    ScheduleRecord,
     StepRecord,
     WorkerInfo,
     WorkflowInfo,
@@ -29,7 +28,6 @@ from .._rows import (
     encode_cursor,
     event_from_row,
     instance_from_row,
-    schedule_from_row,
     settle_sleeps,
     step_from_row,
     worker_from_row,
@@ -41,15 +39,14 @@ from ..base import (
     Finish,
     Lease,
     NewInstance,
-    ScheduleDefinition,
     StepWrite,
-    Store,
     WorkflowMeta,
 )
 from . import flow, sql
-from . import schedules as cron
 from . import transactions as tx
 from .db import Database, missing_message
+from .flow import FlowOperations
+from .schedules import ScheduleOperations
 
 
 def path_from_url(url: str) -> str:
@@ -66,7 +63,7 @@ def path_from_url(url: str) -> str:
     return rest[1:]
 
 
-class SqliteStore(Store):
+class SqliteStore(ScheduleOperations, FlowOperations):
     """The embedded store. ``url`` is ``sqlite:///path/to/file.db``; ``clock`` is the time to
     follow, by default (None) this machine's clock.
 
@@ -309,26 +306,6 @@ class SqliteStore(Store):
         )
         return earliest
 
-    async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
-        retry_at: float | None = await self._db.write(
-            lambda c: flow.acquire_limit(c, lease, limit, step, now)
-        )
-        return retry_at
-
-    async def release_limit(self, lease: Lease, limit: str, step: str, now: float) -> None:
-        released: bool = await self._db.write(
-            lambda c: flow.release_limit(c, lease, limit, step, now)
-        )
-        if released:
-            self._notify_ready()
-
-    async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
-        now = self.now()
-        states: list[LimitState] = await self._db.read_with(
-            lambda c: flow.limit_states(c, workflow, key, now)
-        )
-        return states
-
     # -- worker liveness -------------------------------------------------------------------------
 
     async def heartbeat(self, info: WorkerInfo, now: float) -> None:
@@ -340,58 +317,3 @@ class SqliteStore(Store):
 
     async def forget_worker(self, worker_id: str) -> None:
         await self._db.write(lambda c: tx.forget_worker(c, worker_id))
-
-    # -- cron schedules --------------------------------------------------------------------------
-
-    async def sync_schedules(
-        self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
-    ) -> list[ScheduleRecord]:
-        if not workflows:
-            if schedules:
-                raise ValueError("schedules given without their workflows")
-            return []
-        now = self.now()
-        synced: list[ScheduleRecord] = await self._db.write(
-            lambda c: cron.sync(c, workflows, schedules, now), durable=True
-        )
-        return synced
-
-    async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:
-        if workflow is None:
-            rows = await self._db.read(cron.LIST_SCHEDULES)
-        else:
-            rows = await self._db.read(cron.SCHEDULES_OF, (workflow,))
-        return [schedule_from_row(row) for row in rows]
-
-    async def get_schedule(self, name: str) -> ScheduleRecord:
-        rows = await self._db.read(cron.SCHEDULE_BY_NAME, (name,))
-        if not rows:
-            raise ScheduleNotFoundError(name)
-        return schedule_from_row(rows[0])
-
-    async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleRecord:
-        now = self.now()
-        record: ScheduleRecord = await self._db.write(
-            lambda c: cron.set_paused(c, name, paused, now), durable=True
-        )
-        return record
-
-    async def advance_schedule(
-        self,
-        name: str,
-        *,
-        expected_last_tick: float | None,
-        expected_buffered_tick: float | None,
-        last_tick: float | None,
-        buffered_tick: float | None,
-        create: NewInstance | None = None,
-    ) -> bool:
-        now = self.now()
-        expected = (expected_last_tick, expected_buffered_tick)
-        new = (last_tick, buffered_tick)
-        applied: bool = await self._db.write(
-            lambda c: cron.advance(c, name, expected, new, create, now), durable=True
-        )
-        if applied and create is not None:
-            self._notify_ready()
-        return applied

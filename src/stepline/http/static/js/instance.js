@@ -102,7 +102,7 @@ export function render(root, params) {
   const path = instancePath(workflow, id);
   const badge = h("span", { "data-testid": "status" });
   const live = h("span", { class: "live", "data-testid": "live" });
-  const facts = h("dl", { class: "facts" });
+  const facts = h("dl", { class: "facts", "data-testid": "facts" });
   const paramsBox = h("div", {});
   const resultBox = h("div", {});
   const graphCard = h("section", { class: "card", hidden: true, "data-testid": "graph" },
