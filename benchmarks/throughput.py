@@ -70,12 +70,16 @@ async def measure(
     a local PostgreSQL, the server processes serving them), bytes stored per instance.
 
     ``async_commit`` (PostgreSQL): the workers' connections run with ``synchronous_commit=off``
-    (set through ``PGOPTIONS`` in their environment; the client's creates stay synchronous)."""
+    (set through ``PGOPTIONS`` in their environment; the client's creates stay synchronous).
+    ``workflow``: which trivial workflow; ``keys``: give instance i the key ``k{i % keys}``."""
     async with client(url) as engine:
         created = await create_in_batches(
             engine,
-            Trivial.name,
-            ({"params": {"steps": steps}} for _ in range(instances)),
+            workflow,
+            (
+                {"params": {"steps": steps}, **({"key": f"k{i % keys}"} if keys else {})}
+                for i in range(instances)
+            ),
             BATCH,
         )
     postgres = not url.startswith("sqlite:")
