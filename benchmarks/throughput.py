@@ -43,6 +43,9 @@ STEPS = 10
 BATCH = 500
 ASYNC_COMMIT_PROCESSES = 2
 LIMITED_PROCESSES = 2
+SAME_IN_FLIGHT = 25
+"""Each worker's concurrency in the unlimited run with as many instances in flight (2 x 25) as
+the concurrency-50 run allows: what the limit costs by itself, apart from running fewer at once."""
 KEYS = 100
 LIMITED = (
     ("concurrency 50", TrivialLimited.name, 0),
@@ -65,13 +68,15 @@ async def measure(
     async_commit: bool = False,
     workflow: str = Trivial.name,
     keys: int = 0,
+    concurrency: int = 100,
 ) -> dict[str, float]:
     """One run on a fresh database ``url``: steps/s, seconds, CPU µs per step (workers and, for
     a local PostgreSQL, the server processes serving them), bytes stored per instance.
 
     ``async_commit`` (PostgreSQL): the workers' connections run with ``synchronous_commit=off``
     (set through ``PGOPTIONS`` in their environment; the client's creates stay synchronous).
-    ``workflow``: which trivial workflow; ``keys``: give instance i the key ``k{i % keys}``."""
+    ``workflow``: which trivial workflow; ``keys``: give instance i the key ``k{i % keys}``;
+    ``concurrency``: each worker's."""
     async with client(url) as engine:
         created = await create_in_batches(
             engine,
@@ -86,7 +91,9 @@ async def measure(
     tag = f"bench-{uuid.uuid4().hex[:8]}"
     worker_url = with_application_name(url, tag) if postgres else url
     options = WorkerOptions(
-        gate=True, pgoptions="-c synchronous_commit=off" if async_commit else None
+        concurrency=concurrency,
+        gate=True,
+        pgoptions="-c synchronous_commit=off" if async_commit else None,
     )
     async with worker_pool(worker_url, logs, processes, options) as pool:
         backends = await backend_pids(url, tag) if postgres else []
@@ -144,6 +151,20 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                     f"{result['steps_per_s']:,.0f} steps/s",
                     flush=True,
                 )
+            with database(config, store, directory) as url:
+                result = await measure(
+                    url,
+                    directory / "logs",
+                    instances=instances,
+                    processes=LIMITED_PROCESSES,
+                    concurrency=SAME_IN_FLIGHT,
+                )
+            series["same_in_flight"].append(result["steps_per_s"])
+            print(
+                f"  {NAME} {store} {LIMITED_PROCESSES} processes of concurrency "
+                f"{SAME_IN_FLIGHT}, unlimited: {result['steps_per_s']:,.0f} steps/s",
+                flush=True,
+            )
             for label, workflow, keys in LIMITED:
                 with database(config, store, directory) as url:
                     result = await measure(
@@ -219,6 +240,22 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                 tuple(values),
             )
         )
+    same = Floor(
+        f"unlimited, {LIMITED_PROCESSES} processes of concurrency {SAME_IN_FLIGHT}",
+        median(series["same_in_flight"]),
+        "/s",
+        tuple(series["same_in_flight"]),
+    )
+    limited = series[f"limited_{TrivialLimited.name}"]
+    report.figures.append(
+        Figure(
+            f"steps/s, {LIMITED_PROCESSES} processes, concurrency 50, vs as many in flight",
+            median(limited),
+            "/s",
+            same,
+            tuple(limited),
+        )
+    )
     for n in PROCESSES:
         es = "es" if n > 1 else ""
         report.figures.append(
@@ -259,7 +296,8 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         "(those steps run again), never an acknowledged create or event",
         f"flow control: the {LIMITED_PROCESSES}-process run repeated with a fleet-wide "
         f"concurrency of 50, and with key_concurrency 1 over {KEYS} keys; the ratio is to the "
-        "unlimited figure of the same run",
+        "unlimited figure of the same run; 'vs as many in flight': to an unlimited run whose "
+        f"workers have concurrency {SAME_IN_FLIGHT} each (50 in flight, as under the limit)",
         f"heavy benchmark: median of {runs} runs (--heavy-runs)",
     ]
     return report

@@ -57,6 +57,10 @@ class Worker:
         self._at_once = asyncio.Event()
         """Set by ``stop(at_once=True)``: cut the grace period short."""
         self._running = False
+        self._limited = frozenset(
+            name for name, definition in registry.items() if definition.limits.fleet_wide
+        )
+        """Workflows with fleet-wide limits: one that ends frees a slot that others may wait for."""
         self._backlog = True
         """Whether the last claim may have left runnable instances behind (a full batch)."""
         self._wanted = False
@@ -275,4 +279,8 @@ class Worker:
             )
         finally:
             self._active.pop(slot.claim.lease.pk, None)
+            if slot.claim.instance.workflow in self._limited:
+                # Its end freed a slot of a fleet-wide limit, now that it is written: an
+                # instance the last claim held back may take it.
+                self._wanted = True
             self._slot_freed()
