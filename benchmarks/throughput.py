@@ -27,6 +27,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ._common import client, cpu_seconds, create_in_batches, span, wait_for_status
 from ._config import BenchConfig, database, parse, work_directory
@@ -50,6 +51,29 @@ KEYS = 100
 LIMITED = (
     ("concurrency 50", TrivialLimited.name, 0),
     (f"key_concurrency 1 over {KEYS} keys", TrivialKeyed.name, KEYS),
+)
+VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    (
+        "same_in_flight",
+        f"{LIMITED_PROCESSES} processes of concurrency {SAME_IN_FLIGHT}, unlimited",
+        {"processes": LIMITED_PROCESSES, "concurrency": SAME_IN_FLIGHT},
+    ),
+    *(
+        (
+            f"limited_{workflow}",
+            f"{LIMITED_PROCESSES} processes, {label}",
+            {"processes": LIMITED_PROCESSES, "workflow": workflow, "keys": keys},
+        )
+        for label, workflow, keys in LIMITED
+    ),
+)
+"""The runs at the 2-process point beside the unlimited one: (series key, label, options)."""
+POSTGRES_VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    (
+        "async_commit",
+        f"{ASYNC_COMMIT_PROCESSES} processes, synchronous_commit=off",
+        {"processes": ASYNC_COMMIT_PROCESSES, "async_commit": True},
+    ),
 )
 
 
@@ -151,51 +175,12 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                     f"{result['steps_per_s']:,.0f} steps/s",
                     flush=True,
                 )
-            with database(config, store, directory) as url:
-                result = await measure(
-                    url,
-                    directory / "logs",
-                    instances=instances,
-                    processes=LIMITED_PROCESSES,
-                    concurrency=SAME_IN_FLIGHT,
-                )
-            series["same_in_flight"].append(result["steps_per_s"])
-            print(
-                f"  {NAME} {store} {LIMITED_PROCESSES} processes of concurrency "
-                f"{SAME_IN_FLIGHT}, unlimited: {result['steps_per_s']:,.0f} steps/s",
-                flush=True,
-            )
-            for label, workflow, keys in LIMITED:
+            variants = [*VARIANTS, *(POSTGRES_VARIANTS if store == "postgres" else ())]
+            for key, label, options in variants:
                 with database(config, store, directory) as url:
-                    result = await measure(
-                        url,
-                        directory / "logs",
-                        instances=instances,
-                        processes=LIMITED_PROCESSES,
-                        workflow=workflow,
-                        keys=keys,
-                    )
-                series[f"limited_{workflow}"].append(result["steps_per_s"])
-                print(
-                    f"  {NAME} {store} {LIMITED_PROCESSES} processes, {label}: "
-                    f"{result['steps_per_s']:,.0f} steps/s",
-                    flush=True,
-                )
-            if store == "postgres":
-                with database(config, store, directory) as url:
-                    result = await measure(
-                        url,
-                        directory / "logs",
-                        instances=instances,
-                        processes=ASYNC_COMMIT_PROCESSES,
-                        async_commit=True,
-                    )
-                series["async_commit"].append(result["steps_per_s"])
-                print(
-                    f"  {NAME} {store} {ASYNC_COMMIT_PROCESSES} processes, "
-                    f"synchronous_commit=off: {result['steps_per_s']:,.0f} steps/s",
-                    flush=True,
-                )
+                    result = await measure(url, directory / "logs", instances=instances, **options)
+                series[key].append(result["steps_per_s"])
+                print(f"  {NAME} {store} {label}: {result['steps_per_s']:,.0f} steps/s", flush=True)
     floor = Floor(floor_name, median(series["floor"]), "/s", tuple(series["floor"]))
 
     def fig(label: str, key: str, unit: str, with_floor: bool = False) -> Figure:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
-from ..limits import Limit, WorkflowLimits
+from ..limits import Limit, Rate, WorkflowLimits
 from ..records import LimitState
 
 
@@ -143,17 +144,10 @@ def limit_states(
         return []
     states: list[LimitState] = []
     if declared.concurrency is not None or declared.rate is not None:
-        rate = declared.rate
+        running, started = usage.running[workflow], usage.started[workflow]
         states.append(
-            LimitState(
-                "workflow",
-                workflow,
-                usage.running[workflow],
-                declared.concurrency,
-                usage.started[workflow] if rate is not None else 0,
-                None if rate is None else rate.count,
-                None if rate is None else rate.period,
-                usage.reopens.get(f"workflow:{workflow}"),
+            _state(
+                "workflow", workflow, running, declared.concurrency, declared.rate, started, usage
             )
         )
     if key is not None and declared.key_concurrency is not None:
@@ -162,19 +156,25 @@ def limit_states(
         )
     for name in declared.limits:
         limit = rules.limits.get(name)
-        if limit is None:
-            continue
-        rate = limit.rate
-        states.append(
-            LimitState(
-                "limit",
-                name,
-                usage.limit_running[name],
-                limit.concurrency,
-                usage.limit_started[name] if rate is not None else 0,
-                None if rate is None else rate.count,
-                None if rate is None else rate.period,
-                usage.reopens.get(f"limit:{name}"),
+        if limit is not None:
+            running, started = usage.limit_running[name], usage.limit_started[name]
+            states.append(
+                _state("limit", name, running, limit.concurrency, limit.rate, started, usage)
             )
-        )
     return states
+
+
+def _state(
+    scope: Literal["workflow", "limit"],
+    name: str,
+    running: int,
+    concurrency: int | None,
+    rate: Rate | None,
+    started: int,
+    usage: Usage,
+) -> LimitState:
+    """A workflow's or named limit's state; ``started`` counts only under a rate."""
+    if rate is None:
+        return LimitState(scope, name, running, concurrency, 0)
+    reopens = usage.reopens.get(f"{scope}:{name}")
+    return LimitState(scope, name, running, concurrency, started, rate.count, rate.period, reopens)
