@@ -1,6 +1,7 @@
 """A worker whose claims a fleet-wide limit held back claims again as soon as one of its own
 activations of that workflow ends (the slot it freed is written), not at its next poll: with a
-poll interval of an hour (and no quick polls after activity), a backlog under ``concurrency = 1`` still drains."""
+poll interval of an hour (and no quick polls after activity), a backlog under
+``concurrency = 1`` still drains."""
 
 from __future__ import annotations
 
