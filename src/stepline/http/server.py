@@ -45,6 +45,11 @@ def check_bind(host: str, token: str | None, insecure: bool) -> None:
     )
 
 
+HEAD_LIMIT = 128 * 1024
+"""Bytes of a request line and headers that reach the app, which refuses a URL over 8 KiB
+with 414; a longer head closes the connection."""
+
+
 def build_server(
     app: Starlette,
     *,
@@ -59,6 +64,9 @@ def build_server(
         host=host,
         port=port,
         http="h11",
+        # h11 drops a request whose head is still incomplete past this size, so whether a long
+        # URL got its 414 (from the app, past 8 KiB) depended on how its bytes arrived.
+        h11_max_incomplete_event_size=HEAD_LIMIT,
         ws="none",
         loop=_loop.loop_name(),  # uvicorn makes the loop: the kind stepline's CLI runs on
         lifespan="on",
