@@ -85,9 +85,12 @@ def _count(value: object, *, what: str) -> int:
 
 def _period(value: object, shown: object, what: str) -> float:
     try:
-        seconds = parse_duration(value, what=f"{what} period")
-    except ValueError as exc:
-        raise DefinitionError(f"invalid {what} {shown!r}: {exc}") from None
+        seconds = parse_duration(value, what="period")
+    except ValueError:
+        raise DefinitionError(
+            f"invalid {what} {shown!r}: its period is not a duration (units: second, minute, "
+            f"hour, day, week); write it as {_RATE_FORMS}"
+        ) from None
     if seconds <= 0:
         raise DefinitionError(f"invalid {what} {shown!r}: the period must be longer than zero")
     return seconds
