@@ -242,6 +242,8 @@ class WorkflowInfo:
     updated_at: float
     definition: dict[str, Any] | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    limits: dict[str, Any] | None = None
+    """Its flow control as registered (``WorkflowLimits.to_json``), None without limits."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -251,6 +253,7 @@ class WorkflowInfo:
             "updated_at": self.updated_at,
             "definition": self.definition,
             "counts": self.counts,
+            "limits": self.limits,
         }
 
 

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from stepline import Engine, Limit, ManualClock, Workflow, WorkflowEvent, WorkflowStep
-from stepline.cli._render import describe_instance
+from stepline.cli._render import describe_instance, describe_workflow
 from stepline.held import read_held_reasons
 from stepline.http import create_app
 
@@ -141,3 +141,17 @@ async def test_a_held_instance_says_which_limit_holds_it(
     console.print(describe_instance(record, [], now=engine.now(), held=[reason]))
     text = console.export_text()
     assert "Held By" in text and reason in text
+
+
+async def test_a_workflows_limits_are_listed_and_described(
+    engine: Engine, http: httpx.AsyncClient
+) -> None:
+    infos = {info.name: info for info in await engine.list_workflows()}
+    assert infos["one"].limits is not None and infos["one"].limits["concurrency"] == 1
+    assert infos["shared"].limits is not None and infos["shared"].limits["limits"] == ["api"]
+    listed = (await http.get("/api/workflows/rated")).json()
+    assert listed["limits"]["rate"] == [1, 60.0]
+
+    console = Console(width=120, record=True)
+    console.print(describe_workflow(infos["keyed"], None))
+    assert "key concurrency 1" in console.export_text()

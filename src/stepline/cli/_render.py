@@ -19,6 +19,7 @@ from rich.text import Text
 
 from .._graph import format_graph, node_states
 from ..durations import format_duration
+from ..limits import WorkflowLimits
 from ..records import InstanceEvent, InstanceRecord, StepRecord, WorkflowInfo
 
 DEFAULT_TRUNCATE = 5000
@@ -193,6 +194,9 @@ def describe_workflow(info: WorkflowInfo, configured: str | None) -> Text:
         ("Configured in", configured or "- (known to the database only)"),
         ("Instances", counts_text(info.counts)),
     ]
+    limits = WorkflowLimits.from_json(info.limits).describe()
+    if limits:
+        fields.append(("Limits", "; ".join(limits)))
     doc = definition.get("doc")
     if doc:
         fields.append(("Description", " ".join(str(doc).split())))

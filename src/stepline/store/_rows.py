@@ -105,6 +105,7 @@ class WorkflowRow(NamedTuple):
     created_at: float
     updated_at: float
     definition: str | None
+    limits: str | None
 
 
 class WorkerRow(NamedTuple):
@@ -333,9 +334,15 @@ def event_from_row(row: Sequence[Any]) -> InstanceEvent:
 def workflow_from_row(row: Sequence[Any], counts: Mapping[str, dict[str, int]]) -> WorkflowInfo:
     """The workflow of a :class:`WorkflowRow`, with its instance counts by status (``counts``:
     by workflow name, then status)."""
-    name, class_name, created_at, updated_at, definition = row
+    name, class_name, created_at, updated_at, definition, limits = row
     return WorkflowInfo(
-        name, class_name, created_at, updated_at, loads(definition), counts.get(name, {})
+        name,
+        class_name,
+        created_at,
+        updated_at,
+        loads(definition),
+        counts.get(name, {}),
+        loads(limits),
     )
 
 

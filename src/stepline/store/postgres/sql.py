@@ -104,7 +104,7 @@ _TEMPLATES: dict[str, str] = {
                 THEN w.updated_at ELSE excluded.updated_at END
     """,
     "list_workflows": """
-        SELECT name, class_name, created_at, updated_at, definition FROM {s}.workflows
+        SELECT name, class_name, created_at, updated_at, definition, limits FROM {s}.workflows
         ORDER BY name
     """,
     "count_instances": """

@@ -26,6 +26,7 @@ from .._rows import (
     instance_from_row,
     settle_sleeps,
     step_from_row,
+    workflow_from_row,
 )
 from ..base import (
     Claim,
@@ -207,12 +208,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
         counts: dict[str, dict[str, int]] = {}
         for workflow, status, n in count_rows:
             counts.setdefault(workflow, {})[status] = n
-        return [
-            WorkflowInfo(
-                name, class_name, created, updated, loads(definition), counts.get(name, {})
-            )
-            for name, class_name, created, updated, definition in rows
-        ]
+        return [workflow_from_row(row, counts) for row in rows]
 
     # -- instances -------------------------------------------------------------------------------
 
