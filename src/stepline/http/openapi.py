@@ -18,6 +18,7 @@ from ._openapi_common import ok as _ok
 from ._openapi_common import path_param as _path_param
 from ._openapi_common import ref as _ref
 from ._openapi_common import responses as _responses
+from ._openapi_create import create_schemas
 from ._openapi_schedules import schedule_paths, schedule_schemas
 
 _NAME = _path_param("name", "The workflow name.")
@@ -45,32 +46,11 @@ _PAGING = [
 ]
 
 
+_STATUS_ENUM: dict[str, Any] = {"type": "string", "enum": list(INSTANCE_STATUSES)}
+
+
 def _schemas(max_payload: int) -> dict[str, Any]:
-    status_enum = {"type": "string", "enum": list(INSTANCE_STATUSES)}
-    flow_key: dict[str, Any] = {
-        "type": ["string", "null"],
-        "minLength": 1,
-        "maxLength": 200,
-        "pattern": "^[^\\x00-\\x1f\\x7f]*$",
-    }
-    batch_item: dict[str, Any] = {
-        "id": {
-            "type": ["string", "null"],
-            "pattern": NAME_PATTERN,
-            "description": "Instance id; a random UUID when absent.",
-        },
-        "params": {
-            "description": f"Any JSON value, at most {max_payload:,} bytes encoded.",
-        },
-        "key": {**flow_key, "description": "Flow control key (the workflow's key_concurrency)."},
-        "priority": {
-            "type": "integer",
-            "minimum": -(2**31),
-            "maximum": 2**31 - 1,
-            "default": 0,
-            "description": "Lower runs first among runnable instances.",
-        },
-    }
+    status_enum = _STATUS_ENUM
     summary_props: dict[str, Any] = {
         "workflow": {"type": "string"},
         "id": {"type": "string"},
@@ -133,6 +113,11 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                 "definition": {
                     **_OBJECT_OR_NULL,
                     "description": "What the workflow's describe() returns.",
+                },
+                "limits": {
+                    **_OBJECT_OR_NULL,
+                    "description": "Its flow control: concurrency, worker_concurrency, rate "
+                    "([count, seconds]), key_concurrency, limits (named); null without any.",
                 },
                 "counts": {
                     "type": "object",
@@ -298,39 +283,6 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                     },
                 },
             },
-        },
-        "NewInstance": {
-            "type": "object",
-            "additionalProperties": False,
-            "description": (
-                "A duplicate `dedup_key` with `on_duplicate: return` answers 200 with the "
-                "instance holding it and `duplicate: true`; with `raise`, 409 "
-                "`duplicate_instance`."
-            ),
-            "properties": {
-                **batch_item,
-                "dedup_key": {
-                    **flow_key,
-                    "description": "While an unfinished instance holds this key, none other "
-                    "is created.",
-                },
-                "on_duplicate": {"enum": ["return", "raise"], "default": "return"},
-            },
-        },
-        "BatchItem": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": batch_item,
-        },
-        "InstanceState": {
-            "type": "object",
-            "required": ["id", "status"],
-            "properties": {"id": {"type": "string"}, "status": status_enum},
-        },
-        "Batch": {
-            "type": "object",
-            "required": ["instances"],
-            "properties": {"instances": {"type": "array", "items": _ref("InstanceState")}},
         },
         "StatusChange": {
             "type": "object",
@@ -602,7 +554,13 @@ def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[
             ),
         },
         "paths": {**_paths(), **schedule_paths()},
-        "components": {"schemas": {**_schemas(max_payload), **schedule_schemas()}},
+        "components": {
+            "schemas": {
+                **_schemas(max_payload),
+                **create_schemas(max_payload, status_enum=_STATUS_ENUM),
+                **schedule_schemas(),
+            }
+        },
     }
     if secured:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}

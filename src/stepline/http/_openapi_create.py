@@ -1,0 +1,71 @@
+"""The OpenAPI schemas of creating instances: one (with flow control and deduplication), a
+batch, and what a create answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._openapi_common import NAME_PATTERN
+from ._openapi_common import ref as _ref
+
+
+def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str, Any]:
+    flow_key: dict[str, Any] = {
+        "type": ["string", "null"],
+        "minLength": 1,
+        "maxLength": 200,
+        "pattern": "^[^\\x00-\\x1f\\x7f]*$",
+    }
+    batch_item: dict[str, Any] = {
+        "id": {
+            "type": ["string", "null"],
+            "pattern": NAME_PATTERN,
+            "description": "Instance id; a random UUID when absent.",
+        },
+        "params": {
+            "description": f"Any JSON value, at most {max_payload:,} bytes encoded.",
+        },
+        "key": {**flow_key, "description": "Flow control key (the workflow's key_concurrency)."},
+        "priority": {
+            "type": "integer",
+            "minimum": -(2**31),
+            "maximum": 2**31 - 1,
+            "default": 0,
+            "description": "Lower runs first among runnable instances.",
+        },
+    }
+    return {
+        "NewInstance": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": (
+                "A duplicate `dedup_key` with `on_duplicate: return` answers 200 with the "
+                "instance holding it and `duplicate: true`; with `raise`, 409 "
+                "`duplicate_instance`."
+            ),
+            "properties": {
+                **batch_item,
+                "dedup_key": {
+                    **flow_key,
+                    "description": "While an unfinished instance holds this key, none other "
+                    "is created.",
+                },
+                "on_duplicate": {"enum": ["return", "raise"], "default": "return"},
+            },
+        },
+        "BatchItem": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": batch_item,
+        },
+        "InstanceState": {
+            "type": "object",
+            "required": ["id", "status"],
+            "properties": {"id": {"type": "string"}, "status": status_enum},
+        },
+        "Batch": {
+            "type": "object",
+            "required": ["instances"],
+            "properties": {"instances": {"type": "array", "items": _ref("InstanceState")}},
+        },
+    }
