@@ -333,7 +333,7 @@ class Engine:
         worker runs its workflow, else None (:func:`stepline.liveness.unserved_warning`). Reads
         the worker list once, and only if some record is due."""
         now = self.store.now()
-        if not any(r.ready_at is not None and r.ready_at <= now for r in records):
+        if not any(r.due(now) for r in records):
             return [None] * len(records)
         workers = await self.store.list_workers()
         return [unserved_warning(record, workers, now) for record in records]

@@ -18,23 +18,16 @@ from .store.base import Store
 async def read_held_reasons(store: Store, record: InstanceRecord) -> list[str]:
     """:func:`held_reasons` for ``record``, reading the limit states only if it is due."""
     now = store.now()
-    if not may_be_held(record, now):
+    if not record.due(now):
         return []
     return held_reasons(record, await store.limit_states(record.workflow, record.key), now)
-
-
-def may_be_held(record: InstanceRecord, now: float) -> bool:
-    """Whether ``record`` is due to run (queued, its wake-up time or a dead worker's lease
-    come): only then can a limit be what holds it back. Paused, finished, sleeping and running
-    instances are not due."""
-    return record.ready_at is not None and record.ready_at <= now
 
 
 def held_reasons(record: InstanceRecord, states: Sequence[LimitState], now: float) -> list[str]:
     """One phrase per full limit holding ``record`` back, in the store's order:
     ``concurrency 10/10``, ``rate limit: next start in 12 s``, ``key customer-42 busy (1/1)``,
     ``limit openai: concurrency 5/5``; empty when none is full."""
-    if not may_be_held(record, now):
+    if not record.due(now):
         return []
     starting = record.started_at is None
     reasons: list[str] = []

@@ -24,7 +24,7 @@ def unserved_warning(
     the worker running it) has come; paused and finished instances have none. An instance
     sleeping until a later time is not flagged: it needs no worker yet.
     """
-    if record.ready_at is None or record.ready_at > now:
+    if not record.due(now):
         return None
     if any(record.workflow in worker.workflows and worker.live(now) for worker in workers):
         return None

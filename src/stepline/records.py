@@ -191,6 +191,11 @@ class InstanceRecord:
     dedup_key: str | None = None
     """While this instance is unfinished, no other instance of its workflow has this key."""
 
+    def due(self, now: float) -> bool:
+        """Whether its time to run has come at ``now`` (queued, its wake-up time, or the expiry
+        of the lease of the worker that ran it): paused and finished instances have none."""
+        return self.ready_at is not None and self.ready_at <= now
+
     def to_json(self) -> dict[str, Any]:
         return {
             "workflow": self.workflow,
