@@ -5,11 +5,13 @@ claim order; each instance it admits counts toward the next decisions."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .._json import loads
 from ..limits import Limit, Rate, WorkflowLimits
 from ..records import LimitState
 
@@ -26,6 +28,22 @@ class Rules:
         return found is not None and found.fleet_wide
 
 
+def rules_from_rows(
+    workflows: Iterable[tuple[str, str]],
+    limits: Iterable[tuple[str, int | None, int | None, float | None]],
+) -> Rules:
+    """The rules from a store's rows: (name, limits as JSON) of every workflow that has some,
+    and (name, concurrency, rate count, rate period) of every named limit."""
+    declared = {name: WorkflowLimits.from_json(loads(text)) for name, text in workflows}
+    named: dict[str, Limit] = {}
+    if any(found.limits for found in declared.values()):
+        for name, concurrency, count, period in limits:
+            if concurrency is not None or count is not None:
+                rate = None if count is None or period is None else Rate(count, period)
+                named[name] = Limit(name, concurrency=concurrency, rate=rate)
+    return Rules(declared, named)
+
+
 @dataclass
 class Usage:
     """What runs now (a live lease) and what started within each rate's period, per scope:
@@ -39,6 +57,111 @@ class Usage:
     limit_running: Counter[str] = field(default_factory=Counter)
     limit_started: Counter[str] = field(default_factory=Counter)
     reopens: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Held:
+    """What limits hold back, for a read of runnable instances to leave out: the workflows
+    that may still run (those with no room left dropped), the full (workflow, key) pairs among
+    them, and those whose first starts a used-up rate holds."""
+
+    active: list[str]
+    full_keys: list[tuple[str, str]]
+    no_starts: list[str]
+
+
+def reopen_time(edge: float, period: float) -> float:
+    """When a rate whose ``count``-th latest start was at ``edge`` lets the next start: the
+    first time at which ``edge`` no longer lies within the period (a start at ``now - period``
+    no longer counts)."""
+    reopens = edge + period
+    while reopens - period < edge:  # float rounding: the very time at which it stops counting
+        reopens = math.nextafter(reopens, math.inf)
+    return reopens
+
+
+@dataclass(frozen=True)
+class RateScope:
+    """A rate a claim must know the use of: a workflow's own (``scope`` "workflow") or a
+    named limit's ("limit"), counting the first starts of ``workflows`` (and, for a named
+    limit, the slots steps took of it)."""
+
+    scope: Literal["workflow", "limit"]
+    name: str
+    workflows: tuple[str, ...]
+    rate: Rate
+
+
+@dataclass(frozen=True)
+class UsagePlan:
+    """What a store reads to know the use of the scopes of ``workflows``' fleet-wide limits:
+    the running instances of ``counted`` (by workflow and key), the live slots of steps of
+    ``users``' named limits, and the recent starts of each of ``rates``; :meth:`usage` puts
+    what it read together."""
+
+    users: Mapping[str, tuple[str, ...]]
+    """Each named limit the workflows use: every workflow listing it."""
+    counted: tuple[str, ...]
+    rates: tuple[RateScope, ...]
+
+    @classmethod
+    def of(cls, rules: Rules, workflows: Sequence[str]) -> UsagePlan:
+        limited = [name for name in workflows if rules.limited(name)]
+        users: dict[str, tuple[str, ...]] = {}
+        for name in limited:
+            for limit_name in rules.workflows[name].limits:
+                if limit_name in rules.limits and limit_name not in users:
+                    users[limit_name] = tuple(
+                        w
+                        for w, declared in rules.workflows.items()
+                        if limit_name in declared.limits
+                    )
+        counted = tuple(dict.fromkeys([*limited, *(w for found in users.values() for w in found)]))
+        rates = [
+            RateScope("workflow", name, (name,), rate)
+            for name in limited
+            if (rate := rules.workflows[name].rate) is not None
+        ]
+        rates += [
+            RateScope("limit", name, using, rate)
+            for name, using in users.items()
+            if (rate := rules.limits[name].rate) is not None
+        ]
+        return cls(users, counted, tuple(rates))
+
+    def usage(
+        self,
+        rules: Rules,
+        running: Iterable[tuple[str, str | None, int]],
+        slots: Iterable[tuple[str, str, int, int]],
+        starts: Mapping[tuple[str, str], tuple[int, float | None]],
+    ) -> Usage:
+        """The use read: ``running`` (workflow, key, instances with a live lease), ``slots``
+        (named limit, the workflow of the instances holding live slots of it, slots, instances)
+        and, per rate scope (``scope``, ``name``), how many starts lie within its period and
+        the ``count``-th latest (None if fewer)."""
+        usage = Usage()
+        for workflow, key, n in running:
+            usage.running[workflow] += n
+            declared = rules.workflows[workflow]
+            if key is not None and declared.key_concurrency is not None:
+                usage.key_running[(workflow, key)] += n
+            for limit_name in declared.limits:
+                if limit_name in self.users:
+                    usage.limit_running[limit_name] += n
+        # Every live slot counts, less one per running instance of a listing workflow that
+        # holds some: that instance counts once per slot, not once more for itself.
+        for limit_name, workflow, held, holders in slots:
+            if limit_name in self.users:
+                listed = workflow in self.users[limit_name]
+                usage.limit_running[limit_name] += held - (holders if listed else 0)
+        for scope in self.rates:
+            count, edge = starts.get((scope.scope, scope.name), (0, None))
+            started = usage.started if scope.scope == "workflow" else usage.limit_started
+            started[scope.name] = count
+            if count >= scope.rate.count and edge is not None:
+                usage.reopens[f"{scope.scope}:{scope.name}"] = reopen_time(edge, scope.rate.period)
+        return usage
 
 
 class Admission:
@@ -100,6 +223,48 @@ class Admission:
             if starting:
                 usage.limit_started[limit.name] += 1
         return True
+
+    def held(self, workflows: Sequence[str]) -> Held:
+        """What a store's read of runnable instances of ``workflows`` can leave out now."""
+        saturated, full_keys = self.saturated()
+        active = [
+            name
+            for name in workflows
+            if name not in saturated
+            and (name not in self._caps or self._taken[name] < self._caps[name])
+        ]
+        running = set(active)
+        return Held(
+            active,
+            sorted(pair for pair in full_keys if pair[0] in running),
+            [name for name in active if self._rate_used(name)],
+        )
+
+    def reopen_at(self, workflow: str) -> float | None:
+        """When every used-up rate of ``workflow``'s scopes lets a first start again (None if
+        none is used up)."""
+        declared = self._rules.workflows.get(workflow)
+        if declared is None or not declared.fleet_wide:
+            return None
+        reopens = self._usage.reopens
+        times = [reopens[f"workflow:{workflow}"]] if f"workflow:{workflow}" in reopens else []
+        times += [reopens[f"limit:{n}"] for n in declared.limits if f"limit:{n}" in reopens]
+        return max(times) if times else None
+
+    def _rate_used(self, workflow: str) -> bool:
+        """Whether the workflow's rate or one of its named limits' lets no instance start now."""
+        declared = self._rules.workflows.get(workflow)
+        if declared is None or not declared.fleet_wide:
+            return False
+        usage = self._usage
+        if declared.rate is not None and usage.started[workflow] >= declared.rate.count:
+            return True
+        for name in declared.limits:
+            limit = self._rules.limits.get(name)
+            rate = None if limit is None else limit.rate
+            if rate is not None and usage.limit_started[name] >= rate.count:
+                return True
+        return False
 
     def saturated(self) -> tuple[set[str], set[tuple[str, str]]]:
         """The workflows none of whose instances may run now, and the (workflow, key) pairs

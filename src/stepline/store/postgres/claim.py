@@ -13,9 +13,8 @@ import orjson
 import psycopg
 
 from ..._json import loads
-from ...limits import Limit, Rate, WorkflowLimits
 from ...records import LimitState, PendingEvent
-from .._admission import Rules, Usage, limit_states
+from .._admission import limit_states
 from .._rows import (
     INSTANCE_COLUMNS,
     STEP_COLUMNS,
@@ -27,6 +26,8 @@ from .._rows import (
 from ..base import Claim, History, Lease
 from .claim_sql import ClaimStatements
 from .db import Conn, Database
+from .limited import READ_ONLY, Leased, LimitedClaim, read_rules, read_usage
+from .limited import next_wakeup as limited_wakeup
 from .sql import CLAIM_IN_ORDER, NO_JIT, Statements
 
 # The columns of a ``claim`` (and ``claimed_by``) row after the instance's own.
@@ -38,24 +39,6 @@ _TOKEN, _CONTROL, _EVENT_SEQ, _PICKED_AT, _NEXT_READY, _TOP, _LIMITED, _HINT = r
 the ``ready_at`` the row was picked at; on every row, the earliest timer left, the highest
 priority in use, whether limits apply and the earliest wake-up under them (``claim_sql``)."""
 _PRIORITY = InstanceRow._fields.index("priority")
-_MORE_PASSES = 2
-"""Passes a claim under limits makes after its first, in the same transaction and round trip,
-to read past the instances it held back because of what the passes before it took."""
-
-
-def _with_meta(rows: list[Any], first: Sequence[Any]) -> list[Any]:
-    """A further pass's rows with the first pass's columns after ``_PICKED_AT`` (the timers,
-    the priorities in use and the limits seen)."""
-    return [(*row[:_NEXT_READY], *first[_NEXT_READY:]) for row in rows]
-
-
-def _claim_order(row: Sequence[Any]) -> tuple[Any, ...]:
-    """Claimed rows in claim order (the row of NULLs of a claim that took nothing first)."""
-    if row[0] is None:
-        return (0, 0, 0.0, 0)
-    return (1, row[_PRIORITY], row[_PICKED_AT], row[0])
-
-
 _STEP_TIMES = tuple(
     [name.strip() for name in STEP_COLUMNS.split(",")].index(time)
     for time in ("wake_at", "started_at", "ended_at")
@@ -150,17 +133,15 @@ class Claimer:
             "owner": owner,
             "nonce": secrets.randbits(62),
             "expires": now + lease_seconds,
-            "caps": orjson.dumps(capped).decode(),
-            "all_running": False,
             "lock_prefix": self._lock_prefix,
         }
         generation = self._generation
         limited = bool(capped) or self._limited.get(key, False)
-        rows, histories, recovered = await self._lease(params, limited)
+        rows, histories, recovered = await self._lease(params, limited, capped)
         if rows and not recovered:
             if rows[0][_LIMITED] and not limited:  # limits were registered: claim under them
                 limited = True
-                rows, histories, recovered = await self._lease(params, limited)
+                rows, histories, recovered = await self._lease(params, limited, capped)
             if rows and not recovered:
                 self._limited[key] = bool(rows[0][_LIMITED])
         claims = await self._to_claims(rows, histories, owner)
@@ -174,10 +155,10 @@ class Claimer:
             self._move_floor(key, rows, limited or len(claims) < limit, now, floor)
         return claims
 
-    async def _lease(self, params: dict[str, Any], limited: bool) -> _Rows:
-        """Run the claim (``limited``: under the limits), retrying connection faults; a retry
-        first recovers the leases an attempt whose reply was lost may have taken (tagged with
-        the claim's nonce)."""
+    async def _lease(self, params: dict[str, Any], limited: bool, caps: Mapping[str, int]) -> _Rows:
+        """Run the claim (``limited``: under the limits, and the worker's ``caps``), retrying
+        connection faults; a retry first recovers the leases an attempt whose reply was lost
+        may have taken (tagged with the claim's nonce)."""
         sql = self._sql
         faulted = False
 
@@ -189,29 +170,22 @@ class Claimer:
                     rows = await cur.fetchall()
                     if rows:
                         return rows, {}, True
+                if limited:
+                    return _limited_rows(await LimitedClaim(sql, params).run(conn, caps))
                 # One round trip: BEGIN, the planner settings (local to the transaction, so a
-                # pooler in transaction mode never hands them to another client), the limits'
-                # locks (if any), the claim, the claimed instances' histories, COMMIT. (A failed
-                # claim leaves the transaction aborted; the pool rolls it back.)
+                # pooler in transaction mode never hands them to another client), the claim,
+                # the claimed instances' histories, COMMIT. (A failed claim leaves the
+                # transaction aborted; the pool rolls it back.)
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
                     await conn.execute(CLAIM_IN_ORDER)
                     await conn.execute(NO_JIT)
-                    if limited:
-                        await conn.execute(sql.lock_limits, params)
                     cur = conn.cursor()
-                    await cur.execute(sql.claim_limited if limited else sql.claim, params)
-                    more = [conn.cursor() for _ in range(_MORE_PASSES if limited else 0)]
-                    for pass_ in more:
-                        await pass_.execute(sql.claim_limited_more, params)
+                    await cur.execute(sql.claim, params)
                     histories = conn.cursor()
                     await histories.execute(sql.claimed_histories, params)
                     await conn.execute("COMMIT")
                 rows = await cur.fetchall()
-                for pass_ in more:
-                    rows += _with_meta([row for row in await pass_.fetchall() if row[0]], rows[0])
-                if more:
-                    rows.sort(key=_claim_order)
                 return rows, {row[0]: row for row in await histories.fetchall()}, False
             except psycopg.OperationalError:
                 faulted = True
@@ -277,80 +251,32 @@ class Claimer:
         hint, self._timer_hint = self._timer_hint, None
         if hint is not None and hint[0] == key and hint[1] == self._generation:
             return hint[2]
-        limited = self._limited.get(key, False)
-        params = {
-            "workflows": list(workflows),
-            "now": now,
-            "caps": "{}",
-            "all_running": False,
-        }
-        if limited:
-            rows = await self._read_uncompiled(
-                "looking for the next timer", self._sql.next_wakeup_limited, params
-            )
-        else:
-            rows = await self._db.read(
-                "looking for the next timer", self._sql.next_wakeup, params, priority=True
-            )
+        if self._limited.get(key, False):
+
+            async def read(conn: Conn) -> float | None:
+                found: float | None = await limited_wakeup(conn, self._sql, workflows, now)
+                return found
+
+            return await self._db.retrying("looking for the next timer", read, priority=True)
+        params = {"workflows": list(workflows), "now": now}
+        rows = await self._db.read(
+            "looking for the next timer", self._sql.next_wakeup, params, priority=True
+        )
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
 
     async def limit_states(self, workflow: str, key: str | None, now: float) -> list[LimitState]:
         """:meth:`~stepline.store.base.Store.limit_states`."""
-        params = {
-            "workflow": workflow,
-            "key": key,
-            "workflows": [workflow],
-            "now": now,
-            "caps": "{}",
-            "all_running": True,
-        }
-        what = f"reading the limits of workflow {workflow!r}"
-        declared, named = await self._db.read_many(
-            what, [(self._sql.workflow_limits, params), (self._sql.named_limits, ())]
+
+        async def read(conn: Conn) -> list[LimitState]:
+            rules = await read_rules(conn, self._sql, first=READ_ONLY)
+            usage = await read_usage(conn, self._sql, rules, [workflow], now, exact=True)
+            await conn.execute("COMMIT")
+            return limit_states(workflow, key, rules, usage)
+
+        return await self._db.retrying(
+            f"reading the limits of workflow {workflow!r}", read, priority=True
         )
-        used = await self._read_uncompiled(what, self._sql.limit_usage, params)
-        limits = WorkflowLimits.from_json(loads(declared[0][0])) if declared else WorkflowLimits()
-        rules = Rules(
-            {workflow: limits},
-            {
-                name: Limit(
-                    name, concurrency=concurrency, rate=None if count is None else Rate(count, per)
-                )
-                for name, concurrency, count, per in named
-                if concurrency is not None or count is not None
-            },
-        )
-        usage = Usage()
-        for scope, name, running, started, reopen in used:
-            if scope == "key":
-                usage.key_running[(workflow, name)] = int(running)
-                continue
-            counts = (
-                (usage.running, usage.started)
-                if scope == "workflow"
-                else (usage.limit_running, usage.limit_started)
-            )
-            counts[0][name] = int(running)
-            counts[1][name] = int(started)
-            if reopen is not None:
-                usage.reopens[f"{scope}:{name}"] = float(reopen)
-        return limit_states(workflow, key, rules, usage)
-
-    async def _read_uncompiled(self, what: str, query: str, params: dict[str, Any]) -> list[Any]:
-        """The rows of a read under limits, in a transaction of its own without JIT (one round
-        trip)."""
-
-        async def attempt(conn: Conn) -> list[Any]:
-            async with conn.pipeline():
-                await conn.execute("BEGIN")
-                await conn.execute(NO_JIT)
-                cur = conn.cursor()
-                await cur.execute(query, params)
-                await conn.execute("COMMIT")
-            return await cur.fetchall()
-
-        return await self._db.retrying(what, attempt, priority=True)
 
     async def load_histories(self, pks: list[int]) -> list[History]:
         """The histories of leased instances, in the order of ``pks``."""
@@ -365,6 +291,19 @@ class Claimer:
         )
         found = histories_from_rows(pks, steps, events)
         return [found[pk] for pk in pks]
+
+
+def _limited_rows(leased: Leased) -> _Rows:
+    """A claim under limits in the shape of the plain claim's rows (``_TOKEN`` ...)."""
+    timers = leased.timers
+    meta = (timers.next_ready, timers.top, leased.limited, timers.hint)
+    rows: list[Any] = [
+        (*row, picked_at, *meta)
+        for row, picked_at in zip(leased.rows, leased.picked_at, strict=True)
+    ]
+    if not rows:  # the plain claim's row of NULLs, which carries the timers
+        rows = [(*([None] * _PICKED_AT), None, *meta)]
+    return rows, {row[0]: row for row in leased.histories}, False
 
 
 def _history_from_json(steps: str, events: str) -> History:

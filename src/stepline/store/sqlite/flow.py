@@ -22,16 +22,22 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._json import loads
 from ...errors import LeaseLostError, UnknownLimitError
-from ...limits import Limit, Rate, WorkflowLimits
+from ...limits import Rate
 from ...records import LimitState
-from .._admission import Admission, Rules, Usage
+from .._admission import (
+    Admission,
+    RateScope,
+    Rules,
+    Usage,
+    UsagePlan,
+    reopen_time,
+    rules_from_rows,
+)
 from .._admission import limit_states as states_of
 from .._rows import N_INSTANCE_COLUMNS, InstanceRow
 from ..base import Lease, Store
@@ -63,15 +69,7 @@ class Picked:
 
 def read_rules(c: sqlite3.Connection) -> Rules:
     """The registered limits: every workflow's that has some, and the named limits."""
-    workflows = {
-        name: WorkflowLimits.from_json(loads(text)) for name, text in c.execute(sql.WORKFLOW_LIMITS)
-    }
-    named: dict[str, Limit] = {}
-    if any(declared.limits for declared in workflows.values()):
-        for name, concurrency, count, period in c.execute(sql.NAMED_LIMITS):
-            rate = None if count is None else Rate(count, period)
-            named[name] = Limit(name, concurrency=concurrency, rate=rate)
-    return Rules(workflows, named)
+    return rules_from_rows(c.execute(sql.WORKFLOW_LIMITS), c.execute(sql.NAMED_LIMITS))
 
 
 def read_usage(
@@ -85,68 +83,29 @@ def read_usage(
     """What runs and what started in the scopes of ``workflows``' fleet-wide limits (their own,
     their keys', their named limits', counting every workflow that uses one). ``started``
     stops counting at the rate's count unless ``exact``: all a claim needs to know."""
-    usage = Usage()
-    limited = [name for name in workflows if rules.limited(name)]
-    if not limited:
-        return usage
-    users: dict[str, list[str]] = {}
-    for name in limited:
-        for limit_name in rules.workflows[name].limits:
-            if limit_name in rules.limits and limit_name not in users:
-                users[limit_name] = [
-                    w for w, declared in rules.workflows.items() if limit_name in declared.limits
-                ]
-    counted = list(dict.fromkeys([*limited, *(w for found in users.values() for w in found)]))
-    for workflow, key, n in c.execute(sql.running(len(counted)), (*counted, now)):
-        usage.running[workflow] += n
-        declared = rules.workflows[workflow]
-        if key is not None and declared.key_concurrency is not None:
-            usage.key_running[(workflow, key)] += n
-        for limit_name in declared.limits:
-            if limit_name in users:
-                usage.limit_running[limit_name] += n
-    for name in limited:
-        rate = rules.workflows[name].rate
-        if rate is not None:
-            usage.started[name], reopens = _starts(c, [name], rate, now, exact)
-            if reopens is not None:
-                usage.reopens[f"workflow:{name}"] = reopens
-    for limit_name, using in users.items():
-        usage.limit_running[limit_name] += _slots_beyond_instances(c, limit_name, using, now)
-        rate = rules.limits[limit_name].rate
-        if rate is not None:
-            started, reopens = _starts(c, using, rate, now, exact, limit=limit_name)
-            usage.limit_started[limit_name] = started
-            if reopens is not None:
-                usage.reopens[f"limit:{limit_name}"] = reopens
-    return usage
-
-
-def _slots_beyond_instances(
-    c: sqlite3.Connection, limit: str, users: Sequence[str], now: float
-) -> int:
-    """What the live slots of steps add to a named limit's running instances (those of
-    ``users``, the workflows listing it): every slot, less one per running instance of a
-    listing workflow that holds some (it counts once per slot, not once more for itself)."""
-    added = 0
-    for workflow, slots, holders in c.execute(sql.LIVE_SLOTS, (now, limit)):
-        added += slots - (holders if workflow in users else 0)
-    return int(added)
+    plan = UsagePlan.of(rules, workflows)
+    if not plan.counted:
+        return Usage()
+    running = c.execute(sql.running(len(plan.counted)), (*plan.counted, now)).fetchall()
+    slots = [
+        (limit, workflow, held, holders)
+        for limit in plan.users
+        for workflow, held, holders in c.execute(sql.LIVE_SLOTS, (now, limit))
+    ]
+    starts: dict[tuple[str, str], tuple[int, float | None]] = {
+        (scope.scope, scope.name): _starts(c, scope, now, exact) for scope in plan.rates
+    }
+    return plan.usage(rules, running, slots, starts)
 
 
 def _starts(
-    c: sqlite3.Connection,
-    workflows: Sequence[str],
-    rate: Rate,
-    now: float,
-    exact: bool,
-    *,
-    limit: str | None = None,
+    c: sqlite3.Connection, scope: RateScope, now: float, exact: bool
 ) -> tuple[int, float | None]:
-    """The first starts of ``workflows`` (and the slots taken of named limit ``limit``) within
-    the rate's period before ``now`` (a start at ``now - period`` no longer counts), and when
-    the rate lets the next one if it is used up: when the ``count``-th latest start leaves the
-    period."""
+    """The first starts of the scope's workflows (and the slots taken of its named limit)
+    within the rate's period before ``now`` (a start at ``now - period`` no longer counts), and
+    the ``count``-th latest if there are that many."""
+    rate, workflows = scope.rate, scope.workflows
+    limit = scope.name if scope.scope == "limit" else None
     since = now - rate.period
     latest: list[float] = []
     if workflows:
@@ -165,10 +124,7 @@ def _starts(
         if limit is not None:
             (taken_n,) = c.execute(sql.COUNT_LIMIT_STARTS, (limit, since)).fetchone()
             started += taken_n
-    reopens = latest[-1] + rate.period
-    while reopens - rate.period < latest[-1]:  # the very time at which it stops counting
-        reopens = math.nextafter(reopens, math.inf)
-    return started, reopens
+    return started, latest[-1]
 
 
 def pick(
@@ -197,12 +153,11 @@ def pick(
         admission = Admission(rules, usage, caps)
         for (pk,) in c.execute(sql.pauses_due(len(workflows)), (*workflows, now)):
             picked.pauses[pk] = None
-    taken: Counter[str] = Counter()
     active: list[str] = list(workflows)
     keys: list[tuple[str, str]] = []
     no_starts: list[str] = []
     if admission is not None:
-        active, keys, no_starts = _held(admission, rules, usage, workflows, caps or {}, taken)
+        active, keys, no_starts = _held(admission, workflows)
         if probe:
             no_starts = []
     remaining = limit
@@ -223,53 +178,22 @@ def pick(
                     row[_WORKFLOW], row[_KEY], bool(row[_STARTING])
                 ):
                     picked.rows.append(row)
-                    taken[row[_WORKFLOW]] += 1
                     remaining -= 1
             if len(rows) < page:
                 break
             after = (rows[-1][_READY], rows[-1][0])
             if admission is not None:
-                active, keys, no_starts = _held(
-                    admission, rules, usage, workflows, caps or {}, taken
-                )
+                active, keys, no_starts = _held(admission, workflows)
         (priority,) = c.execute(sql.NEXT_PRIORITY, (priority,)).fetchone()
     picked.held_by_rate = admission is not None and admission.held_by_rate
     return picked
 
 
 def _held(
-    admission: Admission,
-    rules: Rules,
-    usage: Usage,
-    workflows: Sequence[str],
-    caps: Mapping[str, int],
-    taken: Counter[str],
+    admission: Admission, workflows: Sequence[str]
 ) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-    """What a read can leave out now: the workflows that may still run (those with no room
-    left dropped), the full keys among them, and those whose first starts a rate holds."""
-    saturated, full_keys = admission.saturated()
-    active = [
-        name
-        for name in workflows
-        if name not in saturated and (name not in caps or taken[name] < caps[name])
-    ]
-    running = set(active)
-    keys = sorted(pair for pair in full_keys if pair[0] in running)[:_MAX_KEYS]
-    no_starts = [name for name in active if rules.limited(name) and _rate_used(rules, usage, name)]
-    return active, keys, no_starts
-
-
-def _rate_used(rules: Rules, usage: Usage, workflow: str) -> bool:
-    """Whether the workflow's rate or one of its named limits' lets no instance start now."""
-    declared = rules.workflows[workflow]
-    if declared.rate is not None and usage.started[workflow] >= declared.rate.count:
-        return True
-    for name in declared.limits:
-        limit = rules.limits.get(name)
-        rate = None if limit is None else limit.rate
-        if rate is not None and usage.limit_started[name] >= rate.count:
-            return True
-    return False
+    held = admission.held(workflows)
+    return held.active, held.full_keys[:_MAX_KEYS], held.no_starts
 
 
 def next_wakeup(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> float | None:
@@ -337,7 +261,9 @@ def acquire_limit(
         running = 0
         if users:
             running = sum(n for _w, _k, n in c.execute(sql.running(len(users)), (*users, now)))
-        running += _slots_beyond_instances(c, limit, users, now)
+        # Every live slot counts, less one per listing instance holding some (see UsagePlan).
+        for holder, held, holders in c.execute(sql.LIVE_SLOTS, (now, limit)):
+            running += held - (holders if holder in users else 0)
         workflow, expires = fence
         (own,) = c.execute(sql.OWN_SLOTS, (limit, lease.pk, lease.token)).fetchone()
         # A running instance of a listing workflow already counts once: its first slot is that.
@@ -345,9 +271,9 @@ def acquire_limit(
         if running + (0 if counted else 1) > concurrency:
             return math.inf
     if rate is not None:
-        _started, reopens = _starts(c, users, rate, now, False, limit=limit)
-        if reopens is not None:
-            return reopens
+        started, edge = _starts(c, RateScope("limit", limit, tuple(users), rate), now, False)
+        if started >= rate.count and edge is not None:
+            return reopen_time(edge, rate.period)
         c.execute(sql.LOG_LIMIT_START, (limit, now))
     c.execute(sql.TAKE_SLOT, (limit, lease.pk, step, lease.token, now))
     return None

@@ -1,0 +1,255 @@
+"""The PostgreSQL store's claim under flow-control limits, and the reads that share its view of
+the limits: when a worker should look again, and the limits' use now.
+
+The rules are the reference rules of ``store/_admission``, applied in Python as on SQLite. A
+claim runs in one transaction, in four round trips however many instances it takes:
+
+1. the rules (``workflows.limits``, ``limits``): read at every claim, since another process
+   may register new ones;
+2. the advisory locks (``lock_limits``: one per limited workflow and per named limit its
+   workflows use, in one order), then what runs and what started. Under READ COMMITTED each
+   statement after the locks' sees every claim and slot taken by a transaction that held one
+   of them before, so claims that share a limit never together exceed it;
+3. the due instances the limits do not hold back, in claim order, locked (``FOR UPDATE SKIP
+   LOCKED``), and the timers the worker needs;
+4. the leases of those :class:`~stepline.store._admission.Admission` admits, the pauses
+   pending, the histories, COMMIT.
+
+A read of due instances that admission turned some down from and that came back short is
+followed by another past them (at most ``_PASSES`` in all): what the claim took may have
+filled a key or a limit its SQL did not yet leave out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._admission import Admission, Rules, Usage, UsagePlan, rules_from_rows
+from .claim_sql import ClaimStatements
+from .db import Conn
+from .sql import CLAIM_IN_ORDER, NO_JIT
+
+READ_ONLY = ("BEGIN", NO_JIT)
+"""What a read of the limits' use sends first: a transaction (its statements then see one
+another's effects) whose estimates, inflated by the JSON functions, do not compile them."""
+_PASSES = 3
+"""Reads of due instances a claim makes at most (see the module's docstring)."""
+_PK, _STATUS, _READY, _PRIORITY, _WORKFLOW, _KEY, _STARTING = range(7)
+"""The columns of a ``candidates`` row."""
+_KEY_SEP = chr(31)
+"""Between a workflow's name and a key in ``full_keys`` (as the SQL joins them)."""
+
+
+@dataclass(frozen=True)
+class Timers:
+    """What a claim under limits reports besides its leases (``claim_sql``'s ``timers``)."""
+
+    top: int | None
+    """The highest priority in use."""
+    next_ready: float | None
+    """The earliest timer at or above the floor, held back or not."""
+    hint: float | None
+    """The earliest time an instance may need a worker under the limits: a future timer or
+    lease expiry, a due instance not held back, or when a rate that holds back a first start
+    reopens; never an instance held back by a concurrency limit."""
+
+
+@dataclass
+class Leased:
+    """A claim's outcome: the leased rows (``claim_sql``'s ``lease`` columns), in claim order,
+    with the ``ready_at`` each was picked at; their histories; the timers; whether a workflow
+    claimed has fleet-wide limits."""
+
+    rows: list[tuple[Any, ...]]
+    picked_at: list[float]
+    histories: list[tuple[Any, ...]]
+    """The leased instances' histories (``claim_sql``'s ``claimed_histories``)."""
+    timers: Timers
+    limited: bool
+
+
+async def read_rules(conn: Conn, sql: ClaimStatements, *, first: Sequence[str] = ()) -> Rules:
+    """The registered limits, in one round trip that sends the statements ``first`` first."""
+    async with conn.pipeline():
+        for statement in first:
+            await conn.execute(statement)
+        declared = await conn.execute(sql.workflow_limits)
+        named = await conn.execute(sql.named_limits)
+    return rules_from_rows(await declared.fetchall(), await named.fetchall())
+
+
+async def read_usage(
+    conn: Conn,
+    sql: ClaimStatements,
+    rules: Rules,
+    workflows: Sequence[str],
+    now: float,
+    *,
+    exact: bool,
+    locks: Mapping[str, Any] | None = None,
+) -> Usage:
+    """What runs and what started in the scopes of ``workflows``' limits (one round trip);
+    ``locks``: the parameters of ``lock_limits``, taken first in the same round trip. The
+    starts stop counting at the rate's count unless ``exact``."""
+    plan = UsagePlan.of(rules, workflows)
+    params = {"now": now, "counted": list(plan.counted), "named": list(plan.users)}
+    async with conn.pipeline():
+        if locks is not None:
+            await conn.execute(sql.lock_limits, locks)
+        running = await conn.execute(sql.running, params)
+        slots = await conn.execute(sql.live_slots, params)
+        starts = []
+        for scope in plan.rates:
+            rate = scope.rate
+            starts.append(
+                await conn.execute(
+                    sql.starts,
+                    {
+                        "wfs": list(scope.workflows),
+                        "limit": scope.name if scope.scope == "limit" else None,
+                        "since": now - rate.period,
+                        "n": rate.count,
+                        "cap": None if exact else rate.count,
+                    },
+                )
+            )
+    started: dict[tuple[str, str], tuple[int, float | None]] = {}
+    for scope, cur in zip(plan.rates, starts, strict=True):
+        found = await cur.fetchone()
+        count, edge = found if found is not None else (0, None)
+        started[(scope.scope, scope.name)] = (int(count), None if edge is None else float(edge))
+    return plan.usage(rules, await running.fetchall(), await slots.fetchall(), started)
+
+
+def lock_keys(rules: Rules, workflows: Sequence[str]) -> list[str]:
+    """The advisory locks of a claim of ``workflows`` (``claim_sql``'s ``lock_limits``)."""
+    limited = [name for name in workflows if rules.limited(name)]
+    named = {n for name in limited for n in rules.workflows[name].limits if n in rules.limits}
+    return [*(f"w:{name}" for name in limited), *(f"l:{name}" for name in sorted(named))]
+
+
+class LimitedClaim:
+    """One claim under the limits, on a connection (see the module's docstring)."""
+
+    def __init__(self, sql: ClaimStatements, params: dict[str, Any]) -> None:
+        self._sql = sql
+        self._params = params
+        """The claim's parameters (``Claimer.claim``): now, floor, workflows, limit, owner,
+        nonce, expires, caps (JSON), lock_prefix."""
+
+    async def run(self, conn: Conn, caps: Mapping[str, int]) -> Leased:
+        """Claim (a failure leaves the transaction open or aborted: the pool rolls it back)."""
+        sql, params = self._sql, self._params
+        workflows: list[str] = params["workflows"]
+        now: float = params["now"]
+        # A claim that is lost with its commit is found again (its leases expire): it need not
+        # wait for the commit to be durable.
+        begin = ("BEGIN", CLAIM_IN_ORDER, NO_JIT, "SET LOCAL synchronous_commit = off")
+        rules = await read_rules(conn, sql, first=begin)
+        locks = {"lock_prefix": params["lock_prefix"], "locks": lock_keys(rules, workflows)}
+        usage = await read_usage(conn, sql, rules, workflows, now, exact=False, locks=locks)
+        admission = Admission(rules, usage, caps)
+        picked, pauses, timers = await self._pick(conn, admission)
+        leased: list[tuple[Any, ...]] = []
+        histories: list[tuple[Any, ...]] = []
+        async with conn.pipeline():
+            if picked or pauses:
+                lease = {**params, "pks": [row[_PK] for row in picked], "pauses": pauses}
+                cur = await conn.execute(sql.lease, lease)
+                read = await conn.execute(sql.claimed_histories, params) if picked else None
+            await conn.execute("COMMIT")
+        if picked or pauses:
+            leased = [tuple(row) for row in await cur.fetchall()]
+            histories = [tuple(row) for row in await read.fetchall()] if read else []
+        order = {row[_PK]: index for index, row in enumerate(picked)}
+        leased.sort(key=lambda row: order[row[0]])
+        picked_at = [picked[order[row[0]]][_READY] for row in leased]
+        limited = any(rules.limited(name) for name in workflows)
+        return Leased(leased, picked_at, histories, timers, limited)
+
+    async def _pick(
+        self, conn: Conn, admission: Admission
+    ) -> tuple[list[tuple[Any, ...]], list[int], Timers]:
+        """The due instances admitted, in claim order, the pauses pending read, and the
+        timers."""
+        sql, params = self._sql, self._params
+        limit: int = params["limit"]
+        picked: list[tuple[Any, ...]] = []
+        pauses: list[int] = []
+        turned_down: list[float] = []
+        seen: list[int] = []
+        timers: tuple[Any, ...] = (None, None, None, [])
+        held = _held(admission, params["workflows"])
+        for attempt in range(_PASSES):
+            read = {**params, **held, "seen": seen, "limit": limit - len(picked)}
+            async with conn.pipeline():
+                cur = await conn.execute(sql.candidates, read)
+                timed = await conn.execute(sql.timers, read) if attempt == 0 else None
+            rows = await cur.fetchall()
+            if timed is not None:
+                timers = tuple(await timed.fetchone() or timers)
+            refused = 0
+            for row in rows:
+                seen.append(row[_PK])
+                if row[_STATUS] == "waitingForPause":
+                    pauses.append(row[_PK])
+                elif admission.admit(row[_WORKFLOW], row[_KEY], bool(row[_STARTING])):
+                    picked.append(tuple(row))
+                else:
+                    refused += 1
+                    turned_down.append(row[_READY])
+            if not refused or len(picked) >= limit or len(rows) < read["limit"]:
+                break
+            # What it refused, it refused because what it took filled a limit: leave that out.
+            held = _held(admission, params["workflows"])
+            if not held["active"]:
+                break
+        top, next_ready, future, rate_held = timers
+        hint: float | None = None
+        if not picked:
+            found = [future, *turned_down]
+            found += [admission.reopen_at(name) for name in rate_held]
+            times = [at for at in found if at is not None]
+            hint = min(times) if times else None
+        return picked, pauses, Timers(top, next_ready, hint)
+
+
+def _held(admission: Admission, workflows: Sequence[str]) -> dict[str, list[str]]:
+    """The parameters of ``candidates`` that leave out what the limits hold back now."""
+    held = admission.held(workflows)
+    return {
+        "active": held.active,
+        "full_keys": [f"{workflow}{_KEY_SEP}{key}" for workflow, key in held.full_keys],
+        "no_starts": held.no_starts,
+    }
+
+
+async def next_wakeup(
+    conn: Conn, sql: ClaimStatements, workflows: Sequence[str], now: float
+) -> float | None:
+    """``Store.next_wakeup`` for workflows of which some have fleet-wide limits: their timers
+    and leases after ``now``, what a claim would take now, and the reopening of a rate that
+    holds a first start back."""
+    rules = await read_rules(conn, sql, first=READ_ONLY)
+    usage = await read_usage(conn, sql, rules, workflows, now, exact=False)
+    admission = Admission(rules, usage, None)
+    read = {
+        "now": now,
+        "floor": None,
+        "workflows": list(workflows),
+        "seen": [],
+        "limit": 1,
+        **_held(admission, workflows),
+    }
+    async with conn.pipeline():
+        probe = await conn.execute(sql.probe, read)
+        timed = await conn.execute(sql.timers, read)
+        await conn.execute("COMMIT")
+    found = await timed.fetchone()
+    _top, _next_ready, future, rate_held = found if found is not None else (None, None, None, [])
+    times = [future, *(row[_READY] for row in await probe.fetchall())]
+    times += [admission.reopen_at(name) for name in rate_held]
+    known = [float(at) for at in times if at is not None]
+    return min(known) if known else None
