@@ -233,6 +233,15 @@ def test_account_and_prefix_settings(tmp_path: Path) -> None:
             sdk.workflows.list(account_id="other")
         assert [a.id for a in sdk.accounts.list()] == ["acct42"]
         assert httpx.get(f"{server.url}/client/v4/accounts/acct42/workflows").status_code == 404
+        # The router's own errors, under the prefix, are in Cloudflare's envelope too.
+        for answer, status, code in (
+            (httpx.get(f"{server.url}/cf/nope"), 404, 7000),
+            (httpx.post(f"{server.url}/cf/accounts/acct42/workflows"), 405, 7001),
+            (httpx.get(f"{server.url}/cf/accounts/acct42/workflows?x={'y' * 9000}"), 414, 10002),
+        ):
+            assert answer.status_code == status
+            assert answer.json()["success"] is False
+            assert answer.json()["errors"][0]["code"] == code
     off = create_app(
         Engine(f"sqlite:///{tmp_path}/b.db"), manage_engine=True,
         cloudflare_api=CloudflareConfig(enabled=False),
