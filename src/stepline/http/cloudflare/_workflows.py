@@ -74,19 +74,17 @@ class WorkflowEndpoints:
         return version
 
     async def deploy(self, request: Request) -> Response:
-        raise ApiError(
-            405,
-            "not_supported",
-            "stepline does not deploy workflows over the API: a workflow is registered by the "
-            "workers that run its code (stepline.toml's [[workflows]], `stepline worker`)",
-            headers={"Allow": "GET"},
+        raise _refused(
+            "deploy workflows over the API: a workflow is registered by the workers that run "
+            "its code (stepline.toml's [[workflows]], `stepline worker`)"
         )
 
     async def delete(self, request: Request) -> Response:
-        raise ApiError(
-            405,
-            "not_supported",
-            "stepline does not delete workflows: they are the code its workers run. Delete "
-            "instances with `stepline workflows instances delete` or purge finished ones",
-            headers={"Allow": "GET"},
+        raise _refused(
+            "delete workflows: they are the code its workers run. Delete instances with "
+            "`stepline workflows instances delete` or purge finished ones"
         )
+
+
+def _refused(what: str) -> ApiError:
+    return ApiError(405, "not_supported", f"stepline does not {what}", headers={"Allow": "GET"})
