@@ -190,6 +190,18 @@ def test_status_changes_and_events(cf: Cloudflare) -> None:
     assert refused.value.response.headers["x-should-retry"] == "false"
 
 
+def test_what_clients_ask_first(cf: Cloudflare) -> None:
+    """Token verification and account lookups (wrangler's whoami, and its account choice
+    without CLOUDFLARE_ACCOUNT_ID)."""
+    assert cf.user.tokens.verify().status == "active"
+    assert [a.id for a in cf.accounts.list()] == ["stepline"]
+    assert cf.accounts.get(account_id=ACCOUNT).id == ACCOUNT
+    assert [m.account.id for m in cf.memberships.list()] == ["stepline"]
+    with pytest.raises(cloudflare.PermissionDeniedError) as no_user:
+        cf.user.get()
+    assert no_user.value.body["errors"][0]["code"] == 9109
+
+
 def test_errors_and_refused_calls(cf: Cloudflare, served: Served) -> None:
     with pytest.raises(cloudflare.NotFoundError) as missing:
         cf.workflows.instances.get("nope", account_id=ACCOUNT, workflow_name="greet")
