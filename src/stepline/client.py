@@ -36,6 +36,9 @@ MAX_KEY_LENGTH = 200
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 """The priorities a store keeps (a 32-bit signed integer); lower is claimed first."""
 OnDuplicate = Literal["return", "raise"]
+StatusAction = Literal["pause", "resume", "terminate", "restart"]
+STATUS_ACTIONS: tuple[StatusAction, ...] = ("pause", "resume", "terminate", "restart")
+"""The status changes an instance takes (:meth:`Instance.control`)."""
 
 
 def check_listing(status: str | None, limit: int) -> None:
@@ -205,6 +208,29 @@ class Instance:
             raise ValueError(f"invalid step count {count!r}: a whole number from 1")
         target = (_check_from_step(from_step), count) if from_step is not None else None
         await self._store.control(self.workflow, self.id, "restart", from_step=target)
+
+    async def control(
+        self,
+        action: str,
+        *,
+        rollback: bool = False,
+        from_step: str | None = None,
+        count: int = 1,
+    ) -> InstanceStatus:
+        """Apply one of :data:`STATUS_ACTIONS` by name (what the HTTP APIs receive): ``pause``,
+        ``resume``, ``terminate`` (with ``rollback``) or ``restart`` (``from_step``,
+        ``count``); return the status after it. Unknown actions raise ``ValueError``."""
+        if action == "pause":
+            await self.pause()
+        elif action == "resume":
+            await self.resume()
+        elif action == "terminate":
+            await self.terminate(rollback=rollback)
+        elif action == "restart":
+            await self.restart(from_step, count=count)
+        else:
+            raise ValueError(f"unknown action {action!r}; use one of {', '.join(STATUS_ACTIONS)}")
+        return await self.status()
 
     async def send_event(self, type: str, payload: Any = None) -> None:
         """Deliver an event to ``wait_for_event(type=...)``; kept until a wait consumes it."""

@@ -27,6 +27,9 @@ The configuration is found by walking up from the current directory, like ``wran
     queue = "documents"
     workflow = "documents"
 
+    [cloudflare]                              # stepline serve's Cloudflare API: _project_cloudflare
+    account_id = "0123abcd"
+
 The database URL is taken, first match wins, from the ``--database`` option, the
 ``STEPLINE_DATABASE_URL`` environment variable, the ``database`` key, and finally
 ``sqlite:///stepline.db`` next to the configuration file (in the current directory when there is
@@ -47,6 +50,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ._project_cloudflare import CloudflareConfig, read_cloudflare
 from ._project_overrides import (
     check_limit_references,
     named_limits,
@@ -65,7 +69,7 @@ PYPROJECT_FILE = "pyproject.toml"
 ENV_DATABASE = "STEPLINE_DATABASE_URL"
 DEFAULT_DATABASE_FILE = "stepline.db"
 
-_TOP_KEYS = ("database", "workflows", "worker", "triggers", "schedules", "limits")
+_TOP_KEYS = ("database", "workflows", "worker", "triggers", "schedules", "limits", "cloudflare")
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
 _WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS)
@@ -152,6 +156,7 @@ class ProjectConfig:
     schedules: tuple[ScheduleEntry, ...] = ()
     limits: tuple[Limit, ...] = ()
     """The ``[[limits]]`` tables: named limits, for ``Engine(limits=...)``."""
+    cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
 
     @property
     def workflow_names(self) -> list[str]:
@@ -402,6 +407,7 @@ class _FileConfig:
     triggers: tuple[QueueTriggerEntry, ...]
     schedules: tuple[ScheduleEntry, ...]
     limits: tuple[Limit, ...] = ()
+    cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
 
 
 def read_config(path: Path) -> _FileConfig:
@@ -432,7 +438,8 @@ def read_config(path: Path) -> _FileConfig:
                 f"{path}: key '{entry.key}.workflow': no [[workflows]] entry is named "
                 f"{entry.workflow!r} (configured: {', '.join(sorted(known)) or 'none'})"
             )
-    return _FileConfig(database, workflows, worker, triggers, schedules, limits)
+    cloudflare = read_cloudflare(data.get("cloudflare"), path, prefix)
+    return _FileConfig(database, workflows, worker, triggers, schedules, limits, cloudflare)
 
 
 def load_project(
@@ -479,6 +486,7 @@ def load_project(
         read.triggers,
         read.schedules,
         read.limits,
+        read.cloudflare,
     )
 
 

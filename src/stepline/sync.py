@@ -88,6 +88,18 @@ class SyncInstance:
     def restart(self, from_step: str | None = None, *, count: int = 1) -> None:
         self._portal.call(self._instance.restart(from_step, count=count))
 
+    def control(
+        self,
+        action: str,
+        *,
+        rollback: bool = False,
+        from_step: str | None = None,
+        count: int = 1,
+    ) -> InstanceStatus:
+        return self._portal.call(
+            self._instance.control(action, rollback=rollback, from_step=from_step, count=count)
+        )
+
     def send_event(self, type: str, payload: Any = None) -> None:
         self._portal.call(self._instance.send_event(type, payload))
 

@@ -153,6 +153,28 @@ async def test_instance_delete_refuses_unfinished_unless_forced(
         assert await _statuses(engine, "gate") == {"q1": "waiting"}
 
 
+async def test_control_applies_an_action_by_name_and_returns_the_new_status(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    """``Instance.control``: the one dispatch of status changes both HTTP APIs use."""
+    async with make_engine([gate], clock=clock) as engine:
+        instance = await engine.workflow("gate").create("c1")
+        await drain(engine)
+        assert (await instance.control("pause")).status == "paused"
+        assert (await instance.control("resume")).status == "queued"
+        await drain(engine)
+        await instance.send_event("go", 1)
+        await drain(engine)
+        assert [s.name for s in await instance.steps()] == ["first", "second"]
+        assert (await instance.control("restart", from_step="second")).status == "queued"
+        assert [s.name for s in await instance.steps()] == ["first"]
+        with pytest.raises(ValueError, match="unknown action 'stop'; use one of pause, resume"):
+            await instance.control("stop")
+        assert (await instance.control("terminate")).status == "terminated"
+        with pytest.raises(IllegalStateError):
+            await instance.control("pause")
+
+
 async def test_delete_does_not_check_then_delete(
     make_engine: EngineFactory, clock: ManualClock
 ) -> None:

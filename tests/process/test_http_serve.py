@@ -135,6 +135,7 @@ def test_stepline_serve_with_a_project_and_a_worker(tmp_path: Path) -> None:
         output = proc.communicate(timeout=30)[0].decode()
     assert proc.returncode == 0, output  # Ctrl-C is a clean stop
     assert f"{base}/" in output and "API token required" in output
+    assert f"CLOUDFLARE_API_BASE_URL={base}/client/v4" in output
     assert f"sqlite:///{tmp_path.resolve()}/served.db (config)" in output
     assert "worker: running hello" in output
     assert "Application shutdown complete" in output

@@ -167,6 +167,16 @@ grace_period = "1 minute"
     )
 
 
+def test_cloudflare_settings(tmp_path: Path) -> None:
+    write(tmp_path / "stepline.toml", "")
+    default = load_project(tmp_path, environ=NO_ENV).cloudflare
+    assert (default.prefix, default.account_id, default.enabled) == ("/client/v4", None, True)
+    assert default.listed_account == "stepline"
+    write(tmp_path / "stepline.toml", "[cloudflare]\nprefix = '/cf/v4'\naccount_id = 'ab12'\n")
+    config = load_project(tmp_path, environ=NO_ENV).cloudflare
+    assert (config.prefix, config.account_id, config.listed_account) == ("/cf/v4", "ab12", "ab12")
+
+
 def test_worker_defaults(tmp_path: Path) -> None:
     write(tmp_path / "stepline.toml", "")
     assert load_project(tmp_path, environ=NO_ENV).worker == WorkerConfig()
@@ -203,6 +213,15 @@ def test_worker_defaults(tmp_path: Path) -> None:
         ("[worker]\nlease = 'soon'\n", r"key 'worker\.lease': invalid worker\.lease 'soon'"),
         ("[worker]\nlease = 0.01\n", r"key 'worker\.lease' must be at least 0\.1 seconds"),
         ("[worker]\nthreads = 4\n", r"unknown key 'worker\.threads'"),
+        ("cloudflare = 1\n", r"key 'cloudflare' must be a table"),
+        ("[cloudflare]\nport = 1\n", r"unknown key 'cloudflare\.port'; allowed keys there: prefix"),
+        (
+            "[cloudflare]\nprefix = 'client/v4'\n",
+            r"key 'cloudflare': invalid Cloudflare API prefix",
+        ),
+        ("[cloudflare]\nprefix = '/api/cf'\n", r"prefix '/api/cf' is under /api"),
+        ("[cloudflare]\naccount_id = 'a b'\n", r"key 'cloudflare': invalid account id 'a b'"),
+        ("[cloudflare]\nenabled = 'yes'\n", r"key 'cloudflare\.enabled' must be a bool"),
     ],
 )
 def test_broken_config_names_the_file_and_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -10,6 +10,7 @@ from starlette.requests import Request
 
 from .._json import dumps as json_dumps
 from .._json import loads_exact
+from ..client import STATUS_ACTIONS
 from ..errors import InvalidPayloadError
 from ..records import INSTANCE_STATUSES
 from .errors import ApiError
@@ -17,7 +18,6 @@ from .errors import ApiError
 DEFAULT_PAGE_SIZE = 25
 MAX_PAGE_SIZE = 100
 MAX_BATCH = 100
-STATUS_ACTIONS = ("pause", "resume", "terminate", "restart")
 MISSING: Any = object()
 """What :meth:`RequestReader.json` returns for an empty body."""
 

@@ -114,15 +114,9 @@ class InstanceEndpoints:
         action, from_step, count, rollback = status_change(body)
         async with self.lookup.instance_errors():
             instance = await self.engine.workflow(params["name"]).get(params["id"])
-            if action == "pause":
-                await instance.pause()
-            elif action == "resume":
-                await instance.resume()
-            elif action == "terminate":
-                await instance.terminate(rollback=rollback)
-            else:
-                await instance.restart(from_step, count=count)
-            status = await instance.status()
+            status = await instance.control(
+                action, rollback=rollback, from_step=from_step, count=count
+            )
         return JsonResponse({"id": instance.id, "status": status.status})
 
     async def send_event(self, request: Request) -> Response:

@@ -12,7 +12,7 @@ from ..dag import node_states
 from ..engine import Engine
 from ..errors import InstanceNotFoundError, WorkflowNotFoundError
 from ..held import read_held_reasons
-from ..records import StepRecord, WorkflowInfo
+from ..records import InstanceRecord, StepRecord, WorkflowInfo
 from .errors import ApiError, client_errors
 
 DEFINITION_TTL = 30.0
@@ -94,12 +94,18 @@ class Lookup:
                 raise await self._instance_missing(error.__cause__) from None
             raise
 
-    async def detail(self, workflow: str, instance_id: str) -> dict[str, Any]:
-        """An instance as the detail view shows it: its record, its steps, its DAG graph."""
+    async def read(
+        self, workflow: str, instance_id: str
+    ) -> tuple[InstanceRecord, list[StepRecord]]:
+        """An instance's record and its steps; a missing one is a 404 naming what is missing."""
         async with self.instance_errors():
             instance = await self.engine.workflow(workflow).get(instance_id)
-            record = await instance.record()
-            steps = await instance.steps()
+            return await instance.record(), await instance.steps()
+
+    async def detail(self, workflow: str, instance_id: str) -> dict[str, Any]:
+        """An instance as the detail view shows it: its record, its steps, its DAG graph."""
+        record, steps = await self.read(workflow, instance_id)
+        async with self.instance_errors():
             (warning,) = await self.engine.unserved_warnings([record])
             held = await read_held_reasons(self.engine.store, record)
         graph = graph_of(await self.definition(workflow))

@@ -27,7 +27,7 @@ from ._workflows import WorkflowEndpoints
 from .errors import JsonResponse, client_errors
 from .openapi import openapi_document
 
-__all__ = ["Api", "Endpoint", "api_routes", "client_errors"]
+__all__ = ["Api", "Endpoint", "api_routes", "by_method", "client_errors"]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -43,8 +43,8 @@ class Api:
         self.max_body = max_body
         self.max_payload = engine.settings.max_payload
         self.stream_interval = stream_interval
-        lookup = Lookup(engine)
-        reader = RequestReader(max_body, self.max_payload)
+        self.lookup = lookup = Lookup(engine)
+        self.reader = reader = RequestReader(max_body, self.max_payload)
         self.workflows = WorkflowEndpoints(engine, lookup)
         self.instances = InstanceEndpoints(engine, lookup, reader)
         self.stream = InstanceStream(engine, lookup, stream_interval)
@@ -60,7 +60,7 @@ class Api:
         return JsonResponse({"workers": [worker.to_json(now) for worker in workers]})
 
 
-def _by_method(handlers: dict[str, Endpoint]) -> Endpoint:
+def by_method(handlers: dict[str, Endpoint]) -> Endpoint:
     """One endpoint for several methods of a path, so that its route knows them all: a wrong
     method gets 405 with an ``Allow`` header listing every method the path takes."""
 
@@ -98,6 +98,5 @@ def api_routes(api: Api) -> list[Route]:
         schedule + "/backfill": {"POST": schedules.backfill},
     }
     return [
-        Route(path, _by_method(handlers), methods=list(handlers))
-        for path, handlers in paths.items()
+        Route(path, by_method(handlers), methods=list(handlers)) for path, handlers in paths.items()
     ]

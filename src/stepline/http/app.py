@@ -1,11 +1,13 @@
-"""The ASGI application: the JSON API under ``/api`` and the dashboard at ``/``."""
+"""The ASGI application: the JSON API under ``/api``, Cloudflare's Workflows API under its
+prefix (``/client/v4``) and the dashboard at ``/``."""
 
 from __future__ import annotations
 
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
@@ -16,7 +18,9 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._project_cloudflare import CloudflareConfig
 from ..engine import Engine
+from . import cloudflare
 from .api import Api, api_routes
 from .errors import ApiError, error_response
 
@@ -37,13 +41,34 @@ browsers that support them: the dashboard builds its DOM with text nodes only.""
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
-class _Guard:
-    """Pure ASGI middleware: the URL size limit, the bearer-token check on ``/api`` and security
-    headers everywhere."""
+class ErrorRenderer(Protocol):
+    """How an API writes an error: status, stepline's error code, message, headers."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __call__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> Response: ...
+
+
+Areas = Sequence[tuple[str, ErrorRenderer]]
+"""The APIs by path prefix, each with its error format; every one needs the token."""
+
+
+def _area(path: str, areas: Areas) -> ErrorRenderer | None:
+    """The error format of the API ``path`` is in, or None outside every API."""
+    for prefix, render in areas:
+        if path == prefix or path.startswith(prefix + "/"):
+            return render
+    return None
+
+
+class _Guard:
+    """Pure ASGI middleware: the URL size limit, the bearer-token check on the APIs and
+    security headers everywhere."""
+
+    def __init__(self, app: ASGIApp, token: str | None, areas: Areas) -> None:
         self.app = app
         self._token = token.encode() if token else None
+        self._areas = areas
 
     def _authorised(self, scope: Scope) -> bool:
         if self._token is None:
@@ -60,7 +85,8 @@ class _Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        is_api = scope["path"] == "/api" or scope["path"].startswith("/api/")
+        render = _area(scope["path"], self._areas)
+        is_api = render is not None
         url_size = len(scope.get("raw_path") or scope["path"].encode()) + len(
             scope.get("query_string", b"")
         )
@@ -77,7 +103,7 @@ class _Guard:
             await send(message)
 
         if url_size > MAX_URL:
-            response = error_response(
+            response = (render or error_response)(
                 414,
                 "uri_too_long",
                 f"the URL is {url_size:,} bytes (path and query string), over the limit of "
@@ -85,8 +111,8 @@ class _Guard:
             )
             await response(scope, receive, send_with_headers)
             return
-        if is_api and not self._authorised(scope):
-            response = error_response(
+        if render is not None and not self._authorised(scope):
+            response = render(
                 401,
                 "unauthorized",
                 "this API needs 'Authorization: Bearer <token>' with the server's token "
@@ -98,9 +124,13 @@ class _Guard:
         await self.app(scope, receive, send_with_headers)
 
 
+def _renderer(request: Request) -> ErrorRenderer:
+    return _area(request.url.path, request.app.state.error_areas) or error_response
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.headers or None)
+    return _renderer(request)(exc.status, exc.code, exc.message, exc.headers or None)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -115,12 +145,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         message = f"{request.method} is not allowed on {request.url.path}; allowed: {allowed}"
     else:
         message = str(exc.detail)
-    return error_response(exc.status_code, code, message, headers)
+    return _renderer(request)(exc.status_code, code, message, headers)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(
+    return _renderer(request)(
         500,
         "internal_error",
         f"the server failed: {type(exc).__name__}; this is a bug in stepline, please report it",
@@ -134,10 +164,13 @@ def create_app(
     max_body: int | None = None,
     manage_engine: bool = False,
     stream_interval: float = 1.0,
+    cloudflare_api: CloudflareConfig | None = None,
 ) -> Starlette:
-    """The ASGI app: the API under ``/api`` and the dashboard at ``/``.
+    """The ASGI app: the API under ``/api``, Cloudflare's Workflows API under
+    ``cloudflare_api.prefix`` (default ``/client/v4``; ``enabled=False`` leaves it out) and the
+    dashboard at ``/``.
 
-    ``token``: when set, every ``/api`` call needs ``Authorization: Bearer <token>``.
+    ``token``: when set, every call of either API needs ``Authorization: Bearer <token>``.
     ``max_body``: largest request body in bytes (default: 4 x the engine's payload limit);
     params and event payloads are also held to the engine's ``max_payload``. With
     ``manage_engine`` the app opens the engine (and its worker, if it has one) on startup and
@@ -148,6 +181,15 @@ def create_app(
         raise ValueError(f"max_body must be positive, got {limit}")
     api = Api(engine, max_body=limit, secured=bool(token), stream_interval=stream_interval)
     dashboard = StaticFiles(packages=[("stepline.http", "static")], html=True)
+    mounts = [Mount("/api", routes=api_routes(api))]
+    areas: list[tuple[str, ErrorRenderer]] = [("/api", error_response)]
+    config = cloudflare_api or CloudflareConfig()
+    if config.enabled:
+        speaker = cloudflare.CloudflareApi(
+            engine, config, lookup=api.lookup, reader=api.reader, token=token or None
+        )
+        mounts.append(Mount(config.prefix, routes=speaker.routes()))
+        areas.append((config.prefix, cloudflare.error_response))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -158,7 +200,7 @@ def create_app(
             yield
 
     app = Starlette(
-        routes=[Mount("/api", routes=api_routes(api)), Mount("/", dashboard, name="dashboard")],
+        routes=[*mounts, Mount("/", dashboard, name="dashboard")],
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,
@@ -166,7 +208,8 @@ def create_app(
         },
         lifespan=lifespan,
     )
-    app.add_middleware(_Guard, token=token or None)
+    app.add_middleware(_Guard, token=token or None, areas=areas)
+    app.state.error_areas = areas
     app.state.engine = engine
     app.state.api = api
     return app

@@ -96,7 +96,8 @@ def serve_command(
     database: str | None,
     worker: bool,
 ) -> None:
-    """Serve the HTTP API (under /api) and the web dashboard (at /).
+    """Serve the HTTP API (under /api), Cloudflare's Workflows API (under /client/v4) and the
+    web dashboard (at /).
 
     The database and the workflows come from stepline.toml (or [tool.stepline] in
     pyproject.toml), like the other commands; --database (here or before the command) and
@@ -141,6 +142,12 @@ def serve_command(
     )
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"stepline dashboard: http://{shown}:{port}/  (API under /api)", err=True)
+    if project.cloudflare.enabled:
+        click.echo(
+            f"Cloudflare Workflows API: CLOUDFLARE_API_BASE_URL=http://{shown}:{port}"
+            f"{project.cloudflare.prefix}",
+            err=True,
+        )
     click.echo(f"database: {redact(project.database)} ({project.database_source})", err=True)
     if token:
         click.echo("API token required (Authorization: Bearer ...)", err=True)
@@ -150,4 +157,11 @@ def serve_command(
         )
     if worker:
         click.echo(f"worker: running {', '.join(sorted(engine.workflows))}", err=True)
-    serve(engine, host=host, port=port, token=token, insecure=insecure)
+    serve(
+        engine,
+        host=host,
+        port=port,
+        token=token,
+        insecure=insecure,
+        cloudflare_api=project.cloudflare,
+    )

@@ -11,6 +11,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from .. import _loop
+from .._project_cloudflare import CloudflareConfig
 from ..engine import Engine
 from ..errors import ConfigError
 from .app import create_app
@@ -95,18 +96,26 @@ def serve(
     insecure: bool = False,
     max_body: int | None = None,
     log_level: str = "info",
+    cloudflare_api: CloudflareConfig | None = None,
 ) -> None:
-    """Serve the API and the dashboard until SIGINT/SIGTERM (blocking).
+    """Serve the APIs and the dashboard until SIGINT/SIGTERM (blocking).
 
     ``engine`` is an unopened :class:`~stepline.Engine` (its worker runs in this process if it
     has workflows and ``worker=True``), a function returning one, or a database URL (default
     ``$STEPLINE_DATABASE_URL``) for an engine that only serves. ``token`` defaults to
     ``$STEPLINE_API_TOKEN``. Binding to an address other than loopback without a token raises
-    :class:`~stepline.ConfigError` unless ``insecure`` is true.
+    :class:`~stepline.ConfigError` unless ``insecure`` is true. ``cloudflare_api`` says where
+    Cloudflare's Workflows API is served (:func:`~stepline.http.create_app`).
     """
     token = token or os.environ.get(ENV_TOKEN) or None
     check_bind(host, token, insecure)
-    app = create_app(_engine(engine), token=token, max_body=max_body, manage_engine=True)
+    app = create_app(
+        _engine(engine),
+        token=token,
+        max_body=max_body,
+        manage_engine=True,
+        cloudflare_api=cloudflare_api,
+    )
     server = build_server(app, host=host, port=port, log_level=log_level)
     # uvicorn shuts down gracefully, then re-raises the signal it caught: SIGINT arrives here as
     # KeyboardInterrupt (Ctrl-C is a normal way to stop), SIGTERM ends the process as usual.
