@@ -91,6 +91,9 @@ class Driver:
         target = self._clock() + seconds
         if self._driving:
             self.move(target)
+            # Let a timeout the move fired reach the attempt's callback here, where it waits,
+            # rather than later in the engine's code.
+            await asyncio.sleep(0)
             return
         while True:
             await self.run_until_idle()

@@ -3,7 +3,7 @@ virtual clock, with mocks and replay checks."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -195,6 +195,7 @@ class WorkflowTestEnv:
         *,
         error: BaseException | None = None,
         timeout: bool | int = False,
+        callback: Callable[[], Any] | None = None,
     ) -> None:
         """Mock step ``name`` of every instance (:meth:`TestInstance.mock_step`: one instance).
 
@@ -202,9 +203,10 @@ class WorkflowTestEnv:
         it: a :class:`StepError` with ``times=N`` the first N attempts (then the callback runs,
         or ``result`` is returned), any other exception every attempt. ``timeout``: attempts
         time out as if they ran past the step's timeout (``True``: every attempt; N: the first
-        N). The step's retry policy applies as always, and its outcome is recorded.
+        N). ``callback``: runs instead of the step's own (sync or async, no argument). The
+        step's retry policy applies as always, and its outcome is recorded.
         """
-        mock_step(self.hooks.every, name, result, error=error, timeout=timeout)
+        mock_step(self.hooks.every, name, result, error=error, timeout=timeout, callback=callback)
 
     def mock_event_timeout(self, name: str) -> None:
         """Make every instance's ``wait_for_event`` step ``name`` time out as soon as it waits."""

@@ -68,9 +68,10 @@ class TestInstance:
         *,
         error: BaseException | None = None,
         timeout: bool | int = False,
+        callback: Callable[[], Any] | None = None,
     ) -> None:
         """Mock step ``name`` of this instance (see :meth:`WorkflowTestEnv.mock_step`)."""
-        mock_step(self._rules, name, result, error=error, timeout=timeout)
+        mock_step(self._rules, name, result, error=error, timeout=timeout, callback=callback)
 
     def mock_event_timeout(self, name: str) -> None:
         """Make this instance's ``wait_for_event`` step ``name`` time out as soon as it waits."""

@@ -9,6 +9,7 @@ notes whether it was used, so a mock of a step that never ran (a misspelled name
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,8 @@ class StepMock:
     fails: int | None = None
     """How many first attempts fail (None: every one), when ``error`` or ``timeout`` is set."""
     timeout: bool = False
+    callback: Callable[[], Any] | None = None
+    """Runs instead of the step's callback (sync or async, no argument)."""
     used: bool = False
 
     async def attempt(self, context: StepContext, call: Callable[[], Awaitable[Any]]) -> Any:
@@ -68,6 +71,9 @@ class StepMock:
             raise StepError(error.message) if isinstance(error, StepError) else error
         if self.result is not _UNSET:
             return self.result
+        if self.callback is not None:
+            result = self.callback()
+            return await result if inspect.isawaitable(result) else result
         return await call()
 
 
@@ -120,13 +126,16 @@ def mock_step(
     *,
     error: BaseException | None = None,
     timeout: bool | int = False,
+    callback: Callable[[], Any] | None = None,
 ) -> None:
     """Put a mock in ``rules`` (see :meth:`stepline.testing.WorkflowTestEnv.mock_step`)."""
     validate_step_name(name)
     if timeout is not False and error is not None:
         raise ValueError(f"mock_step({name!r}): give error= or timeout=, not both")
-    if result is _UNSET and error is None and timeout is False:
-        raise ValueError(f"mock_step({name!r}): give a result=, an error= or timeout=")
+    if result is not _UNSET and callback is not None:
+        raise ValueError(f"mock_step({name!r}): give a result or a callback, not both")
+    if result is _UNSET and error is None and timeout is False and callback is None:
+        raise ValueError(f"mock_step({name!r}): give a result, callback=, error= or timeout=")
     fails = None
     if isinstance(error, StepError):
         fails = error.times
@@ -134,7 +143,9 @@ def mock_step(
         if isinstance(timeout, bool) or timeout < 1:
             raise ValueError("timeout= is True (every attempt) or a number of attempts from 1")
         fails = timeout
-    rules.steps[name] = StepMock(result, error, fails, timeout=timeout is not False)
+    rules.steps[name] = StepMock(
+        result, error, fails, timeout=timeout is not False, callback=callback
+    )
 
 
 def stub(rules: Rules, workflow: str, output: Any, error: str | None) -> None:

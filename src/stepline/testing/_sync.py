@@ -4,7 +4,7 @@ runs the async environment's on the sync facade's event loop (:mod:`stepline.syn
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -36,8 +36,9 @@ class TestInstanceSync:
         *,
         error: BaseException | None = None,
         timeout: bool | int = False,
+        callback: Callable[[], Any] | None = None,
     ) -> None:
-        self.instance.mock_step(name, result, error=error, timeout=timeout)
+        self.instance.mock_step(name, result, error=error, timeout=timeout, callback=callback)
 
     def mock_event_timeout(self, name: str) -> None:
         self.instance.mock_event_timeout(name)
@@ -163,8 +164,9 @@ class WorkflowTestEnvSync:
         *,
         error: BaseException | None = None,
         timeout: bool | int = False,
+        callback: Callable[[], Any] | None = None,
     ) -> None:
-        self.env.mock_step(name, result, error=error, timeout=timeout)
+        self.env.mock_step(name, result, error=error, timeout=timeout, callback=callback)
 
     def mock_event_timeout(self, name: str) -> None:
         self.env.mock_event_timeout(name)
