@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from shop import checkout, order, payment
+from shopflows import checkout, order, payment
 
 from stepline import NonRetryableError
 from stepline.testing import StepError, WorkflowTestEnv

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from shop import checkout
+from shopflows import checkout
 
 from stepline.testing import WorkflowTestEnv, WorkflowTestEnvSync
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from shop import checkout
+from shopflows import checkout
 
 from stepline import WorkflowEvent, WorkflowStep, workflow
 from stepline.testing import ReplayError, WorkflowTestEnv
