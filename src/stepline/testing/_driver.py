@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
+from .._runtime.calls import IN_CALLBACK
 from ..clock import ManualClock
 from ..engine import Engine
 from ._mocks import TestHooks
@@ -24,7 +25,7 @@ class StallError(AssertionError):
 class Driver:
     """Runs one environment's engine and moves its virtual clock."""
 
-    __slots__ = ("_clock", "_driving", "_engine", "_hooks", "stall_after")
+    __slots__ = ("_clock", "_engine", "_hooks", "_lock", "stall_after")
 
     def __init__(
         self, engine: Engine, clock: ManualClock, hooks: TestHooks, stall_after: float
@@ -32,39 +33,40 @@ class Driver:
         self._engine = engine
         self._clock = clock
         self._hooks = hooks
-        self._driving = False
+        self._lock = asyncio.Lock()
+        """Held while instances run: a test's concurrent calls take turns."""
         self.stall_after = stall_after
         """Real seconds a run may take before :class:`StallError` names the steps in flight."""
 
-    @property
-    def driving(self) -> bool:
-        """Whether instances are running now (a step's callback may be calling the env)."""
-        return self._driving
+    @staticmethod
+    def in_callback() -> bool:
+        """Whether the caller is a step's callback (run by the env itself)."""
+        return IN_CALLBACK.get() is not None
 
     async def run_until_idle(self) -> int:
         """Run every instance until none can go on at the current virtual time; return how many
         activations ran."""
-        if self._driving:
+        if self.in_callback():
             raise RuntimeError(
-                "the env is already running instances (is this called from a step's callback?); "
+                "a step's callback cannot run the env's instances (it runs inside that run); "
                 "only advance() may be awaited there, to make the step take virtual time"
             )
-        self._driving = True
-        try:
-            task = asyncio.ensure_future(self._drain())
-            done, _ = await asyncio.wait({task}, timeout=self.stall_after)
-            if not done:
-                running = sorted(self._hooks.in_flight.values()) or ["(none: engine work)"]
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                raise StallError(
-                    f"instances still running after {self.stall_after:g} s of real time, in "
-                    f"{', '.join(running)}; virtual time does not pass while a step's callback "
-                    "runs: mock the step, or make it take virtual time with `await env.advance()`"
-                )
-            return task.result()
-        finally:
-            self._driving = False
+        async with self._lock:
+            return await self._run()
+
+    async def _run(self) -> int:
+        task = asyncio.ensure_future(self._drain())
+        done, _ = await asyncio.wait({task}, timeout=self.stall_after)
+        if not done:
+            running = sorted(self._hooks.in_flight.values()) or ["(none: engine work)"]
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise StallError(
+                f"instances still running after {self.stall_after:g} s of real time, in "
+                f"{', '.join(running)}; virtual time does not pass while a step's callback "
+                "runs: mock the step, or make it take virtual time with `await env.advance()`"
+            )
+        return task.result()
 
     async def _drain(self) -> int:
         total = 0
@@ -89,28 +91,30 @@ class Driver:
         if seconds < 0:
             raise ValueError(f"time only moves forward: cannot advance by {seconds:g} seconds")
         target = self._clock() + seconds
-        if self._driving:
+        if self.in_callback():
             self.move(target)
             # Let a timeout the move fired reach the attempt's callback here, where it waits,
             # rather than later in the engine's code.
             await asyncio.sleep(0)
             return
-        while True:
-            await self.run_until_idle()
-            nxt = await self.next_timer()
-            if nxt is None or nxt > target or nxt <= self._clock():
-                break
-            self.move(nxt)
-        self.move(target)
-        await self.run_until_idle()
+        async with self._lock:
+            while True:
+                await self._run()
+                nxt = await self.next_timer()
+                if nxt is None or nxt > target or nxt <= self._clock():
+                    break
+                self.move(nxt)
+            self.move(target)
+            await self._run()
 
     async def skip(self) -> bool:
         """Move the clock to the next timer and run what it wakes; False when nothing can
         happen without the test (no timer, nothing runnable)."""
-        nxt = await self.next_timer()
-        if nxt is None:
-            return False
-        moved = nxt > self._clock()
-        self.move(nxt)
-        ran = await self.run_until_idle()
-        return moved or ran > 0
+        async with self._lock:
+            nxt = await self.next_timer()
+            if nxt is None:
+                return False
+            moved = nxt > self._clock()
+            self.move(nxt)
+            ran = await self._run()
+            return moved or ran > 0

@@ -142,7 +142,7 @@ class WorkflowTestEnv:
         instance at each timer on the way. Awaited in a step's callback, it makes the step take
         that long: the attempt times out if that passes its ``timeout``."""
         seconds = parse_duration(duration, what="advance")
-        if not self._driver.driving:
+        if not self._driver.in_callback():
             await self._open()
         await self._driver.advance(seconds)
 
