@@ -29,5 +29,5 @@ async def test_replay_finds_the_renamed_step() -> None:
         await inst.send_event("approval", {"by": "ada"})
         await inst.wait()
         await env.replay(inst)  # today's code follows its history
-        with pytest.raises(ReplayError, match="'charge card-1'.*'charge-1'"):
+        with pytest.raises(ReplayError, match=r"'charge card-1'.*'charge-1'"):
             await env.replay(inst, checkout_v2)
