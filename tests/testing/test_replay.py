@@ -12,6 +12,10 @@ from stepline.testing import ReplayError, WorkflowTestEnv
 from ._flows import naps
 
 
+def constant(value: str) -> Any:
+    return lambda: value
+
+
 def version(*names: str, output: str = "rested") -> Any:
     @workflow(name="naps")
     async def run(event: WorkflowEvent, step: WorkflowStep) -> Any:
@@ -19,7 +23,7 @@ def version(*names: str, output: str = "rested") -> Any:
             if name.startswith("~"):
                 await step.sleep(name[1:], "1 day")
             else:
-                await step.do(name, lambda: name)
+                await step.do(name, constant(name))
         return output
 
     return run

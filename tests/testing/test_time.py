@@ -3,6 +3,8 @@ timer, on both stores."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from stepline.testing import StallError, StepError, StuckError, WorkflowTestEnv
@@ -43,7 +45,7 @@ async def test_waits_pass_time_until_they_are_satisfied(store_url: str) -> None:
         retried.mock_step("call", error=StepError("down", times=3))
         assert await retried.output() == "called"
         attempts = await retried.attempts("call")
-        gaps = [b.started_at - a.ended_at for a, b in zip(attempts, attempts[1:], strict=False)]
+        gaps = [b.started_at - a.ended_at for a, b in itertools.pairwise(attempts)]
         assert gaps == [3600, 7200, 14400]  # exponential backoff from 1 hour
         await retried.assert_step_ran("call", times=4)
         with pytest.raises(AssertionError, match=r"'call' of flaky/.* ran 4 times, not 2"):
