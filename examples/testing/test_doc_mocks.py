@@ -91,7 +91,7 @@ async def test_events_and_their_timeouts() -> None:
         expired = await env.create(checkout, id="o2", params={"id": "o2", "amount": 1})
         expired.mock_event_timeout("approval")
         assert (await expired.output())["status"] == "expired"
-        assert env.now() == env.clock() and (await expired.steps())[-1].status == "errored"
+        assert (await expired.steps())[-1].status == "errored"  # the wait, timed out
 
 
 @pytest.mark.asyncio
