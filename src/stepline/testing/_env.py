@@ -3,7 +3,7 @@ virtual clock, with mocks and replay checks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -17,7 +17,7 @@ from ..workflow import WorkflowEvent, definition_of, workflow
 from ._awaiting import Tracker, tracked
 from ._driver import Driver
 from ._instance import TestInstance
-from ._mocks import _UNSET, MockError, TestHooks, mock_step, stub, unknown_names
+from ._mocks import MockError, Mocking, Rules, TestHooks, stub, unknown_names
 from ._replay import replay
 from ._stores import Database
 
@@ -25,7 +25,7 @@ DEFAULT_START = 1_767_225_600.0
 """Where the virtual clock starts unless told: 2026-01-01 00:00 UTC, the same in every run."""
 
 
-class WorkflowTestEnv:
+class WorkflowTestEnv(Mocking):
     """A real engine for tests, on a virtual clock.
 
     ``workflows``: those its instances run (more with :meth:`register` before the first
@@ -186,35 +186,10 @@ class WorkflowTestEnv:
         """Send ``instance`` an event (kept until a ``wait_for_event`` of that type takes it)."""
         await instance.client.send_event(type, payload)
 
-    # -- mocks for every instance ----------------------------------------------------------------
+    # -- mocks of every instance (Mocking: mock_step, mock_event_timeout, disable_sleeps) --------
 
-    def mock_step(
-        self,
-        name: str,
-        result: Any = _UNSET,
-        *,
-        error: BaseException | None = None,
-        timeout: bool | int = False,
-        callback: Callable[[], Any] | None = None,
-    ) -> None:
-        """Mock step ``name`` of every instance (:meth:`TestInstance.mock_step`: one instance).
-
-        ``result``: the step returns it without running its callback. ``error``: attempts raise
-        it: a :class:`StepError` with ``times=N`` the first N attempts (then the callback runs,
-        or ``result`` is returned), any other exception every attempt. ``timeout``: attempts
-        time out as if they ran past the step's timeout (``True``: every attempt; N: the first
-        N). ``callback``: runs instead of the step's own (sync or async, no argument). The
-        step's retry policy applies as always, and its outcome is recorded.
-        """
-        mock_step(self.hooks.every, name, result, error=error, timeout=timeout, callback=callback)
-
-    def mock_event_timeout(self, name: str) -> None:
-        """Make every instance's ``wait_for_event`` step ``name`` time out as soon as it waits."""
-        self.hooks.every.event_timeouts[name] = False
-
-    def disable_sleeps(self) -> None:
-        """Make every instance's sleeps end as soon as they start."""
-        self.hooks.every.no_sleeps = True
+    def _mock_rules(self) -> Rules:
+        return self.hooks.every
 
     def stub_workflow(self, name: str, output: Any = None, *, error: str | None = None) -> None:
         """Run every instance of workflow ``name`` (children, typically) as a stub that ends at

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from .._runtime import validate_step_name
 from ..client import Instance
 from ..errors import StepFailedError, WorkflowFailedError
 from ..records import (
@@ -19,7 +18,7 @@ from ..records import (
 )
 from ._awaiting import Tracker, tracked
 from ._driver import Driver
-from ._mocks import _UNSET, MockError, Rules, TestHooks, mock_step, stub, unknown_names
+from ._mocks import MockError, Mocking, Rules, TestHooks, stub, unknown_names
 
 T = TypeVar("T")
 
@@ -35,7 +34,7 @@ class StuckError(AssertionError):
 _NOT_YET: Any = object()
 
 
-class TestInstance:
+class TestInstance(Mocking):
     """An instance of a :class:`~stepline.testing.WorkflowTestEnv` (``await env.create(...)``).
 
     Its coroutine methods run the engine first: those that wait (:meth:`wait`,
@@ -59,37 +58,15 @@ class TestInstance:
     def __repr__(self) -> str:
         return f"<TestInstance {self.workflow}/{self.id}>"
 
-    # -- mocks of this instance ------------------------------------------------------------------
-
-    def mock_step(
-        self,
-        name: str,
-        result: Any = _UNSET,
-        *,
-        error: BaseException | None = None,
-        timeout: bool | int = False,
-        callback: Callable[[], Any] | None = None,
-    ) -> None:
-        """Mock step ``name`` of this instance (see :meth:`WorkflowTestEnv.mock_step`)."""
-        mock_step(self._rules, name, result, error=error, timeout=timeout, callback=callback)
-
-    def mock_event_timeout(self, name: str) -> None:
-        """Make this instance's ``wait_for_event`` step ``name`` time out as soon as it waits."""
-        validate_step_name(name)
-        self._rules.event_timeouts[name] = False
-
-    def disable_sleeps(self) -> None:
-        """Make this instance's sleeps end as soon as they start."""
-        self._rules.no_sleeps = True
+    # -- mocks of this instance (Mocking: mock_step, mock_event_timeout, disable_sleeps) ---------
 
     def stub_child(self, workflow: str, output: Any = None, *, error: str | None = None) -> None:
         """Run the children of ``workflow`` this instance starts as a stub: they end at once,
         complete with ``output``, or errored with ``error`` (the workflow must be registered, or
         stubbed for every instance with :meth:`WorkflowTestEnv.stub_workflow`)."""
-        stub(self._rules, workflow, output, error)
+        stub(self._mock_rules(), workflow, output, error)
 
-    @property
-    def _rules(self) -> Rules:
+    def _mock_rules(self) -> Rules:
         return self._hooks.rules((self.workflow, self.id))
 
     # -- the engine's view -----------------------------------------------------------------------

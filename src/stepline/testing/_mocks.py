@@ -119,33 +119,52 @@ class Rules:
         return found
 
 
-def mock_step(
-    rules: Rules,
-    name: str,
-    result: Any = _UNSET,
-    *,
-    error: BaseException | None = None,
-    timeout: bool | int = False,
-    callback: Callable[[], Any] | None = None,
-) -> None:
-    """Put a mock in ``rules`` (see :meth:`stepline.testing.WorkflowTestEnv.mock_step`)."""
-    validate_step_name(name)
-    if timeout is not False and error is not None:
-        raise ValueError(f"mock_step({name!r}): give error= or timeout=, not both")
-    if result is not _UNSET and callback is not None:
-        raise ValueError(f"mock_step({name!r}): give a result or a callback, not both")
-    if result is _UNSET and error is None and timeout is False and callback is None:
-        raise ValueError(f"mock_step({name!r}): give a result, callback=, error= or timeout=")
-    fails = None
-    if isinstance(error, StepError):
-        fails = error.times
-    if timeout is not False and timeout is not True:
-        if isinstance(timeout, bool) or timeout < 1:
-            raise ValueError("timeout= is True (every attempt) or a number of attempts from 1")
-        fails = timeout
-    rules.steps[name] = StepMock(
-        result, error, fails, timeout=timeout is not False, callback=callback
-    )
+class Mocking:
+    """The mock methods an environment and its instances share, on the rules that
+    :meth:`_mock_rules` gives (every instance's, or one's)."""
+
+    def _mock_rules(self) -> Rules:
+        raise NotImplementedError
+
+    def mock_step(
+        self,
+        name: str,
+        result: Any = _UNSET,
+        *,
+        error: BaseException | None = None,
+        timeout: bool | int = False,
+        callback: Callable[[], Any] | None = None,
+    ) -> None:
+        """Mock step ``name``. ``result``: the step returns it without running its callback.
+        ``error``: attempts raise it: a :class:`StepError` with ``times=N`` the first N attempts
+        (then the callback runs, or ``result`` is returned), any other exception every attempt.
+        ``timeout``: attempts time out as if they ran past the step's timeout (``True``: every
+        attempt; N: the first N). ``callback``: runs instead of the step's own (sync or async,
+        no argument). The step's retry policy applies as always, and its outcome is recorded.
+        """
+        validate_step_name(name)
+        if timeout is not False and error is not None:
+            raise ValueError(f"mock_step({name!r}): give error= or timeout=, not both")
+        if result is not _UNSET and callback is not None:
+            raise ValueError(f"mock_step({name!r}): give a result or a callback, not both")
+        if result is _UNSET and error is None and timeout is False and callback is None:
+            raise ValueError(f"mock_step({name!r}): give a result, callback=, error= or timeout=")
+        fails = error.times if isinstance(error, StepError) else None
+        if timeout is not False and timeout is not True:
+            if isinstance(timeout, bool) or timeout < 1:
+                raise ValueError("timeout= is True (every attempt) or a number of attempts from 1")
+            fails = timeout
+        mock = StepMock(result, error, fails, timeout=timeout is not False, callback=callback)
+        self._mock_rules().steps[name] = mock
+
+    def mock_event_timeout(self, name: str) -> None:
+        """Make the ``wait_for_event`` step ``name`` time out as soon as it waits."""
+        validate_step_name(name)
+        self._mock_rules().event_timeouts[name] = False
+
+    def disable_sleeps(self) -> None:
+        """Make sleeps end as soon as they start."""
+        self._mock_rules().no_sleeps = True
 
 
 def stub(rules: Rules, workflow: str, output: Any, error: str | None) -> None:

@@ -4,7 +4,7 @@ runs the async environment's on the sync facade's event loop (:mod:`stepline.syn
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -15,10 +15,10 @@ from ..records import Attempt, InstanceStatus, InstanceStatusName, StepRecord
 from ..sync import _Portal
 from ._env import WorkflowTestEnv
 from ._instance import TestInstance
-from ._mocks import _UNSET
+from ._mocks import Mocking, Rules
 
 
-class TestInstanceSync:
+class TestInstanceSync(Mocking):
     """Blocking twin of :class:`~stepline.testing.TestInstance` (same methods)."""
 
     __test__ = False  # not a pytest test class
@@ -29,22 +29,8 @@ class TestInstanceSync:
         self.id = instance.id
         self.workflow = instance.workflow
 
-    def mock_step(
-        self,
-        name: str,
-        result: Any = _UNSET,
-        *,
-        error: BaseException | None = None,
-        timeout: bool | int = False,
-        callback: Callable[[], Any] | None = None,
-    ) -> None:
-        self.instance.mock_step(name, result, error=error, timeout=timeout, callback=callback)
-
-    def mock_event_timeout(self, name: str) -> None:
-        self.instance.mock_event_timeout(name)
-
-    def disable_sleeps(self) -> None:
-        self.instance.disable_sleeps()
+    def _mock_rules(self) -> Rules:
+        return self.instance._mock_rules()
 
     def stub_child(self, workflow: str, output: Any = None, *, error: str | None = None) -> None:
         self.instance.stub_child(workflow, output, error=error)
@@ -86,7 +72,7 @@ class TestInstanceSync:
         return self._portal.call(self.instance.rollback())
 
 
-class WorkflowTestEnvSync:
+class WorkflowTestEnvSync(Mocking):
     """Blocking twin of :class:`~stepline.testing.WorkflowTestEnv` (same arguments, same
     methods): ``with WorkflowTestEnvSync([Checkout]) as env: ...``."""
 
@@ -157,22 +143,8 @@ class WorkflowTestEnvSync:
     def send_event(self, instance: TestInstanceSync, type: str, payload: Any = None) -> None:
         self._portal.call(self.env.send_event(instance.instance, type, payload))
 
-    def mock_step(
-        self,
-        name: str,
-        result: Any = _UNSET,
-        *,
-        error: BaseException | None = None,
-        timeout: bool | int = False,
-        callback: Callable[[], Any] | None = None,
-    ) -> None:
-        self.env.mock_step(name, result, error=error, timeout=timeout, callback=callback)
-
-    def mock_event_timeout(self, name: str) -> None:
-        self.env.mock_event_timeout(name)
-
-    def disable_sleeps(self) -> None:
-        self.env.disable_sleeps()
+    def _mock_rules(self) -> Rules:
+        return self.env._mock_rules()
 
     def stub_workflow(self, name: str, output: Any = None, *, error: str | None = None) -> None:
         self.env.stub_workflow(name, output, error=error)
