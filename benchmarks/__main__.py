@@ -20,6 +20,7 @@ from . import (
     sequential,
     throughput,
     triggers,
+    virtual_time,
 )
 from ._config import config_from, parser
 from ._run import Benchmark, execute
@@ -34,6 +35,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     latency.NAME: latency.run,
     loops.NAME: loops.run,
     triggers.NAME: triggers.run,
+    virtual_time.NAME: virtual_time.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 

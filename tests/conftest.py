@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from stepline import Engine, ManualClock
+from stepline.testing import WorkflowTestEnv
 
 from ._pg import drop_schema, pg_admin_url
 
@@ -101,6 +102,20 @@ def make_engine(store_url: str) -> EngineFactory:
         engine = Engine(store_url, workflows, **options)
         async with engine:
             yield engine
+
+    return factory
+
+
+TestEnvFactory = Callable[..., WorkflowTestEnv]
+
+
+@pytest.fixture
+def make_test_env(store_url: str, clock: ManualClock) -> TestEnvFactory:
+    """``async with make_test_env([Wf]) as env:``: the testing toolkit's environment
+    (:mod:`stepline.testing`) on the store under test, on the test's clock."""
+
+    def factory(workflows: Any = (), **options: Any) -> WorkflowTestEnv:
+        return WorkflowTestEnv(workflows, store=store_url, clock=clock, **options)
 
     return factory
 

@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from ._json import DEFAULT_MAX_PAYLOAD
+from ._runtime import RuntimeHooks
 from .client import Instance, WorkflowBinding, check_listing
 from .clock import SystemClock
 from .durations import Duration, parse_duration
@@ -58,6 +59,9 @@ class Engine:
     in their ``limits``; registering a workflow that names one not given raises
     :class:`~stepline.DefinitionError`. Opening stores them with the workflows' own limits,
     which every worker's claims then apply.
+
+    ``hooks``: the runtime's seam for :mod:`stepline.testing` (mocked steps, a virtual attempt
+    clock); applications leave it out.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class Engine:
         listeners: Iterable[Listener] = (),
         create: bool = True,
         limits: Iterable[Limit] = (),
+        hooks: RuntimeHooks | None = None,
     ) -> None:
         self.url = url or os.environ.get("STEPLINE_DATABASE_URL") or DEFAULT_URL
         if concurrency < 1:
@@ -111,6 +116,7 @@ class Engine:
         self._run_worker = worker
         self._worker_id = worker_id
         self._listeners = tuple(listeners)
+        self._hooks = hooks
         self._worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
         self._scheduler: Scheduler | None = None
@@ -196,6 +202,7 @@ class Engine:
                 self.settings,
                 worker_id=self._worker_id,
                 listeners=self._listeners,
+                hooks=self._hooks,
             )
         return self._worker
 

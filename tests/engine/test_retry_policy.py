@@ -15,7 +15,6 @@ import pytest
 
 from stepline import (
     DEFAULT_NON_RETRYABLE,
-    ManualClock,
     NonRetryableError,
     RetryConfig,
     StepConfig,
@@ -25,7 +24,7 @@ from stepline import (
 from stepline import workflow as workflow_decorator
 from stepline.config import parse_step_config
 
-from ..conftest import EngineFactory, drain
+from ..conftest import TestEnvFactory
 
 # -- construction validates ----------------------------------------------------------------------
 
@@ -160,14 +159,13 @@ CASES: list[tuple[str, str, bool]] = [
 ]
 
 
-async def test_which_errors_fail_at_once(make_engine: EngineFactory, clock: ManualClock) -> None:
-    async with make_engine([raiser], clock=clock) as engine:
-        wf = engine.workflow("raiser")
+async def test_which_errors_fail_at_once(make_test_env: TestEnvFactory) -> None:
+    async with make_test_env([raiser]) as env:
         for index, (error, config, _) in enumerate(CASES):
-            await wf.create(f"case-{index}", {"error": error, "config": config})
-        await drain(engine)
+            await env.create(raiser, f"case-{index}", {"error": error, "config": config})
+        await env.run_until_idle()
         for index, (error, config, at_once) in enumerate(CASES):
-            instance = await wf.get(f"case-{index}")
+            instance = await env.get(raiser, f"case-{index}")
             status = await instance.status()
             (record,) = await instance.steps()
             assert len(record.attempts) == 1, (error, config, record)
@@ -181,7 +179,7 @@ async def test_which_errors_fail_at_once(make_engine: EngineFactory, clock: Manu
             else:
                 assert status.status == "waiting", (error, config, status)
                 assert record.status == "waiting" and record.wake_at is not None
-                assert record.wake_at - clock() == pytest.approx(10.0, abs=1.0)
+                assert record.wake_at - env.now() == pytest.approx(10.0, abs=1.0)
 
 
 def test_describe_shows_the_option_by_name() -> None:

@@ -17,7 +17,7 @@ from stepline import (
     workflow,
 )
 
-from ..conftest import EngineFactory, drain
+from ..conftest import EngineFactory, TestEnvFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 
@@ -53,18 +53,18 @@ def _reset() -> None:
 
 
 async def test_sleep_suspends_and_wakes_on_time(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory, clock: ManualClock
 ) -> None:
-    async with make_engine([sleeper], clock=clock) as engine:
-        inst = await engine.workflow("sleeper").create()
-        await drain(engine)
-        rec = await inst.record()
+    async with make_test_env([sleeper]) as env:
+        inst = await env.create("sleeper")
+        await env.run_until_idle()
+        rec = await inst.client.record()
         assert rec.status == "waiting" and rec.ready_at == pytest.approx(clock() + 7200)
-        assert engine.worker.active_count == 0  # nothing held in memory while sleeping
-        clock.advance(7199)
-        assert await engine.worker.run_once() == 0
-        clock.advance(1)
-        await drain(engine)
+        assert env.engine.worker.active_count == 0  # nothing held in memory while sleeping
+        await env.advance(7199)
+        assert await env.run_until_idle() == 0
+        await env.advance(1)
+        await env.run_until_idle()
         assert (await inst.status()).output == "woke"
         assert RUNS == ["before", "after"]
         nap = next(s for s in await inst.steps() if s.kind == "sleep")
@@ -86,7 +86,7 @@ async def test_sleep_survives_engine_restart(
     del inst
 
 
-async def test_sleep_until(make_engine: EngineFactory, clock: ManualClock) -> None:
+async def test_sleep_until(make_test_env: TestEnvFactory, clock: ManualClock) -> None:
     target = datetime.fromtimestamp(clock() + 500, UTC)
 
     @workflow(name="until")
@@ -95,12 +95,12 @@ async def test_sleep_until(make_engine: EngineFactory, clock: ManualClock) -> No
         await step.sleep_until("past", clock() - 100)  # already due: no wait
         return "rang"
 
-    async with make_engine([until], clock=clock) as engine:
-        inst = await engine.workflow("until").create()
-        await drain(engine)
-        assert (await inst.record()).ready_at == pytest.approx(target.timestamp())
-        clock.advance(500)
-        await drain(engine)
+    async with make_test_env([until]) as env:
+        inst = await env.create("until")
+        await env.run_until_idle()
+        assert (await inst.client.record()).ready_at == pytest.approx(target.timestamp())
+        await env.advance(500)
+        await env.run_until_idle()
         assert (await inst.status()).output == "rang"
 
 
@@ -117,27 +117,27 @@ async def test_real_time_sleep_wakes_with_running_worker(make_engine: EngineFact
 
 
 async def test_events_sent_before_the_wait_are_buffered_in_order(
-    make_engine: EngineFactory,
+    make_test_env: TestEnvFactory,
 ) -> None:
-    async with make_engine([waiter]) as engine:
-        inst = await engine.workflow("waiter").create()
+    async with make_test_env([waiter]) as env:
+        inst = await env.create("waiter")
         await inst.send_event("approval", {"n": 1})
         await inst.send_event("other", {"ignored": True})
         await inst.send_event("approval", {"n": 2})
-        await drain(engine)
+        await env.run_until_idle()
         assert (await inst.status()).output == [{"n": 1}, {"n": 2}, "approval"]
 
 
-async def test_event_wakes_a_waiting_instance(make_engine: EngineFactory) -> None:
-    async with make_engine([waiter]) as engine:
-        inst = await engine.workflow("waiter").create()
-        await drain(engine)
+async def test_event_wakes_a_waiting_instance(make_test_env: TestEnvFactory) -> None:
+    async with make_test_env([waiter]) as env:
+        inst = await env.create("waiter")
+        await env.run_until_idle()
         assert (await inst.status()).status == "waiting"
         await inst.send_event("approval", "yes")
-        await drain(engine)
+        await env.run_until_idle()
         assert (await inst.status()).status == "waiting"
         await inst.send_event("approval", "again")
-        await drain(engine)
+        await env.run_until_idle()
         status = await inst.status()
         assert status.output == ["yes", "again", "approval"]
         steps = await inst.steps()
@@ -145,27 +145,27 @@ async def test_event_wakes_a_waiting_instance(make_engine: EngineFactory) -> Non
 
 
 async def test_wait_timeout_raises_and_is_catchable(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory, clock: ManualClock
 ) -> None:
-    async with make_engine([timeouts], clock=clock) as engine:
-        inst = await engine.workflow("timeouts").create()
-        await drain(engine)
-        assert (await inst.record()).ready_at == pytest.approx(clock() + 600)
-        clock.advance(600)
-        await drain(engine)
+    async with make_test_env([timeouts]) as env:
+        inst = await env.create("timeouts")
+        await env.run_until_idle()
+        assert (await inst.client.record()).ready_at == pytest.approx(clock() + 600)
+        await env.advance(600)
+        await env.run_until_idle()
         assert (await inst.status()).output == "gave up"
         (wait,) = await inst.steps()
         assert wait.status == "errored" and wait.error["name"] == "StepTimeoutError"  # type: ignore[index]
 
 
 async def test_uncaught_wait_timeout_errors_the_instance(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory, clock: ManualClock
 ) -> None:
-    async with make_engine([waiter], clock=clock) as engine:
-        inst = await engine.workflow("waiter").create()
-        await drain(engine)
-        clock.advance(3600)
-        await drain(engine)
+    async with make_test_env([waiter]) as env:
+        inst = await env.create("waiter")
+        await env.run_until_idle()
+        await env.advance(3600)
+        await env.run_until_idle()
         status = await inst.status()
         assert status.status == "errored"
         assert status.error is not None and status.error["name"] == "StepTimeoutError"
@@ -207,7 +207,7 @@ async def test_event_payload_must_be_json(make_engine: EngineFactory) -> None:
             await inst.send_event("approval", object())
 
 
-async def test_event_sent_while_running_is_not_lost(make_engine: EngineFactory) -> None:
+async def test_event_sent_while_running_is_not_lost(make_test_env: TestEnvFactory) -> None:
     """An event that arrives after the activation read its events must still wake it."""
     sent = {"done": False}
     holder: dict[str, Any] = {}
@@ -223,9 +223,9 @@ async def test_event_sent_while_running_is_not_lost(make_engine: EngineFactory) 
         await step.do("send", send_now)
         return (await step.wait_for_event("go", type="go", timeout="1 day")).payload
 
-    async with make_engine([race]) as engine:
-        holder["inst"] = inst = await engine.workflow("race").create()
-        await drain(engine)
+    async with make_test_env([race]) as env:
+        holder["inst"] = inst = await env.create("race")
+        await env.run_until_idle()
         assert (await inst.status()).output == "late"
 
 
@@ -247,37 +247,37 @@ async def _slow_step() -> str:
 
 
 async def test_a_sleep_is_written_once_and_read_complete_after_its_wake_time(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory, clock: ManualClock
 ) -> None:
     """Waking writes nothing for the sleep: its one record (written when it started) reads as
     complete, ended at its wake time, once that time has passed."""
-    async with make_engine([naps], clock=clock) as engine:
-        inst = await engine.workflow("naps").create()
-        await drain(engine)
+    async with make_test_env([naps]) as env:
+        inst = await env.create("naps")
+        await env.run_until_idle()
         writes: list[tuple[str, str]] = []
-        record_step = engine.store.record_step
+        record_step = env.engine.store.record_step
 
         async def counting(lease: Any, write: Any, now: float) -> str:
             writes.append((write.name, write.status))
             return await record_step(lease, write, now)
 
-        finish = engine.store.finish
+        finish = env.engine.store.finish
 
         async def finishing(lease: Any, end: Any, now: float) -> str:
             writes.extend((write.name, write.status) for write in end.steps)
             return await finish(lease, end, now)
 
-        engine.store.record_step = counting  # type: ignore[method-assign]
-        engine.store.finish = finishing  # type: ignore[method-assign]
+        env.engine.store.record_step = counting  # type: ignore[method-assign]
+        env.engine.store.finish = finishing  # type: ignore[method-assign]
         [first] = await inst.steps()
         assert (first.status, first.ended_at) == ("waiting", None)
-        clock.advance(10)
+        clock.advance(10)  # the clock alone: nothing runs
         # due, not yet woken: the sleep is over
-        [first] = await inst.steps()
+        [first] = await inst.client.steps()
         assert (first.status, first.ended_at) == ("complete", first.wake_at)
-        await drain(engine)
-        clock.advance(10)
-        await drain(engine)
+        await env.run_until_idle()
+        await env.advance(10)
+        await env.run_until_idle()
         assert (await inst.status()).output == "rested"
         steps = await inst.steps()
         assert [(s.name, s.status, s.ended_at) for s in steps] == [
@@ -289,14 +289,14 @@ async def test_a_sleep_is_written_once_and_read_complete_after_its_wake_time(
 
 
 async def test_a_sleep_cut_short_by_termination_stays_waiting(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory, clock: ManualClock
 ) -> None:
-    async with make_engine([naps], clock=clock) as engine:
-        inst = await engine.workflow("naps").create()
-        await drain(engine)
-        clock.advance(5)
-        await inst.terminate()
-        clock.advance(60)
+    async with make_test_env([naps]) as env:
+        inst = await env.create("naps")
+        await env.run_until_idle()
+        await env.advance(5)
+        await inst.client.terminate()
+        await env.advance(60)
         [first] = await inst.steps()
         assert (first.status, first.ended_at) == ("waiting", None)
         assert (await inst.status()).status == "terminated"

@@ -21,7 +21,7 @@ from stepline import (
 from stepline._runtime import RunningMarks
 from stepline.workflow import definition_of
 
-from ..conftest import EngineFactory, drain
+from ..conftest import EngineFactory, TestEnvFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 
@@ -147,7 +147,7 @@ async def test_same_name_twice_is_two_steps(make_engine: EngineFactory) -> None:
     [("constant", [10, 10, 10]), ("linear", [10, 20, 30]), ("exponential", [10, 20, 40])],
 )
 async def test_retry_counts_and_delays(
-    make_engine: EngineFactory, clock: ManualClock, backoff: str, expected: list[float]
+    make_test_env: TestEnvFactory, backoff: str, expected: list[float]
 ) -> None:
     def flaky() -> str:
         if bump("flaky") <= 3:
@@ -159,20 +159,20 @@ async def test_retry_counts_and_delays(
         cfg = {"retries": {"limit": 5, "delay": "10 seconds", "backoff": backoff}}
         return await step.do("flaky", cfg, flaky)
 
-    async with make_engine([retry], clock=clock) as engine:
-        inst = await engine.workflow("retry").create()
+    async with make_test_env([retry]) as env:
+        inst = await env.create("retry")
         waits = []
         for _ in range(3):
-            await drain(engine)
-            rec = await inst.record()
+            await env.run_until_idle()
+            rec = await inst.client.record()
             assert rec.status == "waiting"
             assert rec.ready_at is not None
-            waits.append(round(rec.ready_at - clock()))
+            waits.append(round(rec.ready_at - env.now()))
             # not a moment early
-            clock.advance(rec.ready_at - clock() - 0.5)
-            assert await engine.worker.run_once() == 0
-            clock.advance(0.5)
-        await drain(engine)
+            await env.advance(rec.ready_at - env.now() - 0.5)
+            assert await env.run_until_idle() == 0
+            await env.advance(0.5)
+        await env.run_until_idle()
         assert waits == expected
         status = await inst.status()
         assert status.status == "complete" and status.output == "ok"
@@ -182,9 +182,7 @@ async def test_retry_counts_and_delays(
         assert CALLS["flaky"] == 4
 
 
-async def test_retries_exhausted_raise_inside_run(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_retries_exhausted_raise_inside_run(make_test_env: TestEnvFactory) -> None:
     def always() -> None:
         bump("always")
         raise ValueError("nope")
@@ -195,11 +193,11 @@ async def test_retries_exhausted_raise_inside_run(
             "always", {"retries": {"limit": 2, "delay": 1, "backoff": "constant"}}, always
         )
 
-    async with make_engine([exhaust], clock=clock) as engine:
-        inst = await engine.workflow("exhaust").create()
+    async with make_test_env([exhaust]) as env:
+        inst = await env.create("exhaust")
         for _ in range(5):
-            await drain(engine)
-            clock.advance(1)
+            await env.run_until_idle()
+            await env.advance(1)
         status = await inst.status()
         assert status.status == "errored"
         assert status.error == {"name": "ValueError", "message": "nope"}
@@ -208,9 +206,7 @@ async def test_retries_exhausted_raise_inside_run(
         assert step.status == "errored" and len(step.attempts) == 3
 
 
-async def test_callable_delay_receives_attempt_and_error(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_callable_delay_receives_attempt_and_error(make_test_env: TestEnvFactory) -> None:
     seen: list[tuple[int, str]] = []
 
     def delay(attempt: int, error: BaseException) -> str:
@@ -226,15 +222,15 @@ async def test_callable_delay_receives_attempt_and_error(
     async def cd(event: WorkflowEvent, step: WorkflowStep) -> Any:
         return await step.do("f", {"retries": {"delay": delay}}, fails_twice)
 
-    async with make_engine([cd], clock=clock) as engine:
-        inst = await engine.workflow("cd").create()
-        await drain(engine)
-        assert round((await inst.record()).ready_at - clock()) == 7  # type: ignore[operator]
-        clock.advance(7)
-        await drain(engine)
-        assert round((await inst.record()).ready_at - clock()) == 14  # type: ignore[operator]
-        clock.advance(14)
-        await drain(engine)
+    async with make_test_env([cd]) as env:
+        inst = await env.create("cd")
+        await env.run_until_idle()
+        assert round((await inst.client.record()).ready_at - env.now()) == 7  # type: ignore[operator]
+        await env.advance(7)
+        await env.run_until_idle()
+        assert round((await inst.client.record()).ready_at - env.now()) == 14  # type: ignore[operator]
+        await env.advance(14)
+        await env.run_until_idle()
         assert (await inst.status()).status == "complete"
         assert seen == [(1, "e1"), (2, "e2")]
 
@@ -285,9 +281,7 @@ async def test_timeout_is_retried_then_fails(
         assert CALLS["slow"] == 2
 
 
-async def test_caught_failure_replays_without_rerunning(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_caught_failure_replays_without_rerunning(make_test_env: TestEnvFactory) -> None:
     def broken() -> None:
         bump("broken")
         raise NonRetryableError("bad input")
@@ -304,11 +298,11 @@ async def test_caught_failure_replays_without_rerunning(
         await step.sleep("nap", "1 minute")  # forces a second activation (a replay)
         return fallback
 
-    async with make_engine([catch], clock=clock) as engine:
-        inst = await engine.workflow("catch").create()
-        await drain(engine)
-        clock.advance(60)
-        await drain(engine)
+    async with make_test_env([catch]) as env:
+        inst = await env.create("catch")
+        await env.run_until_idle()
+        await env.advance(60)
+        await env.run_until_idle()
         status = await inst.status()
         assert status.status == "complete" and status.output == "fallback"
         assert CALLS["broken"] == 1
@@ -339,9 +333,7 @@ async def test_unstorable_result_ends_instance(
         assert CALLS["bad"] == 1  # not retried
 
 
-async def test_parallel_steps_run_at_once_and_replay(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_parallel_steps_run_at_once_and_replay(make_test_env: TestEnvFactory) -> None:
     running = 0
     peak = 0
 
@@ -362,19 +354,17 @@ async def test_parallel_steps_run_at_once_and_replay(
         await step.sleep("after", 10)
         return results
 
-    async with make_engine([par], clock=clock) as engine:
-        inst = await engine.workflow("par").create()
-        await drain(engine)
+    async with make_test_env([par]) as env:
+        inst = await env.create("par")
+        await env.run_until_idle()
         assert peak == 2
-        clock.advance(10)
-        await drain(engine)
+        await env.advance(10)
+        await env.run_until_idle()
         assert (await inst.status()).output == ["b", "c"]
         assert CALLS == {"b": 1, "c": 1}
 
 
-async def test_parallel_branch_suspends_while_other_finishes(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_parallel_branch_suspends_while_other_finishes(make_test_env: TestEnvFactory) -> None:
     async def branch_a(step: WorkflowStep) -> str:
         await step.sleep("a sleeps", 30)
         return await step.do("a work", lambda: "a")
@@ -387,15 +377,15 @@ async def test_parallel_branch_suspends_while_other_finishes(
     async def mixed(event: WorkflowEvent, step: WorkflowStep) -> Any:
         return await asyncio.gather(branch_a(step), branch_b(step))
 
-    async with make_engine([mixed], clock=clock) as engine:
-        inst = await engine.workflow("mixed").create()
-        await drain(engine)
-        rec = await inst.record()
+    async with make_test_env([mixed]) as env:
+        inst = await env.create("mixed")
+        await env.run_until_idle()
+        rec = await inst.client.record()
         assert rec.status == "waiting"
         done = {s.display_name: s.status for s in await inst.steps()}
         assert done == {"a sleeps-1": "waiting", "b1-1": "complete", "b2-1": "complete"}
-        clock.advance(30)
-        await drain(engine)
+        await env.advance(30)
+        await env.run_until_idle()
         assert (await inst.status()).output == ["a", "b!"]
         assert CALLS == {"b1": 1, "b2": 1}
 

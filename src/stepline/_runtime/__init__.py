@@ -22,12 +22,13 @@ the settings a worker gives), ``replay`` (step names and history lookup), ``dive
 replay that left its history), ``quiesce`` (parking, holding, suspension), ``writer`` (step
 records), ``marks`` (the attempt clock), ``do``, ``waits``, ``children``, ``rollback`` (the
 step kinds), ``calls`` (step calls never awaited), ``signals`` (the runtime's own exceptions,
-stored errors).
+stored errors), ``hooks`` (the seam a test harness overrides).
 """
 
 from .._callbacks import invoke
 from .activation import Activation
-from .do import INTERRUPTED_ATTEMPT
+from .do import INTERRUPTED_ATTEMPT, timeout_error
+from .hooks import RuntimeHooks
 from .marks import RECORD_RUNNING_AFTER, RunningMarks
 from .replay import validate_step_name
 from .signals import ActivationAborted, error_info
@@ -40,7 +41,9 @@ __all__ = [
     "ActivationAborted",
     "ActivationSettings",
     "RunningMarks",
+    "RuntimeHooks",
     "error_info",
     "invoke",
+    "timeout_error",
     "validate_step_name",
 ]

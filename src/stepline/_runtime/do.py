@@ -40,6 +40,11 @@ INTERRUPTED_ATTEMPT = {
 """The error of an attempt whose activation stopped while it ran."""
 
 
+def timeout_error(label: str, attempt: int, timeout: float) -> StepTimeoutError:
+    """The error of an attempt that ran past its timeout."""
+    return StepTimeoutError(f"step {label!r} attempt {attempt} timed out after {timeout:g} seconds")
+
+
 async def do(
     state: ActivationState,
     name: str,
@@ -121,19 +126,26 @@ async def run_attempts(
         try:
             if state.settings.listeners:
                 state.emit("step_start", {"step": label, "attempt": number})
+            hooks = state.settings.hooks
+            context = None
             if undoing is not None:
                 context = _context(state, step, number, cfg)
                 args = rollback_arguments(shape.arity, *undoing, context)
+            elif shape.arity or hooks is not None:
+                context = _context(state, step, number, cfg)
+                args = (context,) if shape.arity else ()
             else:
-                args = (_context(state, step, number, cfg),) if shape.arity else ()
+                args = ()
             inside = IN_CALLBACK.set(label)
             try:
-                result = await invoke(callback, shape.is_async, args)
+                if hooks is None or context is None:
+                    result = await invoke(callback, shape.is_async, args)
+                else:
+                    call = functools.partial(invoke, callback, shape.is_async, args)
+                    result = await hooks.attempt(context, call)
             except asyncio.CancelledError:
                 if mark.timed_out():
-                    raise StepTimeoutError(
-                        f"step {label!r} attempt {number} timed out after {cfg.timeout:g} seconds"
-                    ) from None
+                    raise timeout_error(label, number, cfg.timeout) from None
                 raise
             finally:
                 IN_CALLBACK.reset(inside)

@@ -32,19 +32,23 @@ class RunningMarks:
     SWEEP = 0.05
     PRECISE_BELOW = 2.0
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float] | None = None) -> None:
         self._pending: dict[int, AttemptMark] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._now = now
+        """The clock attempts are timed by; None: the event loop's. A virtual clock (a test
+        harness's) moves by jumps, so every timeout waits for a sweep: :meth:`sweep_now` after
+        each jump, or the regular one."""
 
     def add(
         self, record_running: RecordRunning, timeout: float, loop: asyncio.AbstractEventLoop
     ) -> AttemptMark:
         """Start the clock of an attempt of the current task, on ``loop`` (the running loop,
         passed in: asking asyncio for it costs a system call)."""
-        now = loop.time()
+        now = loop.time() if self._now is None else self._now()
         mark = AttemptMark(self, record_running, now + RECORD_RUNNING_AFTER, now + timeout, loop)
-        if timeout < self.PRECISE_BELOW:
+        if timeout < self.PRECISE_BELOW and self._now is None:
             mark.timer = loop.call_at(mark.timeout_at, mark.expire)
         self._pending[id(mark)] = mark
         if self._handle is None or self._loop is not loop:
@@ -60,15 +64,22 @@ class RunningMarks:
         loop = self._loop
         if loop is None:
             return
-        now = loop.time()
+        self.sweep_now()
+        if self._pending:
+            self._handle = loop.call_later(self.SWEEP, self._sweep)
+
+    def sweep_now(self) -> None:
+        """Write the ``running`` records and expire the timeouts that are due now."""
+        loop = self._loop
+        if loop is None:
+            return
+        now = loop.time() if self._now is None else self._now()
         for mark in list(self._pending.values()):
             if mark.running_at <= now:
                 mark.running_at = math.inf
                 mark.record_running()
             if mark.timeout_at <= now:
                 mark.expire()
-        if self._pending:
-            self._handle = loop.call_later(self.SWEEP, self._sweep)
 
 
 class AttemptMark:

@@ -13,6 +13,7 @@ from .._callbacks import ShapeMemo
 from ..config import StepConfig
 from ..records import PendingEvent
 from ..store.base import Claim, History, Store
+from .hooks import RuntimeHooks
 from .marks import RunningMarks
 from .quiesce import Quiescence
 from .replay import Replay, StepKey
@@ -27,6 +28,8 @@ class ActivationSettings:
     listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = ()
     marks: RunningMarks = field(default_factory=RunningMarks)
     shapes: ShapeMemo = field(default_factory=ShapeMemo)
+    hooks: RuntimeHooks | None = None
+    """A test harness's seam (:mod:`.hooks`); None in production."""
 
 
 @dataclass(slots=True)

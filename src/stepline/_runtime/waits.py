@@ -46,7 +46,13 @@ async def _sleep(state: ActivationState, name: str, wake: Callable[[float], floa
     step = StepRef(key, replay.seq_for(record), "sleep")
     await quiet.gate()
     now = state.store.now()
-    wake_at = record.wake_at if record is not None and record.wake_at else wake(now)
+    if record is not None and record.wake_at:
+        wake_at = record.wake_at
+    else:
+        wake_at = wake(now)
+        hooks = state.settings.hooks
+        if hooks is not None:
+            wake_at = hooks.timer(state.instance, "sleep", name, key[1], wake_at, now)
     step.started_at = record.started_at if record is not None else now
     if now >= wake_at:
         # A sleep is recorded once, when it starts, with its wake time: from then on it is over
@@ -81,7 +87,13 @@ async def wait_for_event(
     step = StepRef(key, replay.seq_for(record), "wait_for_event")
     await quiet.gate()
     now = state.store.now()
-    deadline = record.wake_at if record is not None and record.wake_at else now + seconds
+    if record is not None and record.wake_at:
+        deadline = record.wake_at
+    else:
+        deadline = now + seconds
+        hooks = state.settings.hooks
+        if hooks is not None:
+            deadline = hooks.timer(state.instance, "wait_for_event", name, key[1], deadline, now)
     step.started_at = record.started_at if record is not None else now
     info = {"type": event_type}
     for index, pending in enumerate(state.events):

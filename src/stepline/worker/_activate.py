@@ -30,8 +30,10 @@ async def activate(
     record = claim.instance
     lease = claim.lease
     try:
-        definition = registry[record.workflow]
-        activation = Activation(store, claim, claim.history, definition.make(), settings)
+        workflow = registry[record.workflow].make()
+        if settings.hooks is not None:
+            workflow = settings.hooks.workflow(record, workflow)
+        activation = Activation(store, claim, claim.history, workflow, settings)
         slot.activation = activation
         if slot.stop_reason is not None:
             activation.request_stop(slot.stop_reason)

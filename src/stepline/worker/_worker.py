@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._runtime import ActivationSettings
+from .._runtime import ActivationSettings, RunningMarks, RuntimeHooks
 from ..errors import StoreError
 from ..store.base import Claim, Store
 from ..workflow import WorkflowDefinition
@@ -39,12 +39,16 @@ class Worker:
         *,
         worker_id: str | None = None,
         listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = (),
+        hooks: RuntimeHooks | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.settings = settings or WorkerSettings()
         self.id = worker_id or default_worker_id()
-        self._activation_settings = ActivationSettings(self.settings.max_payload, listeners)
+        marks = hooks.marks if hooks is not None and hooks.marks is not None else RunningMarks()
+        self._activation_settings = ActivationSettings(
+            self.settings.max_payload, listeners, marks=marks, hooks=hooks
+        )
         self._slots = Slots(self.settings.concurrency)
         self._active = self._slots.active  # the same dict: the hot path reads it directly
         self._caps = WorkflowCaps(registry)

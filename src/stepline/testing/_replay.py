@@ -1,0 +1,122 @@
+"""Replay checks: run today's ``run()`` against an instance's recorded history and say where it
+no longer follows it.
+
+The runtime's own activation does the work, with its own divergence check
+(:mod:`stepline._runtime.divergence`): recorded steps return their recorded results; a new step
+met while recorded ones are uncalled is the divergence, named as the runtime names it. Nothing
+of the instance changes: the activation writes to a scratch in-memory store, and no callback
+runs (a step that would run one ends the replay there: everything before it matched).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .. import _json
+from .._runtime import Activation, ActivationAborted, ActivationSettings, RuntimeHooks
+from ..clock import ManualClock
+from ..records import InstanceRecord, StepKind, StepRecord
+from ..step import StepContext
+from ..store import create_store
+from ..store.base import Finish, History, NewInstance, WorkflowMeta
+from ..workflow import Workflow
+
+_SCRATCH = "sqlite://:memory:"
+
+
+class ReplayError(AssertionError):
+    """The workflow's code no longer follows an instance's recorded history."""
+
+
+class _NewStep(ActivationAborted):
+    """The replay reached a step past the history, whose callback it must not run."""
+
+
+class _ReplayHooks(RuntimeHooks):
+    """Stops the replay at the first callback; notes new sleeps and waits."""
+
+    def __init__(self) -> None:
+        self.new_steps: list[str] = []
+
+    async def attempt(self, context: StepContext, call: Callable[[], Awaitable[Any]]) -> Any:
+        self.new_steps.append(f"{context.step_name}-{context.count}")
+        raise _NewStep("replay reached a new step")
+
+    def timer(
+        self,
+        instance: InstanceRecord,
+        kind: StepKind,
+        name: str,
+        count: int,
+        at: float,
+        now: float,
+    ) -> float:
+        self.new_steps.append(f"{name}-{count}")
+        return at
+
+
+async def replay(
+    record: InstanceRecord,
+    steps: list[StepRecord],
+    workflow: Workflow,
+    clock: ManualClock,
+    max_payload: int,
+) -> None:
+    """Replay ``record``'s recorded ``steps`` with ``workflow``; raise :class:`ReplayError`
+    naming the diverging step if the code no longer follows them."""
+    scratch = create_store(_SCRATCH, clock)
+    await scratch.open()
+    try:
+        await scratch.register_workflows([WorkflowMeta(record.workflow, "replay", {})])
+        await scratch.create_instances(
+            record.workflow, [NewInstance(record.id, None)], trigger="replay", skip_existing=False
+        )
+        [claim] = await scratch.claim("replay", [record.workflow], 1, 3600.0, clock())
+        # Run as the instance itself (its id, params, creation time), writing to the scratch.
+        claim = dataclasses.replace(claim, instance=record, control=None)
+        hooks = _ReplayHooks()
+        settings = ActivationSettings(max_payload, hooks=hooks)
+        activation = Activation(scratch, claim, History(steps, []), workflow, settings)
+        try:
+            finish: Finish | None = await activation.execute()
+        except _NewStep:
+            finish = None
+    finally:
+        await scratch.close()
+    _judge(record, finish, hooks.new_steps)
+
+
+def _judge(record: InstanceRecord, finish: Finish | None, new_steps: list[str]) -> None:
+    """Compare how the replay ended with how the instance did."""
+    label = f"{record.workflow}/{record.id}"
+    if finish is not None and finish.status == "errored":
+        error = finish.error or {}
+        if error.get("name") == "NonDeterminismError":
+            raise ReplayError(f"replay of {label} diverged: {error.get('message')}")
+    if record.status not in ("complete", "errored"):
+        return  # unfinished: steps past its history are how a workflow grows
+    if new_steps:
+        raise ReplayError(
+            f"replay of {label} diverged: the instance ended {record.status} after its recorded "
+            f"steps, but run() now goes on to the new step {new_steps[0]!r}"
+        )
+    if finish is None or finish.status != record.status:
+        now = "suspends" if finish is None or finish.status == "waiting" else finish.status
+        raise ReplayError(
+            f"replay of {label} diverged: the instance ended {record.status}, but run() now "
+            f"ends {now} on the same history"
+        )
+    if record.status == "complete":
+        output = _json.loads(finish.output)
+        if output != record.output:
+            raise ReplayError(
+                f"replay of {label} diverged: run() now returns {output!r} on the same history, "
+                f"the instance returned {record.output!r}"
+            )
+    elif (finish.error or {}).get("name") != (record.error or {}).get("name"):
+        raise ReplayError(
+            f"replay of {label} diverged: the instance failed with {record.error}, but run() now "
+            f"fails with {finish.error} on the same history"
+        )
