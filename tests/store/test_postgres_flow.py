@@ -175,5 +175,3 @@ async def test_a_claim_under_limits_takes_the_same_few_round_trips_whatever_it_t
     assert len(taken) == 29 and "x" in {c.instance.id for c in taken}
     # The rules; the locks and what runs; the due instances; the leases and histories.
     assert one == many == {"pipelines": 4}
-
-
