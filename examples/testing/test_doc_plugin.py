@@ -8,7 +8,6 @@ from shopflows import checkout
 from stepline.testing import WorkflowTestEnv, WorkflowTestEnvSync
 
 
-@pytest.mark.asyncio
 async def test_with_the_fixture(stepline_env: WorkflowTestEnv) -> None:
     inst = await stepline_env.create(checkout, params={"id": "o1", "amount": 42})
     inst.mock_event_timeout("approval")

@@ -21,17 +21,29 @@ from stepline import workflow
 async def greet(event, step):
     await step.sleep("pause", "1 day")
     return await step.do("greeting", lambda: f"hello {event.payload}")
+
+
+@workflow(name="ask")
+async def ask(event, step):
+    await step.do("compose", lambda: "ready?")
+    answer = await step.wait_for_event("answer", type="answer")
+    return await step.do("reply", lambda: answer.payload)
 """
 
 PASSING = """
 import pytest
-from greetings import greet
+from greetings import ask, greet
 
 
-@pytest.mark.asyncio
-async def test_async_fixture(stepline_env):
+async def test_async_fixture(stepline_env):  # no asyncio marker, no configuration
     inst = await stepline_env.create(greet, params="ada")
     assert await inst.output() == "hello ada"
+
+
+async def test_a_mock_of_a_step_not_reached_yet(stepline_env):
+    inst = await stepline_env.create(ask)
+    inst.mock_step("reply", "ok")
+    await inst.wait_for_status("waiting")
 
 
 def test_sync_fixture(stepline_env_sync):
@@ -49,7 +61,7 @@ def test_marker(stepline_env_sync):
 
 MISTAKES = """
 import pytest
-from greetings import greet
+from greetings import ask, greet
 
 
 @pytest.mark.asyncio
@@ -64,6 +76,12 @@ async def test_mocks_a_misspelled_step(stepline_env):
     inst = await stepline_env.create(greet, params="ada")
     inst.mock_step("greting", "hi")
     assert await inst.output() == "hi"
+
+
+async def test_misspells_a_step_of_an_instance_still_waiting(stepline_env):
+    inst = await stepline_env.create(ask)
+    inst.mock_step("compse", "hi")
+    await inst.wait_for_status("waiting")
 """
 
 
@@ -94,8 +112,13 @@ def test_a_project_without_configuration_finds_the_fixtures(tmp_path: Path) -> N
     run = pytest_in(tmp_path)
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
-    assert "2 failed, 3 passed" in out, out
-    for test in ("test_async_fixture", "test_sync_fixture", "test_marker"):
+    assert "2 failed, 5 passed, 1 error" in out, out
+    for test in (
+        "test_async_fixture",
+        "test_a_mock_of_a_step_not_reached_yet",
+        "test_sync_fixture",
+        "test_marker",
+    ):
         assert f"PASSED test_greetings.py::{test}" in out
     assert (
         "NotAwaitedError: env.advance('1 day') was never awaited, so it did not run; "
@@ -104,3 +127,5 @@ def test_a_project_without_configuration_finds_the_fixtures(tmp_path: Path) -> N
     assert "FAILED test_mistakes.py::test_forgets_to_await" in out
     assert "mock_step('greting') matched nothing that ran (did you mean 'greeting'?)" in out
     assert "FAILED test_mistakes.py::test_mocks_a_misspelled_step - stepline.testing." in out
+    assert "mock_step('compse') matched nothing that ran (did you mean 'compose'?)" in out
+    assert "ERROR test_mistakes.py::test_misspells_a_step_of_an_instance_still_waiting" in out

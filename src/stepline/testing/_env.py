@@ -220,8 +220,8 @@ class WorkflowTestEnv(Mocking):
         if not self.hooks.instances and not self.hooks.every.unused():
             return  # no mock to check: no reads
         for handle in self._instances.values():
-            if (await handle.client.status()).status in ("complete", "errored", "terminated"):
-                await handle.check_mocks()
+            status = (await handle.client.status()).status
+            await handle.check_mocks(ended=status in ("complete", "errored", "terminated"))
         unused = self.hooks.every.unused()
         if unused and self._instances:
             ran: list[str] = []

@@ -18,7 +18,7 @@ from ..records import (
 )
 from ._awaiting import Tracker, tracked
 from ._driver import Driver
-from ._mocks import MockError, Mocking, Rules, TestHooks, stub, unknown_names
+from ._mocks import MockError, Mocking, Rules, TestHooks, misspelled, stub, unknown_names
 
 T = TypeVar("T")
 
@@ -190,7 +190,7 @@ class TestInstance(Mocking):
             found = await test()
             status = await self.client.status()
             if status.status in FINISHED_STATUSES:
-                await self.check_mocks()
+                await self.check_mocks(ended=True)
             if found is not _NOT_YET:
                 return found
             if status.status in FINISHED_STATUSES or not await driver.skip():
@@ -207,16 +207,20 @@ class TestInstance(Mocking):
         shown = "; ".join(w for w in waits if w) or "a resume or an event"
         return f"{label} is {status.status}, waiting for {shown}; no timer is left to pass"
 
-    async def check_mocks(self) -> None:
-        """Raise :class:`MockError` for this instance's mocks that matched nothing it ran (once;
-        only meaningful once it ended)."""
+    async def check_mocks(self, *, ended: bool) -> None:
+        """Raise :class:`MockError` for this instance's mocks that matched nothing it ran (once):
+        all of them if it ``ended``, else those that look like a typo of a step it ran."""
         if self._reported:
             return
-        self._reported = True
         rules = self._hooks.instances.get((self.workflow, self.id))
         unused = rules.unused() if rules is not None else []
+        if not unused:
+            return
+        ran = [s.name for s in await self.client.steps()]
+        if not ended:
+            unused = misspelled(unused, ran)
         if unused:
-            ran = [s.name for s in await self.client.steps()]
+            self._reported = True
             raise MockError(f"{self.workflow}/{self.id}: {unknown_names(unused, ran)}")
 
 

@@ -172,12 +172,22 @@ def stub(rules: Rules, workflow: str, output: Any, error: str | None) -> None:
     rules.children[workflow] = Stub(output, error)
 
 
+def _mocked_name(mock: str) -> str:
+    """The step or workflow name in an entry of :meth:`Rules.unused`."""
+    return mock.split("'")[1] if "'" in mock else mock
+
+
+def misspelled(unused: list[str], ran: list[str]) -> list[str]:
+    """The unused mocks of an instance still running that name a step close to one it ran
+    unmocked: a typo (a mock for a step it has yet to reach is not one)."""
+    return [m for m in unused if difflib.get_close_matches(_mocked_name(m), ran, n=1)]
+
+
 def unknown_names(unused: list[str], ran: list[str]) -> str:
     """The message for mocks never used, with the step names that did run."""
     lines = []
     for mock in unused:
-        name = mock.split("'")[1] if "'" in mock else mock
-        close = difflib.get_close_matches(name, ran, n=1)
+        close = difflib.get_close_matches(_mocked_name(mock), ran, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         lines.append(f"{mock} matched nothing that ran{hint}")
     shown = ", ".join(repr(n) for n in dict.fromkeys(ran)) or "none"

@@ -5,6 +5,7 @@ start=..., ...)`` (its keyword arguments are the environment's)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -27,6 +28,20 @@ def pytest_configure(config: pytest.Config) -> None:
         "stepline(store='sqlite', workflows=(), start=None, ...): the WorkflowTestEnv of the "
         "stepline_env and stepline_env_sync fixtures (store: sqlite, memory, postgres or a URL)",
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> Any:
+    """An async test that takes ``stepline_env`` runs on pytest-asyncio without its marker or
+    any configuration (pytest-asyncio reads the marker once the item is made)."""
+    if (
+        async_fixture is not None
+        and inspect.iscoroutinefunction(obj)
+        and "stepline_env" in inspect.signature(obj).parameters
+        and not any(mark.name == "asyncio" for mark in getattr(obj, "pytestmark", []))
+    ):
+        pytest.mark.asyncio(obj)
+    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
