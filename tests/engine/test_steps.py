@@ -169,9 +169,8 @@ async def test_retry_counts_and_delays(
             assert rec.ready_at is not None
             waits.append(round(rec.ready_at - env.now()))
             # not a moment early
-            await env.advance(rec.ready_at - env.now() - 0.5)
-            assert await env.run_until_idle() == 0
-            await env.advance(0.5)
+            assert await env.advance(rec.ready_at - env.now() - 0.5) == 0
+            assert await env.advance(0.5) == 1
         await env.run_until_idle()
         assert waits == expected
         status = await inst.status()
