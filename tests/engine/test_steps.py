@@ -415,9 +415,7 @@ async def test_invalid_step_config_fails_with_key(make_engine: EngineFactory) ->
         assert status.error is not None and "retries.dealy" in status.error["message"]
 
 
-async def test_changed_code_is_reported_as_non_determinism(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_changed_code_is_reported_as_non_determinism(make_test_env: TestEnvFactory) -> None:
     version = {"v": 1}
 
     @workflow(name="nd")
@@ -428,12 +426,11 @@ async def test_changed_code_is_reported_as_non_determinism(
             await step.sleep("x", 5)
         await step.sleep("later", 10)
 
-    async with make_engine([nd], clock=clock) as engine:
-        inst = await engine.workflow("nd").create()
-        await drain(engine)
+    async with make_test_env([nd]) as env:
+        inst = await env.create("nd")
+        await env.run_until_idle()
         version["v"] = 2
-        clock.advance(10)
-        await drain(engine)
+        await env.advance(10)
         status = await inst.status()
         assert status.status == "errored"
         assert status.error is not None and status.error["name"] == "NonDeterminismError"
