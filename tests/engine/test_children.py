@@ -23,7 +23,7 @@ from stepline import (
 from stepline.dag import node_states
 from stepline.store.base import Finish, NewInstance
 
-from ..conftest import EngineFactory, drain
+from ..conftest import EngineFactory, TestEnvFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 
@@ -109,20 +109,14 @@ async def test_explicit_child_id_names_the_start_step(make_engine: EngineFactory
         assert names == ["start child kid-1", "wait child kid-1"]
 
 
-async def test_replay_does_not_start_a_second_child(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_replay_does_not_start_a_second_child(make_test_env: TestEnvFactory) -> None:
     """After the child ended the parent sleeps; its replay passes start_workflow again."""
-    async with make_engine([parent, child], clock=clock) as engine:
-        inst = await engine.workflow("parent").create(
-            id="p1", params={"child": {"n": 2}, "then_sleep": 60}
-        )
-        await drain(engine)
+    async with make_test_env([parent, child]) as env:
+        inst = await env.create("parent", id="p1", params={"child": {"n": 2}, "then_sleep": 60})
         assert (await inst.status()).status == "waiting"
-        clock.advance(60)
-        await drain(engine)
+        await env.advance(60)
         assert (await inst.status()).output == {"id": "p1-child-1", "output": 4}
-        assert await child_instances(engine) == ["p1-child-1"]
+        assert await child_instances(env.engine) == ["p1-child-1"]
         assert RUNS == [("child", "p1-child-1")]
 
 
@@ -202,34 +196,26 @@ async def test_a_terminated_child_wakes_the_parent(
 
 
 async def test_parent_replaying_after_the_child_finished_uses_the_recorded_output(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
-    async with make_engine([parent, child], clock=clock) as engine:
-        inst = await engine.workflow("parent").create(
-            id="p1", params={"child": {"n": 4}, "then_sleep": 30}
-        )
-        await drain(engine)
+    async with make_test_env([parent, child]) as env:
+        inst = await env.create("parent", id="p1", params={"child": {"n": 4}, "then_sleep": 30})
         assert (await inst.status()).status == "waiting"
         # the child is gone: a replay that asked the database again would fail
-        assert await engine.store.delete_instances("child", ["p1-child-1"]) == 1
-        clock.advance(30)
-        await drain(engine)
+        assert await env.engine.store.delete_instances("child", ["p1-child-1"]) == 1
+        await env.advance(30)
         assert (await inst.status()).output == {"id": "p1-child-1", "output": 8}
 
 
-async def test_waiting_for_a_child_times_out(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
-    async with make_engine([parent, child], clock=clock) as engine:
-        inst = await engine.workflow("parent").create(
-            id="p1", params={"child": {"nap": 86400}, "timeout": "10 seconds"}
+async def test_waiting_for_a_child_times_out(make_test_env: TestEnvFactory) -> None:
+    async with make_test_env([parent, child]) as env:
+        inst = await env.create(
+            "parent", id="p1", params={"child": {"nap": 86400}, "timeout": "10 seconds"}
         )
-        await drain(engine)
         assert (await inst.status()).status == "waiting"
-        rec = await inst.record()
-        assert rec.ready_at == pytest.approx(clock() + 10)
-        clock.advance(10)
-        await drain(engine)
+        rec = await inst.client.record()
+        assert rec.ready_at == pytest.approx(env.now() + 10)
+        await env.advance(10)
         assert (await inst.status()).output == {
             "timed_out": "child p1-child-1 did not end within 10 seconds"
         }
@@ -237,9 +223,7 @@ async def test_waiting_for_a_child_times_out(
         assert wait.status == "errored" and wait.error is not None
         assert wait.error["name"] == "StepTimeoutError"
         # the child keeps running on its own
-        assert (await (await engine.workflow("child").get("p1-child-1")).status()).status == (
-            "waiting"
-        )
+        assert (await (await env.get("child", "p1-child-1")).status()).status == "waiting"
 
 
 async def test_child_ending_while_the_parent_runs_is_not_missed(

@@ -28,9 +28,10 @@ from stepline import (
 )
 from stepline.dag import format_graph, node_states
 from stepline.store.base import StepWrite
+from stepline.testing import WorkflowTestEnv
 from stepline.worker import Worker
 
-from ..conftest import EngineFactory, drain
+from ..conftest import EngineFactory, TestEnvFactory, drain
 
 RUNS: list[str] = []
 SEEN: dict[str, dict[str, Any]] = {}
@@ -506,9 +507,9 @@ def _complete(name: str, seq: int, output: Any) -> StepWrite:
 UNDONE: list[Any] = []
 
 
-def compensating_dag(clock: ManualClock, *, fail_undo: str | None = None) -> Dag:
-    """a -> (b, c) -> d; d fails. c completes before b (b is slower), so start order (b, c)
-    and completion order (c, b) differ."""
+def compensating_dag(env: WorkflowTestEnv, *, fail_undo: str | None = None) -> Dag:
+    """a -> (b, c) -> d; d fails. c completes before b (b is slower, and takes 2 s of the
+    env's virtual time to c's 1), so start order (b, c) and completion order (c, b) differ."""
     dag = Dag("saga")
     no_retry = {"retries": {"limit": 0}}
 
@@ -527,12 +528,12 @@ def compensating_dag(clock: ManualClock, *, fail_undo: str | None = None) -> Dag
     @dag.step(depends_on=["a"], rollback=undo("b"), rollback_config=no_retry)
     async def b(ctx: Mapping[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(0.05)
-        clock.advance(2)
+        await env.advance(2)
         return {"charged": 10}
 
     @dag.step(depends_on=["a"], rollback=undo("c"), rollback_config=no_retry)
     async def c(ctx: Mapping[str, Any]) -> dict[str, Any]:
-        clock.advance(1)
+        await env.advance(1)
         return {"label": "L1"}
 
     @dag.step(depends_on=["b", "c"], rollback=undo("d"))
@@ -549,11 +550,11 @@ def _undone() -> None:
 
 @pytest.mark.usefixtures("_undone")
 async def test_rollbacks_run_in_reverse_order_of_completion(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
-    dag = compensating_dag(clock)
-    async with make_engine([dag], clock=clock) as engine:
-        inst = await run_one(engine, dag, {"order": 7})
+    async with make_test_env() as env:
+        dag = compensating_dag(env)
+        inst = await env.create(dag, params={"order": 7})
         status = await inst.status()
         assert status.status == "errored"
         assert status.error == {"name": "NonRetryableError", "message": "shipping refused"}
@@ -582,11 +583,11 @@ async def test_rollbacks_run_in_reverse_order_of_completion(
 
 @pytest.mark.usefixtures("_undone")
 async def test_a_failing_rollback_is_recorded_and_the_others_still_run(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
-    dag = compensating_dag(clock, fail_undo="c")
-    async with make_engine([dag], clock=clock) as engine:
-        inst = await run_one(engine, dag, {"order": 1})
+    async with make_test_env() as env:
+        dag = compensating_dag(env, fail_undo="c")
+        inst = await env.create(dag, params={"order": 1})
         status = await inst.status()
         assert status.status == "errored"
         assert status.error == {"name": "NonRetryableError", "message": "shipping refused"}
@@ -600,9 +601,7 @@ async def test_a_failing_rollback_is_recorded_and_the_others_still_run(
         assert rb == {"b:rollback": "complete", "c:rollback": "errored", "a:rollback": "complete"}
 
 
-async def test_rollback_retries_with_its_own_config(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_rollback_retries_with_its_own_config(make_test_env: TestEnvFactory) -> None:
     calls: list[int] = []
 
     def shaky_undo(ctx: Mapping[str, Any]) -> None:
@@ -618,12 +617,11 @@ async def test_rollback_retries_with_its_own_config(
         rollback_config={"retries": {"limit": 3, "delay": 30, "backoff": "constant"}},
     )
     pipe.add_step(lambda: (_ for _ in ()).throw(NonRetryableError("no")), name="pay")
-    async with make_engine([pipe], clock=clock) as engine:
-        inst = await run_one(engine, pipe)
+    async with make_test_env([pipe]) as env:
+        inst = await env.create(pipe)
         assert (await inst.status()).status == "waiting"  # the rollback waits for its retry
         for _ in range(2):
-            clock.advance(30)
-            await drain(engine)
+            await env.advance(30)
         status = await inst.status()
         assert status.status == "errored" and status.rollback == {
             "outcome": "complete",
@@ -671,17 +669,17 @@ async def test_running_branches_finish_after_a_failure_and_are_undone(
         }
 
 
-async def test_node_timeout_and_retries(make_engine: EngineFactory) -> None:
-    dag = Dag("timeouts")
+async def test_node_timeout_and_retries(make_test_env: TestEnvFactory) -> None:
+    async with make_test_env() as env:
+        dag = Dag("timeouts")
 
-    async def too_slow() -> None:
-        await asyncio.sleep(5)
+        async def too_slow() -> None:
+            await env.advance(5)  # the attempt takes 5 s of virtual time
 
-    dag.add_step(
-        too_slow, name="slow", timeout="100 milliseconds", retries={"limit": 1, "delay": 0}
-    )
-    async with make_engine([dag]) as engine:
-        inst = await run_one(engine, dag)
+        dag.add_step(
+            too_slow, name="slow", timeout="100 milliseconds", retries={"limit": 1, "delay": 0}
+        )
+        inst = await env.create(dag)
         status = await inst.status()
         assert status.status == "errored"
         assert status.error is not None and status.error["name"] == "StepTimeoutError"
@@ -1039,7 +1037,7 @@ async def test_sigkill_in_a_parallel_wave(
 
 
 async def test_a_branch_waiting_for_its_retry_does_not_block_the_others(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
     """b fails once and waits 10 s for its retry; c and e (after c) run meanwhile; the instance
     suspends, and after the delay only b and then the join run."""
@@ -1056,13 +1054,12 @@ async def test_a_branch_waiting_for_its_retry_does_not_block_the_others(
     dag.add_step(lambda: RUNS.append("c") or {"c": True}, name="c", depends_on=["a"])
     dag.add_step(lambda: RUNS.append("e") or {"e": True}, name="e", depends_on=["c"])
     dag.add_step(lambda: RUNS.append("d"), name="d", depends_on=["b", "e"])
-    async with make_engine([dag], clock=clock) as engine:
-        inst = await run_one(engine, dag, {})
+    async with make_test_env([dag]) as env:
+        inst = await env.create(dag, params={})
         assert (await inst.status()).status == "waiting"
         assert sorted(RUNS) == ["a", "b1", "c", "e"]
-        assert (await inst.record()).ready_at == pytest.approx(clock() + 10)
-        clock.advance(10)
-        await drain(engine)
+        assert (await inst.client.record()).ready_at == pytest.approx(env.now() + 10)
+        await env.advance(10)
         status = await inst.status()
         assert status.status == "complete"
         assert status.output == {"b": True, "c": True, "e": True}

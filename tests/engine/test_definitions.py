@@ -12,7 +12,6 @@ from stepline import (
     Dag,
     DefinitionError,
     Engine,
-    ManualClock,
     StepContext,
     Workflow,
     WorkflowEvent,
@@ -20,7 +19,7 @@ from stepline import (
     workflow,
 )
 
-from ..conftest import EngineFactory, drain
+from ..conftest import EngineFactory, TestEnvFactory, drain
 
 CALLS: list[Any] = []
 
@@ -123,7 +122,7 @@ async def test_a_step_call_never_awaited_ends_the_instance_errored(
 
 
 async def test_an_unawaited_call_in_a_suspended_run_warns_nothing(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
     @workflow(name="sleepy")
     async def sleepy(event: WorkflowEvent, step: WorkflowStep) -> Any:
@@ -131,13 +130,12 @@ async def test_an_unawaited_call_in_a_suspended_run_warns_nothing(
         await step.sleep("nap", 10)
         return "done"
 
-    async with make_engine([sleepy], clock=clock) as engine:
-        inst = await engine.workflow("sleepy").create()
-        await drain(engine)
+    async with make_test_env([sleepy]) as env:
+        inst = await env.create("sleepy")
+        await env.run_until_idle()
         gc.collect()
         assert (await inst.status()).status == "waiting"
-        clock.advance(11)
-        await drain(engine)
+        await env.advance(11)
         gc.collect()
         status = await inst.status()
         assert status.status == "errored" and "step.sleep('forgotten')" in status.error["message"]

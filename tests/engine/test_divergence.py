@@ -1,5 +1,6 @@
 """Replays that leave the recorded history end the instance with NonDeterminismError, before the
-new step runs; parallel replays (gather, DAG branches) whose start order varies never do."""
+new step runs; parallel replays (gather, DAG branches) whose start order varies never do. The
+testing toolkit's replay check (``env.replay``) must give the engine's own verdict."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 
 from stepline import Dag, ManualClock, WorkflowEvent, WorkflowStep, workflow
 from stepline.errors import StoreError
+from stepline.testing import ReplayError, TestInstance, WorkflowTestEnv
 
-from ..conftest import EngineFactory, drain
+from ..conftest import EngineFactory, TestEnvFactory, drain
 
 CALLS: dict[str, int] = {}
 VERSION = {"v": 1}
@@ -51,19 +53,38 @@ async def versioned(event: WorkflowEvent, step: WorkflowStep) -> Any:
     return "done"
 
 
-async def run_changed(
-    make_engine: EngineFactory, clock: ManualClock, change: str
-) -> tuple[Any, list[str]]:
+async def replay_verdict(env: WorkflowTestEnv, inst: TestInstance) -> str | None:
+    """What the toolkit's replay check says of ``inst`` under today's code (None: it follows)."""
+    try:
+        await env.replay(inst)
+    except ReplayError as exc:
+        return str(exc)
+    return None
+
+
+async def run_changed(make_test_env: TestEnvFactory, change: str) -> tuple[Any, list[str]]:
     """Start an instance under v1 (it sleeps at 'wait' after 'charge'), switch to v2, wake it;
-    return its status and the names of its recorded steps."""
-    async with make_engine([versioned], clock=clock) as engine:
-        inst = await engine.workflow("versioned").create(params={"change": change})
-        await drain(engine)
+    return its status and the names of its recorded steps. The replay check run before the
+    wake must foresee what the engine then does: the same divergence, or none."""
+    async with make_test_env([versioned]) as env:
+        inst = await env.create("versioned", params={"change": change})
         assert (await inst.status()).status == "waiting"
         VERSION["v"] = 2
-        clock.advance(11)
-        await drain(engine)
-        return await inst.status(), [s.display_name for s in await inst.steps()]
+        foreseen = await replay_verdict(env, inst)
+        await env.advance(11)
+        status = await inst.status()
+        assert_foreseen(foreseen, inst, status)
+        if status.status == "complete":
+            assert await replay_verdict(env, inst) is None
+        return status, [s.display_name for s in await inst.steps()]
+
+
+def assert_foreseen(foreseen: str | None, inst: TestInstance, status: Any) -> None:
+    if status.status != "errored":
+        assert foreseen is None, foreseen
+        return
+    label = f"{inst.workflow}/{inst.id}"
+    assert foreseen == f"replay of {label} diverged: {status.error['message']}"
 
 
 def assert_diverged(status: Any, *names: str) -> None:
@@ -74,9 +95,9 @@ def assert_diverged(status: Any, *names: str) -> None:
 
 
 async def test_a_step_renamed_while_sleeping_is_divergence_and_never_runs(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
-    status, steps = await run_changed(make_engine, clock, "rename")
+    status, steps = await run_changed(make_test_env, "rename")
     assert_diverged(status, "charge-1", "wait-1", "charge card-1")
     assert "charge card" not in CALLS  # held, then failed: its callback never ran
     assert CALLS == {"charge": 1}
@@ -84,33 +105,31 @@ async def test_a_step_renamed_while_sleeping_is_divergence_and_never_runs(
 
 
 async def test_a_step_moved_before_a_recorded_one_is_divergence(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
-    status, steps = await run_changed(make_engine, clock, "reorder")
+    status, steps = await run_changed(make_test_env, "reorder")
     assert_diverged(status, "ship-1", "wait-1")
     assert "ship" not in CALLS
     assert steps == ["charge-1", "wait-1"]
 
 
 async def test_a_step_inserted_before_recorded_ones_is_divergence(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
-    status, _ = await run_changed(make_engine, clock, "insert-before-sleep")
+    status, _ = await run_changed(make_test_env, "insert-before-sleep")
     assert_diverged(status, "inserted-1", "wait-1")
     assert "inserted" not in CALLS
 
 
-async def test_a_removed_recorded_step_is_divergence(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_a_removed_recorded_step_is_divergence(make_test_env: TestEnvFactory) -> None:
     # The sleep is gone: replay reaches 'audit' (new) while 'wait' was never called.
-    status, _ = await run_changed(make_engine, clock, "remove-sleep")
+    status, _ = await run_changed(make_test_env, "remove-sleep")
     assert_diverged(status, "wait-1", "audit-1")
     assert "audit" not in CALLS
 
 
 async def test_run_returning_without_its_recorded_steps_is_divergence(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
     @workflow(name="shrinks")
     async def shrinks(event: WorkflowEvent, step: WorkflowStep) -> Any:
@@ -120,36 +139,35 @@ async def test_run_returning_without_its_recorded_steps_is_divergence(
             await step.sleep("wait", 10)
         return "done"
 
-    async with make_engine([shrinks], clock=clock) as engine:
-        inst = await engine.workflow("shrinks").create()
-        await drain(engine)
+    async with make_test_env([shrinks]) as env:
+        inst = await env.create("shrinks")
+        await env.run_until_idle()
         VERSION["v"] = 2
-        clock.advance(11)
-        await drain(engine)
+        foreseen = await replay_verdict(env, inst)
+        await env.advance(11)
         assert_diverged(await inst.status(), "b-1", "wait-1")
         assert "returned without calling" in (await inst.status()).error["message"]
+        assert_foreseen(foreseen, inst, await inst.status())
 
 
 async def test_steps_added_after_the_recorded_ones_are_allowed(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
-    status, steps = await run_changed(make_engine, clock, "append")
+    status, steps = await run_changed(make_test_env, "append")
     assert (status.status, status.output) == ("complete", "done"), status
     assert steps == ["charge-1", "wait-1", "audit-1", "ship-1", "notify-1"]
     assert CALLS == {"charge": 1, "audit": 1, "ship": 1, "notify": 1}
 
 
-async def test_unchanged_code_replays_without_divergence(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
-    status, steps = await run_changed(make_engine, clock, "none")
+async def test_unchanged_code_replays_without_divergence(make_test_env: TestEnvFactory) -> None:
+    status, steps = await run_changed(make_test_env, "none")
     assert (status.status, status.output) == ("complete", "done"), status
     assert steps == ["charge-1", "wait-1", "audit-1", "ship-1"]
     assert CALLS == {"charge": 1, "audit": 1, "ship": 1}
 
 
 async def test_loops_replay_by_occurrence_and_a_longer_loop_before_a_sleep_diverges(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
     @workflow(name="looped")
     async def looped(event: WorkflowEvent, step: WorkflowStep) -> Any:
@@ -160,13 +178,15 @@ async def test_loops_replay_by_occurrence_and_a_longer_loop_before_a_sleep_diver
             await step.do("after", lambda: bump("after"))
         return "done"
 
-    async with make_engine([looped], clock=clock) as engine:
-        same = await engine.workflow("looped").create(params={"n": 3, "grow": 0})
-        grown = await engine.workflow("looped").create(params={"n": 3, "grow": 1})
-        await drain(engine)
+    async with make_test_env([looped]) as env:
+        same = await env.create("looped", params={"n": 3, "grow": 0})
+        grown = await env.create("looped", params={"n": 3, "grow": 1})
+        await env.run_until_idle()
         VERSION["v"] = 2
-        clock.advance(11)
-        await drain(engine)
+        foreseen = [await replay_verdict(env, inst) for inst in (same, grown)]
+        await env.advance(11)
+        assert_foreseen(foreseen[0], same, await same.status())
+        assert_foreseen(foreseen[1], grown, await grown.status())
         assert (await same.status()).status == "complete"
         names = [s.display_name for s in await same.steps()]
         assert names == ["item-1", "item-2", "item-3", "wait-1", "after-1", "after-2"]
@@ -200,19 +220,20 @@ async def fanout(event: WorkflowEvent, step: WorkflowStep) -> Any:
 
 
 async def test_gather_replays_with_shuffled_timing_never_diverge(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
-    async with make_engine([fanout], clock=clock) as engine:
-        insts = [await engine.workflow("fanout").create(params={"seed": seed}) for seed in range(4)]
+    async with make_test_env([fanout]) as env:
+        insts = [await env.create("fanout", params={"seed": seed}) for seed in range(4)]
         for _ in range(5):  # a wake-up per second: each activation replays a different mix
             CALLS["activation"] = CALLS.get("activation", 0) + 1
-            await drain(engine)
-            clock.advance(1)
-        await drain(engine)
+            await env.run_until_idle()
+            await env.advance(1)
+        await env.run_until_idle()
         for inst in insts:
             status = await inst.status()
             assert status.status == "complete", status
             assert status.output == [[f"{b}-{k}" for k in range(3)] for b in range(4)]
+            await env.replay(inst)  # nor does the replay check
         for b in range(4):
             for k in range(3):
                 assert CALLS[f"{b}-{k}"] == len(insts)  # each step ran once per instance
@@ -245,18 +266,19 @@ def build_dag() -> Dag:
 
 
 async def test_dag_replays_with_shuffled_timing_never_diverge(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
     random.seed(17)
-    async with make_engine([build_dag()], clock=clock) as engine:
-        insts = [await engine.workflow("shuffled-dag").create() for _ in range(4)]
+    async with make_test_env([build_dag()]) as env:
+        insts = [await env.create("shuffled-dag") for _ in range(4)]
         for _ in range(12):
-            await drain(engine)
-            clock.advance(1)
-        await drain(engine)
+            await env.run_until_idle()
+            await env.advance(1)
+        await env.run_until_idle()
         for inst in insts:
             status = await inst.status()
             assert status.status == "complete", status
+            await env.replay(inst)  # nor does the replay check
         assert all(CALLS[n] == len(insts) for n in CALLS), CALLS
 
 

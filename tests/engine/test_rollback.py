@@ -9,7 +9,7 @@ import pytest
 
 from stepline import ManualClock, NonRetryableError, WorkflowEvent, WorkflowStep, workflow
 
-from ..conftest import EngineFactory, drain
+from ..conftest import EngineFactory, TestEnvFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 
@@ -79,7 +79,7 @@ async def test_failing_rollback_is_recorded_and_others_still_run(
         assert rb == {"charge:rollback-1": "errored", "reserve:rollback-1": "complete"}
 
 
-async def test_rollback_retries_durably(make_engine: EngineFactory, clock: ManualClock) -> None:
+async def test_rollback_retries_durably(make_test_env: TestEnvFactory) -> None:
     attempts = {"n": 0}
 
     def shaky_undo(error: BaseException | None, output: Any) -> None:
@@ -98,14 +98,11 @@ async def test_rollback_retries_durably(make_engine: EngineFactory, clock: Manua
         )
         await step.do("boom", failing)
 
-    async with make_engine([saga2], clock=clock) as engine:
-        inst = await engine.workflow("saga2").create()
-        await drain(engine)
+    async with make_test_env([saga2]) as env:
+        inst = await env.create("saga2")
         assert (await inst.status()).status == "waiting"  # rollback waiting for its retry
-        clock.advance(30)
-        await drain(engine)
-        clock.advance(30)
-        await drain(engine)
+        await env.advance(30)
+        await env.advance(30)
         status = await inst.status()
         assert status.status == "errored" and status.rollback == {
             "outcome": "complete",
@@ -125,7 +122,7 @@ async def test_no_rollbacks_means_no_rollback_outcome(make_engine: EngineFactory
         assert (await inst.status()).rollback is None
 
 
-async def test_terminate_with_rollback(make_engine: EngineFactory, clock: ManualClock) -> None:
+async def test_terminate_with_rollback(make_test_env: TestEnvFactory) -> None:
     @workflow(name="long")
     async def long(event: WorkflowEvent, step: WorkflowStep) -> Any:
         await step.do("a", lambda: "A", rollback=undo("a"))
@@ -133,17 +130,15 @@ async def test_terminate_with_rollback(make_engine: EngineFactory, clock: Manual
         await step.sleep("wait", "1 day")
         await step.do("c", lambda: LOG.append("c ran"))
 
-    async with make_engine([long], clock=clock) as engine:
-        inst = await engine.workflow("long").create()
-        await drain(engine)
-        await inst.terminate(rollback=True)
-        await drain(engine)
+    async with make_test_env([long]) as env:
+        inst = await env.create("long")
+        await env.run_until_idle()
+        await inst.client.terminate(rollback=True)
         status = await inst.status()
         assert status.status == "terminated"
         assert status.rollback == {"outcome": "complete", "error": None}
         assert LOG == [("undo", "b", None, "B"), ("undo", "a", None, "A")]
-        clock.advance(86400)
-        assert await engine.worker.run_once() == 0
+        assert await env.advance("1 day") == 0  # the sleep's wake-up went with the instance
 
 
 async def test_rollback_phase_resumes_after_restart(

@@ -16,7 +16,7 @@ from stepline.cli._render import describe_step
 from stepline.config import StepConfig, parse_step_config
 from stepline.store.base import NewInstance
 
-from ..conftest import EngineFactory, drain
+from ..conftest import EngineFactory, TestEnvFactory, drain
 
 SEEN = {"now": 0, "most": 0, "started": 0}
 PAIR = asyncio.Event()
@@ -75,20 +75,20 @@ async def statuses(engine: Engine, workflow_name: str, ids: list[str]) -> list[s
 
 
 async def test_no_more_attempts_run_at_once_than_the_limit_allows(
-    make_engine: EngineFactory, clock: ManualClock
+    make_test_env: TestEnvFactory,
 ) -> None:
     _reset()
     api = Limit("api", concurrency=2)
-    async with make_engine([limited], clock=clock, limits=[api]) as engine:
+    async with make_test_env([limited], limits=[api]) as env:
         ids = [f"i{n}" for n in range(5)]
         for instance_id in ids:
-            await engine.workflow("limited").create(instance_id, {"limit": "api"})
+            await env.create("limited", instance_id, {"limit": "api"})
         for _ in range(6):
-            await drain(engine)
-            if set(await statuses(engine, "limited", ids)) == {"complete"}:
+            await env.run_until_idle()
+            if set(await statuses(env.engine, "limited", ids)) == {"complete"}:
                 break
-            clock.advance(30)  # the recheck of a step whose wake-up came before it parked
-        assert await statuses(engine, "limited", ids) == ["complete"] * 5
+            await env.advance(30)  # the recheck of a step whose wake-up came before it parked
+        assert await statuses(env.engine, "limited", ids) == ["complete"] * 5
         assert (SEEN["most"], SEEN["started"]) == (2, 5)
 
 
@@ -129,30 +129,26 @@ async def test_a_step_waiting_for_a_slot_holds_no_worker_slot_and_a_release_wake
         assert (step.status, step.output, len(step.attempts)) == ("complete", "called", 1)
 
 
-async def test_each_attempt_counts_toward_the_rate(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_each_attempt_counts_toward_the_rate(make_test_env: TestEnvFactory) -> None:
     _reset()
     SEEN["started"] = 2
     api = Limit("api", rate="2/minute")
-    async with make_engine([limited], clock=clock, limits=[api]) as engine:
+    async with make_test_env([limited], limits=[api]) as env:
         ids = ["a", "b", "c"]
         for instance_id in ids:
-            await engine.workflow("limited").create(instance_id, {"limit": "api"})
-        t0 = clock()
-        await drain(engine)
-        found = dict(zip(ids, await statuses(engine, "limited", ids), strict=True))
+            await env.create("limited", instance_id, {"limit": "api"})
+        t0 = env.now()
+        await env.run_until_idle()
+        found = dict(zip(ids, await statuses(env.engine, "limited", ids), strict=True))
         assert sorted(found.values()) == ["complete", "complete", "waiting"]
-        late = next(i for i, status in found.items() if status == "waiting")
-        (step,) = await (await engine.workflow("limited").get(late)).steps()
+        late = await env.get("limited", next(i for i, s in found.items() if s == "waiting"))
+        (step,) = await late.steps()
         assert step.wake_at == t0 + 30  # the recheck comes before the rate reopens
-        clock.advance(30)
-        await drain(engine)
-        (step,) = await (await engine.workflow("limited").get(late)).steps()
+        await env.advance(30)
+        (step,) = await late.steps()
         assert (step.status, step.wake_at) == ("waiting", t0 + 60)
-        clock.advance(30)
-        await drain(engine)
-        assert await statuses(engine, "limited", ids) == ["complete"] * 3
+        await env.advance(30)
+        assert await statuses(env.engine, "limited", ids) == ["complete"] * 3
 
 
 async def test_an_unknown_limit_ends_the_instance_naming_it(

@@ -169,9 +169,8 @@ async def test_retry_counts_and_delays(
             assert rec.ready_at is not None
             waits.append(round(rec.ready_at - env.now()))
             # not a moment early
-            await env.advance(rec.ready_at - env.now() - 0.5)
-            assert await env.run_until_idle() == 0
-            await env.advance(0.5)
+            assert await env.advance(rec.ready_at - env.now() - 0.5) == 0
+            assert await env.advance(0.5) == 1
         await env.run_until_idle()
         assert waits == expected
         status = await inst.status()
@@ -416,9 +415,7 @@ async def test_invalid_step_config_fails_with_key(make_engine: EngineFactory) ->
         assert status.error is not None and "retries.dealy" in status.error["message"]
 
 
-async def test_changed_code_is_reported_as_non_determinism(
-    make_engine: EngineFactory, clock: ManualClock
-) -> None:
+async def test_changed_code_is_reported_as_non_determinism(make_test_env: TestEnvFactory) -> None:
     version = {"v": 1}
 
     @workflow(name="nd")
@@ -429,12 +426,11 @@ async def test_changed_code_is_reported_as_non_determinism(
             await step.sleep("x", 5)
         await step.sleep("later", 10)
 
-    async with make_engine([nd], clock=clock) as engine:
-        inst = await engine.workflow("nd").create()
-        await drain(engine)
+    async with make_test_env([nd]) as env:
+        inst = await env.create("nd")
+        await env.run_until_idle()
         version["v"] = 2
-        clock.advance(10)
-        await drain(engine)
+        await env.advance(10)
         status = await inst.status()
         assert status.status == "errored"
         assert status.error is not None and status.error["name"] == "NonDeterminismError"

@@ -35,7 +35,7 @@ async def test_the_marker_picks_postgres(stepline_env: WorkflowTestEnv) -> None:
 def test_the_sync_fixture(stepline_env_sync: WorkflowTestEnvSync) -> None:
     inst = stepline_env_sync.create(naps)
     assert inst.step_result("start") == "started"
-    stepline_env_sync.advance("2 days")
+    assert stepline_env_sync.advance("2 days") == 2  # the end of each sleep
     assert inst.status().output == "rested"
     assert inst.steps_run() == ["start", "first", "second", "end"]
     stepline_env_sync.replay(inst)

@@ -34,6 +34,19 @@ async def test_run_until_idle_never_moves_the_clock(store_url: str) -> None:
         assert (await inst.status()).status == "waiting"
 
 
+async def test_advance_says_how_many_activations_it_ran(store_url: str) -> None:
+    """So a test can check that passing time woke nothing (a timer not a moment early)."""
+    async with WorkflowTestEnv([naps], store=store_url) as env:
+        inst = await env.create(naps)
+        assert await env.run_until_idle() == 1
+        assert await env.advance(86400 - 1) == 0
+        assert (await inst.steps_run()) == ["start", "first"]
+        assert await env.advance(1) == 1  # the first sleep ends; the second starts
+        assert await env.advance("2 days") == 1  # the second ends: done
+        assert await env.advance("1 day") == 0
+        assert (await inst.status()).output == "rested"
+
+
 async def test_waits_pass_time_until_they_are_satisfied(store_url: str) -> None:
     async with WorkflowTestEnv([naps, flaky], store=store_url) as env:
         start = env.now()

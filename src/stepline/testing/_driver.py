@@ -85,9 +85,10 @@ class Driver:
         """The earliest time at which an instance needs the worker, if any."""
         return await self._engine.store.next_wakeup(list(self._engine.workflows))
 
-    async def advance(self, seconds: float) -> None:
+    async def advance(self, seconds: float) -> int:
         """Move the clock ``seconds`` forward, stopping at every timer on the way, each fired at
-        its own time; from a step's callback, just move it (the run under way goes on)."""
+        its own time; return how many activations ran. From a step's callback, just move it
+        (the run under way goes on) and return 0."""
         if seconds < 0:
             raise ValueError(f"time only moves forward: cannot advance by {seconds:g} seconds")
         target = self._clock() + seconds
@@ -96,16 +97,17 @@ class Driver:
             # Let a timeout the move fired reach the attempt's callback here, where it waits,
             # rather than later in the engine's code.
             await asyncio.sleep(0)
-            return
+            return 0
+        ran = 0
         async with self._lock:
             while True:
-                await self._run()
+                ran += await self._run()
                 nxt = await self.next_timer()
                 if nxt is None or nxt > target or nxt <= self._clock():
                     break
                 self.move(nxt)
             self.move(target)
-            await self._run()
+            return ran + await self._run()
 
     async def skip(self) -> bool:
         """Move the clock to the next timer and run what it wakes; False when nothing can

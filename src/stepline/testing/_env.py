@@ -137,14 +137,15 @@ class WorkflowTestEnv(Mocking):
         return self.clock()
 
     @tracked("env")
-    async def advance(self, duration: Duration) -> None:
+    async def advance(self, duration: Duration) -> int:
         """Move virtual time forward by ``duration`` (``"3 days"``, seconds), running every
-        instance at each timer on the way. Awaited in a step's callback, it makes the step take
-        that long: the attempt times out if that passes its ``timeout``."""
+        instance at each timer on the way; return how many activations ran. Awaited in a step's
+        callback, it makes the step take that long: the attempt times out if that passes its
+        ``timeout``."""
         seconds = parse_duration(duration, what="advance")
         if not self._driver.in_callback():
             await self._open()
-        await self._driver.advance(seconds)
+        return await self._driver.advance(seconds)
 
     @tracked("env")
     async def run_until_idle(self) -> int:

@@ -125,8 +125,8 @@ class WorkflowTestEnvSync(Mocking):
     def now(self) -> float:
         return self.env.now()
 
-    def advance(self, duration: Duration) -> None:
-        self._portal.call(self.env.advance(duration))
+    def advance(self, duration: Duration) -> int:
+        return self._portal.call(self.env.advance(duration))
 
     def run_until_idle(self) -> int:
         return self._portal.call(self.env.run_until_idle())
