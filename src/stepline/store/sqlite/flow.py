@@ -170,8 +170,12 @@ def pick(
             statement = sql.claim_due(len(active), excluding=excluding, after=after is not None)
             flat_keys = [part for pair in keys for part in pair]
             params = (*head, priority, now, *active, *flat_keys, *no_starts, *(after or ()), page)
-            rows = c.execute(statement, params).fetchall()
-            for row in rows:
+            read, held_more = 0, False
+            # Rows are stepped one at a time: once admission refuses one, what the claim took
+            # filled a key or a limit, which the next read leaves out in its SQL; stepping on
+            # through this read would fetch every due row of that key only to refuse it.
+            for row in c.execute(statement, params):
+                read += 1
                 if row[_STATUS] == "waitingForPause":
                     picked.pauses[row[0]] = None
                 elif admission is None or admission.admit(
@@ -179,9 +183,17 @@ def pick(
                 ):
                     picked.rows.append(row)
                     remaining -= 1
-            if len(rows) < page:
+                else:
+                    held = _held(admission, workflows)
+                    if held != (active, keys, no_starts):
+                        active, keys, no_starts = held
+                        after, held_more = (row[_READY], row[0]), True
+                        break
+            if held_more:
+                continue
+            if read < page:
                 break
-            after = (rows[-1][_READY], rows[-1][0])
+            after = (row[_READY], row[0])
             if admission is not None:
                 active, keys, no_starts = _held(admission, workflows)
         (priority,) = c.execute(sql.NEXT_PRIORITY, (priority,)).fetchone()
