@@ -131,22 +131,6 @@ async def drain(engine: Engine, rounds: int = 50) -> int:
     raise AssertionError("instances still runnable after many rounds: a livelock?")
 
 
-# Tests that start worker processes or hammer one database: under pytest-xdist they share one
-# group, so they run one at a time on one process. Two at once could together open more
-# PostgreSQL connections than a default server allows (100), and they compete for the CPU that
-# their leases and kill timings are tuned for.
-HEAVY = ("tests/chaos/", "tests/process/", "tests/flow/", "tests/triggers/", "tests/brokers/")
-HEAVY_FILES = ("tests/store/test_lost_events.py",)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = config.rootpath
-    for item in items:
-        where = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
-        if where.startswith(HEAVY) or where in HEAVY_FILES:
-            item.add_marker(pytest.mark.xdist_group("heavy"))
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """With STEPLINE_REQUIRE_POSTGRES=1 (CI), fail the run if PostgreSQL tests were skipped."""
     if os.environ.get("STEPLINE_REQUIRE_POSTGRES") != "1":
