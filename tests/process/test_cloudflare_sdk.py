@@ -214,8 +214,9 @@ def test_errors_and_refused_calls(cf: Cloudflare, served: Served) -> None:
         cf.workflows.instances.events.create(
             "approve", account_id=ACCOUNT, workflow_name="nope", instance_id="x", body={}
         )
+    cf.workflows.instances.create("greet", account_id=ACCOUNT, instance_id="sdk-twice")
     with pytest.raises(cloudflare.ConflictError, match="already has an instance"):
-        cf.workflows.instances.create("greet", account_id=ACCOUNT, instance_id="sdk-one")
+        cf.workflows.instances.create("greet", account_id=ACCOUNT, instance_id="sdk-twice")
     with pytest.raises(cloudflare.BadRequestError, match="unknown key 'priority'"):
         cf.workflows.instances.create("greet", account_id=ACCOUNT, extra_body={"priority": 1})
     bad = Cloudflare(base_url=served.base_url, api_token="wrong", max_retries=0)
