@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._config_keys import check_keys
 from .errors import ConfigError
 
 DEFAULT_PREFIX = "/client/v4"
@@ -62,12 +63,7 @@ def read_cloudflare(raw: Any, path: Path, prefix: str) -> CloudflareConfig:
         return CloudflareConfig()
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: key '{key}' must be a table ([cloudflare])")
-    unknown = sorted(set(raw) - set(CLOUDFLARE_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"{path}: unknown key '{key}.{unknown[0]}'; allowed keys there: "
-            f"{', '.join(CLOUDFLARE_KEYS)}"
-        )
+    check_keys(raw, CLOUDFLARE_KEYS, path, key)
     for name, kind in (("prefix", str), ("account_id", str), ("enabled", bool)):
         if name in raw and not isinstance(raw[name], kind):
             raise ConfigError(f"{path}: key '{key}.{name}' must be a {kind.__name__}")

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ._config_keys import check_keys
 from .errors import ConfigError, DefinitionError
 from .limits import (
     LIMIT_KEYS,
@@ -70,12 +71,7 @@ def named_limits(raw: Any, path: Path, prefix: str) -> tuple[Limit, ...]:
         where = f"{key}[{index}]"
         if not isinstance(item, dict):
             raise ConfigError(f"{path}: key '{where}' must be a table ([[limits]])")
-        unknown = sorted(set(item) - set(LIMIT_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"{path}: unknown key '{where}.{unknown[0]}'; allowed keys there: "
-                f"{', '.join(LIMIT_KEYS)}"
-            )
+        check_keys(item, LIMIT_KEYS, path, where)
         limit = _limit(item, path, where)
         if limit.name in found:
             raise ConfigError(

@@ -50,6 +50,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ._config_keys import check_keys
 from ._project_cloudflare import CloudflareConfig, read_cloudflare
 from ._project_overrides import (
     check_limit_references,
@@ -226,15 +227,6 @@ def _section(path: Path) -> tuple[dict[str, Any], str]:
 # -- validation ---------------------------------------------------------------------------------
 
 
-def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], path: Path, key: str) -> None:
-    unknown = sorted(set(table) - set(allowed))
-    if unknown:
-        where = f"{key}.{unknown[0]}" if key else unknown[0]
-        raise ConfigError(
-            f"{path}: unknown key '{where}'; allowed keys there: {', '.join(allowed)}"
-        )
-
-
 def _duration(value: Any, path: Path, key: str) -> float:
     try:
         return parse_duration(value, what=key)
@@ -248,7 +240,7 @@ def _worker(raw: Any, path: Path, prefix: str) -> WorkerConfig:
         return WorkerConfig()
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: key '{key}' must be a table ([worker])")
-    _check_keys(raw, _WORKER_KEYS, path, key)
+    check_keys(raw, _WORKER_KEYS, path, key)
     defaults = WorkerConfig()
     concurrency = raw.get("concurrency", defaults.concurrency)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -290,7 +282,7 @@ def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
         where = f"{key}[{index}]"
         if not isinstance(item, dict):
             raise ConfigError(f"{path}: key '{where}' must be a table ([[workflows]])")
-        _check_keys(item, _WORKFLOW_TABLE_KEYS, path, where)
+        check_keys(item, _WORKFLOW_TABLE_KEYS, path, where)
         for required in _WORKFLOW_KEYS:
             if required not in item:
                 raise ConfigError(f"{path}: key '{where}.{required}' is missing")
@@ -324,7 +316,7 @@ def _queue_triggers(raw: Any, path: Path, prefix: str) -> tuple[QueueTriggerEntr
         return ()
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: key '{key}' must be a table ([[triggers.queue]])")
-    _check_keys(raw, _TRIGGER_KINDS, path, key)
+    check_keys(raw, _TRIGGER_KINDS, path, key)
     tables = raw.get("queue", [])
     if not isinstance(tables, list):
         raise ConfigError(
@@ -364,7 +356,7 @@ def _schedules(raw: Any, path: Path, prefix: str) -> tuple[ScheduleEntry, ...]:
         where = f"{key}[{index}]"
         if not isinstance(item, dict):
             raise ConfigError(f"{path}: key '{where}' must be a table ([[schedules]])")
-        _check_keys(item, _SCHEDULE_KEYS, path, where)
+        check_keys(item, _SCHEDULE_KEYS, path, where)
         for required in ("workflow", "cron"):
             if required not in item:
                 raise ConfigError(f"{path}: key '{where}.{required}' is missing")
@@ -413,7 +405,7 @@ class _FileConfig:
 def read_config(path: Path) -> _FileConfig:
     """Parse and validate one configuration file."""
     data, prefix = _section(path)
-    _check_keys(data, _TOP_KEYS, path, prefix.rstrip("."))
+    check_keys(data, _TOP_KEYS, path, prefix.rstrip("."))
     database = data.get("database")
     if database is not None and (not isinstance(database, str) or not database.strip()):
         raise ConfigError(
