@@ -152,17 +152,13 @@ class LimitedClaim:
         usage = await read_usage(conn, sql, rules, workflows, now, exact=False, locks=locks)
         admission = Admission(rules, usage, caps)
         picked, pauses, timers = await self._pick(conn, admission)
-        leased: list[tuple[Any, ...]] = []
-        histories: list[tuple[Any, ...]] = []
+        lease = {**params, "pks": [row[_PK] for row in picked], "pauses": pauses}
         async with conn.pipeline():
-            if picked or pauses:
-                lease = {**params, "pks": [row[_PK] for row in picked], "pauses": pauses}
-                cur = await conn.execute(sql.lease, lease)
-                read = await conn.execute(sql.claimed_histories, params) if picked else None
+            leasing = await conn.execute(sql.lease, lease) if picked or pauses else None
+            reading = await conn.execute(sql.claimed_histories, params) if picked else None
             await conn.execute("COMMIT")
-        if picked or pauses:
-            leased = [tuple(row) for row in await cur.fetchall()]
-            histories = [tuple(row) for row in await read.fetchall()] if read else []
+        leased = [tuple(row) for row in await leasing.fetchall()] if leasing else []
+        histories = [tuple(row) for row in await reading.fetchall()] if reading else []
         order = {row[_PK]: index for index, row in enumerate(picked)}
         leased.sort(key=lambda row: order[row[0]])
         picked_at = [picked[order[row[0]]][_READY] for row in leased]
