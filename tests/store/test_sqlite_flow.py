@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from stepline.limits import WorkflowLimits
-from stepline.store.base import NewInstance, WorkflowMeta
-from stepline.store.sqlite import SqliteStore
+from stepline.store.base import Finish, NewInstance, WorkflowMeta
+from stepline.store.sqlite import SqliteStore, sql
 
 
 async def traced_claim(store: SqliteStore, workflows: list[str]) -> tuple[int, list[str]]:
@@ -52,4 +52,68 @@ async def test_an_unlimited_claim_reads_no_usage(tmp_path: Path) -> None:
         assert taken == 10 and len(due_reads(statements)) == 1
         assert not [s for s in statements if "lease_expires_at >" in s or "started_at >" in s]
     finally:
+        await store.close()
+
+
+async def _limited_backlog(tmp_path: Path, size: int) -> SqliteStore:
+    store = SqliteStore(f"sqlite:///{tmp_path}/flow.db")
+    await store.open()
+    meta = WorkflowMeta("busy", "tests:Busy", None, WorkflowLimits(concurrency=2))
+    await store.register_workflows([meta])
+    items = [NewInstance(f"i{n}", None) for n in range(size)]
+    await store.create_instances("busy", items, trigger="api", skip_existing=False)
+    return store
+
+
+async def test_the_pauses_a_limited_claim_looks_for_are_found_without_walking_the_backlog(
+    tmp_path: Path,
+) -> None:
+    """A claim under limits looks for pauses pending whose worker died; on a database whose
+    statistics ``PRAGMA optimize`` (run as a store closes) gathered, SQLite's planner would find
+    them through the ready index, every due instance of the backlog one by one, at every
+    claim."""
+    store = await _limited_backlog(tmp_path, 3000)
+    await store.close()
+    store = SqliteStore(f"sqlite:///{tmp_path}/flow.db")
+    await store.open()
+    try:
+        taken, statements = await traced_claim(store, ["busy"])
+        assert taken == 2
+        assert [s for s in statements if "'waitingForPause' AND ready_at" in s]
+        conn = store._db.require()
+        # Planned as the claim runs it: with its parameters bound, not written in.
+        query = "EXPLAIN QUERY PLAN " + sql.pauses_due(1)
+        plan = " ".join(row[3] for row in conn.execute(query, ("busy", store.now())))
+        assert "instances_status" in plan and "instances_ready" not in plan, plan
+    finally:
+        await store.close()
+
+
+async def test_the_next_wakeup_after_a_short_claim_is_what_the_claim_found(
+    tmp_path: Path,
+) -> None:
+    """A claim that took fewer than it asked read everything the worker's next look needs:
+    ``next_wakeup`` for the same workflows, or some of them, answers without a read; once,
+    and not after a finish, which removes a timer."""
+    store = await _limited_backlog(tmp_path, 50)
+    conn = store._db.require()
+    statements: list[str] = []
+    try:
+        claims = await store.claim("me", ["busy", "other"], 10, 30.0, store.now())
+        assert len(claims) == 2  # fewer than asked: the limit holds the rest back
+        expiry = min(c.instance.ready_at or 0.0 for c in claims)
+        conn.set_trace_callback(statements.append)
+        assert await store.next_wakeup(["other"]) == expiry
+        assert statements == []
+        assert await store.next_wakeup(["other"]) is None  # used up: this one reads
+        assert statements != []
+        await store.claim("me", ["busy"], 10, 30.0, store.now())
+        await store.finish(claims[0].lease, Finish("complete", output="null"), store.now())
+        statements.clear()
+        # The finish freed a slot: the backlog is runnable now, which only a read can tell.
+        wakeup = await store.next_wakeup(["busy"])
+        assert wakeup is not None and wakeup <= store.now()
+        assert statements != []
+    finally:
+        conn.set_trace_callback(None)
         await store.close()

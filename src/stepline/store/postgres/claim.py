@@ -15,6 +15,7 @@ import psycopg
 from ..._json import loads
 from ...records import LimitState, PendingEvent
 from .._admission import limit_states
+from .._hint import TimerHint
 from .._rows import (
     INSTANCE_COLUMNS,
     STEP_COLUMNS,
@@ -99,14 +100,11 @@ class Claimer:
         self._limited: dict[tuple[str, ...], bool] = {}
         """Whether the last claim of these workflows found fleet-wide limits registered: the
         next claims them under the limits (a claim without finds out, and claims again)."""
-        self._timer_hint: tuple[tuple[str, ...], int, float | None] | None = None
-        self._generation = 0
-        """Counts what may have become runnable in this process: a hint from an earlier count
-        is stale."""
+        self._hint = TimerHint()
 
     def became_ready(self) -> None:
         """Something may have become runnable: the last claim's timer hint no longer holds."""
-        self._generation += 1
+        self._hint.changed()
 
     async def claim(
         self,
@@ -135,7 +133,7 @@ class Claimer:
             "expires": now + lease_seconds,
             "lock_prefix": self._lock_prefix,
         }
-        generation = self._generation
+        begun = self._hint.begin()
         limited = bool(capped) or self._limited.get(key, False)
         rows, histories, recovered = await self._lease(params, limited, capped)
         if rows and not recovered:
@@ -145,12 +143,13 @@ class Claimer:
             if rows and not recovered:
                 self._limited[key] = bool(rows[0][_LIMITED])
         claims = await self._to_claims(rows, histories, owner)
-        # An empty claim also read the earliest timer: next_wakeup() can use it once, if nothing
-        # became runnable meanwhile (which would have gone through became_ready).
-        if rows and not claims:
-            self._timer_hint = (key, generation, rows[0][_HINT if limited else _NEXT_READY])
+        # An empty claim also read the earliest timer, and so did a short one under limits:
+        # next_wakeup() can use it once, if nothing became runnable meanwhile (which would
+        # have gone through became_ready).
+        if rows and (not claims or (limited and len(claims) < limit)):
+            self._hint.keep(key, begun, rows[0][_HINT if limited else _NEXT_READY])
         else:
-            self._timer_hint = None
+            self._hint.clear()
         if rows and not recovered:
             self._move_floor(key, rows, limited or len(claims) < limit, now, floor)
         return claims
@@ -248,9 +247,9 @@ class Claimer:
         if not workflows:
             return None
         key = tuple(workflows)
-        hint, self._timer_hint = self._timer_hint, None
-        if hint is not None and hint[0] == key and hint[1] == self._generation:
-            return hint[2]
+        known, at = self._hint.take(key)
+        if known:
+            return at
         if self._limited.get(key, False):
 
             async def read(conn: Conn) -> float | None:

@@ -51,9 +51,10 @@ class Timers:
     next_ready: float | None
     """The earliest timer at or above the floor, held back or not."""
     hint: float | None
-    """The earliest time an instance may need a worker under the limits: a future timer or
-    lease expiry, a due instance not held back, or when a rate that holds back a first start
-    reopens; never an instance held back by a concurrency limit."""
+    """After a claim that took fewer than it asked: the earliest time an instance may need a
+    worker under the limits: a future timer or lease expiry, a due instance not held back, or
+    when a rate that holds back a first start reopens; never an instance held back by a
+    concurrency limit."""
 
 
 @dataclass
@@ -204,8 +205,11 @@ class LimitedClaim:
                 break
         top, next_ready, future, rate_held = timers
         hint: float | None = None
-        if not picked:
-            found = [future, *turned_down]
+        if len(picked) < limit:
+            # Nothing else is runnable now: the worker's next look is due at the earliest
+            # timer, the expiry of the leases taken now among them. (What a claim that took
+            # some turned down, it turned down because what it took filled a limit.)
+            found = [future, params["expires"]] if picked else [future, *turned_down]
             found += [admission.reopen_at(name) for name in rate_held]
             times = [at for at in found if at is not None]
             hint = min(times) if times else None

@@ -229,6 +229,17 @@ def next_wakeup(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> 
     return min(times) if times else None
 
 
+def after_claim(
+    c: sqlite3.Connection, workflows: Sequence[str], now: float, picked: Picked
+) -> float | None:
+    """The next wake-up after a claim at ``now`` that took all it was let take (``picked``):
+    nothing else is runnable now, so what :func:`next_wakeup` would find is the earliest timer
+    or lease expiry after ``now``, or the reopening of a used-up rate."""
+    times = [_earliest(c, workflows, after=now), picked.reopens]
+    known = [at for at in times if at is not None]
+    return min(known) if known else None
+
+
 def _earliest(
     c: sqlite3.Connection, workflows: Sequence[str], *, after: float | None = None
 ) -> float | None:

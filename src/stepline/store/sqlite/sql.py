@@ -253,10 +253,12 @@ def _excluding(n_keys: int, n_no_starts: int) -> str:
 
 def pauses_due(n_workflows: int) -> str:
     """The pauses pending whose lease has expired: a claim carries them out, whatever the
-    limits (read through ``instances_status``, not in claim order)."""
+    limits (read through ``instances_status``, not in claim order: the ready index would walk
+    the whole backlog of due instances to find none)."""
     return (
-        f"SELECT pk FROM instances WHERE workflow IN ({_marks(n_workflows)})"
-        " AND status = 'waitingForPause' AND ready_at <= ?"
+        "SELECT pk FROM instances INDEXED BY instances_status"
+        f" WHERE workflow IN ({_marks(n_workflows)}) AND status = 'waitingForPause'"
+        " AND ready_at <= ?"
     )
 
 

@@ -293,25 +293,29 @@ def claim(
     expires: float,
     now: float,
     caps: Mapping[str, int] | None = None,
-) -> list[Claim]:
+) -> tuple[list[Claim], tuple[float | None] | None]:
     """The instances the limits let run, read in claim order with their claimed columns
     (``flow.pick``, under the write lock), leased in one UPDATE, then their histories: two
-    queries per batch."""
+    queries per batch. With them, when the claim took fewer than ``limit``, the next wake-up
+    (``flow.after_claim``, in a 1-tuple; None when it took ``limit``)."""
     rules = flow.read_rules(c)
     picked = flow.pick(c, workflows, limit, now, (now, now, expires, owner), caps, rules)
     for pk in picked.pauses:
         c.execute(sql.PAUSE_UNCLAIMED, (now, pk))
+    short = len(picked.rows) < limit
     if not picked.rows:
-        return []
+        return [], (flow.after_claim(c, workflows, now, picked),) if short else None
     claims = [claim_from_row(row, owner) for row in picked.rows]
     pks = [taken.lease.pk for taken in claims]
     c.execute(sql.take_leases(len(pks)), (owner, expires, expires, now, now, *pks))
+    # After the leases: their expiry is a timer too.
+    hint = (flow.after_claim(c, workflows, now, picked),) if short else None
     add_history_rows(
         {taken.lease.pk: taken.history for taken in claims},
         c.execute(sql.history_steps(len(pks)), pks).fetchall(),
         c.execute(sql.pending_events(len(pks)), pks).fetchall(),
     )
-    return claims
+    return claims, hint
 
 
 def record_step(c: sqlite3.Connection, lease: Lease, write: StepWrite) -> str:
