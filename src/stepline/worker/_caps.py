@@ -1,5 +1,6 @@
-"""``worker_concurrency``: how many activations of a workflow one worker runs at once, and what
-that leaves for its next claim (``Store.claim(..., caps=)``)."""
+"""``worker_concurrency`` and the worker's share of a fleet-wide ``concurrency``: how many
+activations of a workflow one worker runs at once, and what that leaves for its next claim
+(``Store.claim(..., caps=)``)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ class ClaimPlan:
 
 
 class WorkflowCaps:
-    """The ``worker_concurrency`` of each registered workflow that sets one."""
+    """The ``worker_concurrency`` of each registered workflow that sets one, and the worker's
+    share of each fleet-wide ``concurrency`` (``shares``, kept by ``_shares.FleetShares``):
+    the lower of the two caps a workflow."""
 
-    __slots__ = ("_caps", "workflows")
+    __slots__ = ("_caps", "shares", "workflows")
 
     def __init__(self, registry: Mapping[str, WorkflowDefinition]) -> None:
         self.workflows = tuple(sorted(registry))
@@ -37,19 +40,23 @@ class WorkflowCaps:
             for name, definition in registry.items()
             if (cap := definition.limits.worker_concurrency) is not None
         }
+        self.shares: dict[str, int] = {}
 
     def plan(self, slots: Slots, limit: int) -> ClaimPlan:
         """The claim of at most ``limit`` that the activations in ``slots`` leave room for."""
-        if not self._caps:  # the common case costs nothing
+        caps = self._caps
+        if self.shares:
+            caps = {**self.shares, **{n: min(c, self.shares.get(n, c)) for n, c in caps.items()}}
+        if not caps:  # the common case costs nothing
             return ClaimPlan(self.workflows, None, limit, held_back=False)
         # Counted as Slots.free counts: an activation whose final write is in flight runs no
         # more code and takes no room.
         running = Counter(
             slot.claim.instance.workflow for slot in slots.active.values() if not slot.ending
         )
-        room = {name: cap - running[name] for name, cap in self._caps.items()}
+        room = {name: cap - running[name] for name, cap in caps.items()}
         workflows = tuple(name for name in self.workflows if room.get(name, 1) > 0)
-        caps = {name: room[name] for name in workflows if name in room}
+        capped = {name: room[name] for name in workflows if name in room}
         if all(name in room for name in workflows):
-            limit = min(limit, sum(caps.values()))
-        return ClaimPlan(workflows, caps or None, limit, len(workflows) < len(self.workflows))
+            limit = min(limit, sum(capped.values()))
+        return ClaimPlan(workflows, capped or None, limit, len(workflows) < len(self.workflows))

@@ -24,6 +24,7 @@ from ._log import log, outage_level
 from ._renewal import LeaseRenewer
 from ._retention import Retention
 from ._settings import WorkerSettings, default_worker_id
+from ._shares import FleetShares
 from ._shutdown import drain
 from ._slots import Reservation, Slot, Slots
 
@@ -53,6 +54,7 @@ class Worker:
         self._active = self._slots.active  # the same dict: the hot path reads it directly
         self._caps = WorkflowCaps(registry)
         self._workflows = self._caps.workflows
+        self._shares = FleetShares(store, self.id, registry, self._caps)
         self._renewer = LeaseRenewer(store, self._slots, self.settings.lease)
         self._heartbeat = Heartbeat(store, self.id, self.settings, self._workflows, self._slots)
         self._retention = Retention(store, self.settings.retention)
@@ -157,6 +159,11 @@ class Worker:
             side_tasks.append(
                 asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")
             )
+        if self._shares.limits:
+            await self._join_fleet()
+            side_tasks.append(
+                asyncio.create_task(self._shares.loop(), name=f"stepline-shares-{self.id}")
+            )
         log.info("worker %s started for %s", self.id, ", ".join(self._workflows) or "nothing")
         self._running = True
         try:
@@ -170,6 +177,15 @@ class Worker:
             await asyncio.gather(*side_tasks, return_exceptions=True)
             await self._heartbeat.forget()
             log.info("worker %s stopped", self.id)
+
+    async def _join_fleet(self) -> None:
+        # Before the first claim: the other workers see this one, and it sees them, so that
+        # a fleet started at once splits its fleet-wide limits from the start.
+        try:
+            await self.beat_now()
+            await self._shares.refresh()
+        except StoreError as exc:
+            log.log(outage_level(exc, logging.WARNING), "could not read workers: %s", exc)
 
     # -- the claim loop --------------------------------------------------------------------------
 
