@@ -18,6 +18,7 @@ from . import (
     loops,
     recovery,
     sequential,
+    spread,
     throughput,
     triggers,
     virtual_time,
@@ -28,6 +29,7 @@ from ._run import Benchmark, execute
 BENCHMARKS: dict[str, Benchmark] = {
     sequential.NAME: sequential.run,
     throughput.NAME: throughput.run,
+    spread.NAME: spread.run,
     create.NAME: create.run,
     fleet.NAME: fleet.run,
     history.NAME: history.run,

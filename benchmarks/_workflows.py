@@ -31,14 +31,30 @@ async def _cpu() -> float:
     return time.process_time()
 
 
+def _burner(seconds: float) -> Any:
+    """A step callback that keeps the CPU busy for ``seconds`` of process time: work the
+    engine cannot overlap within one process."""
+
+    async def burn() -> int:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+        return 1
+
+    return burn
+
+
 class Trivial(Workflow):
-    """``steps`` trivial steps (``s0``, ``s1``, ...); sync callbacks (thread pool) if ``sync``."""
+    """``steps`` trivial steps (``s0``, ``s1``, ...); sync callbacks (thread pool) if ``sync``;
+    each taking ``burn`` seconds of CPU if given."""
 
     name = "bench-trivial"
 
     async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
         params: dict[str, Any] = event.payload
         callback = _one_sync if params.get("sync") else _one
+        if params.get("burn"):
+            callback = _burner(params["burn"])
         total = 0
         for index in range(params["steps"]):
             total += await step.do(f"s{index}", callback)

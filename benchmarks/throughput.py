@@ -93,6 +93,7 @@ async def measure(
     workflow: str = Trivial.name,
     keys: int = 0,
     concurrency: int = 100,
+    burn: float = 0.0,
 ) -> dict[str, float]:
     """One run on a fresh database ``url``: steps/s, seconds, CPU µs per step (workers and, for
     a local PostgreSQL, the server processes serving them), bytes stored per instance.
@@ -100,13 +101,16 @@ async def measure(
     ``async_commit`` (PostgreSQL): the workers' connections run with ``synchronous_commit=off``
     (set through ``PGOPTIONS`` in their environment; the client's creates stay synchronous).
     ``workflow``: which trivial workflow; ``keys``: give instance i the key ``k{i % keys}``;
-    ``concurrency``: each worker's."""
+    ``concurrency``: each worker's; ``burn``: seconds of CPU each step takes."""
     async with client(url) as engine:
         created = await create_in_batches(
             engine,
             workflow,
             (
-                {"params": {"steps": steps}, **({"key": f"k{i % keys}"} if keys else {})}
+                {
+                    "params": {"steps": steps, **({"burn": burn} if burn else {})},
+                    **({"key": f"k{i % keys}"} if keys else {}),
+                }
                 for i in range(instances)
             ),
             BATCH,
