@@ -177,6 +177,34 @@ async def test_a_release_wakes_the_instance_parked_longest_on_the_limit(
     assert (await store.get_instance(WF, "p2")).ready_at == now + 5
 
 
+@pytest.mark.parametrize("end", ["complete", "waiting"])
+async def test_an_instance_of_a_listing_workflow_that_stops_running_wakes_a_parked_one(
+    store: Store, clock: ManualClock, end: str
+) -> None:
+    """Its end or its suspension frees its slot of every limit its workflow lists, as a release
+    does: the instance parked longest on each is woken, not left to its recheck."""
+    await define(store, Limit("api", concurrency=1), listed=True)
+    now = store.now()
+    parked = await running(store, "p1", "p2")
+    for instance_id, wake in (("p1", 30), ("p2", 20)):
+        await store.finish(
+            parked[instance_id].lease, Finish("waiting", wake_at=now + wake, parked_on="api"), now
+        )
+    listed = await running(store, "x", workflow=LISTED)
+    clock.advance(1)
+    if end == "complete":
+        finish = Finish("complete", output="1")
+    else:
+        finish = Finish("waiting", wake_at=now + 3600)
+    await store.finish(listed["x"].lease, finish, store.now())
+    ready = {i: (await store.get_instance(WF, i)).ready_at for i in ("p1", "p2")}
+    assert ready == {"p1": now + 30, "p2": now + 1}
+    # An instance of a workflow that lists no limit frees no slot of one: it wakes nobody.
+    (p2,) = await store.claim(OWNER, [WF], 5, LEASE, store.now())
+    await store.finish(p2.lease, Finish("complete", output="1"), store.now())
+    assert (await store.get_instance(WF, "p1")).ready_at == now + 30
+
+
 async def test_an_unknown_limit_raises_lookup_error_naming_it(store: Store) -> None:
     await define(store, Limit("api", concurrency=1))
     held = await running(store, "a")

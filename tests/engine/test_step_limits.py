@@ -14,7 +14,7 @@ from rich.console import Console
 from stepline import Engine, Limit, ManualClock, WorkflowEvent, WorkflowStep, workflow
 from stepline.cli._render import describe_step
 from stepline.config import StepConfig, parse_step_config
-from stepline.store.base import NewInstance
+from stepline.store.base import Finish, NewInstance
 
 from ..conftest import EngineFactory, TestEnvFactory, drain
 
@@ -127,6 +127,39 @@ async def test_a_step_waiting_for_a_slot_holds_no_worker_slot_and_a_release_wake
         assert (await waiting.status()).status == "complete"
         (step,) = await waiting.steps()
         assert (step.status, step.output, len(step.attempts)) == ("complete", "called", 1)
+
+
+@workflow(name="listing", limits=("api",))
+async def listing(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    return await step.do("only", lambda: "done")
+
+
+@pytest.mark.parametrize("end", ["complete", "waiting"])
+async def test_an_instance_of_a_listing_workflow_that_stops_running_wakes_a_waiting_step(
+    make_engine: EngineFactory, clock: ManualClock, end: str
+) -> None:
+    """A running instance of a workflow that lists the limit holds a slot of it; when it ends
+    or suspends, the step parked on the limit runs at once, not at its recheck."""
+    _reset()
+    SEEN["started"] = 2  # no pairing
+    api = Limit("api", concurrency=1)
+    async with make_engine([limited, listing], clock=clock, limits=[api]) as engine:
+        store = engine.store
+        await store.create_instances(
+            "listing", [NewInstance("h", None)], trigger="api", skip_existing=False
+        )
+        (holder,) = await store.claim("elsewhere", ["listing"], 1, 300, store.now())
+        waiting = await engine.workflow("limited").create("w", {"limit": "api"})
+        await drain(engine)
+        assert (await waiting.status()).status == "waiting"
+        clock.advance(1)
+        if end == "complete":
+            finish = Finish("complete", output='"done"')
+        else:
+            finish = Finish("waiting", wake_at=store.now() + 3600)
+        await store.finish(holder.lease, finish, store.now())
+        await drain(engine)
+        assert (await waiting.status()).status == "complete"
 
 
 async def test_each_attempt_counts_toward_the_rate(make_test_env: TestEnvFactory) -> None:

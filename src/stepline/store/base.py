@@ -350,7 +350,10 @@ class Store(ScheduleStore, FlowStore):
         See :class:`Finish` for how ``waiting`` interacts with late events and pause requests.
         Raises ``LeaseLostError`` if the lease is no longer held. An instance that ends here
         (complete, errored, terminated) makes a parent waiting for it ready at once and counts
-        in the parent's ``event_seq``.
+        in the parent's ``event_seq``. An instance that ends or suspends here frees its slot of
+        each named limit its workflow lists: for each, the instance parked on that limit that
+        would wake first is made ready now, as :meth:`release_limit` does (and the ready
+        listeners are called).
         """
 
     @abc.abstractmethod

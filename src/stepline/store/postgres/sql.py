@@ -281,6 +281,8 @@ _TEMPLATES: dict[str, str] = {
         FROM held WHERE pk = h_pk RETURNING pk, status
     """,
     # The activations' last step records (Finish.steps) are written first, in the same statement.
+    # An instance that stops running frees a slot of each named limit its workflow lists: the
+    # instance parked longest on each is made ready ("unparked"), as a step's release does.
     # The instances it ends are announced a few dozen per notification ("ended"), not one each:
     # every listener receives and parses every notification. An entry ``["w", "i"], `` takes
     # len(w) + len(i) + 10 bytes (names and ids are ASCII, at most 100 characters), so a chunk
@@ -336,6 +338,21 @@ _TEMPLATES: dict[str, str] = {
             FROM (SELECT DISTINCT ON (k_workflow, k_id) * FROM kids) k
             WHERE p.workflow = k.k_workflow AND p.id = k.k_id
                 AND NOT EXISTS (SELECT 1 FROM f JOIN held ON h_idx = f.idx WHERE f.pk = p.pk)
+        ), listed AS (
+            SELECT DISTINCT l.name FROM u JOIN {s}.workflows w ON w.name = u.workflow,
+                json_array_elements_text(w.limits::json -> 'limits') AS l(name)
+            WHERE w.limits IS NOT NULL
+        ), unparked AS (
+            UPDATE {s}.instances p SET ready_at = (SELECT max(fnow) FROM f)
+            FROM listed
+            WHERE p.pk = (SELECT q.pk FROM {s}.instances q WHERE q.parked_on = listed.name
+                    AND q.ready_at > (SELECT max(fnow) FROM f) AND q.status = 'waiting'
+                    ORDER BY q.ready_at LIMIT 1)
+                AND p.status = 'waiting'
+            RETURNING p.pk
+        ), ready AS (
+            SELECT pg_notify(%(channel)s, json_build_object('s', %(source)s::text)::text)
+            WHERE EXISTS (SELECT 1 FROM unparked)
         ), ended AS (
             SELECT workflow, id, parent IS NULL AS top,
                 sum(length(workflow) + length(id) + 10) OVER (ROWS UNBOUNDED PRECEDING) AS upto
@@ -346,8 +363,9 @@ _TEMPLATES: dict[str, str] = {
             FROM ended GROUP BY upto / 7000
         )
         SELECT idx, status, workflow, id,
-            parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'),
-            (SELECT count(*) FROM notes)
+            (parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'))
+                OR EXISTS (SELECT 1 FROM unparked),
+            (SELECT count(*) FROM notes) + (SELECT count(*) FROM ready)
         FROM u
     """,
     "wake_parent_of": """

@@ -422,6 +422,13 @@ WAKE_PARKED = (
 )
 """Make the instance parked on a limit that would wake first ready now. Parameters: now, the
 limit, now."""
+WAKE_PARKED_ON_LISTED = (
+    "UPDATE instances SET ready_at = ? WHERE pk IN (SELECT (SELECT pk FROM instances"
+    " WHERE parked_on = l.value AND ready_at > ? AND status = 'waiting' ORDER BY ready_at"
+    " LIMIT 1) FROM workflows w, json_each(w.limits, '$.limits') l WHERE w.name = ?)"
+)
+"""For each named limit a workflow lists, what :data:`WAKE_PARKED` does: one of its instances
+stopped running, which frees a slot of each. Parameters: now, now, the workflow."""
 
 
 # -- worker liveness -------------------------------------------------------------------------

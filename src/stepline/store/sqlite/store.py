@@ -300,10 +300,10 @@ class SqliteStore(ScheduleOperations, FlowOperations):
         result: tuple[str, str, str, bool] = await self._db.write(
             lambda c: tx.finish(c, lease, finish, now)
         )
-        status, workflow, instance_id, woke_parent = result
+        status, workflow, instance_id, woke = result
         self._hint.changed()  # its lease expiry was a timer, its slot may be waited for
         self._notify_changed(workflow, instance_id)
-        if status == "waiting" or woke_parent:
+        if status == "waiting" or woke:
             self._notify_ready()
         return status
 

@@ -367,7 +367,8 @@ def renew(c: sqlite3.Connection, leases: Sequence[Lease], expires: float) -> dic
 def finish(
     c: sqlite3.Connection, lease: Lease, end: Finish, now: float
 ) -> tuple[str, str, str, bool]:
-    """The new status, the instance's workflow and id, and whether it woke a parent."""
+    """The new status, the instance's workflow and id, and whether it made another instance
+    runnable (its parent, or one parked on a limit its workflow lists)."""
     row = c.execute(sql.FENCE, (lease.pk, lease.token, lease.owner)).fetchone()
     if row is None:
         raise _lease_lost(lease)
@@ -390,6 +391,9 @@ def finish(
         c.execute(sql.END, (status, end.output, error, rollback, now, now, lease.pk))
         if fence.parent is not None:
             woke = _wake_parent(c, loads(fence.parent), now)
+    # It runs no more: its slot of each limit its workflow lists is free for a parked step.
+    if c.execute(sql.WAKE_PARKED_ON_LISTED, (now, now, fence.workflow)).rowcount:
+        woke = True
     return status, fence.workflow, fence.id, woke
 
 
