@@ -230,6 +230,18 @@ async def test_a_rate_limits_starts_per_period_and_reopens_when_told(
     assert ids(await claim(store)) == ["c"]
 
 
+async def test_the_next_wakeup_after_a_claim_that_used_up_a_rate_is_its_reopening(
+    store: Store,
+) -> None:
+    """The claim's own starts used the rate up: the next look is due when it reopens, not at
+    the leases' expiry (each store may know this from the claim or read it again)."""
+    await limit(store, rate=Rate(2, 5.0))
+    await create(store, "a", "b", "c", "d")
+    t0 = store.now()
+    assert len(await claim(store)) == 2
+    assert await store.next_wakeup([WF]) == t0 + 5.0
+
+
 async def test_a_restarted_instance_starts_again_under_the_rate(
     store: Store, clock: ManualClock
 ) -> None:

@@ -4,6 +4,7 @@ a limit is used; a release waking the instance parked longest on the limit."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -203,6 +204,29 @@ async def test_an_instance_of_a_listing_workflow_that_stops_running_wakes_a_park
     (p2,) = await store.claim(OWNER, [WF], 5, LEASE, store.now())
     await store.finish(p2.lease, Finish("complete", output="1"), store.now())
     assert (await store.get_instance(WF, "p1")).ready_at == now + 30
+
+
+async def test_ends_in_one_batch_wake_as_many_parked_and_a_parking_instance_wakes_none(
+    store: Store, clock: ManualClock
+) -> None:
+    await define(store, Limit("api", concurrency=2), listed=True)
+    now = store.now()
+    parked = await running(store, "p1", "p2", "p3")
+    for n, instance_id in enumerate(("p1", "p2", "p3")):
+        end = Finish("waiting", wake_at=now + 30 + n, parked_on="api")
+        await store.finish(parked[instance_id].lease, end, now)
+    listed = await running(store, "x", "y", workflow=LISTED)
+    clock.advance(1)
+    done = Finish("complete", output="1")
+    await asyncio.gather(*(store.finish(listed[i].lease, done, store.now()) for i in ("x", "y")))
+    ready = {i: (await store.get_instance(WF, i)).ready_at for i in ("p1", "p2", "p3")}
+    assert ready == {"p1": now + 1, "p2": now + 1, "p3": now + 32}
+    # An instance of the listing workflow refused a slot parks on the limit: what it frees
+    # leaves no room there, so it wakes nobody parked on it, itself least of all.
+    (z,) = (await running(store, "z", workflow=LISTED)).values()
+    await store.finish(z.lease, Finish("waiting", wake_at=now + 40, parked_on="api"), now + 1)
+    assert (await store.get_instance(LISTED, "z")).ready_at == now + 40
+    assert (await store.get_instance(WF, "p3")).ready_at == now + 32
 
 
 async def test_an_unknown_limit_raises_lookup_error_naming_it(store: Store) -> None:

@@ -174,6 +174,8 @@ class Admission:
         self._taken: Counter[str] = Counter()
         self.held_by_rate = False
         """Whether a rate held an instance back (so ``reopens`` says when to look again)."""
+        self.filled_rate = False
+        """Whether a start it admitted used up a rate: ``reopens``, read before, misses it."""
 
     def admit(self, workflow: str, key: str | None, starting: bool) -> bool:
         """Whether an instance of ``workflow`` with ``key`` may run (``starting``: its first
@@ -218,10 +220,14 @@ class Admission:
             usage.key_running[(workflow, key or "")] += 1
         if starting:
             usage.started[workflow] += 1
+            rate = declared.rate
+            self.filled_rate |= rate is not None and usage.started[workflow] >= rate.count
         for limit in named:
             usage.limit_running[limit.name] += 1
             if starting:
                 usage.limit_started[limit.name] += 1
+                started = usage.limit_started[limit.name]
+                self.filled_rate |= limit.rate is not None and started >= limit.rate.count
         return True
 
     def held(self, workflows: Sequence[str]) -> Held:

@@ -53,8 +53,9 @@ _FLOOR_RECHECK = 10.0
 """Seconds between claims that read the ready_at index from its low end, for any straggler below
 the floor (a write that took longer than the margin to commit)."""
 
-_Rows = tuple[list[Any], dict[int, Any], bool]
-"""A claim's rows, the claimed instances' history rows by pk, and whether it was recovered."""
+_Rows = tuple[list[Any], dict[int, Any], bool, bool]
+"""A claim's rows, the claimed instances' history rows by pk, whether it was recovered, and
+whether its timers hold for the worker's next look (``_HINT``, ``_NEXT_READY``)."""
 
 
 @dataclass(frozen=True)
@@ -135,18 +136,18 @@ class Claimer:
         }
         begun = self._hint.begin()
         limited = bool(capped) or self._limited.get(key, False)
-        rows, histories, recovered = await self._lease(params, limited, capped)
+        rows, histories, recovered, timed = await self._lease(params, limited, capped)
         if rows and not recovered:
             if rows[0][_LIMITED] and not limited:  # limits were registered: claim under them
                 limited = True
-                rows, histories, recovered = await self._lease(params, limited, capped)
+                rows, histories, recovered, timed = await self._lease(params, limited, capped)
             if rows and not recovered:
                 self._limited[key] = bool(rows[0][_LIMITED])
         claims = await self._to_claims(rows, histories, owner)
         # An empty claim also read the earliest timer, and so did a short one under limits:
         # next_wakeup() can use it once, if nothing became runnable meanwhile (which would
         # have gone through became_ready).
-        if rows and (not claims or (limited and len(claims) < limit)):
+        if rows and timed and (not claims or (limited and len(claims) < limit)):
             self._hint.keep(key, begun, rows[0][_HINT if limited else _NEXT_READY])
         else:
             self._hint.clear()
@@ -168,7 +169,7 @@ class Claimer:
                     cur = await conn.execute(sql.claimed_by, (params["owner"], params["nonce"]))
                     rows = await cur.fetchall()
                     if rows:
-                        return rows, {}, True
+                        return rows, {}, True, False
                 if limited:
                     return _limited_rows(await LimitedClaim(sql, params).run(conn, caps))
                 # One round trip: BEGIN, the planner settings (local to the transaction, so a
@@ -185,7 +186,7 @@ class Claimer:
                     await histories.execute(sql.claimed_histories, params)
                     await conn.execute("COMMIT")
                 rows = await cur.fetchall()
-                return rows, {row[0]: row for row in await histories.fetchall()}, False
+                return rows, {row[0]: row for row in await histories.fetchall()}, False, True
             except psycopg.OperationalError:
                 faulted = True
                 raise
@@ -302,7 +303,7 @@ def _limited_rows(leased: Leased) -> _Rows:
     ]
     if not rows:  # the plain claim's row of NULLs, which carries the timers
         rows = [(*([None] * _PICKED_AT), None, *meta)]
-    return rows, {row[0]: row for row in leased.histories}, False
+    return rows, {row[0]: row for row in leased.histories}, False, timers.known
 
 
 def _history_from_json(steps: str, events: str) -> History:

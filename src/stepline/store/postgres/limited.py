@@ -55,6 +55,9 @@ class Timers:
     worker under the limits: a future timer or lease expiry, a due instance not held back, or
     when a rate that holds back a first start reopens; never an instance held back by a
     concurrency limit."""
+    known: bool = True
+    """Whether ``hint`` holds: not when the claim's reads stopped before the end of what is
+    due, or its own starts used up a rate (whose reopening it read before)."""
 
 
 @dataclass
@@ -179,6 +182,7 @@ class LimitedClaim:
         seen: list[int] = []
         timers: tuple[Any, ...] = (None, None, None, [])
         held = _held(admission, params["workflows"])
+        read_all = True  # whether the reads saw every due instance the limits do not hold
         for attempt in range(_PASSES):
             read = {**params, **held, "seen": seen, "limit": limit - len(picked)}
             async with conn.pipeline():
@@ -203,6 +207,8 @@ class LimitedClaim:
             held = _held(admission, params["workflows"])
             if not held["active"]:
                 break
+        else:
+            read_all = False
         top, next_ready, future, rate_held = timers
         hint: float | None = None
         if len(picked) < limit:
@@ -213,7 +219,8 @@ class LimitedClaim:
             found += [admission.reopen_at(name) for name in rate_held]
             times = [at for at in found if at is not None]
             hint = min(times) if times else None
-        return picked, pauses, Timers(top, next_ready, hint)
+        known = not picked or (read_all and not admission.filled_rate)
+        return picked, pauses, Timers(top, next_ready, hint, known)
 
 
 def _held(admission: Admission, workflows: Sequence[str]) -> dict[str, list[str]]:

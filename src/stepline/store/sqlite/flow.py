@@ -63,6 +63,8 @@ class Picked:
     pauses: dict[int, None] = field(default_factory=dict)
     held_by_rate: bool = False
     """Whether a rate held back a due instance."""
+    filled_rate: bool = False
+    """Whether a start it took used up a rate (``reopens`` does not know)."""
     reopens: float | None = None
     """When the earliest used-up rate of the claim's scopes lets the next start."""
 
@@ -197,7 +199,8 @@ def pick(
             if admission is not None:
                 active, keys, no_starts = _held(admission, workflows)
         (priority,) = c.execute(sql.NEXT_PRIORITY, (priority,)).fetchone()
-    picked.held_by_rate = admission is not None and admission.held_by_rate
+    if admission is not None:
+        picked.held_by_rate, picked.filled_rate = admission.held_by_rate, admission.filled_rate
     return picked
 
 
@@ -231,13 +234,17 @@ def next_wakeup(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> 
 
 def after_claim(
     c: sqlite3.Connection, workflows: Sequence[str], now: float, picked: Picked
-) -> float | None:
-    """The next wake-up after a claim at ``now`` that took all it was let take (``picked``):
-    nothing else is runnable now, so what :func:`next_wakeup` would find is the earliest timer
-    or lease expiry after ``now``, or the reopening of a used-up rate."""
+) -> tuple[float | None] | None:
+    """The next wake-up after a claim at ``now`` that took all it was let take (``picked``),
+    in a 1-tuple: nothing else is runnable now, so what :func:`next_wakeup` would find is the
+    earliest timer or lease expiry after ``now``, or the reopening of a used-up rate. None
+    when the claim cannot tell: its own starts used up a rate, whose reopening it read
+    before."""
+    if picked.filled_rate:
+        return None
     times = [_earliest(c, workflows, after=now), picked.reopens]
     known = [at for at in times if at is not None]
-    return min(known) if known else None
+    return (min(known) if known else None,)
 
 
 def _earliest(

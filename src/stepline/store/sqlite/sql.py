@@ -424,11 +424,15 @@ WAKE_PARKED = (
 limit, now."""
 WAKE_PARKED_ON_LISTED = (
     "UPDATE instances SET ready_at = ? WHERE pk IN (SELECT (SELECT pk FROM instances"
-    " WHERE parked_on = l.value AND ready_at > ? AND status = 'waiting' ORDER BY ready_at"
-    " LIMIT 1) FROM workflows w, json_each(w.limits, '$.limits') l WHERE w.name = ?)"
+    " WHERE parked_on = l.value AND ready_at > ? AND status = 'waiting' AND pk <> ?"
+    " ORDER BY ready_at LIMIT 1) FROM workflows w, json_each(w.limits, '$.limits') l"
+    " JOIN limits n ON n.name = l.value AND n.concurrency IS NOT NULL"
+    " WHERE w.name = ? AND l.value IS NOT ?)"
 )
-"""For each named limit a workflow lists, what :data:`WAKE_PARKED` does: one of its instances
-stopped running, which frees a slot of each. Parameters: now, now, the workflow."""
+"""For each named limit with a concurrency that a workflow lists, what :data:`WAKE_PARKED`
+does: one of its instances stopped running, which frees a slot of each. Not the instance
+itself, nor on a limit it parks on now: it was refused a slot there, so what it frees leaves
+no room. Parameters: now, now, the instance, the workflow, the limit it parks on (or None)."""
 
 
 # -- worker liveness -------------------------------------------------------------------------

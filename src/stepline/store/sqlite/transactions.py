@@ -297,19 +297,19 @@ def claim(
     """The instances the limits let run, read in claim order with their claimed columns
     (``flow.pick``, under the write lock), leased in one UPDATE, then their histories: two
     queries per batch. With them, when the claim took fewer than ``limit``, the next wake-up
-    (``flow.after_claim``, in a 1-tuple; None when it took ``limit``)."""
+    (``flow.after_claim``, in a 1-tuple; None when it took ``limit`` or cannot tell)."""
     rules = flow.read_rules(c)
     picked = flow.pick(c, workflows, limit, now, (now, now, expires, owner), caps, rules)
     for pk in picked.pauses:
         c.execute(sql.PAUSE_UNCLAIMED, (now, pk))
     short = len(picked.rows) < limit
     if not picked.rows:
-        return [], (flow.after_claim(c, workflows, now, picked),) if short else None
+        return [], flow.after_claim(c, workflows, now, picked) if short else None
     claims = [claim_from_row(row, owner) for row in picked.rows]
     pks = [taken.lease.pk for taken in claims]
     c.execute(sql.take_leases(len(pks)), (owner, expires, expires, now, now, *pks))
     # After the leases: their expiry is a timer too.
-    hint = (flow.after_claim(c, workflows, now, picked),) if short else None
+    hint = flow.after_claim(c, workflows, now, picked) if short else None
     add_history_rows(
         {taken.lease.pk: taken.history for taken in claims},
         c.execute(sql.history_steps(len(pks)), pks).fetchall(),
@@ -392,7 +392,9 @@ def finish(
         if fence.parent is not None:
             woke = _wake_parent(c, loads(fence.parent), now)
     # It runs no more: its slot of each limit its workflow lists is free for a parked step.
-    if c.execute(sql.WAKE_PARKED_ON_LISTED, (now, now, fence.workflow)).rowcount:
+    parks_on = end.parked_on if end.status == "waiting" else None
+    woken = c.execute(sql.WAKE_PARKED_ON_LISTED, (now, now, lease.pk, fence.workflow, parks_on))
+    if woken.rowcount:
         woke = True
     return status, fence.workflow, fence.id, woke
 
