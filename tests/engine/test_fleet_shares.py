@@ -98,3 +98,31 @@ async def until_listed(engine: Engine, ids: set[str]) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"timed out waiting for workers {sorted(ids)}")
+
+
+async def test_a_stopping_worker_leaves_the_worker_list_before_it_drains(tmp_path: Path) -> None:
+    """It takes no more work from the moment it stops: its peers must not keep its share for
+    it while what it runs finishes."""
+    global GATE
+    GATE = asyncio.Event()
+    async with Engine(f"sqlite:///{tmp_path}/x.db", [limited], worker=False, worker_id="w") as e:
+        task = asyncio.create_task(e.worker.run())
+        try:
+            instance = await e.workflow("limited").create()
+            await until(lambda: e.worker.active_count == 1, "it runs")
+            await until_listed(e, {"w"})
+            e.worker.stop()
+            for _ in range(500):
+                if "w" not in {w.id for w in await e.store.list_workers()}:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the stopping worker is still listed")
+            assert e.worker.active_count == 1  # still draining
+            GATE.set()
+            await task
+            assert (await instance.wait(timeout=5)).output == "through"
+        finally:
+            GATE.set()
+            e.worker.stop()
+            await asyncio.gather(task, return_exceptions=True)

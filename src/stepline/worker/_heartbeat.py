@@ -63,8 +63,8 @@ class Heartbeat:
         await self.store.heartbeat(info, now)
 
     async def forget(self) -> None:
-        """Remove this worker's row on a graceful stop. Bounded: with the database gone the
-        stop does not wait for it; the row then shows the worker dead, and expires."""
+        """Remove this worker's row as a graceful stop begins. Bounded: with the database gone
+        the stop does not wait for it; the row then shows the worker dead, and expires."""
         try:
             await asyncio.wait_for(
                 self.store.forget_worker(self.worker_id), max(self.settings.heartbeat, 1.0)

@@ -151,9 +151,12 @@ class Worker:
         """Run until :meth:`stop` is called, then shut down gracefully."""
         self.store.add_ready_listener(self.wake)
         self._heartbeat.started_at = self.store.now()
+        # The fleet's view of this worker (its heartbeat, its share) ends before the drain.
+        fleet_tasks = [
+            asyncio.create_task(self._heartbeat.loop(), name=f"stepline-heartbeat-{self.id}"),
+        ]
         side_tasks = [
             asyncio.create_task(self._renewer.loop(), name=f"stepline-renew-{self.id}"),
-            asyncio.create_task(self._heartbeat.loop(), name=f"stepline-heartbeat-{self.id}"),
         ]
         if self.settings.retention is not None:
             side_tasks.append(
@@ -161,7 +164,7 @@ class Worker:
             )
         if self._shares.limits:
             await self._join_fleet()
-            side_tasks.append(
+            fleet_tasks.append(
                 asyncio.create_task(self._shares.loop(), name=f"stepline-shares-{self.id}")
             )
         log.info("worker %s started for %s", self.id, ", ".join(self._workflows) or "nothing")
@@ -171,11 +174,12 @@ class Worker:
         finally:
             self._running = False
             self.store.remove_ready_listener(self.wake)
-            await drain(self._slots, self.id, self.settings.grace_period, self._at_once)
-            for task in side_tasks:
-                task.cancel()
-            await asyncio.gather(*side_tasks, return_exceptions=True)
+            # Leave the worker list first: a stopping worker takes no more work, so its peers
+            # take its share of fleet-wide limits now, not once it has drained.
+            await _cancel(fleet_tasks)
             await self._heartbeat.forget()
+            await drain(self._slots, self.id, self.settings.grace_period, self._at_once)
+            await _cancel(side_tasks)
             log.info("worker %s stopped", self.id)
 
     async def _join_fleet(self) -> None:
@@ -304,3 +308,9 @@ class Worker:
                 # instance the last claim held back may take it.
                 self._wanted = True
             self._slot_freed()
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
