@@ -117,3 +117,31 @@ async def test_the_next_wakeup_after_a_short_claim_is_what_the_claim_found(
     finally:
         conn.set_trace_callback(None)
         await store.close()
+
+
+async def test_a_backlog_a_limit_holds_back_is_not_walked_by_claims_and_looks(
+    tmp_path: Path,
+) -> None:
+    """With the limit full, a claim and a look for the limited workflow and another one cost
+    the same whatever the size of the held backlog (counted in SQLite VM steps)."""
+    cost: dict[int, int] = {}
+    for size in (300, 3000):
+        store = await _limited_backlog(tmp_path / str(size), size)
+        try:
+            assert len(await store.claim("me", ["busy"], 10, 30.0, store.now())) == 2
+            steps = [0]
+
+            def count(steps: list[int] = steps) -> int:
+                steps[0] += 1
+                return 0
+
+            conn = store._db.require()
+            conn.set_progress_handler(count, 100)
+            assert await store.claim("me", ["busy", "other"], 10, 30.0, store.now()) == []
+            await store.next_wakeup(["busy", "other"])  # the claim's hint
+            await store.next_wakeup(["busy", "other"])  # a read
+            conn.set_progress_handler(None, 0)
+            cost[size] = steps[0]
+        finally:
+            await store.close()
+    assert cost[3000] < cost[300] * 2, cost

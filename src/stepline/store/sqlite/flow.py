@@ -164,6 +164,8 @@ def pick(
             no_starts = []
     remaining = limit
     (priority,) = c.execute(sql.FIRST_PRIORITY).fetchone()
+    if len(active) < len(workflows) and not _any_due(c, active, now):
+        active = []  # what the limits leave is not due: no read walks the rest's backlog
     while priority is not None and remaining > 0 and active:
         after: tuple[float, int] | None = None
         while remaining > 0 and active:
@@ -190,6 +192,8 @@ def pick(
                     if held != (active, keys, no_starts):
                         active, keys, no_starts = held
                         after, held_more = (row[_READY], row[0]), True
+                        if len(active) < len(workflows) and not _any_due(c, active, now):
+                            active = []
                         break
             if held_more:
                 continue
@@ -202,6 +206,13 @@ def pick(
     if admission is not None:
         picked.held_by_rate, picked.filled_rate = admission.held_by_rate, admission.filled_rate
     return picked
+
+
+def _any_due(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> bool:
+    """Whether an instance of ``workflows`` is due at ``now`` (a seek per workflow)."""
+    if not workflows:
+        return False
+    return c.execute(sql.any_due(len(workflows)), (now, *workflows)).fetchone() is not None
 
 
 def _held(

@@ -4,8 +4,11 @@ statement takes a list of values (``IN (?, ...)``) or optional filters.
 Rows the store reads by more than one column have a named type (here, or in ``store/_rows.py``
 when both stores read them alike); a statement selects ``columns(RowType._fields)``.
 
-The timer reads (idle poll, claim, next wake-up) filter on ``+workflow IN (?, ...)``: the unary
-plus (SQLite's documented way to keep a term from choosing an index) leaves them to the
+Whether anything is due and the earliest timer are one seek per workflow in
+``instances_workflow_ready`` (workflow, ready_at), named with ``INDEXED BY``: one workflow's
+backlog, held back by a limit, is not read by the others' polls. The claim's read of due
+instances in claim order filters on ``+workflow IN (?, ...)``: the unary
+plus (SQLite's documented way to keep a term from choosing an index) leaves it to the
 ``instances_ready`` index (priority, ready_at), in order. Without statistics (a database never
 analyzed, or one that grew since) the planner otherwise reads every instance the workflows ever
 ran through ``instances_status`` (workflow, status) and sorts the due ones, for each idle poll,
@@ -208,12 +211,18 @@ _PRIORITIES = (
 scan; the last ``v`` is NULL)."""
 
 
+def _each_workflow(n_workflows: int, first: int) -> str:
+    """The workflows as rows ``w(column1)``, from parameter number ``first`` on."""
+    return "(VALUES " + ",".join(f"(?{first + i})" for i in range(n_workflows)) + ") w"
+
+
 def any_due(n_workflows: int) -> str:
-    """Whether anything is due: a read first, so an idle poll takes no write lock. Parameters:
-    now, the workflows."""
+    """Whether anything is due: a read first, so an idle poll takes no write lock. One seek per
+    workflow (``instances_workflow_ready``). Parameters: now, the workflows."""
     return (
-        f"{_PRIORITIES}SELECT 1 FROM p WHERE v IS NOT NULL AND EXISTS (SELECT 1 FROM instances"
-        f" WHERE priority = v AND ready_at <= ? AND {_in_workflows(n_workflows)}) LIMIT 1"
+        f"SELECT 1 FROM {_each_workflow(n_workflows, 2)} WHERE EXISTS (SELECT 1 FROM instances"
+        " INDEXED BY instances_workflow_ready WHERE workflow = w.column1 AND ready_at <= ?1)"
+        " LIMIT 1"
     )
 
 
@@ -333,12 +342,13 @@ UNREADY_PAUSED = "UPDATE instances SET ready_at = NULL WHERE pk = ? AND status =
 
 
 def next_wakeup(n_workflows: int, *, after: bool = False) -> str:
-    """The earliest ``ready_at`` of the workflows (after a time if ``after``: parameters the
-    time, then the workflows)."""
-    since = "ready_at > ?" if after else "ready_at IS NOT NULL"
+    """The earliest ``ready_at`` of the workflows, one seek per workflow (after a time if
+    ``after``: parameters the time, then the workflows)."""
+    since = "ready_at > ?1" if after else "ready_at IS NOT NULL"
     return (
-        f"{_PRIORITIES}SELECT min((SELECT min(ready_at) FROM instances WHERE priority = v"
-        f" AND {since} AND {_in_workflows(n_workflows)})) FROM p WHERE v IS NOT NULL"
+        "SELECT min((SELECT min(ready_at) FROM instances INDEXED BY instances_workflow_ready"
+        f" WHERE workflow = w.column1 AND {since}))"
+        f" FROM {_each_workflow(n_workflows, 2 if after else 1)}"
     )
 
 
