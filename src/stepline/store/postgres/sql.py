@@ -281,10 +281,6 @@ _TEMPLATES: dict[str, str] = {
         FROM held WHERE pk = h_pk RETURNING pk, status
     """,
     # The activations' last step records (Finish.steps) are written first, in the same statement.
-    # An instance that stops running frees a slot of each named limit (with a concurrency) its
-    # workflow lists, unless it parks on that limit now (it was refused a slot there): as many
-    # instances parked longest on each are made ready ("unparked"), as a step's release does;
-    # never a parent that "woke" updates.
     # The instances it ends are announced a few dozen per notification ("ended"), not one each:
     # every listener receives and parses every notification. An entry ``["w", "i"], `` takes
     # len(w) + len(i) + 10 bytes (names and ids are ASCII, at most 100 characters), so a chunk
@@ -340,31 +336,6 @@ _TEMPLATES: dict[str, str] = {
             FROM (SELECT DISTINCT ON (k_workflow, k_id) * FROM kids) k
             WHERE p.workflow = k.k_workflow AND p.id = k.k_id
                 AND NOT EXISTS (SELECT 1 FROM f JOIN held ON h_idx = f.idx WHERE f.pk = p.pk)
-        ), freed AS (
-            SELECT l.name, count(*) AS n
-            FROM u JOIN f ON f.idx = u.idx JOIN {s}.workflows w ON w.name = u.workflow,
-                json_array_elements_text(w.limits::json -> 'limits') AS l(name)
-            WHERE w.limits IS NOT NULL AND l.name IS DISTINCT FROM f.parked_on
-                AND EXISTS (SELECT 1 FROM {s}.limits n
-                    WHERE n.name = l.name AND n.concurrency IS NOT NULL)
-            GROUP BY l.name
-        ), parked AS (
-            SELECT q.pk FROM freed CROSS JOIN LATERAL (
-                SELECT pk FROM {s}.instances q
-                WHERE q.parked_on = freed.name AND q.status = 'waiting'
-                    AND q.ready_at > (SELECT max(fnow) FROM f)
-                    AND NOT EXISTS (SELECT 1 FROM kids
-                        WHERE k_workflow = q.workflow AND k_id = q.id)
-                ORDER BY q.ready_at LIMIT freed.n
-                FOR UPDATE SKIP LOCKED
-            ) q
-        ), unparked AS (
-            UPDATE {s}.instances p SET ready_at = (SELECT max(fnow) FROM f)
-            FROM parked WHERE p.pk = parked.pk
-            RETURNING p.pk
-        ), ready AS (
-            SELECT pg_notify(%(channel)s, json_build_object('s', %(source)s::text)::text)
-            WHERE EXISTS (SELECT 1 FROM unparked)
         ), ended AS (
             SELECT workflow, id, parent IS NULL AS top,
                 sum(length(workflow) + length(id) + 10) OVER (ROWS UNBOUNDED PRECEDING) AS upto
@@ -375,9 +346,8 @@ _TEMPLATES: dict[str, str] = {
             FROM ended GROUP BY upto / 7000
         )
         SELECT idx, status, workflow, id,
-            (parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'))
-                OR EXISTS (SELECT 1 FROM unparked),
-            (SELECT count(*) FROM notes) + (SELECT count(*) FROM ready)
+            parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'),
+            (SELECT count(*) FROM notes)
         FROM u
     """,
     "wake_parent_of": """

@@ -67,7 +67,7 @@ class Finished(NamedTuple):
     workflow: str
     instance_id: str
     woke: bool
-    """Whether it made another instance runnable: its parent, or one parked on a limit."""
+    """Whether it made another instance runnable (its parent)."""
 
 
 def step_row(lease: Lease, write: StepWrite) -> StepRow:
