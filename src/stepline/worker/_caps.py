@@ -28,25 +28,30 @@ class ClaimPlan:
 
 class WorkflowCaps:
     """The ``worker_concurrency`` of each registered workflow that sets one, and the worker's
-    share of each fleet-wide ``concurrency`` (``shares``, kept by ``_shares.FleetShares``):
-    the lower of the two caps a workflow."""
+    share of each fleet-wide ``concurrency`` (set by ``_shares.FleetShares``): the lower of
+    the two caps a workflow."""
 
-    __slots__ = ("_caps", "shares", "workflows")
+    __slots__ = ("_caps", "_own", "shares", "workflows")
 
     def __init__(self, registry: Mapping[str, WorkflowDefinition]) -> None:
         self.workflows = tuple(sorted(registry))
-        self._caps = {
+        self._own = {
             name: cap
             for name, definition in registry.items()
             if (cap := definition.limits.worker_concurrency) is not None
         }
-        self.shares: dict[str, int] = {}
+        self._caps = self._own
+        """Each capped workflow's cap: the lower of its worker_concurrency and its share."""
+        self.shares: Mapping[str, int] = {}
+
+    def set_shares(self, shares: Mapping[str, int]) -> None:
+        """The worker's shares of fleet-wide limits, as ``_shares`` last read them."""
+        self.shares, own = shares, self._own
+        self._caps = {**shares, **{n: min(c, shares.get(n, c)) for n, c in own.items()}}
 
     def plan(self, slots: Slots, limit: int) -> ClaimPlan:
         """The claim of at most ``limit`` that the activations in ``slots`` leave room for."""
         caps = self._caps
-        if self.shares:
-            caps = {**self.shares, **{n: min(c, self.shares.get(n, c)) for n, c in caps.items()}}
         if not caps:  # the common case costs nothing
             return ClaimPlan(self.workflows, None, limit, held_back=False)
         # Counted as Slots.free counts: an activation whose final write is in flight runs no

@@ -73,7 +73,7 @@ class FleetShares:
     async def refresh(self) -> None:
         """Read the worker list and set the shares it gives."""
         workers = await self._store.list_workers()
-        self._caps.shares = shares(self.limits, workers, self._worker_id, self._store.now())
+        self._caps.set_shares(shares(self.limits, workers, self._worker_id, self._store.now()))
 
     async def loop(self) -> None:
         while True:

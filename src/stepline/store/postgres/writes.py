@@ -66,8 +66,7 @@ class Finished(NamedTuple):
     """The instance's new status."""
     workflow: str
     instance_id: str
-    woke: bool
-    """Whether it made another instance runnable (its parent)."""
+    woke_parent: bool
 
 
 def step_row(lease: Lease, write: StepWrite) -> StepRow:
@@ -225,7 +224,7 @@ class ActivationWrites:
 
 
 def _finished_by_idx(rows: Sequence[Sequence[Any]]) -> dict[int, Finished]:
-    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke another)."""
+    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke a parent)."""
     return {row[0]: Finished(row[1], row[2], row[3], bool(row[4])) for row in rows}
 
 

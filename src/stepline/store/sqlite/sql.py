@@ -14,10 +14,11 @@ analyzed, or one that grew since) the planner otherwise reads every instance the
 ran through ``instances_status`` (workflow, status) and sorts the due ones, for each idle poll,
 claim and timer read: far slower than reading in ``ready_at`` order once it holds many.
 
-The ready index leads with the priority (the claim's order), so a read in ``ready_at`` order
-walks it one priority at a time: :data:`PRIORITIES` lists the distinct priorities of instances
-with a ``ready_at`` (a loose index scan: one index seek per priority, and there are few), and
-each read looks at ``priority = p AND ready_at ...``.
+The ready index leads with the priority (the claim's order), so the claim's read in
+``ready_at`` order walks it one priority at a time: :data:`FIRST_PRIORITY` and
+:data:`NEXT_PRIORITY` step through the distinct priorities of instances with a ``ready_at`` (a
+loose index scan: one index seek per priority, and there are few), and each read looks at
+``priority = p AND ready_at ...``.
 
 The statements do without ``RETURNING`` where they run per row on a hot path (SQLite's
 ``RETURNING`` is slow per row): a claim computes the claimed rows in its SELECT, a finish reads
@@ -202,13 +203,6 @@ def purge(n_statuses: int, *, workflow: bool) -> str:
 
 FIRST_PRIORITY = "SELECT min(priority) FROM instances WHERE ready_at IS NOT NULL"
 NEXT_PRIORITY = "SELECT min(priority) FROM instances WHERE ready_at IS NOT NULL AND priority > ?"
-_PRIORITIES = (
-    "WITH RECURSIVE p(v) AS (SELECT (" + FIRST_PRIORITY + ") UNION ALL"
-    " SELECT (SELECT min(priority) FROM instances WHERE ready_at IS NOT NULL AND priority > v)"
-    " FROM p WHERE v IS NOT NULL) "
-)
-"""The distinct priorities of the instances with a ``ready_at``, as ``p(v)`` (a loose index
-scan; the last ``v`` is NULL)."""
 
 
 def _each_workflow(n_workflows: int, first: int) -> str:
