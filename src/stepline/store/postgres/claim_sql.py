@@ -160,23 +160,34 @@ _STARTS = """
 
 # The due instances of ``workflows`` in claim order that the limits do not hold back: those of
 # ``active`` workflows whose key is not full (``full_keys``: workflow, chr(31), key) and, for a
-# first start, whose rate is not used up (``no_starts``), besides every pause pending; none of
-# ``seen`` (read by an earlier pass). Columns: pk, status, ready_at, priority, workflow, key,
-# whether it would start.
+# first start, whose rate is not used up (``no_starts``), then every pause pending (through
+# ``instances_status``); none of ``seen`` (read by an earlier pass). Columns: pk, status,
+# ready_at, priority, workflow, key, whether it would start. The workflows a limit holds back
+# are left out of the index range by ``active``, not filtered row by row after it: a backlog
+# that waits for a slot is not read by every claim that finds none free.
 _CANDIDATES = """
     WITH RECURSIVE {levels}
-    SELECT c.* FROM (SELECT p FROM levels ORDER BY p) AS q CROSS JOIN LATERAL (
+    (SELECT c.* FROM (SELECT p FROM levels ORDER BY p) AS q CROSS JOIN LATERAL (
         SELECT pk, status, ready_at, priority, workflow, key, started_at IS NULL
         FROM {s}.instances
         WHERE priority = q.p AND ready_at <= %(now)s AND ready_at >= {floor}
-            AND workflow = ANY(%(workflows)s::text[]) AND pk <> ALL(%(seen)s::bigint[])
-            AND (status = 'waitingForPause' OR (workflow = ANY(%(active)s::text[])
-                AND (key IS NULL OR NOT workflow || chr(31) || key = ANY(%(full_keys)s::text[]))
-                AND (started_at IS NOT NULL OR NOT workflow = ANY(%(no_starts)s::text[]))))
+            AND cardinality(%(active)s::text[]) > 0
+            AND workflow = ANY(%(active)s::text[]) AND pk <> ALL(%(seen)s::bigint[])
+            AND status <> 'waitingForPause'
+            AND (key IS NULL OR NOT workflow || chr(31) || key = ANY(%(full_keys)s::text[]))
+            AND (started_at IS NOT NULL OR NOT workflow = ANY(%(no_starts)s::text[]))
         ORDER BY ready_at, pk LIMIT %(limit)s
         {lock}
     ) AS c
-    LIMIT %(limit)s
+    LIMIT %(limit)s)
+    UNION ALL
+    SELECT * FROM (
+        SELECT pk, status, ready_at, priority, workflow, key, started_at IS NULL
+        FROM {s}.instances
+        WHERE workflow = ANY(%(workflows)s::text[]) AND status = 'waitingForPause'
+            AND ready_at <= %(now)s AND ready_at >= {floor} AND pk <> ALL(%(seen)s::bigint[])
+        {lock}
+    ) AS pauses
 """
 
 # The timers a claim under limits reports: the highest priority in use, the earliest timer at

@@ -192,16 +192,19 @@ class LimitedClaim:
             if timed is not None:
                 timers = tuple(await timed.fetchone() or timers)
             refused = 0
+            due = 0  # the rows read within the limit: all but the pauses pending
             for row in rows:
                 seen.append(row[_PK])
                 if row[_STATUS] == "waitingForPause":
                     pauses.append(row[_PK])
-                elif admission.admit(row[_WORKFLOW], row[_KEY], bool(row[_STARTING])):
+                    continue
+                due += 1
+                if admission.admit(row[_WORKFLOW], row[_KEY], bool(row[_STARTING])):
                     picked.append(tuple(row))
                 else:
                     refused += 1
                     turned_down.append(row[_READY])
-            if not refused or len(picked) >= limit or len(rows) < read["limit"]:
+            if not refused or len(picked) >= limit or due < read["limit"]:
                 break
             # What it refused, it refused because what it took filled a limit: leave that out.
             held = _held(admission, params["workflows"])

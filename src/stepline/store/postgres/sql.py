@@ -49,7 +49,10 @@ _RECORD_STEP = """
     SELECT 0, status FROM fence
 """
 
-# A batch of step writes: the rows travel as one JSON parameter.
+# A batch of step writes: the rows travel as one JSON parameter. In the batch statements below,
+# `i.pk = ANY(ARRAY(SELECT pk FROM <batch>))` repeats the join on pk as an index condition: the
+# planner takes a JSON batch for 100 rows and, on a table of up to tens of thousands of
+# instances, chose to read the whole table for every batch of a few rows.
 _RECORD_STEPS = (
     """
     WITH w AS (
@@ -60,6 +63,7 @@ _RECORD_STEPS = (
     ), fence AS (
         SELECT w.idx, i.status FROM {s}.instances i
         JOIN w ON i.pk = w.pk AND i.lease_token = w.token AND i.lease_owner = w.owner
+        WHERE i.pk = ANY(ARRAY(SELECT pk FROM w))
         ORDER BY i.pk FOR KEY SHARE OF i
     ), recorded AS (
         INSERT INTO {s}.steps (instance_pk, name, count, seq, kind, status, output, error,
@@ -275,10 +279,12 @@ _TEMPLATES: dict[str, str] = {
         ), held AS (
             SELECT i.pk AS h_pk FROM {s}.instances i
             JOIN l ON i.pk = l.pk AND i.lease_token = l.token AND i.lease_owner = l.owner
+            WHERE i.pk = ANY(ARRAY(SELECT pk FROM l))
             ORDER BY i.pk FOR NO KEY UPDATE OF i
         )
         UPDATE {s}.instances SET lease_expires_at = %(expires)s, ready_at = %(expires)s
-        FROM held WHERE pk = h_pk RETURNING pk, status
+        FROM held WHERE pk = h_pk AND pk = ANY(ARRAY(SELECT h_pk FROM held))
+        RETURNING pk, status
     """,
     # The activations' last step records (Finish.steps) are written first, in the same statement.
     # The instances it ends are announced a few dozen per notification ("ended"), not one each:
@@ -292,8 +298,9 @@ _TEMPLATES: dict[str, str] = {
                 token bigint, owner text, status text, output text, error text, rollback text,
                 wake_at float8, event_seq bigint, fnow float8, parked_on text)
         ), held AS (
-            SELECT f.idx AS h_idx FROM {s}.instances i
+            SELECT f.idx AS h_idx, i.parent AS h_parent FROM {s}.instances i
             JOIN f ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner = f.owner
+            WHERE i.pk = ANY(ARRAY(SELECT pk FROM f))
             ORDER BY i.pk FOR NO KEY UPDATE OF i
         ), last_steps AS (
             INSERT INTO {s}.steps (instance_pk, name, count, seq, kind, status, output, error,
@@ -308,10 +315,10 @@ _TEMPLATES: dict[str, str] = {
     + _STEP_UPSERT
     + """
         ), kids AS (
-            SELECT c.parent::json ->> 'workflow' AS k_workflow, c.parent::json ->> 'id' AS k_id,
+            SELECT h_parent::json ->> 'workflow' AS k_workflow, h_parent::json ->> 'id' AS k_id,
                 f.fnow AS k_now
-            FROM f JOIN held ON h_idx = f.idx JOIN {s}.instances c ON c.pk = f.pk
-            WHERE f.status <> 'waiting' AND c.parent IS NOT NULL
+            FROM f JOIN held ON h_idx = f.idx
+            WHERE f.status <> 'waiting' AND h_parent IS NOT NULL
         ), u AS (
             UPDATE {s}.instances i SET
                 status = CASE WHEN f.status <> 'waiting' THEN f.status
@@ -328,7 +335,7 @@ _TEMPLATES: dict[str, str] = {
                 lease_owner = NULL, lease_expires_at = NULL, updated_at = f.fnow,
                 parked_on = f.parked_on
             FROM f JOIN held ON h_idx = f.idx
-            WHERE i.pk = f.pk
+            WHERE i.pk = f.pk AND i.pk = ANY(ARRAY(SELECT pk FROM f))
             RETURNING f.idx, i.status, i.workflow, i.id, i.parent
         ), woke AS (
             UPDATE {s}.instances p SET event_seq = p.event_seq + 1,
@@ -359,9 +366,10 @@ _TEMPLATES: dict[str, str] = {
         RETURNING p.pk
     """,
     "finished_by": """
+        WITH f AS (SELECT * FROM json_to_recordset(%s::json) AS f(idx int, pk bigint, token bigint))
         SELECT f.idx, i.status, i.workflow, i.id, i.parent IS NOT NULL FROM {s}.instances i
-        JOIN json_to_recordset(%s::json) AS f(idx int, pk bigint, token bigint)
-            ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner IS NULL
+        JOIN f ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner IS NULL
+        WHERE i.pk = ANY(ARRAY(SELECT pk FROM f))
     """,
     "release": """
         WITH u AS (
