@@ -162,9 +162,10 @@ _STARTS = """
 # ``active`` workflows whose key is not full (``full_keys``: workflow, chr(31), key) and, for a
 # first start, whose rate is not used up (``no_starts``), then every pause pending (through
 # ``instances_status``); none of ``seen`` (read by an earlier pass). Columns: pk, status,
-# ready_at, priority, workflow, key, whether it would start. The workflows a limit holds back
-# are left out of the index range by ``active``, not filtered row by row after it: a backlog
-# that waits for a slot is not read by every claim that finds none free.
+# ready_at, priority, workflow, key, whether it would start. With no workflow ``active`` the
+# read of due instances does not run at all (its condition on ``active`` is a constant), so a
+# backlog that waits for a slot is not read by every claim that finds none free; the due rows of
+# a full workflow that come before an active one's in claim order are still stepped over.
 _CANDIDATES = """
     WITH RECURSIVE {levels}
     (SELECT c.* FROM (SELECT p FROM levels ORDER BY p) AS q CROSS JOIN LATERAL (
