@@ -165,7 +165,10 @@ _STARTS = """
 # ready_at, priority, workflow, key, whether it would start. With no workflow ``active`` the
 # read of due instances does not run at all (its condition on ``active`` is a constant), so a
 # backlog that waits for a slot is not read by every claim that finds none free; the due rows of
-# a full workflow that come before an active one's in claim order are still stepped over.
+# a full workflow that come before an active one's in claim order are still stepped over. A row
+# whose status a control action changes between the read's snapshot and its lock (a pause asked
+# of an instance whose lease expired, a pending pause resumed) is left to the next claim, which
+# that action's notification brings at once.
 _CANDIDATES = """
     WITH RECURSIVE {levels}
     (SELECT c.* FROM (SELECT p FROM levels ORDER BY p) AS q CROSS JOIN LATERAL (
