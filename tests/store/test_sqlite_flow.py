@@ -145,3 +145,37 @@ async def test_a_backlog_a_limit_holds_back_is_not_walked_by_claims_and_looks(
         finally:
             await store.close()
     assert cost[3000] < cost[300] * 2, cost
+
+
+async def test_a_claim_reads_past_a_workflow_held_back_whole_without_walking_its_backlog(
+    tmp_path: Path,
+) -> None:
+    """A claim for a workflow whose limit is full and two others whose instances were created
+    after its backlog: it takes the others' in creation order (claim order across workflows),
+    at the same cost whatever the size of the held backlog (counted in SQLite VM steps)."""
+    cost: dict[int, int] = {}
+    for size in (300, 3000):
+        store = await _limited_backlog(tmp_path / str(size), size)
+        try:
+            assert len(await store.claim("me", ["busy"], 10, 30.0, store.now())) == 2
+            for n in range(3):
+                for workflow in ("x", "y"):
+                    item = NewInstance(f"{workflow}{n}", None)
+                    await store.create_instances(
+                        workflow, [item], trigger="api", skip_existing=False
+                    )
+            steps = [0]
+
+            def count(steps: list[int] = steps) -> int:
+                steps[0] += 1
+                return 0
+
+            conn = store._db.require()
+            conn.set_progress_handler(count, 100)
+            claims = await store.claim("me", ["busy", "x", "y"], 4, 30.0, store.now())
+            conn.set_progress_handler(None, 0)
+            cost[size] = steps[0]
+            assert [c.instance.id for c in claims] == ["x0", "y0", "x1", "y1"]
+        finally:
+            await store.close()
+    assert cost[3000] < cost[300] * 2, cost

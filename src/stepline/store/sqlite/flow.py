@@ -171,7 +171,12 @@ def pick(
         while remaining > 0 and active:
             page = remaining
             excluding = (len(keys), len(no_starts)) if keys or no_starts else None
-            statement = sql.claim_due(len(active), excluding=excluding, after=after is not None)
+            # With some workflows held back whole, their due instances are in the ready index's
+            # order too: the others' are read a workflow at a time instead of walked past them.
+            each = len(active) < len(workflows)
+            statement = sql.claim_due(
+                len(active), excluding=excluding, after=after is not None, each=each
+            )
             flat_keys = [part for pair in keys for part in pair]
             params = (*head, priority, now, *active, *flat_keys, *no_starts, *(after or ()), page)
             read, held_more = 0, False

@@ -12,7 +12,10 @@ plus (SQLite's documented way to keep a term from choosing an index) leaves it t
 ``instances_ready`` index (priority, ready_at), in order. Without statistics (a database never
 analyzed, or one that grew since) the planner otherwise reads every instance the workflows ever
 ran through ``instances_status`` (workflow, status) and sorts the due ones, for each idle poll,
-claim and timer read: far slower than reading in ``ready_at`` order once it holds many.
+claim and timer read: far slower than reading in ``ready_at`` order once it holds many. When a
+limit holds some of the claim's workflows back whole, the claim reads each of the others
+through ``instances_workflow_ready`` instead and merges them, so as not to walk past the held
+ones' backlog.
 
 The ready index leads with the priority (the claim's order), so the claim's read in
 ``ready_at`` order walks it one priority at a time: :data:`FIRST_PRIORITY` and
@@ -27,6 +30,8 @@ the parent with its fence, a create builds its records from what it inserted.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from typing import NamedTuple
 
 from .._rows import (
@@ -65,11 +70,6 @@ RECORD_MIGRATION = "INSERT INTO schema_migrations (version, name, applied_at) VA
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)
-
-
-def _in_workflows(n: int) -> str:
-    """The timer reads' filter on ``n`` workflows (see the module's docstring)."""
-    return f"+workflow IN ({_marks(n)})"
 
 
 # -- workflows -------------------------------------------------------------------------------
@@ -220,37 +220,60 @@ def any_due(n_workflows: int) -> str:
     )
 
 
-def claim_due(n_workflows: int, *, excluding: tuple[int, int] | None, after: bool) -> str:
+def claim_due(
+    n_workflows: int, *, excluding: tuple[int, int] | None, after: bool, each: bool = False
+) -> str:
     """The due instances of one priority as claimed, in claim order (``InstanceRow`` columns
     after :func:`take_leases`), then their new lease token, ``control`` and ``event_seq``, then
     their ``ready_at`` and whether a claim would be their first start. Parameters: now
     (updated_at), now (started_at if unset), the lease expiry (ready_at), the owner, the
     priority, now (due), the workflows, then the exclusions if any (:func:`_excluding`), then
     ``ready_at`` and ``pk`` to read after if ``after``, then the limit. A ``waitingForPause`` row
-    keeps its status (a claim pauses it instead)."""
-    skip = "" if excluding is None else f" AND {_excluding(*excluding)}"
-    cursor = " AND (ready_at, pk) > (?, ?)" if after else ""
-    return (
+    keeps its status (a claim pauses it instead).
+
+    ``each``: read each workflow through ``instances_workflow_ready`` and merge, instead of
+    walking the ready index in claim order; for a claim some of whose workflows a limit holds
+    back, whose due instances would otherwise be walked past at every claim."""
+    number = itertools.count(1)
+
+    def marks(n: int) -> list[str]:
+        return [f"?{next(number)}" for _ in range(n)]
+
+    now, started, expiry, owner, priority, due = marks(6)
+    workflows = marks(n_workflows)
+    skip = "" if excluding is None else f" AND {_excluding(*excluding, marks)}"
+    cursor = " AND (ready_at, pk) > ({}, {})".format(*marks(2)) if after else ""
+    (limit,) = marks(1)
+    select = (
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
-        " ELSE status END, params, output, error, rollback, trigger, created_at, ?,"
-        " COALESCE(started_at, ?), ended_at, ?, ?, parent, schedule, key, priority, dedup_key,"
-        " lease_token + 1, control, event_seq, ready_at, started_at IS NULL"
-        f" FROM instances WHERE priority = ? AND ready_at <= ? AND {_in_workflows(n_workflows)}"
-        f"{skip}{cursor} ORDER BY ready_at, pk LIMIT ?"
+        f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
+        f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
+        " priority, dedup_key, lease_token + 1, control, event_seq, ready_at,"
+        " started_at IS NULL FROM instances"
     )
+    rest = f" AND priority = {priority} AND ready_at <= {due}{skip}{cursor}"
+    order = f" ORDER BY ready_at, pk LIMIT {limit}"
+    if not each:
+        return f"{select} WHERE +workflow IN ({', '.join(workflows)}){rest}{order}"
+    arms = (
+        f"SELECT * FROM ({select} INDEXED BY instances_workflow_ready"
+        f" WHERE workflow = {workflow}{rest}{order})"
+        for workflow in workflows
+    )
+    return " UNION ALL ".join(arms) + order
 
 
-def _excluding(n_keys: int, n_no_starts: int) -> str:
+def _excluding(n_keys: int, n_no_starts: int, marks: Callable[[int], list[str]]) -> str:
     """What the limits hold back, for a claim to skip in its read: instances of ``n_keys``
     (workflow, key) pairs, and first starts of ``n_no_starts`` workflows (a workflow none of
     whose instances may run is left out of the read's workflows). A pause pending is never
-    skipped."""
+    skipped. ``marks(n)``: the next ``n`` parameters."""
     held = []
     if n_keys:
-        pairs = ",".join(["(?, ?)"] * n_keys)
+        pairs = ",".join("({}, {})".format(*marks(2)) for _ in range(n_keys))
         held.append(f"(key IS NOT NULL AND (workflow, key) IN (VALUES {pairs}))")
     if n_no_starts:
-        held.append(f"(started_at IS NULL AND +workflow IN ({_marks(n_no_starts)}))")
+        held.append(f"(started_at IS NULL AND +workflow IN ({', '.join(marks(n_no_starts))}))")
     return f"(status = 'waitingForPause' OR NOT ({' OR '.join(held) or '0'}))"
 
 
