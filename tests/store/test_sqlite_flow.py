@@ -3,6 +3,8 @@ by a limit is not read again by every claim, and the reads of the unlimited path
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from stepline.limits import WorkflowLimits
@@ -20,6 +22,24 @@ async def traced_claim(store: SqliteStore, workflows: list[str]) -> tuple[int, l
     finally:
         conn.set_trace_callback(None)
     return len(claims), statements
+
+
+@contextlib.contextmanager
+def vm_steps(store: SqliteStore) -> Iterator[list[int]]:
+    """The SQLite virtual machine steps (in hundreds) of the store's connection meanwhile, in
+    the one-item list it yields."""
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    conn = store._db.require()
+    conn.set_progress_handler(count, 100)
+    try:
+        yield steps
+    finally:
+        conn.set_progress_handler(None, 0)
 
 
 def due_reads(statements: list[str]) -> list[str]:
@@ -129,18 +149,10 @@ async def test_a_backlog_a_limit_holds_back_is_not_walked_by_claims_and_looks(
         store = await _limited_backlog(tmp_path / str(size), size)
         try:
             assert len(await store.claim("me", ["busy"], 10, 30.0, store.now())) == 2
-            steps = [0]
-
-            def count(steps: list[int] = steps) -> int:
-                steps[0] += 1
-                return 0
-
-            conn = store._db.require()
-            conn.set_progress_handler(count, 100)
-            assert await store.claim("me", ["busy", "other"], 10, 30.0, store.now()) == []
-            await store.next_wakeup(["busy", "other"])  # the claim's hint
-            await store.next_wakeup(["busy", "other"])  # a read
-            conn.set_progress_handler(None, 0)
+            with vm_steps(store) as steps:
+                assert await store.claim("me", ["busy", "other"], 10, 30.0, store.now()) == []
+                await store.next_wakeup(["busy", "other"])  # the claim's hint
+                await store.next_wakeup(["busy", "other"])  # a read
             cost[size] = steps[0]
         finally:
             await store.close()
@@ -164,16 +176,8 @@ async def test_a_claim_reads_past_a_workflow_held_back_whole_without_walking_its
                     await store.create_instances(
                         workflow, [item], trigger="api", skip_existing=False
                     )
-            steps = [0]
-
-            def count(steps: list[int] = steps) -> int:
-                steps[0] += 1
-                return 0
-
-            conn = store._db.require()
-            conn.set_progress_handler(count, 100)
-            claims = await store.claim("me", ["busy", "x", "y"], 4, 30.0, store.now())
-            conn.set_progress_handler(None, 0)
+            with vm_steps(store) as steps:
+                claims = await store.claim("me", ["busy", "x", "y"], 4, 30.0, store.now())
             cost[size] = steps[0]
             assert [c.instance.id for c in claims] == ["x0", "y0", "x1", "y1"]
         finally:
