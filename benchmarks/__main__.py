@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from . import (
     create,
     fleet,
+    held,
     history,
     latency,
     loops,
@@ -30,6 +31,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     sequential.NAME: sequential.run,
     throughput.NAME: throughput.run,
     spread.NAME: spread.run,
+    held.NAME: held.run,
     create.NAME: create.run,
     fleet.NAME: fleet.run,
     history.NAME: history.run,

@@ -1,0 +1,108 @@
+"""Held: what a backlog that a full limit holds back costs the claims of other workflows.
+
+Workflow ``a`` has ``concurrency = 1`` and its one slot is taken; behind it wait 0, 20,000 or
+100,000 of its instances (``--quick``: 0 and 20,000), created first. A worker that serves ``a``
+and ``b`` claims for both, and each claim finds one new instance of ``b``, created just before
+it. The figure is the median time of 20 such claims, on a store opened in this process; the
+floor is the same claim with no held backlog, measured in the same run. A ratio near 1 means
+the held backlog costs the other workflows' claims nothing.
+
+Run: ``python -m benchmarks held``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+
+from stepline.limits import WorkflowLimits
+from stepline.store import create_store
+from stepline.store.base import NewInstance, Store, WorkflowMeta
+
+from ._config import BenchConfig, database, parse, work_directory
+from ._report import Figure, Floor, Report, median
+from ._run import execute
+
+NAME = "held"
+CLAIMS = 20
+LEASE = 3600.0
+
+
+async def run(config: BenchConfig) -> list[Report]:
+    """One report per store in ``config.stores``."""
+    return [await _run_store(config, store) for store in config.stores]
+
+
+async def measure(url: str, backlog: int) -> float:
+    """The median seconds of a claim for ``a`` (held, ``backlog`` waiting) and ``b`` (one due)."""
+    store: Store = create_store(url)
+    await store.open()
+    try:
+        limits = WorkflowLimits(concurrency=1)
+        await store.register_workflows(
+            [
+                WorkflowMeta("a", "bench:A", None, limits),
+                WorkflowMeta("b", "bench:B", None, WorkflowLimits()),
+            ]
+        )
+        waiting = [NewInstance(f"a{n}", None) for n in range(backlog + 1)]
+        await store.create_instances("a", waiting, trigger="api", skip_existing=False)
+        await store.claim("bench", ["a"], 1, LEASE, store.now())  # takes the one slot
+        times = []
+        for n in range(CLAIMS):
+            item = NewInstance(f"b{n}", None)
+            await store.create_instances("b", [item], trigger="api", skip_existing=False)
+            start = time.perf_counter()
+            claims = await store.claim("bench", ["a", "b"], 10, LEASE, store.now())
+            times.append(time.perf_counter() - start)
+            if [c.instance.id for c in claims] != [item.id]:
+                raise RuntimeError(f"the claim took {[c.instance.id for c in claims]}")
+        return median(times)
+    finally:
+        await store.close()
+
+
+async def _run_store(config: BenchConfig, store: str) -> Report:
+    sizes: Sequence[int] = (0, 20_000) if config.quick else (0, 20_000, 100_000)
+    runs = config.repetitions(heavy=False)
+    series: dict[int, list[float]] = defaultdict(list)
+    with work_directory(config) as directory:
+        for _ in range(runs):
+            for size in sizes:
+                with database(config, store, directory) as url:
+                    series[size].append(await measure(url, size) * 1e6)
+                print(f"  {NAME} {store} {size:,} held: {series[size][-1]:,.0f} µs", flush=True)
+    floor = Floor("no held backlog", median(series[0]), "µs", tuple(series[0]))
+    report = Report(
+        NAME, f"Held on {store}: a claim for two workflows, one held back whole (median of {runs})"
+    )
+    for size in sizes[1:]:
+        report.figures.append(
+            Figure(
+                f"claim, {size:,} instances held back",
+                median(series[size]),
+                "µs",
+                floor,
+                tuple(series[size]),
+            )
+        )
+    report.details = {
+        "store": store,
+        "claims": CLAIMS,
+        "runs": runs,
+        "series": {str(size): values for size, values in series.items()},
+    }
+    report.notes = [
+        "each figure: the median of 20 claims for [a, b] that each take one new instance of b",
+        "ratio = the claim's time / the same claim with no instance of a waiting",
+    ]
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    execute(run, parse(__doc__ or NAME, argv))
+
+
+if __name__ == "__main__":
+    main()
