@@ -13,9 +13,10 @@ claims of several processes never together exceed a limit.
   fleet-wide limits, and only for the scopes it uses.
 - Due instances are read one priority at a time, in ``ready_at`` order, a page at a time. What
   the limits hold back is left out of the SQL: a workflow with no room left is dropped from
-  the read, full keys and workflows whose rate is used up are filtered out, so a backlog held
-  back is not returned to every claim. (SQLite still walks its index entries: the ready index
-  cannot skip them.)
+  the read (the others are then read a workflow at a time, past its backlog), full keys and
+  workflows whose rate is used up are filtered out, so a backlog held back is not returned to
+  every claim. (The index entries of full keys and rate-held first starts are still walked:
+  the index cannot skip them.)
 """
 
 from __future__ import annotations
@@ -164,8 +165,6 @@ def pick(
             no_starts = []
     remaining = limit
     (priority,) = c.execute(sql.FIRST_PRIORITY).fetchone()
-    if len(active) < len(workflows) and not _any_due(c, active, now):
-        active = []  # what the limits leave is not due: no read walks the rest's backlog
     while priority is not None and remaining > 0 and active:
         after: tuple[float, int] | None = None
         while remaining > 0 and active:
@@ -197,8 +196,6 @@ def pick(
                     if held != (active, keys, no_starts):
                         active, keys, no_starts = held
                         after, held_more = (row[_READY], row[0]), True
-                        if len(active) < len(workflows) and not _any_due(c, active, now):
-                            active = []
                         break
             if held_more:
                 continue
@@ -211,13 +208,6 @@ def pick(
     if admission is not None:
         picked.held_by_rate, picked.filled_rate = admission.held_by_rate, admission.filled_rate
     return picked
-
-
-def _any_due(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> bool:
-    """Whether an instance of ``workflows`` is due at ``now`` (a seek per workflow)."""
-    if not workflows:
-        return False
-    return c.execute(sql.any_due(len(workflows)), (now, *workflows)).fetchone() is not None
 
 
 def _held(
