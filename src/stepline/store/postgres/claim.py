@@ -14,7 +14,7 @@ import psycopg
 
 from ..._json import loads
 from ...records import LimitState, PendingEvent
-from .._admission import limit_states
+from .._admission import Rules, limit_states
 from .._hint import TimerHint
 from .._rows import (
     INSTANCE_COLUMNS,
@@ -102,6 +102,8 @@ class Claimer:
         """Whether the last claim of these workflows found fleet-wide limits registered: the
         next claims them under the limits (a claim without finds out, and claims again)."""
         self._hint = TimerHint()
+        self._rules: Rules | None = None
+        """The rules the last claim under limits read (it checks them against the next's)."""
 
     def became_ready(self) -> None:
         """Something may have become runnable: the last claim's timer hint no longer holds."""
@@ -171,7 +173,9 @@ class Claimer:
                     if rows:
                         return rows, {}, True, False
                 if limited:
-                    return _limited_rows(await LimitedClaim(sql, params).run(conn, caps))
+                    leased = await LimitedClaim(sql, params, self._rules).run(conn, caps)
+                    self._rules = leased.rules
+                    return _limited_rows(leased)
                 # One round trip: BEGIN, the planner settings (local to the transaction, so a
                 # pooler in transaction mode never hands them to another client), the claim,
                 # the claimed instances' histories, COMMIT. (A failed claim leaves the

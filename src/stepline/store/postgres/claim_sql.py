@@ -50,14 +50,19 @@ _FLEET_WIDE = """
         OR json_array_length(w.limits::json -> 'limits') > 0))
 """
 
-# The earliest timer at or above the floor, whatever the limits (where the next floor goes).
-_NEXT_READY = """
-    SELECT min(m) FROM levels CROSS JOIN LATERAL (
+# The earliest timer of the workflows from ``{since}`` on: one seek per workflow and priority
+# (``instances_workflow_ready``), however many rows of other workflows come first in the ready
+# index, and however many of theirs are due.
+_EARLIEST = """
+    SELECT min(m) FROM levels CROSS JOIN unnest(%(workflows)s::text[]) AS w(name)
+    CROSS JOIN LATERAL (
         SELECT min(ready_at) AS m FROM {s}.instances
-        WHERE priority = levels.p AND ready_at >= {floor}
-            AND workflow = ANY(%(workflows)s::text[])
+        WHERE workflow = w.name AND priority = levels.p AND ready_at {since}
     ) AS t
 """
+
+# The earliest timer at or above the floor, whatever the limits (where the next floor goes).
+_NEXT_READY = _EARLIEST.replace("{since}", ">= {floor}")
 
 # What a claim writes to the instances it leases, and to those it pauses (a pause pending).
 _LEASE_SET = """
@@ -164,24 +169,15 @@ _STARTS = """
 # ``instances_status``); none of ``seen`` (read by an earlier pass). Columns: pk, status,
 # ready_at, priority, workflow, key, whether it would start. With no workflow ``active`` the
 # read of due instances does not run at all (its condition on ``active`` is a constant), so a
-# backlog that waits for a slot is not read by every claim that finds none free; the due rows of
-# a full workflow that come before an active one's in claim order are still stepped over. A row
+# backlog that waits for a slot is not read by every claim that finds none free; with some
+# held back whole, ``{due}`` is ``_DUE_EACH``, which does not step over theirs either. A row
 # whose status a control action changes between the read's snapshot and its lock (a pause asked
 # of an instance whose lease expired, a pending pause resumed) is left to the next claim, which
 # that action's notification brings at once.
 _CANDIDATES = """
     WITH RECURSIVE {levels}
     (SELECT c.* FROM (SELECT p FROM levels ORDER BY p) AS q CROSS JOIN LATERAL (
-        SELECT pk, status, ready_at, priority, workflow, key, started_at IS NULL
-        FROM {s}.instances
-        WHERE priority = q.p AND ready_at <= %(now)s AND ready_at >= {floor}
-            AND cardinality(%(active)s::text[]) > 0
-            AND workflow = ANY(%(active)s::text[]) AND pk <> ALL(%(seen)s::bigint[])
-            AND status <> 'waitingForPause'
-            AND (key IS NULL OR NOT workflow || chr(31) || key = ANY(%(full_keys)s::text[]))
-            AND (started_at IS NOT NULL OR NOT workflow = ANY(%(no_starts)s::text[]))
-        ORDER BY ready_at, pk LIMIT %(limit)s
-        {lock}
+        {due}
     ) AS c
     LIMIT %(limit)s)
     UNION ALL
@@ -194,6 +190,37 @@ _CANDIDATES = """
     ) AS pauses
 """
 
+# The due instances of priority ``q.p`` that ``_CANDIDATES`` reads, from the rows of ``{which}``.
+_DUE = """
+        SELECT pk, status, ready_at, priority, workflow, key, started_at IS NULL AS starting
+        FROM {s}.instances
+        WHERE {which} AND priority = q.p AND ready_at <= %(now)s AND ready_at >= {floor}
+            AND pk <> ALL(%(seen)s::bigint[]) AND status <> 'waitingForPause'
+            AND (key IS NULL OR NOT workflow || chr(31) || key = ANY(%(full_keys)s::text[]))
+            AND (started_at IS NOT NULL OR NOT workflow = ANY(%(no_starts)s::text[]))
+        ORDER BY ready_at, pk LIMIT %(limit)s
+        {lock}
+"""
+
+# In claim order through the ready index, which holds every workflow's rows together.
+_DUE_IN_ORDER = _DUE.replace(
+    "{which}", "cardinality(%(active)s::text[]) > 0 AND workflow = ANY(%(active)s::text[])"
+)
+
+# Each active workflow's through ``instances_workflow_ready``, merged: for a claim some of whose
+# workflows a limit holds back whole, whose due rows the ready index would walk past. Each
+# workflow's read locks up to the limit before the merge keeps the first: rows a claim then does
+# not take, until it commits.
+_DUE_EACH = (
+    """
+        SELECT e.* FROM unnest(%(active)s::text[]) AS w(name) CROSS JOIN LATERAL ("""
+    + _DUE.replace("{which}", "workflow = w.name")
+    + """
+        ) AS e
+        ORDER BY e.ready_at, e.pk LIMIT %(limit)s
+"""
+)
+
 # The timers a claim under limits reports: the highest priority in use, the earliest timer at
 # or above the floor (where the next floor goes), the earliest after now, and which of
 # ``no_starts`` have a first start due (they may run when their rate reopens).
@@ -202,13 +229,9 @@ _TIMERS = (
     WITH RECURSIVE {levels}
     SELECT (SELECT max(p) FROM levels), ("""
     + _NEXT_READY
-    + """), (
-        SELECT min(m) FROM levels CROSS JOIN LATERAL (
-            SELECT min(ready_at) AS m FROM {s}.instances
-            WHERE priority = levels.p AND ready_at > %(now)s
-                AND workflow = ANY(%(workflows)s::text[])
-        ) AS t
-    ), ARRAY(
+    + """), ("""
+    + _EARLIEST.replace("{since}", "> %(now)s")
+    + """), ARRAY(
         SELECT w FROM unnest(%(no_starts)s::text[]) AS w WHERE EXISTS (
             SELECT 1 FROM {s}.instances WHERE workflow = w AND status = 'queued'
                 AND started_at IS NULL AND ready_at <= %(now)s)
@@ -234,8 +257,14 @@ _TEMPLATES = {
     "running": _RUNNING,
     "live_slots": _LIVE_SLOTS,
     "starts": _STARTS,
-    "candidates": _CANDIDATES.replace("{lock}", "FOR UPDATE SKIP LOCKED"),
-    "probe": _CANDIDATES.replace("{lock}", ""),
+    "candidates": _CANDIDATES.replace("{due}", _DUE_IN_ORDER).replace(
+        "{lock}", "FOR UPDATE SKIP LOCKED"
+    ),
+    "candidates_each": _CANDIDATES.replace("{due}", _DUE_EACH).replace(
+        "{lock}", "FOR UPDATE SKIP LOCKED"
+    ),
+    "probe": _CANDIDATES.replace("{due}", _DUE_IN_ORDER).replace("{lock}", ""),
+    "probe_each": _CANDIDATES.replace("{due}", _DUE_EACH).replace("{lock}", ""),
     "timers": _TIMERS,
     "lease": _LEASE,
     # The histories of the instances a claim just leased, read by the next statement of the
@@ -300,7 +329,9 @@ class ClaimStatements:
     live_slots: str
     starts: str
     candidates: str
+    candidates_each: str
     probe: str
+    probe_each: str
     timers: str
     lease: str
     claimed_histories: str

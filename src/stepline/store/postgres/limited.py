@@ -2,22 +2,26 @@
 the limits: when a worker should look again, and the limits' use now.
 
 The rules are the reference rules of ``store/_admission``, applied in Python as on SQLite. A
-claim runs in one transaction, in four round trips however many instances it takes:
+claim runs in one transaction, in three round trips however many instances it takes:
 
-1. the rules (``workflows.limits``, ``limits``): read at every claim, since another process
-   may register new ones;
+1. the rules (``workflows.limits``, ``limits``), read at every claim since another process
+   may register new ones, and what runs and what started in the scopes of the rules the last
+   claim read (when the rules have changed, that use is read again: a fourth round trip);
 2. the advisory locks (``lock_limits``: one per limited workflow and per named limit its
-   workflows use, in one order), then what runs and what started. Under READ COMMITTED each
-   statement after the locks' sees every claim and slot taken by a transaction that held one
-   of them before, so claims that share a limit never together exceed it;
-3. the due instances the limits do not hold back, in claim order, locked (``FOR UPDATE SKIP
-   LOCKED``), and the timers the worker needs;
-4. the leases of those :class:`~stepline.store._admission.Admission` admits, the pauses
+   workflows use, in one order), then what runs and what started again, and the due
+   instances that the use read in 1 does not hold back, in claim order, locked (``FOR UPDATE
+   SKIP LOCKED``), with the timers the worker needs. Under READ COMMITTED each statement after
+   the locks' sees every claim and slot taken by a transaction that held one of them before,
+   so claims that share a limit never together exceed it: admission goes by the use read
+   here, and the use read in 1 only chooses what the read of due instances leaves out, so
+   that the locks are held for two round trips, not three;
+3. the leases of those :class:`~stepline.store._admission.Admission` admits, the pauses
    pending, the histories, COMMIT.
 
-A read of due instances that admission turned some down from and that came back short is
-followed by another past them (at most ``_PASSES`` in all): what the claim took may have
-filled a key or a limit its SQL did not yet leave out.
+A read of due instances is followed by another past it (at most ``_PASSES`` in all) when it
+came back short having left out something the use under the locks lets run (a slot freed
+between 1 and 2), or when admission turned some down: what the claim took may have filled a
+key or a limit its SQL did not yet leave out.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ from .claim_sql import ClaimStatements
 from .db import Conn
 from .sql import CLAIM_IN_ORDER, NO_JIT
 
-READ_ONLY = ("BEGIN", NO_JIT)
+READ_ONLY = ("BEGIN", CLAIM_IN_ORDER, NO_JIT)
 """What a read of the limits' use sends first: a transaction (its statements then see one
-another's effects) whose estimates, inflated by the JSON functions, do not compile them."""
+another's effects) whose estimates, inflated by the JSON functions, do not compile them, and
+whose reads of timers take the first entry of an index range, as the claim's do."""
 _PASSES = 3
 """Reads of due instances a claim makes at most (see the module's docstring)."""
 _PK, _STATUS, _READY, _PRIORITY, _WORKFLOW, _KEY, _STARTING = range(7)
@@ -72,6 +77,8 @@ class Leased:
     """The leased instances' histories (``claim_sql``'s ``claimed_histories``)."""
     timers: Timers
     limited: bool
+    rules: Rules
+    """The rules it claimed under."""
 
 
 async def read_rules(conn: Conn, sql: ClaimStatements, *, first: Sequence[str] = ()) -> Rules:
@@ -92,39 +99,57 @@ async def read_usage(
     now: float,
     *,
     exact: bool,
-    locks: Mapping[str, Any] | None = None,
 ) -> Usage:
-    """What runs and what started in the scopes of ``workflows``' limits (one round trip);
-    ``locks``: the parameters of ``lock_limits``, taken first in the same round trip. The
+    """What runs and what started in the scopes of ``workflows``' limits (one round trip). The
     starts stop counting at the rate's count unless ``exact``."""
     plan = UsagePlan.of(rules, workflows)
-    params = {"now": now, "counted": list(plan.counted), "named": list(plan.users)}
     async with conn.pipeline():
-        if locks is not None:
-            await conn.execute(sql.lock_limits, locks)
-        running = await conn.execute(sql.running, params)
-        slots = await conn.execute(sql.live_slots, params)
-        starts = []
-        for scope in plan.rates:
-            rate = scope.rate
-            starts.append(
-                await conn.execute(
-                    sql.starts,
-                    {
-                        "wfs": list(scope.workflows),
-                        "limit": scope.name if scope.scope == "limit" else None,
-                        "since": now - rate.period,
-                        "n": rate.count,
-                        "cap": None if exact else rate.count,
-                    },
-                )
+        sent = await send_usage(conn, sql, plan, now, exact=exact)
+    return await sent.usage(rules)
+
+
+@dataclass
+class _SentUsage:
+    """The reads of :func:`send_usage`, sent in a pipeline: :meth:`usage` once it is synced."""
+
+    plan: UsagePlan
+    running: Any
+    slots: Any
+    starts: list[Any]
+
+    async def usage(self, rules: Rules) -> Usage:
+        started: dict[tuple[str, str], tuple[int, float | None]] = {}
+        for scope, cur in zip(self.plan.rates, self.starts, strict=True):
+            found = await cur.fetchone()
+            count, edge = found if found is not None else (0, None)
+            started[(scope.scope, scope.name)] = (int(count), None if edge is None else float(edge))
+        running, slots = await self.running.fetchall(), await self.slots.fetchall()
+        return self.plan.usage(rules, running, slots, started)
+
+
+async def send_usage(
+    conn: Conn, sql: ClaimStatements, plan: UsagePlan, now: float, *, exact: bool
+) -> _SentUsage:
+    """Send the reads of what ``plan`` counts, inside the caller's pipeline."""
+    params = {"now": now, "counted": list(plan.counted), "named": list(plan.users)}
+    running = await conn.execute(sql.running, params)
+    slots = await conn.execute(sql.live_slots, params)
+    starts = []
+    for scope in plan.rates:
+        rate = scope.rate
+        starts.append(
+            await conn.execute(
+                sql.starts,
+                {
+                    "wfs": list(scope.workflows),
+                    "limit": scope.name if scope.scope == "limit" else None,
+                    "since": now - rate.period,
+                    "n": rate.count,
+                    "cap": None if exact else rate.count,
+                },
             )
-    started: dict[tuple[str, str], tuple[int, float | None]] = {}
-    for scope, cur in zip(plan.rates, starts, strict=True):
-        found = await cur.fetchone()
-        count, edge = found if found is not None else (0, None)
-        started[(scope.scope, scope.name)] = (int(count), None if edge is None else float(edge))
-    return plan.usage(rules, await running.fetchall(), await slots.fetchall(), started)
+        )
+    return _SentUsage(plan, running, slots, starts)
 
 
 def lock_keys(rules: Rules, workflows: Sequence[str]) -> list[str]:
@@ -137,25 +162,32 @@ def lock_keys(rules: Rules, workflows: Sequence[str]) -> list[str]:
 class LimitedClaim:
     """One claim under the limits, on a connection (see the module's docstring)."""
 
-    def __init__(self, sql: ClaimStatements, params: dict[str, Any]) -> None:
+    def __init__(self, sql: ClaimStatements, params: dict[str, Any], known: Rules | None) -> None:
         self._sql = sql
         self._params = params
         """The claim's parameters (``Claimer.claim``): now, floor, workflows, limit, owner,
         nonce, expires, caps (JSON), lock_prefix."""
+        self._known = known
+        """The rules the last claim read, if any: the use of their scopes is read with the
+        rules, to choose what the read under the locks leaves out."""
 
     async def run(self, conn: Conn, caps: Mapping[str, int]) -> Leased:
         """Claim (a failure leaves the transaction open or aborted: the pool rolls it back)."""
         sql, params = self._sql, self._params
         workflows: list[str] = params["workflows"]
         now: float = params["now"]
-        # A claim that is lost with its commit is found again (its leases expire): it need not
-        # wait for the commit to be durable.
-        begin = ("BEGIN", CLAIM_IN_ORDER, NO_JIT, "SET LOCAL synchronous_commit = off")
-        rules = await read_rules(conn, sql, first=begin)
+        rules, expected = await self._expect(conn, caps)
+        read = {**params, **expected, "seen": []}
+        plan = UsagePlan.of(rules, workflows)
         locks = {"lock_prefix": params["lock_prefix"], "locks": lock_keys(rules, workflows)}
-        usage = await read_usage(conn, sql, rules, workflows, now, exact=False, locks=locks)
-        admission = Admission(rules, usage, caps)
-        picked, pauses, timers = await self._pick(conn, admission)
+        async with conn.pipeline():
+            await conn.execute(sql.lock_limits, locks)
+            sent = await send_usage(conn, sql, plan, now, exact=False)
+            candidates = await conn.execute(_candidates(sql, read), read)
+            timed = await conn.execute(sql.timers, read)
+        admission = Admission(rules, await sent.usage(rules), caps)
+        first = (await candidates.fetchall(), await timed.fetchone())
+        picked, pauses, timers = await self._pick(conn, admission, read, first)
         lease = {**params, "pks": [row[_PK] for row in picked], "pauses": pauses}
         async with conn.pipeline():
             leasing = await conn.execute(sql.lease, lease) if picked or pauses else None
@@ -167,30 +199,64 @@ class LimitedClaim:
         leased.sort(key=lambda row: order[row[0]])
         picked_at = [picked[order[row[0]]][_READY] for row in leased]
         limited = any(rules.limited(name) for name in workflows)
-        return Leased(leased, picked_at, histories, timers, limited)
+        return Leased(leased, picked_at, histories, timers, limited, rules)
+
+    async def _expect(
+        self, conn: Conn, caps: Mapping[str, int]
+    ) -> tuple[Rules, dict[str, list[str]]]:
+        """The rules, and what the limits hold back by the use read before the locks: what the
+        first read of due instances, under the locks, leaves out (one round trip when the rules
+        are those of the last claim, two when not)."""
+        sql, params = self._sql, self._params
+        workflows: list[str] = params["workflows"]
+        # A claim that is lost with its commit is found again (its leases expire): it need not
+        # wait for the commit to be durable.
+        begin = ("BEGIN", CLAIM_IN_ORDER, NO_JIT, "SET LOCAL synchronous_commit = off")
+        known = self._known
+        async with conn.pipeline():
+            for statement in begin:
+                await conn.execute(statement)
+            declared = await conn.execute(sql.workflow_limits)
+            named = await conn.execute(sql.named_limits)
+            sent = None
+            if known is not None:
+                plan = UsagePlan.of(known, workflows)
+                sent = await send_usage(conn, sql, plan, params["now"], exact=False)
+        rules = rules_from_rows(await declared.fetchall(), await named.fetchall())
+        if sent is not None and rules == known:
+            usage = await sent.usage(rules)
+        else:
+            usage = await read_usage(conn, sql, rules, workflows, params["now"], exact=False)
+        return rules, _held(Admission(rules, usage, caps), workflows)
 
     async def _pick(
-        self, conn: Conn, admission: Admission
+        self,
+        conn: Conn,
+        admission: Admission,
+        read: dict[str, Any],
+        first: tuple[list[Any], Any],
     ) -> tuple[list[tuple[Any, ...]], list[int], Timers]:
-        """The due instances admitted, in claim order, the pauses pending read, and the
-        timers."""
+        """The due instances admitted, in claim order, the pauses pending read, and the timers,
+        from the ``first`` read (its rows and timers, made with ``read``) and any more reads
+        that the use under the locks calls for."""
         sql, params = self._sql, self._params
         limit: int = params["limit"]
+        workflows: list[str] = params["workflows"]
         picked: list[tuple[Any, ...]] = []
         pauses: list[int] = []
         turned_down: list[float] = []
         seen: list[int] = []
-        timers: tuple[Any, ...] = (None, None, None, [])
-        held = _held(admission, params["workflows"])
+        rows, timed = first
+        timers: tuple[Any, ...] = tuple(timed) if timed is not None else (None, None, None, [])
+        locked = _held(admission, workflows)
+        held = {name: read[name] for name in locked}
+        expected = held == locked  # the use read before the locks was the use under them
+        exact = expected
         read_all = True  # whether the reads saw every due instance the limits do not hold
         for attempt in range(_PASSES):
-            read = {**params, **held, "seen": seen, "limit": limit - len(picked)}
-            async with conn.pipeline():
-                cur = await conn.execute(sql.candidates, read)
-                timed = await conn.execute(sql.timers, read) if attempt == 0 else None
-            rows = await cur.fetchall()
-            if timed is not None:
-                timers = tuple(await timed.fetchone() or timers)
+            if attempt:
+                read = {**params, **held, "seen": seen, "limit": limit - len(picked)}
+                rows = await (await conn.execute(_candidates(sql, read), read)).fetchall()
             refused = 0
             due = 0  # the rows read within the limit: all but the pauses pending
             for row in rows:
@@ -204,10 +270,12 @@ class LimitedClaim:
                 else:
                     refused += 1
                     turned_down.append(row[_READY])
-            if not refused or len(picked) >= limit or due < read["limit"]:
+            if len(picked) >= limit or (due < read["limit"] and (exact or _wider(held, locked))):
                 break
-            # What it refused, it refused because what it took filled a limit: leave that out.
-            held = _held(admission, params["workflows"])
+            # What it refused, it refused because what it took filled a limit, or because the
+            # use under the locks holds back what the use before did not; a short read left out
+            # what the use under the locks lets run: read again, leaving out what holds now.
+            held, exact = _held(admission, workflows), True
             if not held["active"]:
                 break
         else:
@@ -222,8 +290,25 @@ class LimitedClaim:
             found += [admission.reopen_at(name) for name in rate_held]
             times = [at for at in found if at is not None]
             hint = min(times) if times else None
-        known = not picked or (read_all and not admission.filled_rate)
+        # The timers were read with the first read: their first starts held by rates are those
+        # of the use before the locks, right only if it was the use under them.
+        known = expected and (not picked or (read_all and not admission.filled_rate))
         return picked, pauses, Timers(top, next_ready, hint, known)
+
+
+def _candidates(sql: ClaimStatements, read: Mapping[str, Any]) -> str:
+    """The read of due instances for ``read``: a workflow at a time when the limits hold some
+    of its workflows back whole (their backlog would be walked past in claim order)."""
+    return sql.candidates_each if len(read["active"]) < len(read["workflows"]) else sql.candidates
+
+
+def _wider(held: Mapping[str, list[str]], locked: Mapping[str, list[str]]) -> bool:
+    """Whether a read that left out ``held`` left out nothing that ``locked`` lets run."""
+    return (
+        set(held["active"]) >= set(locked["active"])
+        and set(held["full_keys"]) <= set(locked["full_keys"])
+        and set(held["no_starts"]) <= set(locked["no_starts"])
+    )
 
 
 def _held(admission: Admission, workflows: Sequence[str]) -> dict[str, list[str]]:
@@ -245,16 +330,12 @@ async def next_wakeup(
     rules = await read_rules(conn, sql, first=READ_ONLY)
     usage = await read_usage(conn, sql, rules, workflows, now, exact=False)
     admission = Admission(rules, usage, None)
-    read = {
-        "now": now,
-        "floor": None,
-        "workflows": list(workflows),
-        "seen": [],
-        "limit": 1,
-        **_held(admission, workflows),
-    }
+    held = _held(admission, workflows)
+    read = {"now": now, "floor": None, "workflows": list(workflows), "seen": [], "limit": 1}
+    read.update(held)
     async with conn.pipeline():
-        probe = await conn.execute(sql.probe, read)
+        probe_sql = sql.probe_each if len(held["active"]) < len(workflows) else sql.probe
+        probe = await conn.execute(probe_sql, read)
         timed = await conn.execute(sql.timers, read)
         await conn.execute("COMMIT")
     found = await timed.fetchone()
