@@ -1,8 +1,9 @@
 """Throughput: 10,000 instances x 10 trivial steps, run by 1, 2 and 4 worker processes.
 
-With flow control, in the same run and at the 2-process point: the same workload with a
-fleet-wide ``concurrency = 50``, and with ``key_concurrency = 1`` over 100 keys (instance i has
-key ``k{i % 100}``), each shown as a ratio to the unlimited figure measured beside it.
+With flow control, in the same run, with 1 process and at the 2-process point: the same
+workload with a fleet-wide ``concurrency = 50``, and with ``key_concurrency = 1`` over 100 keys
+(instance i has key ``k{i % 100}``), each shown as a ratio to the unlimited figure of as many
+processes measured beside it.
 
 For each store and each process count, on a fresh database: the instances are created with
 ``create_batch`` (batches of 500) before any worker runs; then the worker processes
@@ -60,14 +61,16 @@ VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ),
     *(
         (
-            f"limited_{workflow}",
-            f"{LIMITED_PROCESSES} processes, {label}",
-            {"processes": LIMITED_PROCESSES, "workflow": workflow, "keys": keys},
+            f"limited_{workflow}_{processes}",
+            f"{processes} process(es), {label}",
+            {"processes": processes, "workflow": workflow, "keys": keys},
         )
+        for processes in (1, LIMITED_PROCESSES)
         for label, workflow, keys in LIMITED
     ),
 )
-"""The runs at the 2-process point beside the unlimited one: (series key, label, options)."""
+"""The runs under limits, with one process and at the 2-process point, beside the unlimited
+ones: (series key, label, options)."""
 POSTGRES_VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     (
         "async_commit",
@@ -211,31 +214,33 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                 True,
             )
         )
-    unlimited_key = f"steps_per_s_{LIMITED_PROCESSES}"
-    unlimited = Floor(
-        f"unlimited, {LIMITED_PROCESSES} processes",
-        median(series[unlimited_key]),
-        "/s",
-        tuple(series[unlimited_key]),
-    )
-    for label, workflow, _keys in LIMITED:
-        values = series[f"limited_{workflow}"]
-        report.figures.append(
-            Figure(
-                f"steps/s, {LIMITED_PROCESSES} processes, {label}",
-                median(values),
-                "/s",
-                unlimited,
-                tuple(values),
-            )
+    for processes in (1, LIMITED_PROCESSES):
+        es = "es" if processes > 1 else ""
+        unlimited_key = f"steps_per_s_{processes}"
+        unlimited = Floor(
+            f"unlimited, {processes} process{es}",
+            median(series[unlimited_key]),
+            "/s",
+            tuple(series[unlimited_key]),
         )
+        for label, workflow, _keys in LIMITED:
+            values = series[f"limited_{workflow}_{processes}"]
+            report.figures.append(
+                Figure(
+                    f"steps/s, {processes} process{es}, {label}",
+                    median(values),
+                    "/s",
+                    unlimited,
+                    tuple(values),
+                )
+            )
     same = Floor(
         f"unlimited, {LIMITED_PROCESSES} processes of concurrency {SAME_IN_FLIGHT}",
         median(series["same_in_flight"]),
         "/s",
         tuple(series["same_in_flight"]),
     )
-    limited = series[f"limited_{TrivialLimited.name}"]
+    limited = series[f"limited_{TrivialLimited.name}_{LIMITED_PROCESSES}"]
     report.figures.append(
         Figure(
             f"steps/s, {LIMITED_PROCESSES} processes, concurrency 50, vs as many in flight",
@@ -283,9 +288,9 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         "synchronous_commit=off (PostgreSQL, workers' connections only): a commit returns before "
         "its WAL is flushed; a server crash may lose the last few hundred ms of worker writes "
         "(those steps run again), never an acknowledged create or event",
-        f"flow control: the {LIMITED_PROCESSES}-process run repeated with a fleet-wide "
+        f"flow control: the 1- and {LIMITED_PROCESSES}-process runs repeated with a fleet-wide "
         f"concurrency of 50, and with key_concurrency 1 over {KEYS} keys; the ratio is to the "
-        "unlimited figure of the same run; 'vs as many in flight': to an unlimited run whose "
+        "unlimited figure of as many processes; 'vs as many in flight': to an unlimited run whose "
         f"workers have concurrency {SAME_IN_FLIGHT} each (50 in flight, as under the limit)",
         f"heavy benchmark: median of {runs} runs (--heavy-runs)",
     ]
