@@ -10,8 +10,9 @@ group commit of its writes.
   loss may lose the last few, which then re-run). Writes acknowledged to callers (create,
   events, control actions) are submitted ``durable`` and commit with ``synchronous=FULL``.
 - Lock contention with other processes never blocks the loop for long and never surfaces as
-  "database is locked": the busy timeout is short and the database retries with backoff; once
-  the lock has been held for ``retry_seconds``, the calls waiting for it fail with
+  "database is locked": a write transaction tries for the write lock every ``LOCK_POLL`` for up
+  to ``LOCK_WAIT``, then its batch is deferred with backoff while the loop runs on; once the
+  lock has been held for ``retry_seconds``, the calls waiting for it fail with
   StoreUnavailableError.
 """
 
@@ -38,7 +39,16 @@ T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
 """A write: runs inside the group commit's transaction; returns its result or raises."""
 
-BUSY_TIMEOUT_MS = 20
+BUSY_TIMEOUT_MS = 0
+"""SQLite's own wait for a lock: none. Its busy handler sleeps 1, 2, 5, 10 ms between tries, many
+times as long as another process's commit holds the write lock, so processes that take turns
+at it would spend most of their time asleep (``_begin`` waits instead; a locked read is retried
+by ``_retry_locked``)."""
+LOCK_WAIT = 0.02
+"""How long a batch of writes waits for the write lock on the event loop's thread before it is
+deferred (the loop runs meanwhile) and tried again."""
+LOCK_POLL = 0.0001
+"""The pause between two tries for the write lock: about as long as a commit holds it."""
 LOCK_GIVE_UP_SECONDS = 120.0
 WRITE_BACKOFF = (0.0005, 0.02)
 """The first and the longest wait before a locked-out batch of writes tries again."""
@@ -48,6 +58,20 @@ Write = tuple[Op, bool]
 """A write submitted to the group commit: ``(op, durable)``; a durable write is acknowledged to
 a caller, and its transaction commits with ``synchronous=FULL``. (A plain tuple, not a named
 one: one is made for every write.)"""
+
+
+def _begin(conn: sqlite3.Connection) -> None:
+    """``BEGIN IMMEDIATE``, trying every ``LOCK_POLL`` while another connection holds the write
+    lock, for up to ``LOCK_WAIT``; then raises SQLite's "database is locked"."""
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            conn.execute(sql.BEGIN)
+            return
+        except sqlite3.OperationalError as exc:
+            if not is_locked(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(LOCK_POLL)
 
 
 class _PartialWrite(Exception):
@@ -258,7 +282,7 @@ class Database:
         try:
             if durable:
                 conn.execute(sql.SYNCHRONOUS_FULL)
-            conn.execute(sql.BEGIN)
+            _begin(conn)
         except sqlite3.Error as exc:
             if durable:
                 with contextlib.suppress(sqlite3.Error):
@@ -273,7 +297,7 @@ class Database:
                 outcomes = self._run_ops(conn, batch, savepoints=False)
             except _PartialWrite:
                 conn.execute(sql.ROLLBACK)
-                conn.execute(sql.BEGIN)
+                _begin(conn)
                 outcomes = self._run_ops(conn, batch, savepoints=True)
             if conn.in_transaction:
                 conn.execute(sql.COMMIT)
