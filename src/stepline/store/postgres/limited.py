@@ -84,10 +84,21 @@ class Leased:
 async def read_rules(conn: Conn, sql: ClaimStatements, *, first: Sequence[str] = ()) -> Rules:
     """The registered limits, in one round trip that sends the statements ``first`` first."""
     async with conn.pipeline():
-        for statement in first:
-            await conn.execute(statement)
-        declared = await conn.execute(sql.workflow_limits)
-        named = await conn.execute(sql.named_limits)
+        sent = await send_rules(conn, sql, first)
+    return await rules_of(sent)
+
+
+async def send_rules(conn: Conn, sql: ClaimStatements, first: Sequence[str]) -> tuple[Any, Any]:
+    """Send the statements ``first``, then the reads of the rules, inside the caller's
+    pipeline; :func:`rules_of` once it is synced."""
+    for statement in first:
+        await conn.execute(statement)
+    return await conn.execute(sql.workflow_limits), await conn.execute(sql.named_limits)
+
+
+async def rules_of(sent: tuple[Any, Any]) -> Rules:
+    """The rules the reads :func:`send_rules` sent found."""
+    declared, named = sent
     return rules_from_rows(await declared.fetchall(), await named.fetchall())
 
 
@@ -183,7 +194,7 @@ class LimitedClaim:
         async with conn.pipeline():
             await conn.execute(sql.lock_limits, locks)
             sent = await send_usage(conn, sql, plan, now, exact=False)
-            candidates = await conn.execute(_candidates(sql, read), read)
+            candidates = await conn.execute(_due(sql, read), read)
             timed = await conn.execute(sql.timers, read)
         admission = Admission(rules, await sent.usage(rules), caps)
         first = (await candidates.fetchall(), await timed.fetchone())
@@ -214,15 +225,12 @@ class LimitedClaim:
         begin = ("BEGIN", CLAIM_IN_ORDER, NO_JIT, "SET LOCAL synchronous_commit = off")
         known = self._known
         async with conn.pipeline():
-            for statement in begin:
-                await conn.execute(statement)
-            declared = await conn.execute(sql.workflow_limits)
-            named = await conn.execute(sql.named_limits)
+            declared = await send_rules(conn, sql, begin)
             sent = None
             if known is not None:
                 plan = UsagePlan.of(known, workflows)
                 sent = await send_usage(conn, sql, plan, params["now"], exact=False)
-        rules = rules_from_rows(await declared.fetchall(), await named.fetchall())
+        rules = await rules_of(declared)
         if sent is not None and rules == known:
             usage = await sent.usage(rules)
         else:
@@ -248,15 +256,14 @@ class LimitedClaim:
         seen: list[int] = []
         rows, timed = first
         timers: tuple[Any, ...] = tuple(timed) if timed is not None else (None, None, None, [])
-        locked = _held(admission, workflows)
+        locked = _held(admission, workflows)  # what the use under the locks holds back
         held = {name: read[name] for name in locked}
         expected = held == locked  # the use read before the locks was the use under them
-        exact = expected
         read_all = True  # whether the reads saw every due instance the limits do not hold
         for attempt in range(_PASSES):
             if attempt:
                 read = {**params, **held, "seen": seen, "limit": limit - len(picked)}
-                rows = await (await conn.execute(_candidates(sql, read), read)).fetchall()
+                rows = await (await conn.execute(_due(sql, read), read)).fetchall()
             refused = 0
             due = 0  # the rows read within the limit: all but the pauses pending
             for row in rows:
@@ -270,12 +277,12 @@ class LimitedClaim:
                 else:
                     refused += 1
                     turned_down.append(row[_READY])
-            if len(picked) >= limit or (due < read["limit"] and (exact or _wider(held, locked))):
+            if len(picked) >= limit or (due < read["limit"] and _wider(held, locked)):
                 break
             # What it refused, it refused because what it took filled a limit, or because the
             # use under the locks holds back what the use before did not; a short read left out
             # what the use under the locks lets run: read again, leaving out what holds now.
-            held, exact = _held(admission, workflows), True
+            held = locked = _held(admission, workflows)
             if not held["active"]:
                 break
         else:
@@ -296,10 +303,14 @@ class LimitedClaim:
         return picked, pauses, Timers(top, next_ready, hint, known)
 
 
-def _candidates(sql: ClaimStatements, read: Mapping[str, Any]) -> str:
-    """The read of due instances for ``read``: a workflow at a time when the limits hold some
-    of its workflows back whole (their backlog would be walked past in claim order)."""
-    return sql.candidates_each if len(read["active"]) < len(read["workflows"]) else sql.candidates
+def _due(sql: ClaimStatements, read: Mapping[str, Any], *, lock: bool = True) -> str:
+    """The read of due instances for ``read`` (``lock``: as a claim, else as a probe): a
+    workflow at a time when the limits hold some of its workflows back whole (their backlog
+    would be walked past in claim order)."""
+    each = len(read["active"]) < len(read["workflows"])
+    if lock:
+        return sql.candidates_each if each else sql.candidates
+    return sql.probe_each if each else sql.probe
 
 
 def _wider(held: Mapping[str, list[str]], locked: Mapping[str, list[str]]) -> bool:
@@ -330,12 +341,16 @@ async def next_wakeup(
     rules = await read_rules(conn, sql, first=READ_ONLY)
     usage = await read_usage(conn, sql, rules, workflows, now, exact=False)
     admission = Admission(rules, usage, None)
-    held = _held(admission, workflows)
-    read = {"now": now, "floor": None, "workflows": list(workflows), "seen": [], "limit": 1}
-    read.update(held)
+    read = {
+        "now": now,
+        "floor": None,
+        "workflows": list(workflows),
+        "seen": [],
+        "limit": 1,
+        **_held(admission, workflows),
+    }
     async with conn.pipeline():
-        probe_sql = sql.probe_each if len(held["active"]) < len(workflows) else sql.probe
-        probe = await conn.execute(probe_sql, read)
+        probe = await conn.execute(_due(sql, read, lock=False), read)
         timed = await conn.execute(sql.timers, read)
         await conn.execute("COMMIT")
     found = await timed.fetchone()

@@ -39,11 +39,6 @@ T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
 """A write: runs inside the group commit's transaction; returns its result or raises."""
 
-BUSY_TIMEOUT_MS = 0
-"""SQLite's own wait for a lock: none. Its busy handler sleeps 1, 2, 5, 10 ms between tries, many
-times as long as another process's commit holds the write lock, so processes that take turns
-at it would spend most of their time asleep (``_begin`` waits instead; a locked read is retried
-by ``_retry_locked``)."""
 LOCK_WAIT = 0.02
 """How long a batch of writes waits for the write lock on the event loop's thread before it is
 deferred (the loop runs meanwhile) and tried again."""
@@ -161,8 +156,6 @@ class Database:
         if self._conn is not None:
             return
         conn = self._conn = self._connect()
-        ms = BUSY_TIMEOUT_MS
-        await self._retry_locked(lambda: conn.execute(sql.BUSY_TIMEOUT.format(ms=ms)))
         (mode,) = await self._retry_locked(lambda: conn.execute(sql.JOURNAL_MODE_WAL).fetchone())
         if self.path != ":memory:" and str(mode).lower() != "wal":
             raise StoreError(f"cannot switch {self.path!r} to WAL mode (got {mode!r})")
@@ -184,6 +177,10 @@ class Database:
                 target,
                 isolation_level=None,
                 check_same_thread=False,
+                # No busy timeout: SQLite's handler sleeps 1, 2, 5, 10 ms between tries, many
+                # times as long as another process's commit holds the write lock, so processes
+                # taking turns at it would sleep with it free. ``_begin`` waits for it instead;
+                # a locked read is retried by ``_retry_locked``.
                 timeout=0,
                 uri=target != self.path,
             )

@@ -46,7 +46,6 @@ from .._rows import (
 
 # -- connection and transactions -------------------------------------------------------------
 
-BUSY_TIMEOUT = "PRAGMA busy_timeout={ms}"
 JOURNAL_MODE_WAL = "PRAGMA journal_mode=WAL"
 SYNCHRONOUS_NORMAL = "PRAGMA synchronous=NORMAL"
 SYNCHRONOUS_FULL = "PRAGMA synchronous=FULL"
