@@ -238,8 +238,6 @@ class Worker:
                         continue  # there may be more: claim again at once
                     # Fewer than asked: nothing else was runnable. New work arrives by
                     # notification (or the next poll); timers by the wait below.
-                if self._wake.is_set():
-                    continue  # woken while it claimed (a slot freed, work came): look again now
                 timeout = await self._until_next_timer(idle_wait)
                 if timeout <= 0:
                     continue
