@@ -9,7 +9,18 @@ from stepline import ManualClock
 from stepline.records import PendingEvent
 from stepline.store.base import Finish, NewInstance, Store
 
-from ._support import HOUR, LEASE, OWNER, WF, claim_one, claimed_ids, create, write
+from ._support import (
+    HOUR,
+    LEASE,
+    OWNER,
+    WF,
+    claim_one,
+    claimed_ids,
+    create,
+    lease_lost,
+    raw,
+    write,
+)
 from .conftest import OpenStore
 
 
@@ -94,6 +105,28 @@ async def test_a_lease_claimed_again_by_the_same_owner_gets_a_fresh_token(
         tokens.append((await claim_one(store, "a")).lease.token)
         clock.advance(LEASE + 1)
     assert len(set(tokens)) == 3
+
+
+LEASE_COLUMNS = "status, lease_owner, lease_token, lease_expires_at, ready_at, started_at"
+
+
+async def test_a_claim_the_database_lost_and_made_again_fences_out_the_first(
+    store: Store, store_url: str
+) -> None:
+    """A server crash can undo a claim whose worker already runs the instance (PostgreSQL
+    commits claims without waiting for the WAL flush). The same worker then claims it again;
+    the activation of the lost claim must be fenced out, so the new lease must differ from the
+    lost one although the row is back exactly as it was before the lost claim."""
+    await create(store, "a")
+    (before,) = raw(store_url, f"SELECT {LEASE_COLUMNS} FROM instances WHERE id = 'a'")
+    lost = await claim_one(store, "a")
+    values = ", ".join("NULL" if v is None else repr(v) for v in before)
+    raw(store_url, f"UPDATE instances SET ({LEASE_COLUMNS}) = ({values}) WHERE id = 'a'")
+    again = await claim_one(store, "a")
+    assert again.lease.owner == lost.lease.owner == OWNER
+    assert again.lease != lost.lease
+    assert await lease_lost(store.record_step(lost.lease, write("s", 1), store.now()))
+    assert await store.record_step(again.lease, write("s", 1), store.now())
 
 
 async def test_claim_never_returns_the_same_instance_twice_to_concurrent_claims(

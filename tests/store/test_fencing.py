@@ -4,7 +4,9 @@ A worker keeps one id for its life, so when it claims its own expired instance a
 lease token tells the old activation from the new one: every fenced statement is tried with the
 old lease after such a re-claim, one write at a time and in batches (both stores group writes
 that come from several tasks at once), through the store contract with a manual clock. Then the
-worker-level guarantees: renewal keeps a long step from being taken over, acknowledged SQLite
+worker-level guarantees: renewal keeps a long step from being taken over, a worker given again
+an instance it still runs (its claim lost in a database crash) stops the old activation before
+the new one runs a step, acknowledged SQLite
 writes commit with ``synchronous=FULL``, timeouts fire on time, a sync callback's late result is
 never recorded, and step results are limited to 1 MiB by default.
 """
@@ -33,6 +35,7 @@ from stepline.store.base import Finish, Lease, NewInstance, StepWrite, Store
 from stepline.store.sqlite import SqliteStore
 
 from ..conftest import EngineFactory, drain
+from ..contract._support import raw
 
 OWNER = "worker-1"
 LEASE = 30.0
@@ -293,6 +296,67 @@ async def test_a_step_that_outlives_its_lease_is_not_taken_over(store_url: str) 
     # the run began before the second worker existed: one run in all is the first worker's
     assert LONG_RUNS == ["run"], "another worker took the instance over and ran the step again"
     assert len(work.attempts) == 1
+
+
+# -- 2b. a claim the database lost, made again by the same worker -------------------------------
+
+UNDONE: list[tuple[str, int]] = []
+"""("start" | "end", activation number) of each run of the ``undone`` workflow's step."""
+UNDONE_GATE: list[asyncio.Event] = []
+
+
+@workflow(name="undone")
+async def undone(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    async def first() -> int:
+        number = sum(1 for kind, _ in UNDONE if kind == "start") + 1
+        UNDONE.append(("start", number))
+        try:
+            await UNDONE_GATE[0].wait()
+        finally:
+            UNDONE.append(("end", number))
+        return number
+
+    return await step.do("first", first)
+
+
+async def test_a_worker_given_again_an_instance_it_runs_stops_the_old_activation_first(
+    store_url: str,
+) -> None:
+    """A server crash undoes the claim of an instance whose activation runs (PostgreSQL commits
+    claims without waiting for the WAL flush), and the same worker claims it again: the old
+    activation, fenced out, is stopped before the new one runs a step, the worker counts and
+    renews the new one, and the instance completes once, from the new activation."""
+    UNDONE.clear()
+    UNDONE_GATE[:] = [asyncio.Event()]
+    async with Engine(store_url, [undone], worker=True, lease=30.0) as engine:
+        inst = await engine.workflow("undone").create(id="u")
+        await wait_until(lambda: ("start", 1) in UNDONE)
+        # The row as it was before the claim: what the crash leaves.
+        raw(
+            store_url,
+            "UPDATE instances SET status = 'queued', lease_owner = NULL, lease_token = 0,"
+            " lease_expires_at = NULL, ready_at = created_at, started_at = NULL"
+            " WHERE id = 'u'",
+        )
+        engine.worker.wake()
+        await wait_until(lambda: ("start", 2) in UNDONE)
+        assert UNDONE == [("start", 1), ("end", 1), ("start", 2)], "the two ran at once"
+        assert engine.worker.active_count == 1
+        await engine.worker.renew_now()
+        assert engine.worker.active_count == 1, "the new activation's lease was not renewed"
+        UNDONE_GATE[0].set()
+        status = await inst.wait(timeout=10)
+        (first,) = await inst.steps()
+        await wait_until(lambda: engine.worker.active_count == 0)
+    assert status.status == "complete" and status.output == 2
+    assert len(first.attempts) == 1
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
 
 
 # -- 3. acknowledged SQLite writes commit with synchronous=FULL -----------------------------------

@@ -547,6 +547,7 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
             "limit": 100,
             "owner": "me",
             "nonce": 1,
+            "token": 1,
             "expires": 2030.0,
         }  # one priority in use: the claim reads its range of the index in order
         pool = store._db._priority_pool
@@ -998,7 +999,7 @@ async def test_a_claim_whose_reply_is_lost_is_recovered(
         (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
         assert lost == [True], "the fault was not injected"
         assert claim.instance.id == "a" and claim.lease.owner == "me"
-        assert claim.lease.token == first.lease.token + 1 and claim.event_seq == 1
+        assert claim.lease.token != first.lease.token and claim.event_seq == 1
         assert [s.name for s in claim.history.steps] == ["s"]
         assert [e.type for e in claim.history.events] == ["go"]
         assert await store.claim("other", ["w"], 5, 30.0, 1000.0) == []

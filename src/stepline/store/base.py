@@ -302,11 +302,12 @@ class Store(ScheduleStore, FlowStore):
         let run, lowest ``priority`` first, then earliest ``ready_at`` (then lowest ``pk``).
 
         Runnable: ``ready_at <= now`` and no live lease. Each claimed instance gets a fresh lease
-        token and ``lease_expires = now + lease_seconds``; queued and waiting instances become
-        ``running``. Two concurrent claims never return the same instance. Each claim carries
-        the instance's history (:attr:`Claim.history`), read under its new lease. A runnable
-        instance with a pause pending (``waitingForPause`` whose lease expired) becomes
-        ``paused`` instead of being claimed, whatever the limits.
+        token (:func:`~stepline.store.types.new_lease_token`: never one the instance had, not
+        even by a claim the database lost) and ``lease_expires = now + lease_seconds``; queued
+        and waiting instances become ``running``. Two concurrent claims never return the same
+        instance. Each claim carries the instance's history (:attr:`Claim.history`), read under
+        its new lease. A runnable instance with a pause pending (``waitingForPause`` whose lease
+        expired) becomes ``paused`` instead of being claimed, whatever the limits.
 
         Limits (as registered, :meth:`register_workflows`): an instance *runs* while it holds
         a live lease (``running`` or ``waitingForPause`` with ``lease_expires > now``); a

@@ -5,6 +5,7 @@ and the watch on one instance's changes."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +25,14 @@ class Lease:
     pk: int
     token: int
     owner: str
+
+
+def new_lease_token() -> int:
+    """The lease token of a claim: random, not a count. A worker keeps one id for its life, so
+    only the token tells its activations of one instance apart; a count would repeat the token
+    of a claim the database lost in a crash (a PostgreSQL claim commits without waiting for the
+    WAL flush), and the lost claim's activation, still running, would pass the new one's fence."""
+    return secrets.randbits(62)
 
 
 @dataclass(frozen=True)

@@ -292,22 +292,42 @@ class Worker:
         # The slot is taken (counted against concurrency, its lease renewed) from the moment of
         # the claim, not only once the activation runs.
         slot = Slot(claim)
-        slot.task = asyncio.get_running_loop().create_task(self._activate(slot))
+        superseded = self._active.get(claim.lease.pk)
+        slot.task = asyncio.get_running_loop().create_task(self._activate(slot, superseded))
         self._active[claim.lease.pk] = slot
         return slot.task
 
-    async def _activate(self, slot: Slot) -> None:
+    async def _activate(self, slot: Slot, superseded: Slot | None = None) -> None:
         try:
+            if superseded is not None:
+                await _stop_superseded(superseded)
             await activate(
                 self.store, slot, self.registry, self._activation_settings, self._slot_freed
             )
         finally:
-            self._active.pop(slot.claim.lease.pk, None)
+            if self._active.get(slot.claim.lease.pk) is slot:
+                del self._active[slot.claim.lease.pk]
             if slot.claim.instance.workflow in self._limited:
                 # Its end freed a slot of a fleet-wide limit, now that it is written: an
                 # instance the last claim held back may take it.
                 self._wanted = True
             self._slot_freed()
+
+
+async def _stop_superseded(old: Slot) -> None:
+    """Stop the activation of an instance that this worker has just claimed again, before the
+    new one starts: its lease is gone (a database crash undid its claim, or it expired), so it
+    is fenced out, and the worker must never run one instance twice at once."""
+    record = old.claim.instance
+    log.warning(
+        "instance %s/%s abandoned: lease on instance %s taken by a new claim of this worker",
+        record.workflow,
+        record.id,
+        record.pk,
+    )
+    if old.task is not None:
+        old.task.cancel()
+        await asyncio.wait([old.task])
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:

@@ -25,6 +25,7 @@ from .._rows import (
     step_from_row,
 )
 from ..base import Claim, History, Lease
+from ..types import new_lease_token
 from .claim_sql import ClaimStatements
 from .db import Conn, Database
 from .limited import READ_ONLY, Leased, LimitedClaim, read_rules, read_usage
@@ -133,6 +134,7 @@ class Claimer:
             "limit": limit,
             "owner": owner,
             "nonce": secrets.randbits(62),
+            "token": new_lease_token(),
             "expires": now + lease_seconds,
             "lock_prefix": self._lock_prefix,
         }

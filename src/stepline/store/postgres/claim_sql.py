@@ -66,7 +66,7 @@ _NEXT_READY = _EARLIEST.replace("{since}", ">= {floor}")
 
 # What a claim writes to the instances it leases, and to those it pauses (a pause pending).
 _LEASE_SET = """
-    SET lease_owner = %(owner)s, lease_token = lease_token + 1, lease_nonce = %(nonce)s,
+    SET lease_owner = %(owner)s, lease_token = %(token)s, lease_nonce = %(nonce)s,
         lease_expires_at = %(expires)s, ready_at = %(expires)s, updated_at = %(now)s,
         parked_on = NULL,
         status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,

@@ -177,7 +177,7 @@ class LimitedClaim:
         self._sql = sql
         self._params = params
         """The claim's parameters (``Claimer.claim``): now, floor, workflows, limit, owner,
-        nonce, expires, caps (JSON), lock_prefix."""
+        nonce, token, expires, caps (JSON), lock_prefix."""
         self._known = known
         """The rules the last claim read, if any: the use of their scopes is read with the
         rules, to choose what the read under the locks leaves out."""

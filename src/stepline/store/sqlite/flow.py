@@ -135,7 +135,7 @@ def pick(
     workflows: Sequence[str],
     limit: int,
     now: float,
-    head: tuple[float, float, float, str],
+    head: tuple[float, float, float, str, int],
     caps: Mapping[str, int] | None,
     rules: Rules,
     *,
@@ -143,8 +143,8 @@ def pick(
 ) -> Picked:
     """The due instances of ``workflows`` a claim at ``now`` takes, at most ``limit``, and the
     pauses it carries out; nothing is written. ``head``: the claim's parameters of
-    :func:`sql.claim_due` (now, now, lease expiry, owner). A ``probe`` (:func:`next_wakeup`)
-    reads one instance a rate holds back, so as to learn that one is."""
+    :func:`sql.claim_due` (now, now, lease expiry, owner, lease token). A ``probe``
+    (:func:`next_wakeup`) reads one instance a rate holds back, so as to learn that one is."""
     picked = Picked()
     limited = [name for name in workflows if rules.limited(name)]
     admission: Admission | None = None
@@ -227,7 +227,7 @@ def next_wakeup(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> 
         return _earliest(c, workflows)
     free = [name for name in workflows if not rules.limited(name)]
     found = [_earliest(c, free) if free else None, _earliest(c, limited, after=now)]
-    probe = pick(c, limited, 1, now, (now, now, now, ""), None, rules, probe=True)
+    probe = pick(c, limited, 1, now, (now, now, now, "", 0), None, rules, probe=True)
     if probe.pauses:
         found.append(now)
     if probe.rows:

@@ -225,10 +225,10 @@ def claim_due(
     """The due instances of one priority as claimed, in claim order (``InstanceRow`` columns
     after :func:`take_leases`), then their new lease token, ``control`` and ``event_seq``, then
     their ``ready_at`` and whether a claim would be their first start. Parameters: now
-    (updated_at), now (started_at if unset), the lease expiry (ready_at), the owner, the
-    priority, now (due), the workflows, then the exclusions if any (:func:`_excluding`), then
-    ``ready_at`` and ``pk`` to read after if ``after``, then the limit. A ``waitingForPause`` row
-    keeps its status (a claim pauses it instead).
+    (updated_at), now (started_at if unset), the lease expiry (ready_at), the owner, the lease
+    token, the priority, now (due), the workflows, then the exclusions if any
+    (:func:`_excluding`), then ``ready_at`` and ``pk`` to read after if ``after``, then the
+    limit. A ``waitingForPause`` row keeps its status (a claim pauses it instead).
 
     ``each``: read each workflow through ``instances_workflow_ready`` and merge, instead of
     walking the ready index in claim order; for a claim some of whose workflows a limit holds
@@ -238,7 +238,7 @@ def claim_due(
     def marks(n: int) -> list[str]:
         return [f"?{next(number)}" for _ in range(n)]
 
-    now, started, expiry, owner, priority, due = marks(6)
+    now, started, expiry, owner, token, priority, due = marks(7)
     workflows = marks(n_workflows)
     skip = "" if excluding is None else f" AND {_excluding(*excluding, marks)}"
     cursor = " AND (ready_at, pk) > ({}, {})".format(*marks(2)) if after else ""
@@ -247,7 +247,7 @@ def claim_due(
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
         f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
-        " priority, dedup_key, lease_token + 1, control, event_seq, ready_at,"
+        f" priority, dedup_key, {token}, control, event_seq, ready_at,"
         " started_at IS NULL FROM instances"
     )
     rest = f" AND priority = {priority} AND ready_at <= {due}{skip}{cursor}"
@@ -295,9 +295,10 @@ PAUSE_UNCLAIMED = (
 
 
 def take_leases(n: int) -> str:
-    """Lease ``n`` instances: owner, expiry (lease and ready_at), now (updated, started), pks."""
+    """Lease ``n`` instances: owner, token, expiry (lease and ready_at), now (updated, started),
+    pks."""
     return (
-        "UPDATE instances SET lease_owner = ?, lease_token = lease_token + 1,"
+        "UPDATE instances SET lease_owner = ?, lease_token = ?,"
         " lease_expires_at = ?, ready_at = ?, updated_at = ?, parked_on = NULL,"
         " status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,"
         f" started_at = COALESCE(started_at, ?) WHERE pk IN ({_marks(n)})"

@@ -32,6 +32,7 @@ from .._rows import (
     instance_from_row,
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
+from ..types import new_lease_token
 from . import flow, sql
 from .sql import Fence, Lookup
 
@@ -299,7 +300,8 @@ def claim(
     queries per batch. With them, when the claim took fewer than ``limit``, the next wake-up
     (``flow.after_claim``, in a 1-tuple; None when it took ``limit`` or cannot tell)."""
     rules = flow.read_rules(c)
-    picked = flow.pick(c, workflows, limit, now, (now, now, expires, owner), caps, rules)
+    token = new_lease_token()
+    picked = flow.pick(c, workflows, limit, now, (now, now, expires, owner, token), caps, rules)
     for pk in picked.pauses:
         c.execute(sql.PAUSE_UNCLAIMED, (now, pk))
     short = len(picked.rows) < limit
@@ -307,7 +309,7 @@ def claim(
         return [], flow.after_claim(c, workflows, now, picked) if short else None
     claims = [claim_from_row(row, owner) for row in picked.rows]
     pks = [taken.lease.pk for taken in claims]
-    c.execute(sql.take_leases(len(pks)), (owner, expires, expires, now, now, *pks))
+    c.execute(sql.take_leases(len(pks)), (owner, token, expires, expires, now, now, *pks))
     # After the leases: their expiry is a timer too.
     hint = flow.after_claim(c, workflows, now, picked) if short else None
     add_history_rows(
