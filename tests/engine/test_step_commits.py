@@ -158,6 +158,36 @@ async def test_a_shutdown_writes_the_records_before_releasing_the_instance(
     assert SEEN["runs"] == 1
 
 
+async def test_a_shutdown_reaches_a_running_step_before_the_worker_leaves_the_fleet(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leaving the worker list is a database write, slow on a loaded server: a step that ends
+    meanwhile must already know of the shutdown, and release the instance instead of going on
+    to its sleep."""
+    SEEN["running"], SEEN["release"] = asyncio.Event(), asyncio.Event()
+    async with make_engine([stoppable]) as engine:
+        heartbeat = engine.worker._heartbeat
+        deregister = heartbeat.forget
+
+        async def slow_deregister() -> None:
+            await SEEN["left"].wait()
+            await deregister()
+
+        SEEN["left"] = asyncio.Event()
+        monkeypatch.setattr(heartbeat, "forget", slow_deregister)
+        inst = await engine.workflow("stoppable").create()
+        running = asyncio.create_task(engine.worker.run())
+        await asyncio.wait_for(SEEN["running"].wait(), 10)
+        engine.worker.stop()
+        await asyncio.sleep(0.05)
+        SEEN["release"].set()  # the step ends while the worker is still leaving the fleet
+        await asyncio.sleep(0.2)
+        SEEN["left"].set()
+        await asyncio.wait_for(running, 10)
+        record = await inst.record()
+        assert record.status == "queued" and record.lease_owner is None
+
+
 @workflow(name="cut")
 async def cut(event: WorkflowEvent, step: WorkflowStep) -> Any:
     async def one() -> int:

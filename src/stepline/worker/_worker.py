@@ -92,6 +92,10 @@ class Worker:
             self._at_once.set()
         self._stopping.set()
         self._wake.set()
+        # Told now, not when the drain begins: the worker first leaves the fleet (a database
+        # write), and a step that ends meanwhile must not go on to the next.
+        for slot in self._active.values():
+            slot.request_stop("shutdown")
 
     def wake(self) -> None:
         """Something may be runnable: look at the database now instead of at the next poll."""
