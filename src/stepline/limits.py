@@ -174,6 +174,12 @@ class WorkflowLimits:
         )
 
     @property
+    def holds_slots(self) -> bool:
+        """Whether a running instance holds a slot of a limit across workers (the workflow's
+        concurrency, its key's, or a named limit's) until its lease ends."""
+        return bool(self.concurrency is not None or self.key_concurrency is not None or self.limits)
+
+    @property
     def empty(self) -> bool:
         return not self.fleet_wide and self.worker_concurrency is None
 

@@ -21,20 +21,63 @@ async def one_at_a_time(event: WorkflowEvent, step: WorkflowStep) -> Any:
     return await step.do("only", lambda: "done")
 
 
+async def drain_without_polling(engine: Engine, name: str) -> None:
+    """Create COUNT instances of ``name`` and run the worker, which never polls, until all have
+    completed."""
+    binding = engine.workflow(name)
+    handles = [await binding.create(f"i{n}") for n in range(COUNT)]
+    worker = engine.worker
+    # No poll at all: on SQLite the loop would otherwise look again within milliseconds.
+    worker.settings = dataclasses.replace(
+        worker.settings, poll_interval=3600.0, min_poll_interval=3600.0
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        # A generous bound: without the wake-up every instance after the first waits for a
+        # poll an hour away, so this fails; with it, they all end within moments.
+        await asyncio.wait_for(asyncio.gather(*(h.wait() for h in handles)), timeout=60)
+    finally:
+        worker.stop()
+        await task
+    assert [(await h.status()).status for h in handles] == ["complete"] * COUNT
+
+
 async def test_a_backlog_under_a_limit_drains_without_polling(make_engine: EngineFactory) -> None:
-    async with make_engine([one_at_a_time], poll_interval=3600.0) as engine:
-        engine_: Engine = engine
-        binding = engine_.workflow("one-at-a-time")
-        handles = [await binding.create(f"i{n}") for n in range(COUNT)]
-        worker = engine_.worker
-        # No poll at all: on SQLite the loop would otherwise look again within milliseconds.
-        worker.settings = dataclasses.replace(worker.settings, min_poll_interval=3600.0)
-        task = asyncio.create_task(worker.run())
-        try:
-            # A generous bound: without the wake-up every instance after the first waits for a
-            # poll an hour away, so this fails; with it, they all end within moments.
-            await asyncio.wait_for(asyncio.gather(*(h.wait() for h in handles)), timeout=60)
-        finally:
-            engine_.worker.stop()
-            await task
-        assert [(await h.status()).status for h in handles] == ["complete"] * COUNT
+    async with make_engine([one_at_a_time]) as engine:
+        await drain_without_polling(engine, "one-at-a-time")
+
+
+@workflow(name="two-at-a-time", concurrency=2, worker_concurrency=2)
+async def two_at_a_time(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    return await step.do("only", lambda: "done")
+
+
+async def test_a_worker_makes_no_claim_that_the_limit_must_refuse(
+    make_engine: EngineFactory,
+) -> None:
+    """An activation under a fleet-wide limit holds its slot in the store until its finish
+    lands: the worker claims its successor once the finish is written, not while it is in
+    flight (that claim would find the limit full: on PostgreSQL three round trips behind the
+    limit's lock, on SQLite a read of due instances inside the write lock)."""
+    async with make_engine([two_at_a_time]) as engine:
+        store = engine.store
+        claim, finish = store.claim, store.finish
+        unclaimed = COUNT
+        refused: list[int] = []
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal unclaimed
+            claims = await claim(*args, **kwargs)
+            if not claims and unclaimed:
+                refused.append(unclaimed)
+            unclaimed -= len(claims)
+            return claims
+
+        async def slow_finish(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.05)  # a loaded server: the finish is long in flight
+            return await finish(*args, **kwargs)
+
+        store.claim = counted  # type: ignore[method-assign]
+        store.finish = slow_finish  # type: ignore[method-assign]
+        await drain_without_polling(engine, "two-at-a-time")
+    assert refused == [], f"claims refused while this many were left: {refused}"

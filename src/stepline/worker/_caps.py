@@ -31,10 +31,13 @@ class WorkflowCaps:
     share of each fleet-wide ``concurrency`` (set by ``_shares.FleetShares``): the lower of
     the two caps a workflow."""
 
-    __slots__ = ("_caps", "_own", "shares", "workflows")
+    __slots__ = ("_caps", "_holding", "_own", "shares", "workflows")
 
     def __init__(self, registry: Mapping[str, WorkflowDefinition]) -> None:
         self.workflows = tuple(sorted(registry))
+        self._holding = frozenset(
+            name for name, definition in registry.items() if definition.limits.holds_slots
+        )
         self._own = {
             name: cap
             for name, definition in registry.items()
@@ -55,10 +58,14 @@ class WorkflowCaps:
         if not caps:  # the common case costs nothing
             return ClaimPlan(self.workflows, None, limit, held_back=False)
         # Counted as Slots.free counts: an activation whose final write is in flight runs no
-        # more code and takes no room.
-        running = Counter(
-            slot.claim.instance.workflow for slot in slots.active.values() if not slot.ending
-        )
+        # more code and takes no room; but under a fleet-wide limit it keeps its place in the
+        # store until that write lands, and a claim meanwhile would find it taken.
+        holding = self._holding
+        running: Counter[str] = Counter()
+        for slot in slots.active.values():
+            workflow = slot.claim.instance.workflow
+            if not slot.ending or workflow in holding:
+                running[workflow] += 1
         room = {name: cap - running[name] for name, cap in caps.items()}
         workflows = tuple(name for name in self.workflows if room.get(name, 1) > 0)
         capped = {name: room[name] for name in workflows if name in room}

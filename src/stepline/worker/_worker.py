@@ -67,6 +67,11 @@ class Worker:
             name for name, definition in registry.items() if definition.limits.fleet_wide
         )
         """Workflows with fleet-wide limits: one that ends frees a slot that others may wait for."""
+        self._holding = frozenset(
+            name for name, definition in registry.items() if definition.limits.holds_slots
+        )
+        """Workflows whose running instances hold a slot of a fleet-wide limit in the store until
+        their finish lands."""
         self._backlog = True
         """Whether the last claim may have left runnable instances behind (a full batch)."""
         self._wanted = False
@@ -305,9 +310,13 @@ class Worker:
         try:
             if superseded is not None:
                 await _stop_superseded(superseded)
-            await activate(
-                self.store, slot, self.registry, self._activation_settings, self._slot_freed
-            )
+            # Under a fleet-wide limit the instance holds its slot in the store until its finish
+            # lands: a claim made while the finish is in flight would find that slot taken
+            # (under key limits, after reading every due instance), so the worker looks again
+            # once the finish is written (below).
+            holding = slot.claim.instance.workflow in self._holding
+            freed = _nothing if holding else self._slot_freed
+            await activate(self.store, slot, self.registry, self._activation_settings, freed)
         finally:
             if self._active.get(slot.claim.lease.pk) is slot:
                 del self._active[slot.claim.lease.pk]
@@ -316,6 +325,10 @@ class Worker:
                 # instance the last claim held back may take it.
                 self._wanted = True
             self._slot_freed()
+
+
+def _nothing() -> None:
+    pass
 
 
 async def _stop_superseded(old: Slot) -> None:
