@@ -16,8 +16,8 @@ from collections import defaultdict
 
 from ._config import BenchConfig, database, work_directory
 from ._report import Figure, Floor, Report, median
-from ._workflows import Trivial, TrivialLimited
-from .throughput import measure
+from ._workflows import Trivial, TrivialKeyed, TrivialLimited
+from .throughput import KEYS, measure
 
 NAME = "spread"
 STEPS = 10
@@ -26,6 +26,11 @@ BURN = 0.0005
 RUNS = (
     ("unlimited", "2 processes, unlimited", {"processes": 2}),
     ("limited", "2 processes, concurrency 50", {"processes": 2, "workflow": TrivialLimited.name}),
+    (
+        "keyed",
+        f"2 processes, key_concurrency 1 over {KEYS} keys",
+        {"processes": 2, "workflow": TrivialKeyed.name, "keys": KEYS},
+    ),
     ("one", "1 process, unlimited", {"processes": 1, "workflow": Trivial.name}),
 )
 

@@ -5,6 +5,7 @@ frees a slot, ``next_wakeup`` for instances held back, ``limit_states``, and ded
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -354,6 +355,42 @@ async def test_limit_states_tell_each_limit_and_its_use(store: Store) -> None:
     assert await store.limit_states("unknown", None) == []
     await limit(store, "local", worker_concurrency=2)
     assert await store.limit_states("local", None) == []
+
+
+# -- running_by_worker -------------------------------------------------------------------------
+
+
+async def test_running_by_worker_counts_live_leases_per_worker_and_workflow(
+    store: Store, clock: ManualClock
+) -> None:
+    await create(store, "a", "b", "c", "d")
+    await create(store, "x", "y", workflow=OTHER)
+    await create(store, "z", workflow="unasked")
+    first = await store.claim("first", [WF, OTHER, "unasked"], 4, LEASE, store.now())
+    second = await store.claim("second", [WF, OTHER, "unasked"], 10, LEASE, store.now())
+    assert len(first) + len(second) == 7
+    expected = Counter(
+        (c.lease.owner, c.instance.workflow)
+        for c in [*first, *second]
+        if c.instance.workflow != "unasked"
+    )
+    assert await store.running_by_worker([WF, OTHER], store.now()) == expected
+    # An instance that ends or sleeps runs nowhere; one asked to pause runs until it stops.
+    ended, asleep, pausing = [c for c in [*first, *second] if c.instance.workflow == WF][:3]
+    await complete(store, ended)
+    wake = store.now() + 60
+    await store.finish(asleep.lease, Finish("waiting", wake_at=wake, event_seq=0), store.now())
+    await store.control(WF, pausing.instance.id, "pause")
+    expected.subtract([(ended.lease.owner, WF), (asleep.lease.owner, WF)])
+    assert await store.running_by_worker([WF, OTHER], store.now()) == {
+        k: v for k, v in expected.items() if v
+    }
+    assert await store.running_by_worker([OTHER], store.now()) == {
+        k: v for k, v in expected.items() if k[1] == OTHER
+    }
+    assert await store.running_by_worker([], store.now()) == {}
+    # An expired lease runs nowhere either: its worker is presumed dead.
+    assert await store.running_by_worker([WF, OTHER], store.now() + LEASE + 1) == {}
 
 
 # -- deduplication -----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ of :class:`~stepline.store.base.Store` (the claim itself applies the limits: ``S
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 
 from ..records import LimitState
 from .types import Lease
@@ -43,3 +44,13 @@ class FlowStore(abc.ABC):
         key's (scope ``key``, when both ``key`` and ``key_concurrency`` are set), then each
         named limit's (scope ``limit``), in the workflow's order. Empty for a workflow without
         limits, or unknown."""
+
+    @abc.abstractmethod
+    async def running_by_worker(
+        self, workflows: Sequence[str], now: float
+    ) -> dict[tuple[str, str], int]:
+        """How many instances of each of ``workflows`` each worker runs at ``now``: those
+        whose unexpired lease it holds, running or pausing, as :meth:`claim` counts them
+        toward a concurrency limit. Keyed by (worker id, workflow); pairs with none are left
+        out. A read of the running instances alone (``instances_status``), however large the
+        backlog."""

@@ -31,13 +31,15 @@ class WorkflowCaps:
     share of each fleet-wide ``concurrency`` (set by ``_shares.FleetShares``): the lower of
     the two caps a workflow."""
 
-    __slots__ = ("_caps", "_holding", "_own", "shares", "workflows")
+    __slots__ = ("_caps", "_own", "holding", "shares", "workflows")
 
     def __init__(self, registry: Mapping[str, WorkflowDefinition]) -> None:
         self.workflows = tuple(sorted(registry))
-        self._holding = frozenset(
+        self.holding = frozenset(
             name for name, definition in registry.items() if definition.limits.holds_slots
         )
+        """Workflows whose running instances hold a slot of a fleet-wide limit in the store
+        until their finish lands."""
         self._own = {
             name: cap
             for name, definition in registry.items()
@@ -48,7 +50,8 @@ class WorkflowCaps:
         self.shares: Mapping[str, int] = {}
 
     def set_shares(self, shares: Mapping[str, int]) -> None:
-        """The worker's shares of fleet-wide limits, as ``_shares`` last read them."""
+        """The worker's shares of fleet-wide limits, and its caps of the workflows it balances
+        (``_balance``), as ``_shares`` last read them."""
         self.shares, own = shares, self._own
         self._caps = {**shares, **{n: min(c, shares.get(n, c)) for n, c in own.items()}}
 
@@ -60,7 +63,7 @@ class WorkflowCaps:
         # Counted as Slots.free counts: an activation whose final write is in flight runs no
         # more code and takes no room; but under a fleet-wide limit it keeps its place in the
         # store until that write lands, and a claim meanwhile would find it taken.
-        holding = self._holding
+        holding = self.holding
         running: Counter[str] = Counter()
         for slot in slots.active.values():
             workflow = slot.claim.instance.workflow

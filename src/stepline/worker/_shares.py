@@ -9,6 +9,9 @@ them, ``n`` being itself and the other live workers (by heartbeat) that run the 
 had a free slot at their last heartbeat. A worker alone, or whose peers are full, takes the
 whole limit. The store still enforces the limit itself; the share only spreads it.
 
+Workflows limited per key or by named limits only have no number to split: ``_balance``
+evens them out from how many instances each worker runs.
+
 The peers are read from the store's worker list every :data:`REFRESH` seconds, so a worker
 that joins or leaves changes the others' shares within about that long."""
 
@@ -23,6 +26,7 @@ from ..errors import StoreError
 from ..records import WorkerInfo
 from ..store.base import Store
 from ..workflow import WorkflowDefinition
+from ._balance import Balance, balanced_workflows
 from ._caps import WorkflowCaps
 from ._log import log, outage_level
 
@@ -52,7 +56,7 @@ def shares(
 
 class FleetShares:
     """Keeps ``caps``' shares up to date for the workflows of ``registry`` with a fleet-wide
-    concurrency (nothing to do when none has one)."""
+    limit that holds slots (nothing to do when none has one, :attr:`needed`)."""
 
     def __init__(
         self,
@@ -69,11 +73,25 @@ class FleetShares:
             for name, definition in registry.items()
             if (concurrency := definition.limits.concurrency) is not None
         }
+        self._balance = Balance(balanced_workflows(registry), worker_id)
+
+    @property
+    def needed(self) -> bool:
+        """Whether a registered workflow has a fleet-wide limit to spread."""
+        return bool(self.limits or self._balance.workflows)
 
     async def refresh(self) -> None:
-        """Read the worker list and set the shares it gives."""
+        """Read the worker list (and, with peers, what each runs) and set the shares it gives."""
         workers = await self._store.list_workers()
-        self._caps.set_shares(shares(self.limits, workers, self._worker_id, self._store.now()))
+        now = self._store.now()
+        found = shares(self.limits, workers, self._worker_id, now)
+        balanced = tuple(self._balance.workflows)
+        if balanced:
+            # Alone, there is nothing to even out (and no read to make).
+            alone = not any(w.id != self._worker_id and w.live(now) for w in workers)
+            running = {} if alone else await self._store.running_by_worker(balanced, now)
+            found.update(self._balance.caps(running, workers, now))
+        self._caps.set_shares(found)
 
     async def loop(self) -> None:
         while True:

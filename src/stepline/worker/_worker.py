@@ -67,11 +67,6 @@ class Worker:
             name for name, definition in registry.items() if definition.limits.fleet_wide
         )
         """Workflows with fleet-wide limits: one that ends frees a slot that others may wait for."""
-        self._holding = frozenset(
-            name for name, definition in registry.items() if definition.limits.holds_slots
-        )
-        """Workflows whose running instances hold a slot of a fleet-wide limit in the store until
-        their finish lands."""
         self._backlog = True
         """Whether the last claim may have left runnable instances behind (a full batch)."""
         self._wanted = False
@@ -171,7 +166,7 @@ class Worker:
             side_tasks.append(
                 asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")
             )
-        if self._shares.limits:
+        if self._shares.needed:
             await self._join_fleet()
             fleet_tasks.append(
                 asyncio.create_task(self._shares.loop(), name=f"stepline-shares-{self.id}")
@@ -314,7 +309,7 @@ class Worker:
             # lands: a claim made while the finish is in flight would find that slot taken
             # (under key limits, after reading every due instance), so the worker looks again
             # once the finish is written (below).
-            holding = slot.claim.instance.workflow in self._holding
+            holding = slot.claim.instance.workflow in self._caps.holding
             freed = _nothing if holding else self._slot_freed
             await activate(self.store, slot, self.registry, self._activation_settings, freed)
         finally:

@@ -3,19 +3,25 @@ itself: ``claim``): step slots (``slots``) and the limits' use now."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ...records import LimitState
 from ..base import Lease, Store
 from .claim import Claimer
+from .db import Database
 from .slots import Slots
+from .sql import Statements
 
 
 class FlowOperations(Store):
     """The store contract's flow control operations (:class:`~stepline.store.flow.FlowStore`)
     on PostgreSQL: a base of :class:`~stepline.store.postgres.PostgresStore`, which sets
-    ``_slots`` and ``_claims``."""
+    ``_slots``, ``_claims``, ``_db`` and ``_sql``."""
 
     _slots: Slots
     _claims: Claimer
+    _db: Database
+    _sql: Statements
 
     async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
         return await self._slots.acquire(lease, limit, step, now)
@@ -26,3 +32,16 @@ class FlowOperations(Store):
 
     async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
         return await self._claims.limit_states(workflow, key, self.now())
+
+    async def running_by_worker(
+        self, workflows: Sequence[str], now: float
+    ) -> dict[tuple[str, str], int]:
+        if not workflows:
+            return {}
+        rows = await self._db.read(
+            "counting running instances by worker",
+            self._sql.running_by_worker,
+            {"workflows": list(workflows), "now": now},
+            priority=True,
+        )
+        return {(owner, workflow): count for owner, workflow, count in rows}

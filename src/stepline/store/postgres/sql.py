@@ -397,6 +397,12 @@ _TEMPLATES: dict[str, str] = {
             heartbeat = excluded.heartbeat, workflows = excluded.workflows,
             concurrency = excluded.concurrency, running = excluded.running
     """,
+    "running_by_worker": """
+        SELECT lease_owner, workflow, count(*) FROM {s}.instances
+        WHERE workflow = ANY(%(workflows)s::text[]) AND status IN ('running', 'waitingForPause')
+            AND lease_expires_at > %(now)s
+        GROUP BY lease_owner, workflow
+    """,
     "list_workers": """
         SELECT id, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running
         FROM {s}.workers ORDER BY started_at, id
@@ -447,6 +453,7 @@ class Statements:
     finished_by: str
     release: str
     heartbeat: str
+    running_by_worker: str
     list_workers: str
     forget_worker: str
 

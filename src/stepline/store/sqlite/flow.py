@@ -347,3 +347,11 @@ class FlowOperations(Store):
             lambda c: limit_states(c, workflow, key, now)
         )
         return states
+
+    async def running_by_worker(
+        self, workflows: Sequence[str], now: float
+    ) -> dict[tuple[str, str], int]:
+        if not workflows:
+            return {}
+        rows = await self._db.read(sql.running_by_worker(len(workflows)), (*workflows, now))
+        return {(owner, workflow): count for owner, workflow, count in rows}

@@ -385,6 +385,17 @@ def running(n_workflows: int) -> str:
     )
 
 
+def running_by_worker(n_workflows: int) -> str:
+    """How many instances run (a live lease) per worker and workflow. Parameters: the
+    workflows, now. (``instances_status``, as :func:`running`.)"""
+    return (
+        f"SELECT lease_owner, workflow, count(*) FROM instances"
+        f" WHERE workflow IN ({_marks(n_workflows)})"
+        " AND status IN ('running', 'waitingForPause') AND lease_expires_at > ?"
+        " GROUP BY lease_owner, workflow"
+    )
+
+
 def recent_starts(n_workflows: int) -> str:
     """The latest first starts of the workflows after a time, latest first (``instances_started``).
     Parameters: the workflows, the time, how many."""

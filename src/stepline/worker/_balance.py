@@ -1,0 +1,78 @@
+"""A worker's share of a workflow limited per key or by named limits only: limits that bound
+the fleet without saying how many instances it runs at once, so there is no number to split
+as ``_shares`` splits a ``concurrency``.
+
+Without a share the worker whose instance ends claims the key's next instance at once (its
+claim follows its own finish), while its peers see the key free only at their next poll, by
+which time it is taken again: one process ends up running all of the workflow and the rest of
+the fleet idles. So at each refresh the worker reads how many instances of the workflow every
+worker runs (``Store.running_by_worker``). While a live peer that has room runs clearly fewer
+than an even split, ``ceil(R / n)`` (``R`` the instances running on the worker and its peers
+with room, ``n`` those workers), the worker takes no more than that split: the keys its
+instances free as they end go to the peer. Once the split is even no cap
+applies, and it keeps: each worker claims the next instance of every key it frees.
+
+``R`` is the largest seen while a peer lags: a peer that does not take the freed keys (its
+loop busy, its ``worker_concurrency`` reached) leaves the split where it was, instead of
+shrinking it at every refresh as the worker's own count falls."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from ..records import WorkerInfo
+from ..workflow import WorkflowDefinition
+
+SLACK = 1
+"""How far below an even split a peer may run and not lag: what rounding and the instances
+in flight at a refresh leave."""
+
+
+def balanced_workflows(registry: Mapping[str, WorkflowDefinition]) -> dict[str, int | None]:
+    """The workflows to balance, each with its ``worker_concurrency`` (a peer's room for it):
+    those holding slots of a fleet-wide limit without a ``concurrency`` of their own (which
+    ``_shares`` splits instead)."""
+    return {
+        name: definition.limits.worker_concurrency
+        for name, definition in registry.items()
+        if definition.limits.holds_slots and definition.limits.concurrency is None
+    }
+
+
+class Balance:
+    """The caps that even out the balanced workflows over the fleet, refresh after refresh."""
+
+    def __init__(self, workflows: Mapping[str, int | None], worker_id: str) -> None:
+        self.workflows = dict(workflows)
+        self._worker_id = worker_id
+        self._peaks: dict[str, int] = {}
+        """Per workflow capped at the last refresh: the largest ``R`` seen since it was."""
+
+    def caps(
+        self,
+        running: Mapping[tuple[str, str], int],
+        workers: Sequence[WorkerInfo],
+        now: float,
+    ) -> dict[str, int]:
+        """The worker's cap of each balanced workflow that a peer lags on, given how many
+        instances each worker runs (``running``, by worker and workflow) and the worker list."""
+        found: dict[str, int] = {}
+        for name, worker_cap in self.workflows.items():
+            counts = [
+                running.get((worker.id, name), 0)
+                for worker in workers
+                if worker.id != self._worker_id
+                and worker.live(now)
+                and name in worker.workflows
+                and worker.running < worker.concurrency
+            ]
+            counts = [c for c in counts if worker_cap is None or c < worker_cap]
+            total = running.get((self._worker_id, name), 0) + sum(counts)
+            even = math.ceil(total / (1 + len(counts)))
+            if not any(count + SLACK < even for count in counts):
+                self._peaks.pop(name, None)
+                continue
+            peak = self._peaks[name] = max(total, self._peaks.get(name, 0))
+            found[name] = math.ceil(peak / (1 + len(counts)))
+        return found
