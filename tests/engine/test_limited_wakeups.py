@@ -21,11 +21,13 @@ async def one_at_a_time(event: WorkflowEvent, step: WorkflowStep) -> Any:
     return await step.do("only", lambda: "done")
 
 
-async def drain_without_polling(engine: Engine, name: str) -> None:
-    """Create COUNT instances of ``name`` and run the worker, which never polls, until all have
-    completed."""
+async def drain_without_polling(engine: Engine, name: str, keys: int = 0) -> None:
+    """Create COUNT instances of ``name`` (instance n with key ``k{n % keys}`` if ``keys``) and
+    run the worker, which never polls, until all have completed."""
     binding = engine.workflow(name)
-    handles = [await binding.create(f"i{n}") for n in range(COUNT)]
+    handles = [
+        await binding.create(f"i{n}", key=f"k{n % keys}" if keys else None) for n in range(COUNT)
+    ]
     worker = engine.worker
     # No poll at all: on SQLite the loop would otherwise look again within milliseconds.
     worker.settings = dataclasses.replace(
@@ -81,3 +83,32 @@ async def test_a_worker_makes_no_claim_that_the_limit_must_refuse(
         store.finish = slow_finish  # type: ignore[method-assign]
         await drain_without_polling(engine, "two-at-a-time")
     assert refused == [], f"claims refused while this many were left: {refused}"
+
+
+@workflow(name="per-key", key_concurrency=1)
+async def per_key(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    return await step.do("only", lambda: "done")
+
+
+async def test_a_claim_that_answers_its_own_ends_asks_for_as_many_as_ended(
+    make_engine: EngineFactory,
+) -> None:
+    """Woken only by the ends of its instances under a limit, the worker asks for as many
+    instances as ended, not for every free slot: under a key limit a claim that cannot fill
+    its ask reads past every held key to the end of the due backlog."""
+    async with make_engine([per_key]) as engine:
+        store = engine.store
+        claim = store.claim
+        asked: list[tuple[int, int]] = []
+
+        async def counted(owner: str, workflows: Any, limit: int, *args: Any, **kw: Any) -> Any:
+            claims = await claim(owner, workflows, limit, *args, **kw)
+            asked.append((limit, len(claims)))
+            return claims
+
+        store.claim = counted  # type: ignore[method-assign]
+        await drain_without_polling(engine, "per-key", keys=2)
+    first, *answers = asked
+    assert first == (engine.worker.settings.claim_batch, 2)  # a look: one per key
+    assert answers, asked
+    assert all(limit <= 2 for limit, _taken in answers), asked

@@ -73,6 +73,12 @@ class Worker:
         """Whether the worker should look at the database when a slot frees: :meth:`wake` was
         called since the last claim, or the loop skipped looking (timers included) because every
         slot was taken."""
+        self._told = False
+        """Whether anything but the end of an instance under a limit came since the last claim
+        (a :meth:`wake`, another end): then the next claim asks in full."""
+        self._held_ends = 0
+        """Instances under a fleet-wide limit that ended since the last claim (their finish
+        written), when they are all that ended."""
         self._clock = ClockStepWatch(store.now)
         self._claim_after = 0.0
         """Monotonic time before which the loop claims nothing (after a clock step)."""
@@ -100,6 +106,7 @@ class Worker:
     def wake(self) -> None:
         """Something may be runnable: look at the database now instead of at the next poll."""
         self._wanted = True
+        self._told = True
         self._wake.set()
 
     def reserve(self, workflow: str, count: int) -> Reservation | None:
@@ -206,6 +213,7 @@ class Worker:
             else self.settings.min_poll_interval
         )
         idle_wait = fastest
+        polled = True  # whether the coming claim is a poll, not the answer to a wake
         while not self._stopping.is_set():
             self._wake.clear()
             free = self._slots.free()
@@ -225,19 +233,32 @@ class Worker:
             if hold > 0 and free > 0:
                 await self._idle(min(hold, self.settings.poll_interval))
             elif free > 0:
-                plan = self._caps.plan(self._slots, min(free, self.settings.claim_batch))
-                self._wanted = False
+                limit = min(free, self.settings.claim_batch)
+                # Woken only by the ends of its own instances under a limit, the worker asks
+                # for as many as ended: mostly, what they freed is all there is to take, and
+                # asking for more would make a key-limited claim read past every held key to
+                # the end of the backlog. Whatever else there is, the next poll finds.
+                answer = not polled and not self._told and self._held_ends > 0
+                if answer:
+                    limit = min(limit, self._held_ends)
+                plan = self._caps.plan(self._slots, limit)
+                self._wanted = self._told = False
+                self._held_ends = 0
                 try:
                     claims = await self._claim(plan)
                 except StoreError as exc:
                     log.log(outage_level(exc, logging.WARNING), "claim failed, retrying: %s", exc)
                     claims = []
                     await self._idle(1.0)
-                self._backlog = bool(claims) and len(claims) == plan.limit
+                self._backlog = bool(claims) and len(claims) == plan.limit and not answer
                 for claim in claims:
                     self._start(claim)
                 if claims:
-                    idle_wait = fastest
+                    if polled:
+                        # Work came from elsewhere: more may follow soon. A claim answering
+                        # a wake (this process's finish or create) says nothing of that, and
+                        # under a key limit, quick polls would each read the held backlog.
+                        idle_wait = fastest
                     if self._backlog:
                         continue  # there may be more: claim again at once
                     # Fewer than asked: nothing else was runnable. New work arrives by
@@ -245,11 +266,11 @@ class Worker:
                 timeout = await self._until_next_timer(idle_wait)
                 if timeout <= 0:
                     continue
-                await self._idle(timeout)
+                polled = not await self._idle(timeout)
                 idle_wait = min(idle_wait * 2, self.settings.poll_interval)
             else:
                 self._wanted = True  # not looked at, timers included: look when a slot frees
-                await self._idle(self.settings.poll_interval)
+                polled = not await self._idle(self.settings.poll_interval)
 
     async def _claim(self, plan: ClaimPlan) -> list[Claim]:
         if not plan.workflows or plan.limit <= 0:
@@ -278,9 +299,11 @@ class Worker:
             return idle_wait
         return min(idle_wait, max(nxt - self.store.now(), 0.0))
 
-    async def _idle(self, timeout: float) -> None:
+    async def _idle(self, timeout: float) -> bool:
+        """Wait for a wake or ``timeout``; whether a wake ended it."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
+        return self._wake.is_set()
 
     # -- activations -----------------------------------------------------------------------------
 
@@ -310,16 +333,26 @@ class Worker:
             # (under key limits, after reading every due instance), so the worker looks again
             # once the finish is written (below).
             holding = slot.claim.instance.workflow in self._caps.holding
-            freed = _nothing if holding else self._slot_freed
+            freed = _nothing if holding else self._other_end
             await activate(self.store, slot, self.registry, self._activation_settings, freed)
         finally:
             if self._active.get(slot.claim.lease.pk) is slot:
                 del self._active[slot.claim.lease.pk]
-            if slot.claim.instance.workflow in self._limited:
+            workflow = slot.claim.instance.workflow
+            if workflow in self._limited:
                 # Its end freed a slot of a fleet-wide limit, now that it is written: an
                 # instance the last claim held back may take it.
                 self._wanted = True
-            self._slot_freed()
+            if workflow in self._caps.holding:
+                self._held_ends += 1
+                self._slot_freed()
+            else:
+                self._other_end()
+
+    def _other_end(self) -> None:
+        # An end that is not of an instance under a limit: the next claim asks in full.
+        self._told = True
+        self._slot_freed()
 
 
 def _nothing() -> None:
