@@ -3,7 +3,9 @@
 With flow control, in the same run, with 1 process and at the 2-process point: the same
 workload with a fleet-wide ``concurrency = 50``, and with ``key_concurrency = 1`` over 100 keys
 (instance i has key ``k{i % 100}``), each shown as a ratio to the unlimited figure of as many
-processes measured beside it.
+processes measured beside it; and at the 2-process point, unlimited runs with as many instances
+in flight as each limit allows (2 x 25, 2 x 50), which separate what a limit costs from what
+running fewer instances at once costs.
 
 For each store and each process count, on a fresh database: the instances are created with
 ``create_batch`` (batches of 500) before any worker runs; then the worker processes
@@ -45,19 +47,24 @@ STEPS = 10
 BATCH = 500
 ASYNC_COMMIT_PROCESSES = 2
 LIMITED_PROCESSES = 2
-SAME_IN_FLIGHT = 25
-"""Each worker's concurrency in the unlimited run with as many instances in flight (2 x 25) as
-the concurrency-50 run allows: what the limit costs by itself, apart from running fewer at once."""
 KEYS = 100
 LIMITED = (
     ("concurrency 50", TrivialLimited.name, 0),
     (f"key_concurrency 1 over {KEYS} keys", TrivialKeyed.name, KEYS),
 )
+SAME_IN_FLIGHT = {TrivialLimited.name: 25, TrivialKeyed.name: KEYS // LIMITED_PROCESSES}
+"""For each limited workflow, each worker's concurrency in an unlimited run with as many
+instances in flight as the limit allows at the 2-process point (50 under ``concurrency = 50``,
+100 with one key of 100 each): what the limit costs by itself, apart from running fewer at
+once."""
 VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    (
-        "same_in_flight",
-        f"{LIMITED_PROCESSES} processes of concurrency {SAME_IN_FLIGHT}, unlimited",
-        {"processes": LIMITED_PROCESSES, "concurrency": SAME_IN_FLIGHT},
+    *(
+        (
+            f"same_in_flight_{slots}",
+            f"{LIMITED_PROCESSES} processes of concurrency {slots}, unlimited",
+            {"processes": LIMITED_PROCESSES, "concurrency": slots},
+        )
+        for slots in SAME_IN_FLIGHT.values()
     ),
     *(
         (
@@ -236,22 +243,24 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                     tuple(values),
                 )
             )
-    same = Floor(
-        f"unlimited, {LIMITED_PROCESSES} processes of concurrency {SAME_IN_FLIGHT}",
-        median(series["same_in_flight"]),
-        "/s",
-        tuple(series["same_in_flight"]),
-    )
-    limited = series[f"limited_{TrivialLimited.name}_{LIMITED_PROCESSES}"]
-    report.figures.append(
-        Figure(
-            f"steps/s, {LIMITED_PROCESSES} processes, concurrency 50, vs as many in flight",
-            median(limited),
+    for label, workflow, _keys in LIMITED:
+        slots = SAME_IN_FLIGHT[workflow]
+        same = Floor(
+            f"unlimited, {LIMITED_PROCESSES} processes of concurrency {slots}",
+            median(series[f"same_in_flight_{slots}"]),
             "/s",
-            same,
-            tuple(limited),
+            tuple(series[f"same_in_flight_{slots}"]),
         )
-    )
+        limited = series[f"limited_{workflow}_{LIMITED_PROCESSES}"]
+        report.figures.append(
+            Figure(
+                f"steps/s, {LIMITED_PROCESSES} processes, {label}, vs as many in flight",
+                median(limited),
+                "/s",
+                same,
+                tuple(limited),
+            )
+        )
     for n in PROCESSES:
         es = "es" if n > 1 else ""
         report.figures.append(
@@ -293,7 +302,8 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         f"flow control: the 1- and {LIMITED_PROCESSES}-process runs repeated with a fleet-wide "
         f"concurrency of 50, and with key_concurrency 1 over {KEYS} keys; the ratio is to the "
         "unlimited figure of as many processes; 'vs as many in flight': to an unlimited run whose "
-        f"workers have concurrency {SAME_IN_FLIGHT} each (50 in flight, as under the limit)",
+        "workers have as many slots as the limit lets them fill (concurrency "
+        f"{SAME_IN_FLIGHT[TrivialLimited.name]} and {SAME_IN_FLIGHT[TrivialKeyed.name]} each)",
         f"heavy benchmark: median of {runs} runs (--heavy-runs)",
     ]
     return report
