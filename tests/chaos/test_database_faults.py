@@ -57,7 +57,10 @@ pytestmark = pytest.mark.slow
 
 LOST = re.compile(r"lost the connection to PostgreSQL at|stayed locked by another connection for")
 BACK = re.compile(r"reconnected to PostgreSQL at|is writable again after")
-UNDONE_CLAIM = re.compile(r"WARNING stepline\.worker: instance \S+ abandoned: lease on instance")
+UNDONE_CLAIM = re.compile(
+    # Its own worker claims the instance again, or another worker does and fences it out.
+    r"WARNING stepline\.worker: (instance \S+ abandoned: lease on instance|lease lost on \S+$)"
+)
 NOISE = re.compile(r" (WARNING|ERROR|CRITICAL) |Traceback")
 
 LEDGER_KINDS = ["async-sleep", "sync", "async", "sync-sleep"]
@@ -106,11 +109,7 @@ class Traffic:
         if self.unsent and choice < 0.35:
             target = self.unsent.pop(self.rng.randrange(len(self.unsent)))
 
-            async def send() -> None:
-                handle = await self.client.workflow(WAITER).get(target)
-                await handle.send_event("go", {"for": target})
-
-            if not await self._call("send", target, send):
+            if not await self._call("send", target, lambda: self._send(target)):
                 self.unsent.append(target)
             return
         self._n += 1
@@ -150,15 +149,18 @@ class Traffic:
                 self.unsent.append(target)
         self.retry_creates.clear()
         for target in self.unsent:
-            handle = await self.client.workflow(WAITER).get(target)
-            try:
-                await handle.send_event("go", {"for": target})
-            except IllegalStateError:
-                # Allowed only where an earlier send said it could not learn whether its change
-                # was applied (a commit cut off by the outage): then it was, and the waiter ended.
-                if not self._outcome_unknown("send", target):
-                    raise
+            await self._send(target)
         self.unsent.clear()
+
+    async def _send(self, target: str) -> None:
+        handle = await self.client.workflow(WAITER).get(target)
+        try:
+            await handle.send_event("go", {"for": target})
+        except IllegalStateError:
+            # Allowed only where an earlier send said it could not learn whether its change
+            # was applied (a commit cut off by the outage): then it was, and the waiter ended.
+            if not self._outcome_unknown("send", target):
+                raise
 
     def _outcome_unknown(self, kind: str, target: str) -> bool:
         return any(
