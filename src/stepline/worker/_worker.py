@@ -21,6 +21,7 @@ from ._caps import ClaimPlan, WorkflowCaps
 from ._clockstep import ClockStepWatch
 from ._heartbeat import Heartbeat
 from ._log import log, outage_level
+from ._pacing import Pacing
 from ._renewal import LeaseRenewer
 from ._retention import Retention
 from ._settings import WorkerSettings, default_worker_id
@@ -73,12 +74,7 @@ class Worker:
         """Whether the worker should look at the database when a slot frees: :meth:`wake` was
         called since the last claim, or the loop skipped looking (timers included) because every
         slot was taken."""
-        self._told = False
-        """Whether anything but the end of an instance under a limit came since the last claim
-        (a :meth:`wake`, another end): then the next claim asks in full."""
-        self._held_ends = 0
-        """Instances under a fleet-wide limit that ended since the last claim (their finish
-        written), when they are all that ended."""
+        self._pacing = Pacing()
         self._clock = ClockStepWatch(store.now)
         self._claim_after = 0.0
         """Monotonic time before which the loop claims nothing (after a clock step)."""
@@ -106,7 +102,7 @@ class Worker:
     def wake(self) -> None:
         """Something may be runnable: look at the database now instead of at the next poll."""
         self._wanted = True
-        self._told = True
+        self._pacing.told()
         self._wake.set()
 
     def reserve(self, workflow: str, count: int) -> Reservation | None:
@@ -205,6 +201,7 @@ class Worker:
     # -- the claim loop --------------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
+        pacing = self._pacing
         # Without notifications from other processes (SQLite), poll quickly after activity and
         # back off while idle; with them (PostgreSQL), the timer and notifications suffice.
         fastest = (
@@ -212,8 +209,7 @@ class Worker:
             if self.store.pushes_notifications
             else self.settings.min_poll_interval
         )
-        idle_wait = fastest
-        polled = True  # whether the coming claim is a poll, not the answer to a wake
+        pacing.start(fastest, self.settings.poll_interval)
         while not self._stopping.is_set():
             self._wake.clear()
             free = self._slots.free()
@@ -233,17 +229,9 @@ class Worker:
             if hold > 0 and free > 0:
                 await self._idle(min(hold, self.settings.poll_interval))
             elif free > 0:
-                limit = min(free, self.settings.claim_batch)
-                # Woken only by the ends of its own instances under a limit, the worker asks
-                # for as many as ended: mostly, what they freed is all there is to take, and
-                # asking for more would make a key-limited claim read past every held key to
-                # the end of the backlog. Whatever else there is, the next poll finds.
-                answer = not polled and not self._told and self._held_ends > 0
-                if answer:
-                    limit = min(limit, self._held_ends)
+                limit, answer = pacing.ask(min(free, self.settings.claim_batch))
                 plan = self._caps.plan(self._slots, limit)
-                self._wanted = self._told = False
-                self._held_ends = 0
+                self._wanted = False
                 try:
                     claims = await self._claim(plan)
                 except StoreError as exc:
@@ -254,23 +242,18 @@ class Worker:
                 for claim in claims:
                     self._start(claim)
                 if claims:
-                    if polled:
-                        # Work came from elsewhere: more may follow soon. A claim answering
-                        # a wake (this process's finish or create) says nothing of that, and
-                        # under a key limit, quick polls would each read the held backlog.
-                        idle_wait = fastest
+                    pacing.found()
                     if self._backlog:
                         continue  # there may be more: claim again at once
                     # Fewer than asked: nothing else was runnable. New work arrives by
                     # notification (or the next poll); timers by the wait below.
-                timeout = await self._until_next_timer(idle_wait)
+                timeout = await self._until_next_timer(pacing.wait)
                 if timeout <= 0:
                     continue
-                polled = not await self._idle(timeout)
-                idle_wait = min(idle_wait * 2, self.settings.poll_interval)
+                pacing.waited(await self._idle(timeout))
             else:
                 self._wanted = True  # not looked at, timers included: look when a slot frees
-                polled = not await self._idle(self.settings.poll_interval)
+                pacing.waited(await self._idle(self.settings.poll_interval), back_off=False)
 
     async def _claim(self, plan: ClaimPlan) -> list[Claim]:
         if not plan.workflows or plan.limit <= 0:
@@ -344,14 +327,14 @@ class Worker:
                 # instance the last claim held back may take it.
                 self._wanted = True
             if workflow in self._caps.holding:
-                self._held_ends += 1
+                self._pacing.held_end()
                 self._slot_freed()
             else:
                 self._other_end()
 
     def _other_end(self) -> None:
         # An end that is not of an instance under a limit: the next claim asks in full.
-        self._told = True
+        self._pacing.told()
         self._slot_freed()
 
 
