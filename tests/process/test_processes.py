@@ -204,32 +204,37 @@ async def test_scale_out_four_workers(store_url: str, tmp_path: Path, pools: Poo
     assert not problems, "\n".join(problems)
 
 
-def busy(pid: int) -> Callable[[dict[str, int], list[Any]], bool]:
-    """A moment to kill worker ``pid``: it is in the middle of some instance (it ran that
-    instance's latest step, at least two steps are done and several remain), so the kill takes
-    instances away from it. (Workers move their instances forward in waves, so a condition on
-    the number of complete instances could wait for a moment that never comes.)"""
+class Busy:
+    """A moment to kill one of the workers ``pids``: it is in the middle of some instance (it
+    ran that instance's latest step, at least two steps are done and several remain), so the
+    kill takes instances away from it; :attr:`pid` is the one found. (Workers move their
+    instances forward in waves, so a condition on the number of complete instances could wait
+    for a moment that never comes.)"""
 
-    def ready(_counts: dict[str, int], runs: list[Any]) -> bool:
+    def __init__(self, *pids: int) -> None:
+        self.pids = set(pids)
+        self.pid: int | None = None
+
+    def __call__(self, _counts: dict[str, int], runs: list[Any]) -> bool:
         latest: dict[str, Any] = {}
         steps: dict[str, set[str]] = {}
         for run in runs:
             steps.setdefault(run.instance, set()).add(run.step)
             if run.instance not in latest or run.start > latest[run.instance].start:
                 latest[run.instance] = run
-        return any(
-            last.pid == pid and 2 <= len(steps[instance]) <= SCALE_STEPS - 3
-            for instance, last in latest.items()
-        )
-
-    return ready
+        for instance, last in latest.items():
+            if last.pid in self.pids and 2 <= len(steps[instance]) <= SCALE_STEPS - 3:
+                self.pid = last.pid
+                return True
+        return False
 
 
 async def test_scale_out_with_a_worker_killed_twice(
     store_url: str, tmp_path: Path, pools: PoolFactory
 ) -> None:
-    """The same with one worker killed by SIGKILL twice (and restarted each time): all complete,
-    no recorded step executed twice, the interrupted steps re-run at most once each.
+    """The same with a busy worker killed by SIGKILL and restarted, and the restarted one killed
+    and restarted again: all complete, no recorded step executed twice, the interrupted steps
+    re-run at most once each.
 
     The instances are created in two halves, the second once the restarted worker is ready, so
     that the restarted worker has work in progress when it is killed again (otherwise, on a fast
@@ -250,13 +255,16 @@ async def test_scale_out_with_a_worker_killed_twice(
         pool = pools(lease=5.0)
         pool.wait_ready([pool.start() for _ in range(4)])
         ids = await create(client, "x", half, params)
-        victims = [pool.workers[0]]
-        await kill_when(client, pool, ledger, busy(victims[0].pid), "first kill")
+        # Whichever worker is busy first: one that happened to poll last may get none of a
+        # half that the others finish within its poll interval.
+        first = Busy(*(worker.pid for worker in pool.workers))
+        await kill_when(client, pool, ledger, first, "first kill")
+        victims = [next(worker for worker in pool.workers if worker.pid == first.pid)]
         pool.kill(victims[0])
         victims.append(pool.start())
         pool.wait_ready(victims[-1:])
         ids += await create(client, "y", half, params)
-        await kill_when(client, pool, ledger, busy(victims[1].pid), "second kill")
+        await kill_when(client, pool, ledger, Busy(victims[1].pid), "second kill")
         pool.kill(victims[1])
         victims.append(pool.start())
         await wait_until(client, pool, len(ids), timeout=120)
