@@ -308,25 +308,25 @@ class Worker:
         return slot.task
 
     async def _activate(self, slot: Slot, superseded: Slot | None = None) -> None:
+        workflow = slot.claim.instance.workflow
+        # Under a fleet-wide limit the instance holds its slot in the store until its finish
+        # lands: a claim made while the finish is in flight would find that slot taken (under
+        # key limits, after reading every due instance), so the worker looks again once the
+        # finish is written (below).
+        holding = workflow in self._caps.holding
         try:
             if superseded is not None:
                 await _stop_superseded(superseded)
-            # Under a fleet-wide limit the instance holds its slot in the store until its finish
-            # lands: a claim made while the finish is in flight would find that slot taken
-            # (under key limits, after reading every due instance), so the worker looks again
-            # once the finish is written (below).
-            holding = slot.claim.instance.workflow in self._caps.holding
             freed = _nothing if holding else self._other_end
             await activate(self.store, slot, self.registry, self._activation_settings, freed)
         finally:
             if self._active.get(slot.claim.lease.pk) is slot:
                 del self._active[slot.claim.lease.pk]
-            workflow = slot.claim.instance.workflow
             if workflow in self._limited:
                 # Its end freed a slot of a fleet-wide limit, now that it is written: an
                 # instance the last claim held back may take it.
                 self._wanted = True
-            if workflow in self._caps.holding:
+            if holding:
                 self._pacing.held_end()
                 self._slot_freed()
             else:

@@ -177,9 +177,9 @@ class Database:
                 target,
                 isolation_level=None,
                 check_same_thread=False,
-                # No busy timeout: SQLite's handler sleeps 1, 2, 5, 10 ms between tries, many
-                # times as long as another process's commit holds the write lock, so processes
-                # taking turns at it would sleep with it free. ``_begin`` waits for it instead;
+                # No busy timeout: SQLite's handler sleeps milliseconds between tries, far longer
+                # than another process's commit holds the write lock, so processes taking
+                # turns at it would sleep with it free. ``_begin`` waits for it instead;
                 # a locked read is retried by ``_retry_locked``.
                 timeout=0,
                 uri=target != self.path,
