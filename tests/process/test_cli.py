@@ -820,7 +820,7 @@ def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project:
         wait_for(lambda: status_of(project, "greeting", "g1") == "complete", "the greeting")
         first.send_signal(signal.SIGTERM)
         wait_for(
-            lambda: "waiting for 1 running activations" in (project / "worker1.log").read_text(),
+            lambda: "waiting for 1 running activation\n" in (project / "worker1.log").read_text(),
             "the worker to start its graceful shutdown",
         )
         (project / "release").touch()  # now the running step may finish

@@ -15,7 +15,8 @@ async def drain(slots: Slots, worker_id: str, grace_period: float, at_once: asyn
     active = slots.active
     if not active:
         return
-    log.info("worker %s: waiting for %d running activations", worker_id, len(active))
+    n = len(active)
+    log.info("worker %s: waiting for %d running activation%s", worker_id, n, "" if n == 1 else "s")
     for slot in active.values():
         slot.request_stop("shutdown")
     by_task = {slot.task: slot for slot in active.values() if slot.task is not None}
