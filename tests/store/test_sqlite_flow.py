@@ -183,3 +183,23 @@ async def test_a_claim_reads_past_a_workflow_held_back_whole_without_walking_its
         finally:
             await store.close()
     assert cost[3000] < cost[300] * 2, cost
+
+
+async def test_a_look_for_a_limited_workflow_does_not_walk_another_workflows_backlog(
+    tmp_path: Path,
+) -> None:
+    """``next_wakeup`` for a limited workflow asks a claim's read whether one of its instances
+    may run now; that read takes the workflow's own index, not the claim order of every
+    workflow's due instances (counted in SQLite VM steps)."""
+    cost: dict[int, int] = {}
+    for size in (300, 3000):
+        store = await _limited_backlog(tmp_path / str(size), size)
+        try:
+            meta = WorkflowMeta("keyed", "tests:Keyed", None, WorkflowLimits(key_concurrency=1))
+            await store.register_workflows([meta])
+            with vm_steps(store) as steps:
+                assert await store.next_wakeup(["keyed"]) is None
+            cost[size] = steps[0]
+        finally:
+            await store.close()
+    assert cost[3000] <= max(cost[300] * 2, 5), cost  # a few hundred steps: seeks

@@ -172,7 +172,9 @@ def pick(
             excluding = (len(keys), len(no_starts)) if keys or no_starts else None
             # With some workflows held back whole, their due instances are in the ready index's
             # order too: the others' are read a workflow at a time instead of walked past them.
-            each = len(active) < len(workflows)
+            # So is a probe's read, which needs any one instance, not the claim order: the ready
+            # index would walk the backlog of every workflow the probe does not look at.
+            each = probe or len(active) < len(workflows)
             statement = sql.claim_due(
                 len(active), excluding=excluding, after=after is not None, each=each
             )
