@@ -46,7 +46,7 @@ def _worker(
 
 def test_a_worker_caps_itself_at_an_even_split_only_while_a_peer_lags() -> None:
     now = time.time()
-    balance = Balance({"keyed": None}, "me")
+    balance = Balance({"keyed": None}, "me", 10)
     me, peer = _worker("me"), _worker("b")
     assert balance.caps({("me", "keyed"): 8}, [me], now) == {}  # alone
     assert balance.caps({("me", "keyed"): 8}, [me, peer], now) == {"keyed": 4}
@@ -59,7 +59,7 @@ def test_a_worker_caps_itself_at_an_even_split_only_while_a_peer_lags() -> None:
 
 def test_a_peer_that_does_not_take_the_freed_keys_does_not_shrink_the_split() -> None:
     now = time.time()
-    balance = Balance({"keyed": None}, "me")
+    balance = Balance({"keyed": None}, "me", 10)
     workers = [_worker("me"), _worker("b")]
     assert balance.caps({("me", "keyed"): 10}, workers, now) == {"keyed": 5}
     # The worker drained to its split, the peer took nothing: the split stays at 5.
@@ -67,6 +67,19 @@ def test_a_peer_that_does_not_take_the_freed_keys_does_not_shrink_the_split() ->
     assert balance.caps({("me", "keyed"): 4, ("b", "keyed"): 4}, workers, now) == {}
     # Once even, the largest count seen is forgotten.
     assert balance.caps({("me", "keyed"): 6}, workers, now) == {"keyed": 3}
+
+
+def test_a_fleet_that_runs_nothing_yet_splits_each_workers_slots() -> None:
+    """Workers that start together with a backlog of keys waiting: the first to claim would
+    otherwise take every key it has slots for, and keep them as they end."""
+    now = time.time()
+    workers = [_worker("me"), _worker("b"), _worker("c")]
+    assert Balance({"keyed": None}, "me", 10).caps({}, workers, now) == {"keyed": 4}
+    assert Balance({"keyed": 2}, "me", 10).caps({}, workers, now) == {"keyed": 1}
+    assert Balance({"keyed": None}, "me", 10).caps({}, [_worker("me")], now) == {}  # alone
+    # Once something runs, the split goes by what runs.
+    balance = Balance({"keyed": None}, "me", 10)
+    assert balance.caps({("me", "keyed"): 4, ("b", "keyed"): 3}, workers[:2], now) == {}
 
 
 def test_peers_that_cannot_take_more_are_not_waited_for() -> None:
@@ -77,9 +90,9 @@ def test_peers_that_cannot_take_more_are_not_waited_for() -> None:
         _worker("full", running=10),  # no free slot at its last heartbeat
         _worker("other", workflows=("something-else",)),
     ]
-    assert Balance({"keyed": None}, "me").caps(counts, [_worker("me"), *not_peers], now) == {}
+    assert Balance({"keyed": None}, "me", 10).caps(counts, [_worker("me"), *not_peers], now) == {}
     # At its worker_concurrency for the workflow, a peer has no room for it either.
-    capped = Balance({"keyed": 3}, "me")
+    capped = Balance({"keyed": 3}, "me", 10)
     assert capped.caps({**counts, ("b", "keyed"): 3}, [_worker("me"), _worker("b")], now) == {}
     assert capped.caps({**counts, ("b", "keyed"): 1}, [_worker("me"), _worker("b")], now) == {
         "keyed": 5

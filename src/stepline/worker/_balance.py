@@ -14,7 +14,11 @@ applies, and it keeps: each worker claims the next instance of every key it free
 
 ``R`` is the largest seen while a peer lags: a peer that does not take the freed keys (its
 loop busy, its ``worker_concurrency`` reached) leaves the split where it was, instead of
-shrinking it at every refresh as the worker's own count falls."""
+shrinking it at every refresh as the worker's own count falls.
+
+While the fleet runs none of the workflow (workers starting together, say), the worker caps
+itself at an even split of its own slots: the first of them to claim would otherwise take
+every key it has room for, and keep them as they end, until the next refresh."""
 
 from __future__ import annotations
 
@@ -43,9 +47,11 @@ def balanced_workflows(registry: Mapping[str, WorkflowDefinition]) -> dict[str, 
 class Balance:
     """The caps that even out the balanced workflows over the fleet, refresh after refresh."""
 
-    def __init__(self, workflows: Mapping[str, int | None], worker_id: str) -> None:
+    def __init__(self, workflows: Mapping[str, int | None], worker_id: str, slots: int) -> None:
         self.workflows = dict(workflows)
         self._worker_id = worker_id
+        self._slots = slots
+        """The worker's ``concurrency``."""
         self._peaks: dict[str, int] = {}
         """Per workflow capped at the last refresh: the largest ``R`` seen since it was."""
 
@@ -69,6 +75,10 @@ class Balance:
             ]
             counts = [c for c in counts if worker_cap is None or c < worker_cap]
             total = running.get((self._worker_id, name), 0) + sum(counts)
+            if total == 0 and counts:
+                room = self._slots if worker_cap is None else min(worker_cap, self._slots)
+                found[name] = math.ceil(room / (1 + len(counts)))
+                continue
             even = math.ceil(total / (1 + len(counts)))
             if not any(count + SLACK < even for count in counts):
                 self._peaks.pop(name, None)

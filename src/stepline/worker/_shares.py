@@ -64,6 +64,7 @@ class FleetShares:
         worker_id: str,
         registry: Mapping[str, WorkflowDefinition],
         caps: WorkflowCaps,
+        slots: int,
     ) -> None:
         self._store = store
         self._worker_id = worker_id
@@ -73,7 +74,7 @@ class FleetShares:
             for name, definition in registry.items()
             if (concurrency := definition.limits.concurrency) is not None
         }
-        self._balance = Balance(balanced_workflows(registry), worker_id)
+        self._balance = Balance(balanced_workflows(registry), worker_id, slots)
 
     @property
     def needed(self) -> bool:

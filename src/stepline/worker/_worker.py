@@ -55,7 +55,7 @@ class Worker:
         self._active = self._slots.active  # the same dict: the hot path reads it directly
         self._caps = WorkflowCaps(registry)
         self._workflows = self._caps.workflows
-        self._shares = FleetShares(store, self.id, registry, self._caps)
+        self._shares = FleetShares(store, self.id, registry, self._caps, self.settings.concurrency)
         self._renewer = LeaseRenewer(store, self._slots, self.settings.lease)
         self._heartbeat = Heartbeat(store, self.id, self.settings, self._workflows, self._slots)
         self._retention = Retention(store, self.settings.retention)
