@@ -101,22 +101,40 @@ async def test_workflow_concurrency_holds_across_claims_and_store_objects(
     assert await claim(store) == []
 
 
+async def stop(store: Store, clock: ManualClock, running: Claim, how: str) -> None:
+    """Make the instance of ``running`` stop running: its activation completes, suspends or is
+    released, or with its pause pending (``paused``) suspends; it is paused then suspends,
+    terminated, deleted; or its lease expires, a pause pending (``expired-pause``) or not."""
+    instance_id, now = running.instance.id, store.now()
+    if how in ("pause", "expired-pause"):
+        await store.control(WF, instance_id, "pause")
+    if how == "complete":
+        await complete(store, running)
+    elif how in ("waiting", "pause", "paused"):
+        await store.finish(running.lease, Finish("waiting", wake_at=now + 3600), now)
+    elif how == "release":
+        await store.release(running.lease, now)
+    elif how == "terminate":
+        await store.control(WF, instance_id, "terminate")
+    elif how == "delete":
+        assert await store.delete_instances(WF, [instance_id]) == 1
+    else:
+        clock.advance(LEASE)
+
+
 @pytest.mark.parametrize("how", ["complete", "waiting", "release", "pause"])
-async def test_a_slot_frees_when_its_instance_stops_running(store: Store, how: str) -> None:
+async def test_a_slot_frees_when_its_instance_stops_running(
+    store: Store, clock: ManualClock, how: str
+) -> None:
     await limit(store, concurrency=1)
     await create(store, "a", "b")
     (first,) = await claim(store)
-    now = store.now()
-    if how == "complete":
-        await complete(store, first)
-    elif how == "waiting":
-        await store.finish(first.lease, Finish("waiting", wake_at=now + 3600), now)
-    elif how == "release":
-        await store.release(first.lease, now)
-    else:
+    if how == "pause":
         await store.control(WF, "a", "pause")
         assert await claim(store) == []  # waitingForPause under a live lease still runs
-        await store.finish(first.lease, Finish("waiting", wake_at=now + 3600), now)
+        how = "paused"
+    await stop(store, clock, first, how)
+    if how == "paused":
         assert (await store.get_instance(WF, "a")).status == "paused"
     (second,) = await claim(store)
     assert second.instance.id == ("a" if how == "release" else "b")
@@ -152,6 +170,82 @@ async def test_key_concurrency_holds_each_key_while_others_proceed(store: Store)
     await complete(store, next(c for c in taken if c.instance.id == "k1-a"))
     assert ids(await claim(store)) == ["k1-b"]
     assert await store.next_wakeup([WF]) == store.now() + LEASE  # k2-b waits for a slot
+
+
+async def keyed(store: Store, clock: ManualClock, *ids: str) -> None:
+    """Instances ``ids`` in that order, each keyed by its first letter (``a1`` has key ``a``)."""
+    for instance_id in ids:
+        await make(store, NewInstance(instance_id, None, key=instance_id[0]))
+        clock.advance(1)
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["complete", "waiting", "release", "pause", "terminate", "delete", "expired", "expired-pause"],
+)
+async def test_a_key_frees_for_its_next_instance_however_its_instance_stops_running(
+    store: Store, clock: ManualClock, how: str
+) -> None:
+    await limit(store, key_concurrency=1)
+    await keyed(store, clock, "a1", "a2", "a3", "b1")
+    taken = await claim(store)
+    assert ids(taken) == ["a1", "b1"]
+    assert await claim(store) == []  # a2 and a3 wait for key a; reading them again...
+    assert await claim(store) == []  # ...changes nothing
+    await stop(store, clock, next(c for c in taken if c.instance.id == "a1"), how)
+    # An expired lease frees b's key too: b1 runs again.
+    assert ids(await claim(store)) == (["a2", "b1"] if how.startswith("expired") else ["a2"])
+    if how == "expired-pause":
+        assert (await store.get_instance(WF, "a1")).status == "paused"
+    assert await claim(store) == []
+
+
+async def test_a_key_runs_its_instances_in_priority_then_ready_order(
+    store: Store, clock: ManualClock
+) -> None:
+    await limit(store, key_concurrency=1)
+    await keyed(store, clock, "a1", "a2", "b1", "a3", "b2")
+    running = {c.instance.id: c for c in await claim(store)}
+    assert await claim(store) == []
+    await make(store, NewInstance("a4", None, key="a", priority=-1))  # first in its key's line
+    started: list[str] = []
+    while running:
+        started += sorted(running)
+        for taken in running.values():
+            await complete(store, taken)
+        clock.advance(1)
+        running = {c.instance.id: c for c in await claim(store)}
+    assert started == ["a1", "b1", "a4", "b2", "a2", "a3"]
+
+
+async def test_a_raised_key_limit_lets_held_instances_run_at_the_next_claim(
+    store: Store, clock: ManualClock, open_store: OpenStore
+) -> None:
+    await limit(store, key_concurrency=1)
+    await keyed(store, clock, "a1", "a2", "a3", "a4")
+    assert ids(await claim(store)) == ["a1"]
+    assert await claim(store) == []
+    await limit(await open_store(), key_concurrency=2)  # another process registers more
+    assert ids(await claim(store)) == ["a2"]
+    await limit(store)
+    assert ids(await claim(store)) == ["a3", "a4"]
+
+
+async def test_an_instance_held_by_its_key_reads_as_due(store: Store, clock: ManualClock) -> None:
+    await limit(store, key_concurrency=1)
+    await keyed(store, clock, "a1", "a2")
+    assert ids(await claim(store)) == ["a1"]
+    assert await claim(store) == []
+    held = await store.get_instance(WF, "a2")
+    assert (held.status, held.due(store.now())) == ("queued", True)
+    page = await store.list_instances(WF, None, 10, None)
+    (listed,) = [r for r in page.instances if r.id == "a2"]
+    assert listed == held
+    await store.control(WF, "a2", "pause")
+    assert not (await store.get_instance(WF, "a2")).due(store.now())
+    await store.control(WF, "a2", "resume")
+    assert (await store.get_instance(WF, "a2")).due(store.now())
+    assert await claim(store) == []
 
 
 async def test_a_claim_reads_past_instances_held_back(store: Store, clock: ManualClock) -> None:

@@ -203,3 +203,40 @@ async def test_a_look_for_a_limited_workflow_does_not_walk_another_workflows_bac
         finally:
             await store.close()
     assert cost[3000] <= max(cost[300] * 2, 5), cost  # a few hundred steps: seeks
+
+
+async def test_a_busy_keys_backlog_is_set_aside_once_not_walked_by_every_claim(
+    tmp_path: Path,
+) -> None:
+    """Under ``key_concurrency`` the first claim that finds a key busy sets its queued
+    instances aside; the claims and looks that follow cost the same whatever the size of that
+    backlog (counted in SQLite VM steps), and the key's end brings back its next instance."""
+    cost: dict[int, int] = {}
+    for size in (300, 3000):
+        directory = tmp_path / str(size)
+        directory.mkdir()
+        store = SqliteStore(f"sqlite:///{directory}/flow.db")
+        await store.open()
+        try:
+            meta = WorkflowMeta("keyed", "tests:Keyed", None, WorkflowLimits(key_concurrency=1))
+            await store.register_workflows([meta])
+            items = [NewInstance(f"hot{n}", None, key="hot") for n in range(size)]
+            await store.create_instances("keyed", items, trigger="api", skip_existing=False)
+            (hot,) = await store.claim("me", ["keyed"], 10, 30.0, store.now())
+            assert await store.claim("me", ["keyed"], 10, 30.0, store.now()) == []
+            with vm_steps(store) as steps:
+                for n in range(3):
+                    item = NewInstance(f"cold{n}", None, key=f"cold{n}")
+                    await store.create_instances(
+                        "keyed", [item], trigger="api", skip_existing=False
+                    )
+                    taken = await store.claim("me", ["keyed"], 10, 30.0, store.now())
+                    assert [c.instance.id for c in taken] == [f"cold{n}"]
+                    await store.next_wakeup(["keyed"])
+            cost[size] = steps[0]
+            await store.finish(hot.lease, Finish("complete", output="1"), store.now())
+            (nxt,) = await store.claim("me", ["keyed"], 10, 30.0, store.now())
+            assert nxt.instance.id == "hot1"
+        finally:
+            await store.close()
+    assert cost[3000] < cost[300] * 2, cost

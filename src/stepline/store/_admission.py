@@ -27,6 +27,11 @@ class Rules:
         found = self.workflows.get(workflow)
         return found is not None and found.fleet_wide
 
+    def keyed(self, workflow: str) -> bool:
+        """Whether ``workflow`` limits how many instances of one key run at once."""
+        found = self.workflows.get(workflow)
+        return found is not None and found.key_concurrency is not None
+
 
 def rules_from_rows(
     workflows: Iterable[tuple[str, str]],
@@ -229,6 +234,23 @@ class Admission:
                 started = usage.limit_started[limit.name]
                 self.filled_rate |= limit.rate is not None and started >= limit.rate.count
         return True
+
+    def key_full(self, workflow: str, key: str | None) -> bool:
+        """Whether ``key`` runs as many instances of ``workflow`` as its ``key_concurrency``
+        lets run (counting what the claim took)."""
+        declared = self._rules.workflows.get(workflow)
+        if key is None or declared is None or declared.key_concurrency is None:
+            return False
+        return self._usage.key_running[(workflow, key)] >= declared.key_concurrency
+
+    def open(self, workflow: str, starting: bool) -> bool:
+        """Whether an instance of ``workflow`` (``starting``: its first start) whose key has
+        room could run now: no cap, concurrency or rate of the workflow's holds it back."""
+        declared = self._rules.workflows.get(workflow)
+        if declared is None:
+            cap = self._caps.get(workflow)
+            return cap is None or self._taken[workflow] < cap
+        return not self._full(workflow, declared) and not (starting and self._rate_used(workflow))
 
     def held(self, workflows: Sequence[str]) -> Held:
         """What a store's read of runnable instances of ``workflows`` can leave out now."""

@@ -13,10 +13,14 @@ claims of several processes never together exceed a limit.
   fleet-wide limits, and only for the scopes it uses.
 - Due instances are read one priority at a time, in ``ready_at`` order, a page at a time. What
   the limits hold back is left out of the SQL: a workflow with no room left is dropped from
-  the read (the others are then read a workflow at a time, past its backlog), full keys and
-  workflows whose rate is used up are filtered out, so a backlog held back is not returned to
-  every claim. (The index entries of full keys and rate-held first starts are still walked:
-  the index cannot skip them.)
+  the read (the others are then read a workflow at a time, past its backlog), and first starts
+  of workflows whose rate is used up are filtered out, so a backlog held back is not returned
+  to every claim. (Their index entries are still walked: the index cannot skip them.)
+- A queued instance whose key is full is set aside by the claim that reads it (``sql``'s
+  ``park_behind_keys``): out of the ready indexes, its place in line kept, until an instance of
+  its key stops running and brings back the first in line (``sql.UNPARK_NEXT``), or its
+  recheck time comes. A busy key's backlog is so read once, not by every claim. Instances of a
+  full key that are not queued (woken from a sleep, say) are filtered out of the SQL instead.
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ _KEY = InstanceRow._fields.index("key")
 _READY = N_INSTANCE_COLUMNS + 3
 """The due row's own ``ready_at`` (:func:`sql.claim_due`), then whether it would start."""
 _STARTING = N_INSTANCE_COLUMNS + 4
+_QUEUED = N_INSTANCE_COLUMNS + 5
+RECHECK = 60.0
+"""How often, at most, an instance set aside behind a busy key is read again though nothing
+brought it back: what covers a slot of the key freed without a write that brings back the next
+in line. Rechecks fall on multiples of it, so that a backlog set aside over time is read again
+in one claim, not at a stream of times that would keep waking the workers."""
 _MAX_KEYS = 400
 """Full keys a read leaves out in its SQL at most; the claim skips any others itself."""
 
@@ -68,6 +78,8 @@ class Picked:
     """Whether a start it took used up a rate (``reopens`` does not know)."""
     reopens: float | None = None
     """When the earliest used-up rate of the claim's scopes lets the next start."""
+    parked: list[int] = field(default_factory=list)
+    """The queued instances it found behind a full key, to set aside (pks)."""
 
 
 def read_rules(c: sqlite3.Connection) -> Rules:
@@ -144,7 +156,8 @@ def pick(
     """The due instances of ``workflows`` a claim at ``now`` takes, at most ``limit``, and the
     pauses it carries out; nothing is written. ``head``: the claim's parameters of
     :func:`sql.claim_due` (now, now, lease expiry, owner, lease token). A ``probe``
-    (:func:`next_wakeup`) reads one instance a rate holds back, so as to learn that one is."""
+    (:func:`next_wakeup`) reads one instance a rate holds back, so as to learn that one is;
+    any other pick also reports the queued instances of full keys it read, to set aside."""
     picked = Picked()
     limited = [name for name in workflows if rules.limited(name)]
     admission: Admission | None = None
@@ -176,7 +189,11 @@ def pick(
             # index would walk the backlog of every workflow the probe does not look at.
             each = probe or len(active) < len(workflows)
             statement = sql.claim_due(
-                len(active), excluding=excluding, after=after is not None, each=each
+                len(active),
+                excluding=excluding,
+                after=after is not None,
+                each=each,
+                parking=not probe,
             )
             flat_keys = [part for pair in keys for part in pair]
             params = (*head, priority, now, *active, *flat_keys, *no_starts, *(after or ()), page)
@@ -194,6 +211,11 @@ def pick(
                     picked.rows.append(row)
                     remaining -= 1
                 else:
+                    if not probe and row[_QUEUED] and admission.key_full(row[_WORKFLOW], row[_KEY]):
+                        # Set aside, it is out of every later read until its key frees.
+                        picked.parked.append(row[0])
+                        if admission.open(row[_WORKFLOW], bool(row[_STARTING])):
+                            continue  # nothing else changed: step on
                     held = _held(admission, workflows)
                     if held != (active, keys, no_starts):
                         active, keys, no_starts = held
@@ -210,6 +232,22 @@ def pick(
     if admission is not None:
         picked.held_by_rate, picked.filled_rate = admission.held_by_rate, admission.filled_rate
     return picked
+
+
+def recheck_time(now: float) -> float:
+    """When instances set aside at ``now`` are read again though nothing brought them back:
+    the second multiple of :data:`RECHECK` after ``now``."""
+    return (math.floor(now / RECHECK) + 2) * RECHECK
+
+
+def unpark_expired(
+    c: sqlite3.Connection, rules: Rules, workflows: Sequence[str], now: float
+) -> None:
+    """Bring back the first in line of each key of ``workflows`` whose instances all lost
+    their leases (``sql.unpark_expired``), before a claim reads them."""
+    keyed = [name for name in workflows if rules.keyed(name)]
+    if keyed:
+        c.execute(sql.unpark_expired(len(keyed)), (*keyed, now, now))
 
 
 def _held(

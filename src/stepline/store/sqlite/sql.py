@@ -35,9 +35,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .._rows import (
-    INSTANCE_COLUMNS,
     STEP_COLUMNS,
     EventRow,
+    InstanceRow,
     PendingEventRow,
     WorkerRow,
     WorkflowRow,
@@ -82,6 +82,7 @@ REGISTER_WORKFLOW = (
     " workflows.definition IS excluded.definition AND workflows.limits IS excluded.limits"
     " THEN workflows.updated_at ELSE excluded.updated_at END"
 )
+LIMITS_OF = "SELECT limits FROM workflows WHERE name = ?"
 UPSERT_LIMIT = (
     "INSERT INTO limits (name, concurrency, rate_count, rate_period, updated_at)"
     " VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
@@ -123,8 +124,17 @@ DEDUP_OF_FINISHED = (
     "SELECT workflow, dedup_key FROM instances WHERE pk = ? AND dedup_key IS NOT NULL"
     " AND status IN ('complete', 'errored', 'terminated')"
 )
-INSTANCE_BY_ID = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE workflow = ? AND id = ?"
-INSTANCE_BY_PK = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE pk = ?"
+RECORD_COLUMNS = columns(
+    "CASE WHEN held_ready_at IS NULL THEN ready_at ELSE held_ready_at END"
+    if name == "ready_at"
+    else name
+    for name in InstanceRow._fields
+)
+"""The ``InstanceRow`` columns as records show them: an instance set aside behind its busy key
+(:data:`PARK_BEHIND_KEYS`) shows its place in line, a time that has come, as its
+``ready_at``, not its recheck time."""
+INSTANCE_BY_ID = f"SELECT {RECORD_COLUMNS} FROM instances WHERE workflow = ? AND id = ?"
+INSTANCE_BY_PK = f"SELECT {RECORD_COLUMNS} FROM instances WHERE pk = ?"
 STATUS_BY_ID = "SELECT status FROM instances WHERE workflow = ? AND id = ?"
 
 
@@ -139,7 +149,7 @@ def list_instances(*, workflow: bool, status: bool, after: bool, oldest_first: b
         clauses.append("pk > ?" if oldest_first else "pk < ?")
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     order = "ASC" if oldest_first else "DESC"
-    return f"SELECT {INSTANCE_COLUMNS} FROM instances {where} ORDER BY pk {order} LIMIT ?"
+    return f"SELECT {RECORD_COLUMNS} FROM instances {where} ORDER BY pk {order} LIMIT ?"
 
 
 class Lookup(NamedTuple):
@@ -154,8 +164,9 @@ LOOKUP = f"SELECT {columns(Lookup._fields)} FROM instances WHERE workflow = ? AN
 
 
 def control(assignments: str) -> str:
-    """A control action's change (``_rows.control_assignments`` with ``?``)."""
-    return f"UPDATE instances SET {assignments} WHERE pk = ?"
+    """A control action's change (``_rows.control_assignments`` with ``?``). An instance set
+    aside behind its key leaves the line: paused or ended, or runnable now if resumed."""
+    return f"UPDATE instances SET {assignments}, held_ready_at = NULL WHERE pk = ?"
 
 
 INTERRUPT_RUNNING_STEPS = (
@@ -170,7 +181,8 @@ DELETE_STEPS_FROM = "DELETE FROM steps WHERE instance_pk = ? AND seq >= ? RETURN
 UNCONSUME_EVENT = "UPDATE events SET consumed_by = NULL WHERE instance_pk = ? AND consumed_by = ?"
 RESTART = (
     "UPDATE instances SET status = 'queued', output = NULL, error = NULL, rollback = NULL,"
-    " control = NULL, ready_at = ?, lease_token = lease_token + 1, lease_owner = NULL,"
+    " control = NULL, ready_at = ?, held_ready_at = NULL, lease_token = lease_token + 1,"
+    " lease_owner = NULL,"
     " lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = ? WHERE pk = ?"
 )
 INSERT_EVENT = "INSERT INTO events (instance_pk, type, payload, created_at) VALUES (?, ?, ?, ?)"
@@ -184,7 +196,10 @@ WAKE_PARENT = (
     " WHEN status = 'waiting' THEN ? ELSE ready_at END WHERE workflow = ? AND id = ?"
 )
 EVENTS_OF = f"SELECT {columns(EventRow._fields)} FROM events WHERE instance_pk = ? ORDER BY pk"
-DELETE_INSTANCE = "DELETE FROM instances WHERE workflow = ? AND id = ? RETURNING pk"
+DELETE_INSTANCE = (
+    "DELETE FROM instances WHERE workflow = ? AND id = ?"
+    " RETURNING pk, status IN ('running', 'waitingForPause') AND key IS NOT NULL, key"
+)
 STEPS_OF = f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq"
 
 
@@ -220,11 +235,17 @@ def any_due(n_workflows: int) -> str:
 
 
 def claim_due(
-    n_workflows: int, *, excluding: tuple[int, int] | None, after: bool, each: bool = False
+    n_workflows: int,
+    *,
+    excluding: tuple[int, int] | None,
+    after: bool,
+    each: bool = False,
+    parking: bool = False,
 ) -> str:
     """The due instances of one priority as claimed, in claim order (``InstanceRow`` columns
     after :func:`take_leases`), then their new lease token, ``control`` and ``event_seq``, then
-    their ``ready_at`` and whether a claim would be their first start. Parameters: now
+    their ``ready_at``, whether a claim would be their first start and whether they are
+    queued (may be set aside behind a busy key). Parameters: now
     (updated_at), now (started_at if unset), the lease expiry (ready_at), the owner, the lease
     token, the priority, now (due), the workflows, then the exclusions if any
     (:func:`_excluding`), then ``ready_at`` and ``pk`` to read after if ``after``, then the
@@ -232,7 +253,9 @@ def claim_due(
 
     ``each``: read each workflow through ``instances_workflow_ready`` and merge, instead of
     walking the ready index in claim order; for a claim some of whose workflows a limit holds
-    back, whose due instances would otherwise be walked past at every claim."""
+    back, whose due instances would otherwise be walked past at every claim. ``parking``: the
+    claim sets queued instances of full keys aside, so the exclusion of full keys leaves those
+    in the read."""
     number = itertools.count(1)
 
     def marks(n: int) -> list[str]:
@@ -240,7 +263,7 @@ def claim_due(
 
     now, started, expiry, owner, token, priority, due = marks(7)
     workflows = marks(n_workflows)
-    skip = "" if excluding is None else f" AND {_excluding(*excluding, marks)}"
+    skip = "" if excluding is None else f" AND {_excluding(*excluding, marks, parking)}"
     cursor = " AND (ready_at, pk) > ({}, {})".format(*marks(2)) if after else ""
     (limit,) = marks(1)
     select = (
@@ -248,7 +271,7 @@ def claim_due(
         f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
         f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
         f" priority, dedup_key, {token}, control, event_seq, ready_at,"
-        " started_at IS NULL FROM instances"
+        " started_at IS NULL, status = 'queued' FROM instances"
     )
     rest = f" AND priority = {priority} AND ready_at <= {due}{skip}{cursor}"
     order = f" ORDER BY ready_at, pk LIMIT {limit}"
@@ -262,15 +285,19 @@ def claim_due(
     return " UNION ALL ".join(arms) + order
 
 
-def _excluding(n_keys: int, n_no_starts: int, marks: Callable[[int], list[str]]) -> str:
+def _excluding(
+    n_keys: int, n_no_starts: int, marks: Callable[[int], list[str]], parking: bool = False
+) -> str:
     """What the limits hold back, for a claim to skip in its read: instances of ``n_keys``
     (workflow, key) pairs, and first starts of ``n_no_starts`` workflows (a workflow none of
     whose instances may run is left out of the read's workflows). A pause pending is never
-    skipped. ``marks(n)``: the next ``n`` parameters."""
+    skipped, nor with ``parking`` a queued instance of a full key (the claim sets it aside).
+    ``marks(n)``: the next ``n`` parameters."""
     held = []
     if n_keys:
         pairs = ",".join("({}, {})".format(*marks(2)) for _ in range(n_keys))
-        held.append(f"(key IS NOT NULL AND (workflow, key) IN (VALUES {pairs}))")
+        queued = " AND status <> 'queued'" if parking else ""
+        held.append(f"(key IS NOT NULL{queued} AND (workflow, key) IN (VALUES {pairs}))")
     if n_no_starts:
         held.append(f"(started_at IS NULL AND +workflow IN ({', '.join(marks(n_no_starts))}))")
     return f"(status = 'waitingForPause' OR NOT ({' OR '.join(held) or '0'}))"
@@ -300,6 +327,7 @@ def take_leases(n: int) -> str:
     return (
         "UPDATE instances SET lease_owner = ?, lease_token = ?,"
         " lease_expires_at = ?, ready_at = ?, updated_at = ?, parked_on = NULL,"
+        " held_ready_at = NULL,"
         " status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,"
         f" started_at = COALESCE(started_at, ?) WHERE pk IN ({_marks(n)})"
     )
@@ -329,6 +357,7 @@ class Fence(NamedTuple):
     workflow: str
     id: str
     parent: str | None
+    key: str | None
 
 
 _HELD = "WHERE pk = ? AND lease_token = ? AND lease_owner = ?"
@@ -382,6 +411,51 @@ def running(n_workflows: int) -> str:
         f"SELECT workflow, key, count(*) FROM instances WHERE workflow IN ({_marks(n_workflows)})"
         " AND status IN ('running', 'waitingForPause') AND lease_expires_at > ?"
         " GROUP BY workflow, key"
+    )
+
+
+# An instance of a busy key is set aside (parked) by the claim that finds its key full: its
+# place in line goes to ``held_ready_at`` and ``ready_at`` to a recheck time, so that no claim
+# walks the key's backlog again. What frees a slot of the key brings back the first in line;
+# a slot freed some other way is found at the recheck.
+
+
+def park_behind_keys(n: int) -> str:
+    """Set ``n`` due queued instances aside behind their busy keys. Parameters: the recheck
+    time, the pks."""
+    return f"UPDATE instances SET held_ready_at = ready_at, ready_at = ? WHERE pk IN ({_marks(n)})"
+
+
+_UNPARK = "UPDATE instances SET ready_at = held_ready_at, held_ready_at = NULL"
+_FIRST_IN_LINE = (
+    "SELECT p.pk FROM instances p INDEXED BY instances_key_parked"
+    " WHERE p.workflow = {workflow} AND p.key = {key} AND p.held_ready_at IS NOT NULL"
+    " ORDER BY p.priority, p.held_ready_at, p.pk LIMIT 1"
+)
+UNPARK_NEXT = f"{_UNPARK} WHERE pk = ({_FIRST_IN_LINE.format(workflow='?', key='?')})"
+"""Bring back the first in line of a key. Parameters: the workflow, the key."""
+UNPARK_NEXT_OF = (
+    f"{_UNPARK} WHERE pk = (SELECT ({_FIRST_IN_LINE.format(workflow='i.workflow', key='i.key')})"
+    " FROM instances i WHERE i.pk = ? AND i.key IS NOT NULL)"
+)
+"""Bring back the first in line of an instance's key. Parameters: the instance's pk."""
+UNPARK_WORKFLOW = f"{_UNPARK} WHERE workflow = ? AND held_ready_at IS NOT NULL"
+"""Bring back every instance of a workflow set aside (its limits changed)."""
+
+
+def unpark_expired(n_workflows: int) -> str:
+    """Bring back the first in line of each key of the workflows that runs nothing but
+    instances whose lease expired: those run again in ``ready_at`` order with the key's
+    queued ones, as they would without parking. Parameters: the workflows, now, now. (Named
+    indexes: the planner would otherwise scan every instance.)"""
+    return (
+        f"{_UNPARK} WHERE pk IN (SELECT"
+        f" ({_FIRST_IN_LINE.format(workflow='i.workflow', key='i.key')})"
+        f" FROM instances i INDEXED BY instances_status WHERE i.workflow IN ({_marks(n_workflows)})"
+        " AND i.status IN ('running', 'waitingForPause') AND i.lease_expires_at <= ?"
+        " AND i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM instances r INDEXED BY"
+        " instances_status WHERE r.workflow = i.workflow AND r.key = i.key"
+        " AND r.status IN ('running', 'waitingForPause') AND r.lease_expires_at > ?))"
     )
 
 

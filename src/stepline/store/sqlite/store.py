@@ -218,9 +218,9 @@ class SqliteStore(ScheduleOperations, FlowOperations):
             lambda c: tx.control(c, workflow, instance_id, action, rollback, from_step, now),
             durable=True,
         )
-        record, woke_parent = result
+        record, woke = result
         self._notify_changed(workflow, instance_id)
-        if record.ready_at is not None or woke_parent:
+        if record.ready_at is not None or woke:
             self._notify_ready()
         return record
 
@@ -245,6 +245,8 @@ class SqliteStore(ScheduleOperations, FlowOperations):
         count: int = await self._db.write(
             lambda c: tx.delete_instances(c, workflow, instance_ids, finished_only), durable=True
         )
+        if count and not finished_only:
+            self._notify_ready()  # a running instance deleted frees a slot of its key
         return count
 
     async def purge_instances(

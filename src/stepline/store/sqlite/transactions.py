@@ -49,7 +49,11 @@ def register_workflows(
         definition = dumps(meta.definition, what="workflow definition", limit=1 << 24)
         declared = meta.limits.to_json()
         stored = None if declared is None else dumps(declared, what="workflow limits")
+        before = c.execute(sql.LIMITS_OF, (meta.name,)).fetchone()
         c.execute(sql.REGISTER_WORKFLOW, (meta.name, meta.class_name, definition, stored, now, now))
+        if before is not None and before[0] != stored:
+            # A changed key limit applies to the instances set aside under the old one too.
+            c.execute(sql.UNPARK_WORKFLOW, (meta.name,))
     for limit in limits:
         rate = limit.rate
         c.execute(
@@ -193,9 +197,10 @@ def control(
     from_step: tuple[str, int] | None,
     now: float,
 ) -> tuple[InstanceRecord, bool]:
-    """The instance after the action, and whether it woke a parent (it ended a child)."""
+    """The instance after the action, and whether it made another runnable: its parent (it
+    ended a child), or the next in line of its key."""
     found = _lookup(c, workflow, instance_id)
-    ended = False
+    ended = freed = False
     if action == "restart":
         _restart(c, found.pk, from_step, now)
     else:
@@ -204,12 +209,15 @@ def control(
         )
         assignments, params = control_assignments(change, now, "?")
         c.execute(sql.control(assignments), (*params, found.pk))
+        if change.get("fence") and found.status in ("running", "waitingForPause"):
+            # It ran: the next in line of its key may now.
+            freed = bool(c.execute(sql.UNPARK_NEXT_OF, (found.pk,)).rowcount)
         if change.get("fence"):
             # A fenced-out activation never records its running steps: close them.
             c.execute(sql.INTERRUPT_RUNNING_STEPS, (_INTERRUPTED, now, found.pk))
         ended = bool(change.get("end"))
     record = instance_from_row(c.execute(sql.INSTANCE_BY_PK, (found.pk,)).fetchone())
-    return record, ended and _wake_parent(c, record.parent, now)
+    return record, (ended and _wake_parent(c, record.parent, now)) or freed
 
 
 def _restart(c: sqlite3.Connection, pk: int, from_step: tuple[str, int] | None, now: float) -> None:
@@ -259,9 +267,11 @@ def delete_instances(
                     raise IllegalStateError(workflow, instance_id, status, "delete")
     deleted = 0
     for instance_id in instance_ids:
-        for (pk,) in c.execute(sql.DELETE_INSTANCE, (workflow, instance_id)).fetchall():
+        for pk, ran, key in c.execute(sql.DELETE_INSTANCE, (workflow, instance_id)).fetchall():
             deleted += 1
             _delete_children(c, pk)
+            if ran:  # the next in line of its key may run now
+                c.execute(sql.UNPARK_NEXT, (workflow, key))
     return deleted
 
 
@@ -301,9 +311,15 @@ def claim(
     (``flow.after_claim``, in a 1-tuple; None when it took ``limit`` or cannot tell)."""
     rules = flow.read_rules(c)
     token = new_lease_token()
+    flow.unpark_expired(c, rules, workflows, now)
     picked = flow.pick(c, workflows, limit, now, (now, now, expires, owner, token), caps, rules)
     for pk in picked.pauses:
         c.execute(sql.PAUSE_UNCLAIMED, (now, pk))
+        c.execute(sql.UNPARK_NEXT_OF, (pk,))
+    if picked.parked:
+        c.execute(
+            sql.park_behind_keys(len(picked.parked)), (flow.recheck_time(now), *picked.parked)
+        )
     short = len(picked.rows) < limit
     if not picked.rows:
         return [], flow.after_claim(c, workflows, now, picked) if short else None
@@ -398,6 +414,10 @@ def finish(
     woken = c.execute(sql.WAKE_PARKED_ON_LISTED, (now, now, lease.pk, fence.workflow, parks_on))
     if woken.rowcount:
         woke = True
+    # It runs no more: the next in line of its key may. (No wake-up: a worker claims after
+    # the end of an instance under a limit anyway, asking for as many as ended.)
+    if fence.key is not None:
+        c.execute(sql.UNPARK_NEXT, (fence.workflow, fence.key))
     return status, fence.workflow, fence.id, woke
 
 
@@ -411,7 +431,9 @@ def _wake_parent(c: sqlite3.Connection, parent: dict[str, Any] | None, now: floa
 
 
 def release(c: sqlite3.Connection, lease: Lease, now: float) -> None:
-    c.execute(sql.RELEASE, (now, lease.pk, lease.token, lease.owner))
+    if c.execute(sql.RELEASE, (now, lease.pk, lease.token, lease.owner)).rowcount:
+        # Runnable again from now: behind the next in line of its key, who came earlier.
+        c.execute(sql.UNPARK_NEXT_OF, (lease.pk,))
     c.execute(sql.UNREADY_PAUSED, (lease.pk,))
 
 
