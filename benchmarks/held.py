@@ -5,7 +5,9 @@ Workflow ``a`` has ``concurrency = 1`` and its one slot is taken; behind it wait
 and ``b`` claims for both, and each claim finds one new instance of ``b``, created just before
 it. The figure is the median time of 20 such claims, on a store opened in this process; the
 floor is the same claim with no held backlog, measured in the same run. A ratio near 1 means
-the held backlog costs the other workflows' claims nothing.
+the held backlog costs the other workflows' claims nothing. The same again with the backlog
+held by a busy key instead: ``a`` has ``key_concurrency = 1`` and every instance the key
+``hot``.
 
 Run: ``python -m benchmarks held``.
 """
@@ -34,19 +36,21 @@ async def run(config: BenchConfig) -> list[Report]:
     return [await _run_store(config, store) for store in config.stores]
 
 
-async def measure(url: str, backlog: int) -> float:
-    """The median seconds of a claim for ``a`` (held, ``backlog`` waiting) and ``b`` (one due)."""
+async def measure(url: str, backlog: int, *, by_key: bool = False) -> float:
+    """The median seconds of a claim for ``a`` (held, ``backlog`` waiting; ``by_key``: behind
+    its busy key) and ``b`` (one due)."""
     store: Store = create_store(url)
     await store.open()
     try:
-        limits = WorkflowLimits(concurrency=1)
+        limits = WorkflowLimits(key_concurrency=1) if by_key else WorkflowLimits(concurrency=1)
         await store.register_workflows(
             [
                 WorkflowMeta("a", "bench:A", None, limits),
                 WorkflowMeta("b", "bench:B", None, WorkflowLimits()),
             ]
         )
-        waiting = [NewInstance(f"a{n}", None) for n in range(backlog + 1)]
+        key = "hot" if by_key else None
+        waiting = [NewInstance(f"a{n}", None, key=key) for n in range(backlog + 1)]
         await store.create_instances("a", waiting, trigger="api", skip_existing=False)
         await store.claim("bench", ["a"], 1, LEASE, store.now())  # takes the one slot
         times = []
@@ -66,32 +70,37 @@ async def measure(url: str, backlog: int) -> float:
 async def _run_store(config: BenchConfig, store: str) -> Report:
     sizes: Sequence[int] = (0, 20_000) if config.quick else (0, 20_000, 100_000)
     runs = config.repetitions(heavy=False)
-    series: dict[int, list[float]] = defaultdict(list)
+    kinds = (("held back", False), ("behind a busy key", True))
+    series: dict[str, list[float]] = defaultdict(list)
     with work_directory(config) as directory:
         for _ in range(runs):
             for size in sizes:
-                with database(config, store, directory) as url:
-                    series[size].append(await measure(url, size) * 1e6)
-                print(f"  {NAME} {store} {size:,} held: {series[size][-1]:,.0f} µs", flush=True)
-    floor = Floor("no held backlog", median(series[0]), "µs", tuple(series[0]))
-    report = Report(
-        NAME, f"Held on {store}: a claim for two workflows, one held back whole (median of {runs})"
+                for how, by_key in kinds[: 1 if size == 0 else 2]:
+                    name = f"{size} {how}"
+                    with database(config, store, directory) as url:
+                        series[name].append(await measure(url, size, by_key=by_key) * 1e6)
+                    print(
+                        f"  {NAME} {store} {size:,} {how}: {series[name][-1]:,.0f} µs", flush=True
+                    )
+    floor = Floor(
+        "no held backlog", median(series["0 held back"]), "µs", tuple(series["0 held back"])
     )
-    for size in sizes[1:]:
-        report.figures.append(
-            Figure(
-                f"claim, {size:,} instances held back",
-                median(series[size]),
-                "µs",
-                floor,
-                tuple(series[size]),
+    report = Report(
+        NAME, f"Held on {store}: a claim for two workflows, one held back (median of {runs})"
+    )
+    for how, _by_key in kinds:
+        for size in sizes[1:]:
+            values = series[f"{size} {how}"]
+            report.figures.append(
+                Figure(
+                    f"claim, {size:,} instances {how}", median(values), "µs", floor, tuple(values)
+                )
             )
-        )
     report.details = {
         "store": store,
         "claims": CLAIMS,
         "runs": runs,
-        "series": {str(size): values for size, values in series.items()},
+        "series": dict(series),
     }
     report.notes = [
         "each figure: the median of 20 claims for [a, b] that each take one new instance of b",
