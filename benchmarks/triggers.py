@@ -80,8 +80,9 @@ async def _nats_cleanup(url: str, queue: str) -> None:
     try:
         js = connection.jetstream()
         for info in await js.streams_info():
-            if set(info.config.subjects or ()) & {queue, f"{queue}.dead"}:
-                await js.delete_stream(info.config.name)
+            name = info.config.name
+            if name and set(info.config.subjects or ()) & {queue, f"{queue}.dead"}:
+                await js.delete_stream(name)
     finally:
         await connection.close()
 
