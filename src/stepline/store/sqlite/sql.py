@@ -131,7 +131,7 @@ RECORD_COLUMNS = columns(
     for name in InstanceRow._fields
 )
 """The ``InstanceRow`` columns as records show them: an instance set aside behind its busy key
-(:data:`PARK_BEHIND_KEYS`) shows its place in line, a time that has come, as its
+(:func:`park_behind_keys`) shows its place in line, a time that has come, as its
 ``ready_at``, not its recheck time."""
 INSTANCE_BY_ID = f"SELECT {RECORD_COLUMNS} FROM instances WHERE workflow = ? AND id = ?"
 INSTANCE_BY_PK = f"SELECT {RECORD_COLUMNS} FROM instances WHERE pk = ?"
