@@ -581,3 +581,31 @@ async def test_of_concurrent_creates_with_one_dedup_key_one_wins(
     )
     assert sorted(type(r).__name__ for r in results) == ["DuplicateInstanceError", "NoneType"]
     assert len((await store.list_instances(WF, None, 10, None)).instances) == 1
+
+
+async def test_a_key_keeps_its_order_however_long_its_instances_wait(
+    store: Store, clock: ManualClock
+) -> None:
+    """Instances that wait minutes for a busy key (a store may look at them again meanwhile)
+    still run in the order they were created."""
+    await limit(store, key_concurrency=1)
+    await keyed(store, clock, "a1", "a2")
+    (running,) = await claim(store)
+
+    async def wait(seconds: int) -> None:  # a1 keeps running: its lease is renewed
+        for _ in range(seconds // 10):
+            clock.advance(10)
+            assert await store.renew([running.lease], LEASE, store.now())
+            assert await claim(store) == []
+
+    await wait(70)
+    await keyed(store, clock, "a3")
+    await wait(70)
+    await keyed(store, clock, "a4")
+    await wait(200)
+    started = [running.instance.id]
+    for _ in range(3):
+        await complete(store, running)
+        (running,) = await claim(store)
+        started.append(running.instance.id)
+    assert started == ["a1", "a2", "a3", "a4"]

@@ -4,9 +4,10 @@ by a limit is not read again by every claim, and the reads of the unlimited path
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+from stepline import ManualClock
 from stepline.limits import WorkflowLimits
 from stepline.store.base import Finish, NewInstance, WorkflowMeta
 from stepline.store.sqlite import SqliteStore, sql
@@ -205,6 +206,31 @@ async def test_a_look_for_a_limited_workflow_does_not_walk_another_workflows_bac
     assert cost[3000] <= max(cost[300] * 2, 5), cost  # a few hundred steps: seeks
 
 
+HOT_LEASE = 300.0
+
+
+@contextlib.asynccontextmanager
+async def hot_key(directory: Path, size: int, clock: ManualClock) -> AsyncIterator[SqliteStore]:
+    """A store whose workflow ``keyed`` has ``size`` instances of the key ``hot``: the first
+    running (leased for :data:`HOT_LEASE`), the others behind it, read once by a claim. On
+    leaving, the first completes and the next claim must take the second."""
+    store = SqliteStore(f"sqlite:///{directory}/flow.db", clock)
+    await store.open()
+    try:
+        meta = WorkflowMeta("keyed", "tests:Keyed", None, WorkflowLimits(key_concurrency=1))
+        await store.register_workflows([meta])
+        items = [NewInstance(f"hot{n}", None, key="hot") for n in range(size)]
+        await store.create_instances("keyed", items, trigger="api", skip_existing=False)
+        (hot,) = await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())
+        assert await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now()) == []
+        yield store
+        await store.finish(hot.lease, Finish("complete", output="1"), store.now())
+        (nxt,) = await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())
+        assert nxt.instance.id == "hot1"
+    finally:
+        await store.close()
+
+
 async def test_a_busy_keys_backlog_is_set_aside_once_not_walked_by_every_claim(
     tmp_path: Path,
 ) -> None:
@@ -213,30 +239,32 @@ async def test_a_busy_keys_backlog_is_set_aside_once_not_walked_by_every_claim(
     backlog (counted in SQLite VM steps), and the key's end brings back its next instance."""
     cost: dict[int, int] = {}
     for size in (300, 3000):
-        directory = tmp_path / str(size)
-        directory.mkdir()
-        store = SqliteStore(f"sqlite:///{directory}/flow.db")
-        await store.open()
-        try:
-            meta = WorkflowMeta("keyed", "tests:Keyed", None, WorkflowLimits(key_concurrency=1))
-            await store.register_workflows([meta])
-            items = [NewInstance(f"hot{n}", None, key="hot") for n in range(size)]
-            await store.create_instances("keyed", items, trigger="api", skip_existing=False)
-            (hot,) = await store.claim("me", ["keyed"], 10, 30.0, store.now())
-            assert await store.claim("me", ["keyed"], 10, 30.0, store.now()) == []
+        async with hot_key(tmp_path / str(size), size, ManualClock()) as store:
             with vm_steps(store) as steps:
                 for n in range(3):
                     item = NewInstance(f"cold{n}", None, key=f"cold{n}")
                     await store.create_instances(
                         "keyed", [item], trigger="api", skip_existing=False
                     )
-                    taken = await store.claim("me", ["keyed"], 10, 30.0, store.now())
+                    taken = await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())
                     assert [c.instance.id for c in taken] == [f"cold{n}"]
                     await store.next_wakeup(["keyed"])
             cost[size] = steps[0]
-            await store.finish(hot.lease, Finish("complete", output="1"), store.now())
-            (nxt,) = await store.claim("me", ["keyed"], 10, 30.0, store.now())
-            assert nxt.instance.id == "hot1"
-        finally:
-            await store.close()
+    assert cost[3000] < cost[300] * 2, cost
+
+
+async def test_a_recheck_reads_the_first_in_line_of_a_busy_key_not_its_whole_backlog(
+    tmp_path: Path,
+) -> None:
+    """Only the first in line behind a busy key has a recheck time: when it comes, a claim reads
+    that one instance, not the key's whole backlog (counted in SQLite VM steps), and the line
+    keeps its order."""
+    cost: dict[int, int] = {}
+    for size in (300, 3000):
+        clock = ManualClock()
+        async with hot_key(tmp_path / str(size), size, clock) as store:
+            clock.advance(150)  # past the recheck
+            with vm_steps(store) as steps:
+                assert await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now()) == []
+            cost[size] = steps[0]
     assert cost[3000] < cost[300] * 2, cost

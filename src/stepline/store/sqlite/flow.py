@@ -18,9 +18,10 @@ claims of several processes never together exceed a limit.
   to every claim. (Their index entries are still walked: the index cannot skip them.)
 - A queued instance whose key is full is set aside by the claim that reads it (``sql``'s
   ``park_behind_keys``): out of the ready indexes, its place in line kept, until an instance of
-  its key stops running and brings back the first in line (``sql.UNPARK_NEXT``), or its
-  recheck time comes. A busy key's backlog is so read once, not by every claim. Instances of a
-  full key that are not queued (woken from a sleep, say) are filtered out of the SQL instead.
+  its key stops running and brings back the first in line (:func:`bring_back`); the first in
+  line of each key alone has a recheck time. A busy key's backlog is so read once, not by
+  every claim. Instances of a full key that are not queued (woken from a sleep, say) are
+  filtered out of the SQL instead.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ _READY = N_INSTANCE_COLUMNS + 3
 _STARTING = N_INSTANCE_COLUMNS + 4
 _QUEUED = N_INSTANCE_COLUMNS + 5
 RECHECK = 60.0
-"""How often, at most, an instance set aside behind a busy key is read again though nothing
+"""How often, at most, the first in line behind a busy key is read again though nothing
 brought it back: what covers a slot of the key freed without a write that brings back the next
-in line. Rechecks fall on multiples of it, so that a backlog set aside over time is read again
-in one claim, not at a stream of times that would keep waking the workers."""
+in line. Rechecks fall on multiples of it, so that the first in line of many keys are read
+again in one claim, not at a stream of times that would keep waking the workers."""
 _MAX_KEYS = 400
 """Full keys a read leaves out in its SQL at most; the claim skips any others itself."""
 
@@ -78,8 +79,8 @@ class Picked:
     """Whether a start it took used up a rate (``reopens`` does not know)."""
     reopens: float | None = None
     """When the earliest used-up rate of the claim's scopes lets the next start."""
-    parked: list[int] = field(default_factory=list)
-    """The queued instances it found behind a full key, to set aside (pks)."""
+    parked: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """The queued instances it found behind a full key, to set aside: pk -> (workflow, key)."""
 
 
 def read_rules(c: sqlite3.Connection) -> Rules:
@@ -213,7 +214,7 @@ def pick(
                 else:
                     if not probe and row[_QUEUED] and admission.key_full(row[_WORKFLOW], row[_KEY]):
                         # Set aside, it is out of every later read until its key frees.
-                        picked.parked.append(row[0])
+                        picked.parked[row[0]] = (row[_WORKFLOW], row[_KEY])
                         if admission.open(row[_WORKFLOW], bool(row[_STARTING])):
                             continue  # nothing else changed: step on
                     held = _held(admission, workflows)
@@ -240,14 +241,39 @@ def recheck_time(now: float) -> float:
     return (math.floor(now / RECHECK) + 2) * RECHECK
 
 
-def unpark_expired(
+def park(c: sqlite3.Connection, picked: Picked, now: float) -> None:
+    """Set aside the instances ``picked`` found behind full keys; the first in line of each
+    of those keys gets a recheck time."""
+    c.execute(sql.park_behind_keys(len(picked.parked)), tuple(picked.parked))
+    recheck = recheck_time(now)
+    for workflow, key in dict.fromkeys(picked.parked.values()):
+        c.execute(sql.RECHECK_FIRST, (recheck, workflow, key))
+
+
+def bring_back(c: sqlite3.Connection, workflow: str, key: str | None, now: float) -> bool:
+    """A slot of ``key`` freed: bring back its first in line, if one is set aside (whether
+    one was); the next in line gets a recheck time."""
+    if key is None or not c.execute(sql.UNPARK_NEXT, (workflow, key)).rowcount:
+        return False
+    c.execute(sql.RECHECK_FIRST, (recheck_time(now), workflow, key))
+    return True
+
+
+def bring_back_of(c: sqlite3.Connection, pk: int, now: float) -> bool:
+    """:func:`bring_back` for the key of instance ``pk``."""
+    found = c.execute(sql.KEY_OF, (pk,)).fetchone()
+    return found is not None and bring_back(c, found[0], found[1], now)
+
+
+def bring_back_expired(
     c: sqlite3.Connection, rules: Rules, workflows: Sequence[str], now: float
 ) -> None:
-    """Bring back the first in line of each key of ``workflows`` whose instances all lost
-    their leases (``sql.unpark_expired``), before a claim reads them."""
+    """Before a claim reads them: bring back the first in line of each key of ``workflows``
+    whose instances all lost their leases (``sql.expired_keys``)."""
     keyed = [name for name in workflows if rules.keyed(name)]
     if keyed:
-        c.execute(sql.unpark_expired(len(keyed)), (*keyed, now, now))
+        for workflow, key in c.execute(sql.expired_keys(len(keyed)), (*keyed, now, now)):
+            bring_back(c, workflow, key, now)
 
 
 def _held(

@@ -415,47 +415,58 @@ def running(n_workflows: int) -> str:
 
 
 # An instance of a busy key is set aside (parked) by the claim that finds its key full: its
-# place in line goes to ``held_ready_at`` and ``ready_at`` to a recheck time, so that no claim
-# walks the key's backlog again. What frees a slot of the key brings back the first in line;
-# a slot freed some other way is found at the recheck.
+# place in line goes to ``held_ready_at`` and ``ready_at`` to NULL, so that no claim walks the
+# key's backlog again. What frees a slot of the key brings back the first in line. The first in
+# line alone has a recheck time as its ``ready_at``, so that a slot freed some other way is
+# found, and a long line is not read again at every recheck.
 
 
 def park_behind_keys(n: int) -> str:
-    """Set ``n`` due queued instances aside behind their busy keys. Parameters: the recheck
-    time, the pks."""
-    return f"UPDATE instances SET held_ready_at = ready_at, ready_at = ? WHERE pk IN ({_marks(n)})"
-
-
-_UNPARK = "UPDATE instances SET ready_at = held_ready_at, held_ready_at = NULL"
-_FIRST_IN_LINE = (
-    "SELECT p.pk FROM instances p INDEXED BY instances_key_parked"
-    " WHERE p.workflow = {workflow} AND p.key = {key} AND p.held_ready_at IS NOT NULL"
-    " ORDER BY p.priority, p.held_ready_at, p.pk LIMIT 1"
-)
-UNPARK_NEXT = f"{_UNPARK} WHERE pk = ({_FIRST_IN_LINE.format(workflow='?', key='?')})"
-"""Bring back the first in line of a key. Parameters: the workflow, the key."""
-UNPARK_NEXT_OF = (
-    f"{_UNPARK} WHERE pk = (SELECT ({_FIRST_IN_LINE.format(workflow='i.workflow', key='i.key')})"
-    " FROM instances i WHERE i.pk = ? AND i.key IS NOT NULL)"
-)
-"""Bring back the first in line of an instance's key. Parameters: the instance's pk."""
-UNPARK_WORKFLOW = f"{_UNPARK} WHERE workflow = ? AND held_ready_at IS NOT NULL"
-"""Bring back every instance of a workflow set aside (its limits changed)."""
-
-
-def unpark_expired(n_workflows: int) -> str:
-    """Bring back the first in line of each key of the workflows that runs nothing but
-    instances whose lease expired: those run again in ``ready_at`` order with the key's
-    queued ones, as they would without parking. Parameters: the workflows, now, now. (Named
-    indexes: the planner would otherwise scan every instance.)"""
+    """Set ``n`` due queued instances aside behind their busy keys (one that was already
+    keeps its place in line). Parameters: the pks."""
     return (
-        f"{_UNPARK} WHERE pk IN (SELECT"
-        f" ({_FIRST_IN_LINE.format(workflow='i.workflow', key='i.key')})"
-        f" FROM instances i INDEXED BY instances_status WHERE i.workflow IN ({_marks(n_workflows)})"
+        "UPDATE instances SET held_ready_at = COALESCE(held_ready_at, ready_at), ready_at = NULL"
+        f" WHERE pk IN ({_marks(n)})"
+    )
+
+
+_FIRST_IN_LINE = (
+    "SELECT pk FROM instances INDEXED BY instances_key_parked"
+    " WHERE workflow = ? AND key = ? AND held_ready_at IS NOT NULL"
+    " ORDER BY priority, held_ready_at, pk LIMIT 1"
+)
+UNPARK_NEXT = (
+    "UPDATE instances SET ready_at = held_ready_at, held_ready_at = NULL"
+    f" WHERE pk = ({_FIRST_IN_LINE})"
+)
+"""Bring back the first in line of a key. Parameters: the workflow, the key."""
+RECHECK_FIRST = (
+    f"UPDATE instances SET ready_at = ? WHERE pk = ({_FIRST_IN_LINE}) AND ready_at IS NULL"
+)
+"""Give the first in line of a key a recheck time, unless it has one. Parameters: the time,
+the workflow, the key."""
+UNPARK_WORKFLOW = (
+    "UPDATE instances SET ready_at = held_ready_at, held_ready_at = NULL"
+    " WHERE workflow = ? AND held_ready_at IS NOT NULL"
+)
+"""Bring back every instance of a workflow set aside (its limits changed)."""
+KEY_OF = "SELECT workflow, key FROM instances WHERE pk = ?"
+
+
+def expired_keys(n_workflows: int) -> str:
+    """The keys of the workflows with instances set aside that run nothing but instances whose
+    lease expired: their first in line comes back, to run in ``ready_at`` order with those, as
+    without parking. Parameters: the workflows, now, now. (Named indexes: the planner would
+    otherwise scan every instance.)"""
+    return (
+        "SELECT DISTINCT i.workflow, i.key FROM instances i INDEXED BY instances_status"
+        f" WHERE i.workflow IN ({_marks(n_workflows)})"
         " AND i.status IN ('running', 'waitingForPause') AND i.lease_expires_at <= ?"
-        " AND i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM instances r INDEXED BY"
-        " instances_status WHERE r.workflow = i.workflow AND r.key = i.key"
-        " AND r.status IN ('running', 'waitingForPause') AND r.lease_expires_at > ?))"
+        " AND i.key IS NOT NULL AND EXISTS (SELECT 1 FROM instances p INDEXED BY"
+        " instances_key_parked WHERE p.workflow = i.workflow AND p.key = i.key"
+        " AND p.held_ready_at IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM instances r"
+        " INDEXED BY instances_status WHERE r.workflow = i.workflow AND r.key = i.key"
+        " AND r.status IN ('running', 'waitingForPause') AND r.lease_expires_at > ?)"
     )
 
 

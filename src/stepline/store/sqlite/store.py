@@ -242,8 +242,10 @@ class SqliteStore(ScheduleOperations, FlowOperations):
     async def delete_instances(
         self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
     ) -> int:
+        now = self.now()
         count: int = await self._db.write(
-            lambda c: tx.delete_instances(c, workflow, instance_ids, finished_only), durable=True
+            lambda c: tx.delete_instances(c, workflow, instance_ids, finished_only, now),
+            durable=True,
         )
         if count and not finished_only:
             self._notify_ready()  # a running instance deleted frees a slot of its key

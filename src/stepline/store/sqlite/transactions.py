@@ -210,8 +210,7 @@ def control(
         assignments, params = control_assignments(change, now, "?")
         c.execute(sql.control(assignments), (*params, found.pk))
         if change.get("fence") and found.status in ("running", "waitingForPause"):
-            # It ran: the next in line of its key may now.
-            freed = bool(c.execute(sql.UNPARK_NEXT_OF, (found.pk,)).rowcount)
+            freed = flow.bring_back_of(c, found.pk, now)  # it ran: its key's next may now
         if change.get("fence"):
             # A fenced-out activation never records its running steps: close them.
             c.execute(sql.INTERRUPT_RUNNING_STEPS, (_INTERRUPTED, now, found.pk))
@@ -256,7 +255,11 @@ def send_event(
 
 
 def delete_instances(
-    c: sqlite3.Connection, workflow: str, instance_ids: Sequence[str], finished_only: bool
+    c: sqlite3.Connection,
+    workflow: str,
+    instance_ids: Sequence[str],
+    finished_only: bool,
+    now: float,
 ) -> int:
     if finished_only:
         # Under the write lock: no status can change before the deletes below, and nothing is
@@ -271,7 +274,7 @@ def delete_instances(
             deleted += 1
             _delete_children(c, pk)
             if ran:  # the next in line of its key may run now
-                c.execute(sql.UNPARK_NEXT, (workflow, key))
+                flow.bring_back(c, workflow, key, now)
     return deleted
 
 
@@ -311,15 +314,13 @@ def claim(
     (``flow.after_claim``, in a 1-tuple; None when it took ``limit`` or cannot tell)."""
     rules = flow.read_rules(c)
     token = new_lease_token()
-    flow.unpark_expired(c, rules, workflows, now)
+    flow.bring_back_expired(c, rules, workflows, now)
     picked = flow.pick(c, workflows, limit, now, (now, now, expires, owner, token), caps, rules)
     for pk in picked.pauses:
         c.execute(sql.PAUSE_UNCLAIMED, (now, pk))
-        c.execute(sql.UNPARK_NEXT_OF, (pk,))
+        flow.bring_back_of(c, pk, now)
     if picked.parked:
-        c.execute(
-            sql.park_behind_keys(len(picked.parked)), (flow.recheck_time(now), *picked.parked)
-        )
+        flow.park(c, picked, now)
     short = len(picked.rows) < limit
     if not picked.rows:
         return [], flow.after_claim(c, workflows, now, picked) if short else None
@@ -416,8 +417,7 @@ def finish(
         woke = True
     # It runs no more: the next in line of its key may. (No wake-up: a worker claims after
     # the end of an instance under a limit anyway, asking for as many as ended.)
-    if fence.key is not None:
-        c.execute(sql.UNPARK_NEXT, (fence.workflow, fence.key))
+    flow.bring_back(c, fence.workflow, fence.key, now)
     return status, fence.workflow, fence.id, woke
 
 
@@ -433,7 +433,7 @@ def _wake_parent(c: sqlite3.Connection, parent: dict[str, Any] | None, now: floa
 def release(c: sqlite3.Connection, lease: Lease, now: float) -> None:
     if c.execute(sql.RELEASE, (now, lease.pk, lease.token, lease.owner)).rowcount:
         # Runnable again from now: behind the next in line of its key, who came earlier.
-        c.execute(sql.UNPARK_NEXT_OF, (lease.pk,))
+        flow.bring_back_of(c, lease.pk, now)
     c.execute(sql.UNREADY_PAUSED, (lease.pk,))
 
 
