@@ -244,12 +244,9 @@ class Admission:
         return self._usage.key_running[(workflow, key)] >= declared.key_concurrency
 
     def open(self, workflow: str, starting: bool) -> bool:
-        """Whether an instance of ``workflow`` (``starting``: its first start) whose key has
-        room could run now: no cap, concurrency or rate of the workflow's holds it back."""
-        declared = self._rules.workflows.get(workflow)
-        if declared is None:
-            cap = self._caps.get(workflow)
-            return cap is None or self._taken[workflow] < cap
+        """Whether an instance of ``workflow``, a workflow with limits (``starting``: its first
+        start), whose key has room could run now: no cap, concurrency or rate holds it back."""
+        declared = self._rules.workflows[workflow]
         return not self._full(workflow, declared) and not (starting and self._rate_used(workflow))
 
     def held(self, workflows: Sequence[str]) -> Held:

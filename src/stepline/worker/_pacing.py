@@ -10,13 +10,13 @@ class Pacing:
     Without notifications from other processes (SQLite) the loop polls quickly after a poll
     found work and backs off while polls find nothing; with them (PostgreSQL) it polls at the
     longest interval throughout. A claim answering a wake from this process (its own finish or
-    create) says nothing of other processes' work, so it leaves the wait as it is: under a key
-    limit, quick polls would each read the held backlog.
+    create) says nothing of other processes' work, so it leaves the wait as it is: quick polls
+    that find nothing new would each take the database's time.
 
     Woken only by the ends of its own instances under a limit, the worker asks for as many
-    instances as ended: what they freed is mostly what there is to take, and a key-limited
-    claim that cannot fill its ask reads past every held key to the end of the due backlog.
-    Anything else due is found by the next poll or wake.
+    instances as ended: what they freed is mostly what there is to take, and on PostgreSQL a
+    key-limited claim that cannot fill its ask reads past every held key to the end of the due
+    backlog. Anything else due is found by the next poll or wake.
     """
 
     __slots__ = ("_fastest", "_held_ends", "_longest", "_polled", "_told", "wait")

@@ -310,9 +310,8 @@ class Worker:
     async def _activate(self, slot: Slot, superseded: Slot | None = None) -> None:
         workflow = slot.claim.instance.workflow
         # Under a fleet-wide limit the instance holds its slot in the store until its finish
-        # lands: a claim made while the finish is in flight would find that slot taken (under
-        # key limits, after reading every due instance), so the worker looks again once the
-        # finish is written (below).
+        # lands: a claim made while the finish is in flight would find that slot taken, so the
+        # worker looks again once the finish is written (below).
         holding = workflow in self._caps.holding
         try:
             if superseded is not None:

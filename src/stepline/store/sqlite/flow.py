@@ -251,8 +251,8 @@ def park(c: sqlite3.Connection, picked: Picked, now: float) -> None:
 
 
 def bring_back(c: sqlite3.Connection, workflow: str, key: str | None, now: float) -> bool:
-    """A slot of ``key`` freed: bring back its first in line, if one is set aside (whether
-    one was); the next in line gets a recheck time."""
+    """A slot of ``key`` freed: bring back its first in line, if one is set aside, and give
+    the next in line a recheck time; whether one came back."""
     if key is None or not c.execute(sql.UNPARK_NEXT, (workflow, key)).rowcount:
         return False
     c.execute(sql.RECHECK_FIRST, (recheck_time(now), workflow, key))

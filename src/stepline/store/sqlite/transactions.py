@@ -209,11 +209,11 @@ def control(
         )
         assignments, params = control_assignments(change, now, "?")
         c.execute(sql.control(assignments), (*params, found.pk))
-        if change.get("fence") and found.status in ("running", "waitingForPause"):
-            freed = flow.bring_back_of(c, found.pk, now)  # it ran: its key's next may now
         if change.get("fence"):
             # A fenced-out activation never records its running steps: close them.
             c.execute(sql.INTERRUPT_RUNNING_STEPS, (_INTERRUPTED, now, found.pk))
+            if found.status in ("running", "waitingForPause"):
+                freed = flow.bring_back_of(c, found.pk, now)  # it ran: its key's next may now
         ended = bool(change.get("end"))
     record = instance_from_row(c.execute(sql.INSTANCE_BY_PK, (found.pk,)).fetchone())
     return record, (ended and _wake_parent(c, record.parent, now)) or freed
