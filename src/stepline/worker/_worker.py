@@ -344,14 +344,25 @@ def _nothing() -> None:
 async def _stop_superseded(old: Slot) -> None:
     """Stop the activation of an instance that this worker has just claimed again, before the
     new one starts: its lease is gone (a database crash undid its claim, or it expired), so it
-    is fenced out, and the worker must never run one instance twice at once."""
+    is fenced out, and the worker must never run one instance twice at once.
+
+    An activation whose final write was in flight (``ending``) lost nothing: that write landed,
+    or the instance could not have been claimed again under its lease, and only its reply was
+    lost (a dropped connection) while the call retried."""
     record = old.claim.instance
-    log.warning(
-        "instance %s/%s abandoned: lease on instance %s taken by a new claim of this worker",
-        record.workflow,
-        record.id,
-        record.pk,
-    )
+    if old.ending:
+        log.info(
+            "instance %s/%s claimed again: its last write landed though its reply was lost",
+            record.workflow,
+            record.id,
+        )
+    else:
+        log.warning(
+            "instance %s/%s abandoned: lease on instance %s taken by a new claim of this worker",
+            record.workflow,
+            record.id,
+            record.pk,
+        )
     if old.task is not None:
         old.task.cancel()
         await asyncio.wait([old.task])
