@@ -14,6 +14,7 @@ from stepline.limits import Limit, Rate, WorkflowLimits
 from stepline.store.base import Claim, Finish, Store, WorkflowMeta
 
 from ._support import LEASE, OWNER, WF, create
+from .conftest import OpenStore
 
 LISTED = "listed"
 """A workflow whose instances count toward the limit ``api`` themselves."""
@@ -178,14 +179,9 @@ async def test_a_release_wakes_the_instance_parked_longest_on_the_limit(
     assert (await store.get_instance(WF, "p2")).ready_at == now + 5
 
 
-WAKES_ON_FINISH = {"sqlite": True, "postgres": False}
-"""Whether the store's finish wakes a step parked on a limit the finished instance's workflow
-lists (not yet on PostgreSQL: such a step waits for a release or its recheck there)."""
-
-
 @pytest.mark.parametrize("end", ["complete", "waiting"])
 async def test_an_instance_of_a_listing_workflow_that_stops_running_wakes_a_parked_one(
-    store: Store, clock: ManualClock, end: str, store_kind: str
+    store: Store, clock: ManualClock, end: str
 ) -> None:
     """Its end or its suspension frees its slot of every limit its workflow lists, as a release
     does: the instance parked longest on each is woken, not left to its recheck."""
@@ -204,9 +200,6 @@ async def test_an_instance_of_a_listing_workflow_that_stops_running_wakes_a_park
         finish = Finish("waiting", wake_at=now + 3600)
     await store.finish(listed["x"].lease, finish, store.now())
     ready = {i: (await store.get_instance(WF, i)).ready_at for i in ("p1", "p2")}
-    if not WAKES_ON_FINISH[store_kind]:
-        assert ready == {"p1": now + 30, "p2": now + 20}
-        return
     assert ready == {"p1": now + 30, "p2": now + 1}
     # An instance of a workflow that lists no limit frees no slot of one: it wakes nobody.
     (p2,) = await store.claim(OWNER, [WF], 5, LEASE, store.now())
@@ -215,7 +208,7 @@ async def test_an_instance_of_a_listing_workflow_that_stops_running_wakes_a_park
 
 
 async def test_ends_in_one_batch_wake_as_many_parked_and_a_parking_instance_wakes_none(
-    store: Store, clock: ManualClock, store_kind: str
+    store: Store, clock: ManualClock
 ) -> None:
     await define(store, Limit("api", concurrency=2), listed=True)
     now = store.now()
@@ -228,9 +221,6 @@ async def test_ends_in_one_batch_wake_as_many_parked_and_a_parking_instance_wake
     done = Finish("complete", output="1")
     await asyncio.gather(*(store.finish(listed[i].lease, done, store.now()) for i in ("x", "y")))
     ready = {i: (await store.get_instance(WF, i)).ready_at for i in ("p1", "p2", "p3")}
-    if not WAKES_ON_FINISH[store_kind]:
-        assert ready == {"p1": now + 30, "p2": now + 31, "p3": now + 32}
-        return
     assert ready == {"p1": now + 1, "p2": now + 1, "p3": now + 32}
     # An instance of the listing workflow refused a slot parks on the limit: what it frees
     # leaves no room there, so it wakes nobody parked on it, itself least of all.
@@ -238,6 +228,31 @@ async def test_ends_in_one_batch_wake_as_many_parked_and_a_parking_instance_wake
     await store.finish(z.lease, Finish("waiting", wake_at=now + 40, parked_on="api"), now + 1)
     assert (await store.get_instance(LISTED, "z")).ready_at == now + 40
     assert (await store.get_instance(WF, "p3")).ready_at == now + 32
+
+
+async def test_a_finish_that_wakes_a_parked_instance_signals_that_it_is_runnable(
+    store: Store, open_store: OpenStore
+) -> None:
+    """Its workers learn at once, in this process and (on a store that pushes notifications) in
+    others: an ended top-level instance alone makes nothing runnable, so without the wake they
+    would not look until a poll."""
+    await define(store, Limit("api", concurrency=1), listed=True)
+    now = store.now()
+    parked = await running(store, "p1")
+    await store.finish(
+        parked["p1"].lease, Finish("waiting", wake_at=now + 30, parked_on="api"), now
+    )
+    listed = await running(store, "x", workflow=LISTED)
+    here: list[bool] = []
+    store.add_ready_listener(lambda: here.append(True))
+    elsewhere = asyncio.Event()
+    if store.pushes_notifications:
+        other = await open_store()
+        other.add_ready_listener(elsewhere.set)
+    await store.finish(listed["x"].lease, Finish("complete", output="1"), store.now())
+    assert here
+    if store.pushes_notifications:
+        await asyncio.wait_for(elsewhere.wait(), 10)
 
 
 async def test_an_unknown_limit_raises_lookup_error_naming_it(store: Store) -> None:

@@ -352,10 +352,10 @@ class Store(ScheduleStore, FlowStore):
         Raises ``LeaseLostError`` if the lease is no longer held. An instance that ends here
         (complete, errored, terminated) makes a parent waiting for it ready at once and counts
         in the parent's ``event_seq``. An instance that ends or suspends here frees its slot of
-        each named limit its workflow lists: a store may then make the instance parked on
-        that limit that would wake first ready now, as :meth:`release_limit` does (and call
-        the ready listeners). SQLite does; PostgreSQL does not yet, and such a step waits for
-        a release or its recheck.
+        each named limit with a concurrency that its workflow lists, but the one it parks on
+        now (``Finish.parked_on``): of the instances parked on each, the one that would wake
+        first is made ready now, as :meth:`release_limit` does (as many as a batch of finishes
+        freed; never one of the finished instances), and the ready listeners are called.
         """
 
     @abc.abstractmethod

@@ -360,7 +360,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
         done = await self._finishes.submit(finish_row(lease, finish, now))
         self._claims.became_ready()  # its lease expiry was a timer, its slot may be waited for
         self._notify_changed(done.workflow, done.instance_id)
-        if done.status == "waiting" or done.woke_parent:
+        if done.status == "waiting" or done.woke:
             self._notify_ready()
         return done.status
 

@@ -66,7 +66,9 @@ class Finished(NamedTuple):
     """The instance's new status."""
     workflow: str
     instance_id: str
-    woke_parent: bool
+    woke: bool
+    """Whether it made another instance runnable: a parent waiting for it, or one parked on a
+    named limit whose slot it freed."""
 
 
 def step_row(lease: Lease, write: StepWrite) -> StepRow:
@@ -185,7 +187,7 @@ class ActivationWrites:
 
     async def finish(self, rows: list[FinishRow]) -> list[Finished | BaseException]:
         """Finish each activation (its last step records first); a child that ends wakes its
-        parent."""
+        parent, and what stops running wakes instances parked on the named limits it frees."""
         params = {
             "rows": json_rows(
                 {key: value for key, value in row.items() if key != "steps"} | {"idx": n}
@@ -224,7 +226,7 @@ class ActivationWrites:
 
 
 def _finished_by_idx(rows: Sequence[Sequence[Any]]) -> dict[int, Finished]:
-    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke a parent)."""
+    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke another)."""
     return {row[0]: Finished(row[1], row[2], row[3], bool(row[4])) for row in rows}
 
 
