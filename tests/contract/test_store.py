@@ -62,9 +62,8 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     for index in ("instances_parked", "instances_dedup", "instances_started", "instances_ready"):
         raw(store_url, f"DROP INDEX {index}")
     raw(store_url, "DROP INDEX IF EXISTS instances_workflow_ready")  # SQLite's only
-    if store_kind == "sqlite":
-        raw(store_url, "DROP INDEX instances_key_parked")
-        raw(store_url, "ALTER TABLE instances DROP COLUMN held_ready_at")
+    raw(store_url, "DROP INDEX instances_key_parked")
+    raw(store_url, "ALTER TABLE instances DROP COLUMN held_ready_at")
     raw(store_url, "ALTER TABLE instances DROP COLUMN parked_on")
     raw(store_url, "DROP TABLE limit_slots")
     raw(store_url, "DROP TABLE limit_starts")

@@ -6,23 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from psycopg import sql
 
 from stepline import ManualClock
 from stepline.errors import DuplicateInstanceError
 from stepline.limits import Limit, WorkflowLimits
+from stepline.store._admission import RECHECK
 from stepline.store.base import Claim, Finish, NewInstance, WorkflowMeta
-from stepline.store.postgres import PostgresStore
+from stepline.store.postgres import PostgresStore, split_url
 from stepline.store.postgres.db import StoreConnection
-from stepline.store.postgres.limited import LimitedClaim
+from stepline.store.postgres.limited import _PARK_AFTER, FAR_CLAIMS, LimitedClaim
+from stepline.store.postgres.parking import ParkingStatements, bring_back_times
 
+from .._pg import connect, pg_admin_url
 from ..conftest import STORES
-from .test_postgres import fresh, schemas, url_for
+from .test_postgres import fresh, query, schemas, url_for
 
 __all__ = ["schemas"]  # the fixture, used by name
 
@@ -35,10 +40,14 @@ LEASE = 30.0
 
 
 @pytest.fixture
-async def stores(schemas: list[str]) -> AsyncIterator[list[PostgresStore]]:
+def clock() -> ManualClock:
+    return ManualClock(1000.0)
+
+
+@pytest.fixture
+async def stores(schemas: list[str], clock: ManualClock) -> AsyncIterator[list[PostgresStore]]:
     """Four opened stores on one fresh schema, sharing one manual clock."""
     url = url_for(fresh(schemas))
-    clock = ManualClock(1000.0)
     opened = [PostgresStore(url, clock, max_connections=4) for _ in range(4)]
     for store in opened:
         await store.open()
@@ -208,4 +217,177 @@ async def test_a_claim_goes_by_the_use_it_reads_under_the_locks_not_the_use_befo
     states = await store.limit_states("w", None)
     assert [(state.scope, state.running, state.concurrency) for state in states] == [
         ("workflow", 3, 3)
+    ]
+
+
+# -- a busy key's backlog set aside --------------------------------------------------------
+
+BEHIND = _PARK_AFTER + 200
+"""Instances of a busy key: more than a claim steps over before it sets them aside."""
+
+
+async def keyed_backlog(store: PostgresStore, clock: ManualClock, size: int) -> dict[str, Claim]:
+    """Workflow ``k`` (one instance per key at a time), ``size`` instances of key ``hot`` and
+    one of key ``cold``: claimed so that ``hot0`` runs and the rest of ``hot`` waits, set
+    aside if there are more than ``_PARK_AFTER`` of them."""
+    await store.register_workflows(
+        [WorkflowMeta("k", "K", None, WorkflowLimits(key_concurrency=1))]
+    )
+    await add_hot(store, 0, size)
+    clock.advance(1)
+    await store.create_instances(
+        "k", [NewInstance("cold", None, key="cold")], trigger="api", skip_existing=False
+    )
+    taken = {c.instance.id: c for c in await store.claim("me", ["k"], 5, LEASE, store.now())}
+    assert sorted(taken) == ["cold", "hot0"]
+    await claims_that_step_over(store, FAR_CLAIMS - 1)
+    return taken
+
+
+async def claims_that_step_over(store: PostgresStore, n: int) -> None:
+    """``n`` claims that take nothing: the last of ``FAR_CLAIMS`` claims in a row that step
+    over a long backlog sets it aside."""
+    for _ in range(n):
+        assert await store.claim("me", ["k"], 5, LEASE, store.now()) == []
+
+
+async def add_hot(store: PostgresStore, first: int, count: int) -> None:
+    """Create ``hot{first}`` and the ``count - 1`` after it, of key ``hot``."""
+    items = [NewInstance(f"hot{n}", None, key="hot") for n in range(first, first + count)]
+    for start in range(0, count, 500):
+        await store.create_instances(
+            "k", items[start : start + 500], trigger="api", skip_existing=False
+        )
+
+
+def set_aside(schema: str) -> dict[str, tuple[bool, bool]]:
+    """Each queued instance of ``k``: whether it is in the ready index (has a ``ready_at``) and
+    whether it is set aside (has a ``held_ready_at``)."""
+    rows = query(
+        sql.SQL(
+            "SELECT id, ready_at IS NOT NULL, held_ready_at IS NOT NULL FROM {}.instances"
+            " WHERE workflow = 'k' AND status = 'queued'"
+        ).format(sql.Identifier(schema))
+    )
+    return {instance_id: (ready, held) for instance_id, ready, held in rows}
+
+
+async def test_a_claim_sets_a_busy_keys_queued_instances_aside_and_an_end_brings_the_next_back(
+    stores: list[PostgresStore], clock: ManualClock
+) -> None:
+    """Out of the ready index, so that no later claim walks them; the key's end brings back its
+    next, in order."""
+    store = stores[0]
+    hot0 = (await keyed_backlog(store, clock, BEHIND))["hot0"]
+    schema = split_url(store.url)[1]
+    found = set_aside(schema)
+    assert {found[f"hot{n}"] for n in range(1, BEHIND)} == {(False, True)}
+    assert await store.claim("me", ["k"], 5, LEASE, store.now()) == []
+    await store.finish(hot0.lease, Finish("complete", output="1"), store.now())
+    (hot1,) = await stores[1].claim("other", ["k"], 5, LEASE, store.now())
+    assert hot1.instance.id == "hot1"
+    found = set_aside(schema)
+    assert {found[f"hot{n}"] for n in range(2, BEHIND)} == {(False, True)}
+
+
+async def test_a_claim_does_not_set_aside_behind_a_key_whose_last_instance_is_ending(
+    stores: list[PostgresStore], clock: ManualClock
+) -> None:
+    """A finish (its update and its bring-back) that commits while a claim sets a key's queue
+    aside: the claim holds the key's running instances locked while it checks the key is still
+    full, so either the finish waits and its bring-back sees what was set aside, or, as here,
+    the claim sees the key free and sets nothing aside. Without the lock the claim would set
+    the queue aside behind a key nothing runs any more, after the finish's bring-back: it would
+    wait for a recheck."""
+    store = stores[0]
+    hot0 = (await keyed_backlog(store, clock, 1))["hot0"]
+    await add_hot(store, 1, BEHIND)
+    await claims_that_step_over(stores[1], FAR_CLAIMS - 1)
+    schema = split_url(store.url)[1]
+    assert set(set_aside(schema).values()) == {(True, False)}
+    with connect(pg_admin_url()) as ending:  # a finish of hot0, not yet committed
+        ending.execute("BEGIN")
+        ending.execute(
+            sql.SQL(
+                "UPDATE {}.instances SET status = 'complete', lease_owner = NULL,"
+                " lease_expires_at = NULL, ready_at = NULL WHERE pk = %s"
+            ).format(sql.Identifier(schema)),
+            (hot0.lease.pk,),
+        )
+        fence = json.dumps([{"pk": hot0.lease.pk, "token": hot0.lease.token}])
+        back = {"fences": fence, **bring_back_times(store.now())}
+        ending.execute(ParkingStatements.for_schema(schema).bring_back_finished, back)
+        # It sees hot0 running: it takes nothing of hot, and steps over its whole queue, as the
+        # claims before it did.
+        claiming = asyncio.create_task(stores[1].claim("other", ["k"], 5, LEASE, store.now()))
+        await until_waiting_for_a_lock(ending)
+        ending.execute("COMMIT")
+        assert await claiming == []
+    assert set(set_aside(schema).values()) == {(True, False)}
+    taken = await store.claim("me", ["k"], 5, LEASE, store.now())
+    assert [c.instance.id for c in taken] == ["hot1"]
+
+
+async def until_waiting_for_a_lock(holder: Any) -> None:
+    """Until another backend waits for a lock held by ``holder``'s transaction (for at most
+    two seconds: a claim that takes no lock goes on, and what it wrote tells)."""
+    pid = holder.info.backend_pid
+    for _ in range(200):
+        waiting = query(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)
+        )
+        if waiting[0][0]:
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_an_instance_brought_back_is_due_above_every_claims_floor(
+    stores: list[PostgresStore], clock: ManualClock
+) -> None:
+    """A claim reads from a floor below which it saw nothing live: an instance brought back
+    from far back in its key's line is due from no earlier than just before the bring-back, so
+    another process's claim, reading from its floor, takes it at once."""
+    store, other = stores[0], stores[1]
+    running = await keyed_backlog(store, clock, BEHIND)
+    hot0 = running["hot0"]
+    clock.advance(20)
+    for _ in range(3):  # the other store's claims, a few seconds apart, move its floor up
+        clock.advance(3)
+        assert len(await store.renew([c.lease for c in running.values()], LEASE, store.now())) == 2
+        await other.create_instances(
+            "k",
+            [NewInstance(f"c{store.now()}", None, key=f"c{store.now()}")],
+            trigger="api",
+            skip_existing=False,
+        )
+        (passing,) = await other.claim("other", ["k"], 5, LEASE, store.now())
+        await other.finish(passing.lease, Finish("complete", output="1"), store.now())
+    await store.finish(hot0.lease, Finish("complete", output="1"), store.now())
+    (hot1,) = await other.claim("other", ["k"], 5, LEASE, store.now())
+    assert hot1.instance.id == "hot1"
+
+
+async def test_a_key_left_idle_without_a_bring_back_gets_its_next_back_within_a_recheck(
+    stores: list[PostgresStore], clock: ManualClock
+) -> None:
+    """What no write brought back (here: a finish whose bring-back was lost with its
+    connection) a claim brings back once ``RECHECK`` seconds have passed since its last look."""
+    store = stores[0]
+    running = await keyed_backlog(store, clock, BEHIND)
+    await store.finish(running["cold"].lease, Finish("complete", output="1"), store.now())
+    schema = split_url(store.url)[1]
+    with connect(pg_admin_url()) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {}.instances SET status = 'complete', lease_owner = NULL,"
+                " lease_expires_at = NULL, ready_at = NULL WHERE pk = %s"
+            ).format(sql.Identifier(schema)),
+            (running["hot0"].lease.pk,),
+        )
+    assert await store.claim("me", ["k"], 5, LEASE, store.now()) == []
+    clock.advance(RECHECK - 1)
+    assert await store.claim("me", ["k"], 5, LEASE, store.now()) == []
+    clock.advance(1)
+    assert [c.instance.id for c in await store.claim("me", ["k"], 5, LEASE, store.now())] == [
+        "hot1"
     ]

@@ -15,6 +15,18 @@ from .._json import loads
 from ..limits import Limit, Rate, WorkflowLimits
 from ..records import LimitState
 
+RECHECK = 60.0
+"""How often, at most, a store that sets a busy key's queued instances aside looks for keys
+freed without a write that brought back their first in line (SQLite: a recheck time on each
+key's first in line, on multiples of it, so that those of many keys come due in one claim;
+PostgreSQL: a look at every key with instances set aside)."""
+
+
+def recheck_time(now: float) -> float:
+    """When instances set aside at ``now`` are read again though nothing brought them back:
+    the second multiple of :data:`RECHECK` after ``now``."""
+    return (math.floor(now / RECHECK) + 2) * RECHECK
+
 
 @dataclass(frozen=True)
 class Rules:
@@ -31,6 +43,13 @@ class Rules:
         """Whether ``workflow`` limits how many instances of one key run at once."""
         found = self.workflows.get(workflow)
         return found is not None and found.key_concurrency is not None
+
+    def key_limit(self, workflow: str) -> int:
+        """The ``key_concurrency`` of ``workflow``, a workflow limited per key."""
+        limit = self.workflows[workflow].key_concurrency
+        if limit is None:
+            raise ValueError(f"workflow {workflow!r} has no key_concurrency")
+        return limit
 
 
 def rules_from_rows(

@@ -4,6 +4,7 @@ from (its floor), and the earliest timer an empty claim read on the way."""
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import psycopg
 
 from ..._json import loads
 from ...records import LimitState, PendingEvent
-from .._admission import Rules, limit_states
+from .._admission import RECHECK, Rules, limit_states
 from .._hint import TimerHint
 from .._rows import (
     INSTANCE_COLUMNS,
@@ -26,10 +27,11 @@ from .._rows import (
 )
 from ..base import Claim, History, Lease
 from ..types import new_lease_token
-from .claim_sql import ClaimStatements
+from .claim_sql import FLOOR_MARGIN, ClaimStatements
 from .db import Conn, Database
-from .limited import READ_ONLY, Leased, LimitedClaim, read_rules, read_usage
+from .limited import FAR_CLAIMS, READ_ONLY, Leased, LimitedClaim, read_rules, read_usage
 from .limited import next_wakeup as limited_wakeup
+from .parking import ParkingStatements
 from .sql import CLAIM_IN_ORDER, NO_JIT, Statements
 
 # The columns of a ``claim`` (and ``claimed_by``) row after the instance's own.
@@ -47,9 +49,6 @@ _STEP_TIMES = tuple(
 )
 """The positions of a step's times in ``STEP_COLUMNS``."""
 
-_FLOOR_MARGIN = 2.0
-"""Seconds below the earliest timer (or the claim's time) that the next claim reads from: room for
-a write whose time was taken a little before it committed, and for other processes' clocks."""
 _FLOOR_RECHECK = 10.0
 """Seconds between claims that read the ready_at index from its low end, for any straggler below
 the floor (a write that took longer than the margin to commit)."""
@@ -97,6 +96,12 @@ class Claimer:
         self._db = db
         self._statements = sql
         self._sql = ClaimStatements.for_schema(schema)
+        self._parking = ParkingStatements.for_schema(schema)
+        self._swept_at = -math.inf
+        """When a claim of this store last brought back every idle key's first in line."""
+        self._walked_far: dict[tuple[str, ...], int] = {}
+        """How many of the last claims of these workflows in a row stepped over many due
+        instances (``limited.FAR_CLAIMS``)."""
         self._lock_prefix = f"stepline:{schema}:"
         self._floors: dict[tuple[str, ...], _ClaimFloor] = {}
         self._limited: dict[tuple[str, ...], bool] = {}
@@ -175,7 +180,21 @@ class Claimer:
                     if rows:
                         return rows, {}, True, False
                 if limited:
-                    leased = await LimitedClaim(sql, params, self._rules).run(conn, caps)
+                    sweep = params["now"] >= self._swept_at + RECHECK
+                    walked = tuple(params["workflows"])
+                    far = self._walked_far.get(walked, 0)
+                    claim = LimitedClaim(
+                        sql,
+                        self._parking,
+                        params,
+                        self._rules,
+                        sweep=sweep,
+                        may_park=far >= FAR_CLAIMS - 1,
+                    )
+                    leased = await claim.run(conn, caps)
+                    if sweep:
+                        self._swept_at = params["now"]
+                    self._walked_far[walked] = far + 1 if claim.walked_far else 0
                     self._rules = leased.rules
                     return _limited_rows(leased)
                 # One round trip: BEGIN, the planner settings (local to the transaction, so a
@@ -247,7 +266,7 @@ class Claimer:
             if not firsts:
                 return
             earliest = firsts[0]
-        self._floors[key] = _ClaimFloor(earliest - _FLOOR_MARGIN, now, rechecked)
+        self._floors[key] = _ClaimFloor(earliest - FLOOR_MARGIN, now, rechecked)
 
     async def next_wakeup(self, workflows: Sequence[str], now: float) -> float | None:
         """:meth:`~stepline.store.base.Store.next_wakeup`."""

@@ -20,6 +20,11 @@ from dataclasses import dataclass, fields
 from .sql import render
 
 _FLOOR = "COALESCE(%(floor)s::float8, '-infinity')"
+FLOOR_MARGIN = 2.0
+"""Seconds below the earliest timer (or the claim's time) that the next claim reads from: room for
+a write whose time was taken a little before it committed, and for other processes' clocks. A
+write that makes an instance due at an earlier time makes it due at ``now - FLOOR_MARGIN`` at
+the earliest, so that no floor hides it."""
 
 # The priorities in use among rows with ``ready_at >= {bound}``, 0 always included.
 _LEVELS = """
@@ -68,7 +73,7 @@ _NEXT_READY = _EARLIEST.replace("{since}", ">= {floor}")
 _LEASE_SET = """
     SET lease_owner = %(owner)s, lease_token = %(token)s, lease_nonce = %(nonce)s,
         lease_expires_at = %(expires)s, ready_at = %(expires)s, updated_at = %(now)s,
-        parked_on = NULL,
+        parked_on = NULL, held_ready_at = NULL,
         status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,
         started_at = COALESCE(started_at, %(now)s)
 """
@@ -202,9 +207,13 @@ _DUE = """
         {lock}
 """
 
-# In claim order through the ready index, which holds every workflow's rows together.
+# In claim order through the ready index, which holds every workflow's rows together. (The
+# workflow is compared as an expression, which no index has: with statistics that lag behind a
+# table filled since its last ANALYZE, the planner would otherwise read every row of the
+# workflows through ``instances_status`` and sort them, at every claim.)
 _DUE_IN_ORDER = _DUE.replace(
-    "{which}", "cardinality(%(active)s::text[]) > 0 AND workflow = ANY(%(active)s::text[])"
+    "{which}",
+    "cardinality(%(active)s::text[]) > 0 AND (workflow || '') = ANY(%(active)s::text[])",
 )
 
 # Each active workflow's through ``instances_workflow_ready``, merged: for a claim some of whose
@@ -265,6 +274,13 @@ _TEMPLATES = {
     ),
     "probe": _CANDIDATES.replace("{due}", _DUE_IN_ORDER).replace("{lock}", ""),
     "probe_each": _CANDIDATES.replace("{due}", _DUE_EACH).replace("{lock}", ""),
+    # The rows this transaction has fetched so far through the indexes of instances: what a
+    # read of due instances fetched, less what it returned, is what it stepped over (``limited``;
+    # through whichever index the planner chose).
+    "walked": """
+        SELECT COALESCE(sum(pg_stat_get_xact_tuples_fetched(indexrelid)), 0)::bigint
+        FROM pg_index WHERE indrelid = '{s}.instances'::regclass
+    """,
     "timers": _TIMERS,
     "lease": _LEASE,
     # The histories of the instances a claim just leased, read by the next statement of the
@@ -332,6 +348,7 @@ class ClaimStatements:
     candidates_each: str
     probe: str
     probe_each: str
+    walked: str
     timers: str
     lease: str
     claimed_histories: str

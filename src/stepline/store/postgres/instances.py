@@ -4,6 +4,7 @@ existing instances lock the rows they change ``FOR UPDATE`` (see the lock protoc
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from .._rows import INTERRUPTED, control_assignments, control_transition, instan
 from ..base import ControlAction, NewInstance
 from .db import Conn, Database
 from .notes import Notes
+from .parking import ParkingStatements, bring_back_times
 from .sql import Statements, control_update, json_rows
 
 _INTERRUPTED = dumps(INTERRUPTED, what="error")
@@ -44,6 +46,10 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
     )
 
 
+_RUNNING = ("running", "waitingForPause")
+"""The statuses of an instance that holds a slot of its key while its lease lives."""
+
+
 class InstanceWrites:
     """One store's creates, control actions, events, deletes and purges."""
 
@@ -52,6 +58,7 @@ class InstanceWrites:
         self._sql = sql
         self._schema = schema
         self._notes = notes
+        self._parking = ParkingStatements.for_schema(schema)
 
     async def create(
         self,
@@ -166,12 +173,12 @@ class InstanceWrites:
         now: float,
     ) -> tuple[InstanceRecord, bool]:
         """:meth:`~stepline.store.base.Store.control`: the instance afterwards, and whether it
-        woke a parent."""
+        made another runnable: its parent (it ended a child), or the next in line of its key."""
         q = self._sql
-        woke_parent = False
+        woke_parent = freed = False
 
         async def body(conn: Conn) -> InstanceRecord:
-            nonlocal woke_parent
+            nonlocal woke_parent, freed
             pk, status, owner = await self._lock(conn, workflow, instance_id)
             if action == "restart":
                 cur = await conn.execute(q.dedup_holder_of, (pk,))
@@ -188,6 +195,10 @@ class InstanceWrites:
                     await conn.execute(
                         q.interrupt_running_steps, {"pk": pk, "now": now, "error": _INTERRUPTED}
                     )
+                    if status in _RUNNING:  # it ran: the next in line of its key may now
+                        back = {"pks": [pk], **bring_back_times(now)}
+                        cur = await conn.execute(self._parking.bring_back_of, back)
+                        freed = bool((await cur.fetchone() or (0,))[0])
                 if change.get("end"):  # a child ended: wake a parent waiting for it
                     cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
                     woke_parent = woke_parent or bool(await cur.fetchall())
@@ -200,7 +211,7 @@ class InstanceWrites:
             return instance_from_row(row)
 
         record = await self._db.transaction(f"{action} of instance {instance_id!r}", body)
-        return record, woke_parent
+        return record, woke_parent or freed
 
     async def _lock(
         self, conn: Conn, workflow: str, instance_id: str
@@ -254,14 +265,15 @@ class InstanceWrites:
 
         await self._db.transaction(f"sending an event to instance {instance_id!r}", body)
 
-    async def delete(self, workflow: str, ids: list[str], finished_only: bool) -> int:
+    async def delete(self, workflow: str, ids: list[str], finished_only: bool, now: float) -> int:
         """:meth:`~stepline.store.base.Store.delete_instances`."""
         q = self._sql
 
         async def body(conn: Conn) -> int:
             cur = await conn.execute(q.lock_instances_by_id, (workflow, ids))
             # The rows stay locked until the delete commits: no status changes meanwhile.
-            statuses = {row[0]: row[1] for row in await cur.fetchall()}
+            locked = await cur.fetchall()
+            statuses = {row[0]: row[1] for row in locked}
             if finished_only:
                 for instance_id in ids:
                     status = statuses.get(instance_id)
@@ -269,6 +281,12 @@ class InstanceWrites:
                         raise IllegalStateError(workflow, instance_id, status, "delete")
             cur = await conn.execute(q.delete_instances, (workflow, ids))
             row = await cur.fetchone()
+            # A running instance deleted frees a slot of its key: its next in line may run.
+            freed = Counter(key for _id, status, key in locked if key and status in _RUNNING)
+            if freed:
+                keys = [{"workflow": workflow, "key": key, "n": n} for key, n in freed.items()]
+                back = {"keys": json_rows(keys), **bring_back_times(now)}
+                await conn.execute(self._parking.bring_back, back)
             return int(row[0]) if row else 0
 
         return await self._db.transaction(f"deleting instances of {workflow!r}", body)

@@ -16,16 +16,22 @@ claim runs in one transaction, in three round trips however many instances it ta
    here, and the use read in 1 only chooses what the read of due instances leaves out, so
    that the locks are held for two round trips, not three;
 3. the leases of those :class:`~stepline.store._admission.Admission` admits, the pauses
-   pending, the histories, COMMIT.
+   pending, the busy keys' queues to set aside (``parking``), the histories, COMMIT.
 
 A read of due instances is followed by another past it (at most ``_PASSES`` in all) when it
 came back short having left out something the use under the locks lets run (a slot freed
 between 1 and 2), or when admission turned some down: what the claim took may have filled a
 key or a limit its SQL did not yet leave out.
+
+Each read of due instances is bracketed by reads of this transaction's index statistics: what
+it fetched less what it returned is what it stepped over. After ``FAR_CLAIMS`` claims in a row
+that stepped over more than ``_PARK_AFTER``, the claim sets aside the due queued instances of
+the full keys it left out, so that the next claims do not read them again.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +39,8 @@ from typing import Any
 from .._admission import Admission, Rules, Usage, UsagePlan, rules_from_rows
 from .claim_sql import ClaimStatements
 from .db import Conn
-from .sql import CLAIM_IN_ORDER, NO_JIT
+from .parking import ParkingStatements, bring_back_times
+from .sql import CLAIM_IN_ORDER, NO_JIT, json_rows
 
 READ_ONLY = ("BEGIN", CLAIM_IN_ORDER, NO_JIT)
 """What a read of the limits' use sends first: a transaction (its statements then see one
@@ -41,6 +48,12 @@ another's effects) whose estimates, inflated by the JSON functions, do not compi
 whose reads of timers take the first entry of an index range, as the claim's do."""
 _PASSES = 3
 """Reads of due instances a claim makes at most (see the module's docstring)."""
+_PARK_AFTER = 1000
+"""How many due instances a read may step over before the claim sets aside the queues of the
+full keys it left out (``parking``), if the claims before it did too (``FAR_CLAIMS``)."""
+FAR_CLAIMS = 3
+"""How many claims in a row of one set of workflows must step over more than ``_PARK_AFTER``
+due instances before the last sets aside the queues of the full keys."""
 _PK, _STATUS, _READY, _PRIORITY, _WORKFLOW, _KEY, _STARTING = range(7)
 """The columns of a ``candidates`` row."""
 _KEY_SEP = chr(31)
@@ -173,14 +186,70 @@ def lock_keys(rules: Rules, workflows: Sequence[str]) -> list[str]:
 class LimitedClaim:
     """One claim under the limits, on a connection (see the module's docstring)."""
 
-    def __init__(self, sql: ClaimStatements, params: dict[str, Any], known: Rules | None) -> None:
+    def __init__(
+        self,
+        sql: ClaimStatements,
+        parking: ParkingStatements,
+        params: dict[str, Any],
+        known: Rules | None,
+        *,
+        sweep: bool = False,
+        may_park: bool = False,
+    ) -> None:
         self._sql = sql
+        self._parking = parking
         self._params = params
         """The claim's parameters (``Claimer.claim``): now, floor, workflows, limit, owner,
         nonce, token, expires, caps (JSON), lock_prefix."""
         self._known = known
         """The rules the last claim read, if any: the use of their scopes is read with the
         rules, to choose what the read under the locks leaves out."""
+        self._sweep = sweep
+        """Whether to bring back the first in line of every key set aside that runs nothing
+        (``parking``'s ``bring_back_idle``)."""
+        self._may_park = may_park
+        """Whether the claims before it stepped over many due instances too: a claim then sets
+        aside what it steps over behind full keys. (One long read alone may have stepped over
+        rows that other claims held locked a moment.)"""
+        self.walked_far = False
+        """Whether a read of due instances stepped over more than ``_PARK_AFTER`` of them."""
+        self._to_park: set[str] = set()
+        """The full keys (``full_keys`` entries) a read stepped over many due instances of."""
+
+    async def _read(self, conn: Conn, read: dict[str, Any]) -> Any:
+        """Send a read of due instances inside the caller's pipeline, between two reads of the
+        index entries walked so far; :meth:`_rows` once it is synced."""
+        before = await conn.execute(self._sql.walked)
+        rows = await conn.execute(_due(self._sql, read), read)
+        after = await conn.execute(self._sql.walked)
+        return read, before, rows, after
+
+    async def _rows(self, sent: Any) -> list[Any]:
+        """The rows of a read :meth:`_read` sent. When it stepped over more than
+        ``_PARK_AFTER`` due instances that it left out, as the claims before did, the full keys
+        it left out are to be set aside (what it stepped over may be held back otherwise too:
+        setting aside whatever part is behind busy keys costs little, and once)."""
+        read, before, cur, after = sent
+        rows: list[Any] = await cur.fetchall()
+        (start,), (end,) = await before.fetchone(), await after.fetchone()
+        if (end or 0) - (start or 0) - len(rows) > _PARK_AFTER:
+            self.walked_far = True
+            if self._may_park:
+                self._to_park.update(read["full_keys"])
+        return rows
+
+    async def _send_parking(self, conn: Conn, rules: Rules) -> None:
+        """Set aside, inside the caller's pipeline, the due queued instances of the keys
+        :meth:`_rows` chose."""
+        if not self._to_park:
+            return
+        keys = []
+        for entry in sorted(self._to_park):
+            workflow, key = entry.split(_KEY_SEP, 1)
+            keys.append({"workflow": workflow, "key": key, "cap": rules.key_limit(workflow)})
+        self._to_park = set()
+        now: float = self._params["now"]
+        await conn.execute(self._parking.park, {"keys": json_rows(keys), "now": now})
 
     async def run(self, conn: Conn, caps: Mapping[str, int]) -> Leased:
         """Claim (a failure leaves the transaction open or aborted: the pool rolls it back)."""
@@ -191,17 +260,30 @@ class LimitedClaim:
         read = {**params, **expected, "seen": []}
         plan = UsagePlan.of(rules, workflows)
         locks = {"lock_prefix": params["lock_prefix"], "locks": lock_keys(rules, workflows)}
+        keyed = [name for name in workflows if rules.keyed(name)]
         async with conn.pipeline():
             await conn.execute(sql.lock_limits, locks)
+            if keyed:
+                # Before this claim reads them, from its floor: in ready order with the
+                # instances whose lease expired, as though never set aside.
+                floor = params["floor"]
+                back = {"keyed": keyed, "now": now, "since": -math.inf if floor is None else floor}
+                await conn.execute(self._parking.bring_back_expired, back)
+                if self._sweep:
+                    await conn.execute(self._parking.bring_back_idle, back)
             sent = await send_usage(conn, sql, plan, now, exact=False)
-            candidates = await conn.execute(_due(sql, read), read)
+            candidates = await self._read(conn, read)
             timed = await conn.execute(sql.timers, read)
         admission = Admission(rules, await sent.usage(rules), caps)
-        first = (await candidates.fetchall(), await timed.fetchone())
+        first = (await self._rows(candidates), await timed.fetchone())
         picked, pauses, timers = await self._pick(conn, admission, read, first)
         lease = {**params, "pks": [row[_PK] for row in picked], "pauses": pauses}
         async with conn.pipeline():
             leasing = await conn.execute(sql.lease, lease) if picked or pauses else None
+            await self._send_parking(conn, rules)  # after the leases: they may fill a key
+            if pauses:  # they ran: their keys' next in line may now
+                back = {"pks": pauses, **bring_back_times(now)}
+                await conn.execute(self._parking.bring_back_of, back)
             reading = await conn.execute(sql.claimed_histories, params) if picked else None
             await conn.execute("COMMIT")
         leased = [tuple(row) for row in await leasing.fetchall()] if leasing else []
@@ -247,7 +329,7 @@ class LimitedClaim:
         """The due instances admitted, in claim order, the pauses pending read, and the timers,
         from the ``first`` read (its rows and timers, made with ``read``) and any more reads
         that the use under the locks calls for."""
-        sql, params = self._sql, self._params
+        params = self._params
         limit: int = params["limit"]
         workflows: list[str] = params["workflows"]
         picked: list[tuple[Any, ...]] = []
@@ -263,7 +345,9 @@ class LimitedClaim:
         for attempt in range(_PASSES):
             if attempt:
                 read = {**params, **held, "seen": seen, "limit": limit - len(picked)}
-                rows = await (await conn.execute(_due(sql, read), read)).fetchall()
+                async with conn.pipeline():
+                    sent = await self._read(conn, read)
+                rows = await self._rows(sent)
             refused = 0
             due = 0  # the rows read within the limit: all but the pauses pending
             for row in rows:

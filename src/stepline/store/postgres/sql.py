@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from psycopg import sql
 
-from .._rows import INSTANCE_COLUMNS, STEP_COLUMNS
+from .._rows import STEP_COLUMNS, InstanceRow
 
 # A step write: insert, or replace the step's earlier record (a retried or re-run step).
 _STEP_UPSERT = """
@@ -79,12 +79,29 @@ _RECORD_STEPS = (
 """
 )
 
+INSTANCE_COLUMNS = ", ".join(
+    "COALESCE(held_ready_at, ready_at) AS ready_at" if name == "ready_at" else name
+    for name in InstanceRow._fields
+)
+"""The ``InstanceRow`` columns as records show them: an instance set aside behind its busy key
+(``claim_sql``'s ``park``) shows its place in line, a time that has come, as its ``ready_at``,
+not its recheck time."""
+
 _TEMPLATES: dict[str, str] = {
     # -- workflows -------------------------------------------------------------------------------
     # The named limits and the workflows (with their limits) in one statement; a row's
-    # updated_at moves only when something of it changed.
+    # updated_at moves only when something of it changed. A workflow whose limits changed gets
+    # back every instance set aside behind a busy key: the key limit may have been raised (due
+    # from ``margin`` before now at the earliest, as ``parking`` brings them back).
     "register_workflows": """
-        WITH named AS (
+        WITH unparked AS (
+            UPDATE {s}.instances i
+            SET ready_at = GREATEST(held_ready_at, %(now)s::float8 - %(margin)s::float8),
+                held_ready_at = NULL
+            FROM {s}.workflows w JOIN unnest(%(names)s::text[], %(limits)s::text[]) AS t(n, l)
+                ON w.name = t.n AND w.limits IS DISTINCT FROM t.l
+            WHERE i.workflow = w.name AND i.held_ready_at IS NOT NULL
+        ), named AS (
             INSERT INTO {s}.limits AS l (name, concurrency, rate_count, rate_period, updated_at)
             SELECT n, c, rc, rp, %(now)s FROM unnest(%(limit_names)s::text[],
                 %(limit_concurrency)s::int[], %(rate_counts)s::int[],
@@ -196,7 +213,8 @@ _TEMPLATES: dict[str, str] = {
     """,
     "restart": """
         UPDATE {s}.instances SET status = 'queued', output = NULL, error = NULL, rollback = NULL,
-            control = NULL, ready_at = %(now)s, lease_token = lease_token + 1, lease_owner = NULL,
+            control = NULL, ready_at = %(now)s, held_ready_at = NULL,
+            lease_token = lease_token + 1, lease_owner = NULL,
             lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = %(now)s
         WHERE pk = %(pk)s
     """,
@@ -217,7 +235,7 @@ _TEMPLATES: dict[str, str] = {
     # rows committed (a step write or an event sent while it waited would otherwise be missed
     # by its older snapshot and left behind).
     "lock_instances_by_id": """
-        SELECT id, status FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[])
+        SELECT id, status, key FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[])
         ORDER BY pk FOR UPDATE
     """,
     "events_of_instance": """
@@ -338,7 +356,7 @@ _TEMPLATES: dict[str, str] = {
                 parked_on = f.parked_on
             FROM f JOIN held ON h_idx = f.idx
             WHERE i.pk = f.pk AND i.pk = ANY(ARRAY(SELECT pk FROM f))
-            RETURNING f.idx, i.status, i.workflow, i.id, i.parent
+            RETURNING f.idx, i.status, i.workflow, i.id, i.parent, i.key
         ), woke AS (
             UPDATE {s}.instances p SET event_seq = p.event_seq + 1,
                 ready_at = CASE WHEN p.status = 'waiting' THEN k.k_now ELSE p.ready_at END
@@ -381,7 +399,7 @@ _TEMPLATES: dict[str, str] = {
         SELECT idx, status, workflow, id,
             parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated')
                 OR EXISTS (SELECT 1 FROM unparked),
-            (SELECT count(*) FROM notes), (SELECT count(*) FROM unparked_note)
+            key IS NOT NULL, (SELECT count(*) FROM notes), (SELECT count(*) FROM unparked_note)
         FROM u
     """,
     "wake_parent_of": """
@@ -553,7 +571,7 @@ def control_update(schema: str, assignments: str) -> str:
     """The update of a control action: ``assignments`` (a ``SET`` clause from
     :func:`~stepline.store._rows.control_assignments`), then the pk."""
     return (
-        sql.SQL("UPDATE {}.instances SET {} WHERE pk = %s")
+        sql.SQL("UPDATE {}.instances SET {}, held_ready_at = NULL WHERE pk = %s")
         .format(sql.Identifier(schema), sql.SQL(assignments))
         .as_string()
     )

@@ -40,6 +40,7 @@ from ..base import (
 from ..migrations import load_migrations
 from . import sql
 from .claim import Claimer
+from .claim_sql import FLOOR_MARGIN
 from .clock import ServerClock
 from .db import Database
 from .flow import FlowOperations
@@ -47,6 +48,7 @@ from .instances import InstanceWrites, Leased
 from .listen import Listener
 from .migrate import migrate
 from .notes import Notes
+from .parking import ParkingStatements
 from .schedules import ScheduleOperations, ScheduleWrites
 from .slots import Slots
 from .sql import Statements
@@ -99,7 +101,9 @@ class PostgresStore(ScheduleOperations, FlowOperations):
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
         self._workers = WorkerRegistry(self._db, self._sql)
         self._schedules = ScheduleWrites(self._db, self.schema, self._instances)
-        self._writes = ActivationWrites(self._db, self._sql, self._notes)
+        self._writes = ActivationWrites(
+            self._db, self._sql, ParkingStatements.for_schema(self.schema), self._notes
+        )
         self._slots = Slots(self._db, self.schema, self._notes)
         self._step_writes: Batcher[StepRow, str] = Batcher(
             self._writes.record_steps,
@@ -187,6 +191,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
             return
         params = {
             "now": self.now(),
+            "margin": FLOOR_MARGIN,
             "names": list(latest),
             "classes": [m.class_name for m in latest.values()],
             "definitions": [
@@ -295,11 +300,11 @@ class PostgresStore(ScheduleOperations, FlowOperations):
         rollback: bool = False,
         from_step: tuple[str, int] | None = None,
     ) -> InstanceRecord:
-        record, woke_parent = await self._instances.control(
+        record, woke = await self._instances.control(
             workflow, instance_id, action, rollback, from_step, self.now()
         )
         self._notify_changed(workflow, instance_id)
-        if record.ready_at is not None or woke_parent:
+        if record.ready_at is not None or woke:
             self._notify_ready()
         return record
 
@@ -327,7 +332,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
     async def delete_instances(
         self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
     ) -> int:
-        return await self._instances.delete(workflow, list(instance_ids), finished_only)
+        return await self._instances.delete(workflow, list(instance_ids), finished_only, self.now())
 
     async def purge_instances(
         self, workflow: str | None, statuses: Sequence[str], older_than: float

@@ -15,6 +15,7 @@ from ...errors import LeaseLostError
 from ..base import Finish, Lease, StepWrite
 from .db import Conn, Database
 from .notes import Notes
+from .parking import ParkingStatements, bring_back_times
 from .sql import Statements, indexed_rows, json_rows
 
 
@@ -117,10 +118,16 @@ class ActivationWrites:
     """The statements of step records and finishes (each run for a batch of rows), renewals and
     releases."""
 
-    def __init__(self, db: Database, sql: Statements, notes: Notes) -> None:
+    def __init__(
+        self, db: Database, sql: Statements, parking: ParkingStatements, notes: Notes
+    ) -> None:
         self._db = db
         self._sql = sql
+        self._parking = parking
         self._notes = notes
+        self._keyed_finishes = False
+        """Whether the last batch of finishes had instances with a key: the next sends its
+        bring-back with it, not after its reply (another round trip)."""
 
     async def record_steps(self, rows: list[StepRow]) -> list[str | BaseException]:
         """Record each step; the result is its instance's status, or LeaseLostError."""
@@ -183,7 +190,20 @@ class ActivationWrites:
             "channel": self._notes.channel,
             "note": self._notes.note(),
         }
-        await self._db.execute(f"releasing instance {lease.pk}", self._sql.release, params)
+        # Runnable again from now, behind the next in line of its key, who came earlier (a
+        # statement after the release: see ``parking``).
+        fence = json_rows([{"pk": lease.pk, "token": lease.token}])
+        back = {"fences": fence, **bring_back_times(now)}
+
+        async def attempt(conn: Conn) -> None:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                released = conn.cursor()
+                await released.execute(self._sql.release, params)
+                await conn.execute(self._parking.bring_back_finished, back)
+                await conn.execute("COMMIT")
+
+        await self._db.retrying(f"releasing instance {lease.pk}", attempt)
 
     async def finish(self, rows: list[FinishRow]) -> list[Finished | BaseException]:
         """Finish each activation (its last step records first); a child that ends wakes its
@@ -202,14 +222,27 @@ class ActivationWrites:
         fences = (
             json_rows({"idx": n, "pk": r["pk"], "token": r["token"]} for n, r in enumerate(rows)),
         )
+        # What stopped running brings back the next in line of its key: after the finish has
+        # committed (see ``parking``), for a batch with instances that have a key.
+        back = {"fences": fences[0], **bring_back_times(max(row["fnow"] for row in rows))}
         faulted = False
 
         async def attempt(conn: Conn) -> dict[int, Finished]:
             nonlocal faulted
             try:
                 cur = conn.kept_cursor()
-                await cur.execute(self._sql.finish, params)
-                done = _finished_by_idx(await cur.fetchall())
+                sent_back = self._keyed_finishes and not faulted
+                if sent_back:  # two transactions, one round trip
+                    async with conn.pipeline():
+                        await cur.execute(self._sql.finish, params)
+                        await conn.execute(self._parking.bring_back_finished, back)
+                else:
+                    await cur.execute(self._sql.finish, params)
+                found = await cur.fetchall()
+                self._keyed_finishes = any(row[5] for row in found)
+                if not sent_back and (faulted or self._keyed_finishes):
+                    await conn.execute(self._parking.bring_back_finished, back)
+                done = _finished_by_idx(found)
                 if faulted and len(done) < len(rows):
                     # An attempt whose reply was lost may have committed: its instances are
                     # released under the same token.
@@ -226,7 +259,7 @@ class ActivationWrites:
 
 
 def _finished_by_idx(rows: Sequence[Sequence[Any]]) -> dict[int, Finished]:
-    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke another)."""
+    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke another, ...)."""
     return {row[0]: Finished(row[1], row[2], row[3], bool(row[4])) for row in rows}
 
 

@@ -41,6 +41,7 @@ from .._admission import (
     Rules,
     Usage,
     UsagePlan,
+    recheck_time,
     reopen_time,
     rules_from_rows,
 )
@@ -57,11 +58,6 @@ _READY = N_INSTANCE_COLUMNS + 3
 """The due row's own ``ready_at`` (:func:`sql.claim_due`), then whether it would start."""
 _STARTING = N_INSTANCE_COLUMNS + 4
 _QUEUED = N_INSTANCE_COLUMNS + 5
-RECHECK = 60.0
-"""How often, at most, the first in line behind a busy key is read again though nothing
-brought it back: what covers a slot of the key freed without a write that brings back the next
-in line. Rechecks fall on multiples of it, so that the first in line of many keys are read
-again in one claim, not at a stream of times that would keep waking the workers."""
 _MAX_KEYS = 400
 """Full keys a read leaves out in its SQL at most; the claim skips any others itself."""
 
@@ -233,12 +229,6 @@ def pick(
     if admission is not None:
         picked.held_by_rate, picked.filled_rate = admission.held_by_rate, admission.filled_rate
     return picked
-
-
-def recheck_time(now: float) -> float:
-    """When instances set aside at ``now`` are read again though nothing brought them back:
-    the second multiple of :data:`RECHECK` after ``now``."""
-    return (math.floor(now / RECHECK) + 2) * RECHECK
 
 
 def park(c: sqlite3.Connection, picked: Picked, now: float) -> None:
