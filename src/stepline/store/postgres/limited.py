@@ -217,11 +217,13 @@ class LimitedClaim:
         """The full keys (``full_keys`` entries) a read stepped over many due instances of."""
 
     async def _read(self, conn: Conn, read: dict[str, Any]) -> Any:
-        """Send a read of due instances inside the caller's pipeline, between two reads of the
-        index entries walked so far; :meth:`_rows` once it is synced."""
-        before = await conn.execute(self._sql.walked)
+        """Send a read of due instances inside the caller's pipeline, if it leaves out full
+        keys between two reads of the index entries walked so far; :meth:`_rows` once it is
+        synced."""
+        measured = bool(read["full_keys"])
+        before = await conn.execute(self._sql.walked) if measured else None
         rows = await conn.execute(_due(self._sql, read), read)
-        after = await conn.execute(self._sql.walked)
+        after = await conn.execute(self._sql.walked) if measured else None
         return read, before, rows, after
 
     async def _rows(self, sent: Any) -> list[Any]:
@@ -231,6 +233,8 @@ class LimitedClaim:
         setting aside whatever part is behind busy keys costs little, and once)."""
         read, before, cur, after = sent
         rows: list[Any] = await cur.fetchall()
+        if before is None or after is None:
+            return rows
         (start,), (end,) = await before.fetchone(), await after.fetchone()
         if (end or 0) - (start or 0) - len(rows) > _PARK_AFTER:
             self.walked_far = True
