@@ -316,7 +316,7 @@ async def test_a_claim_does_not_set_aside_behind_a_key_whose_last_instance_is_en
         )
         fence = json.dumps([{"pk": hot0.lease.pk, "token": hot0.lease.token}])
         back = {"fences": fence, **bring_back_times(store.now())}
-        ending.execute(ParkingStatements.for_schema(schema).bring_back_finished, back)
+        ending.execute(ParkingStatements.for_schema(schema).bring_back_released, back)
         # It sees hot0 running: it takes nothing of hot, and steps over its whole queue, as the
         # claims before it did.
         claiming = asyncio.create_task(stores[1].claim("other", ["k"], 5, LEASE, store.now()))

@@ -97,9 +97,9 @@ _TEMPLATES = {
         WHERE pk = ANY(%(pks)s::bigint[]) AND key IS NOT NULL GROUP BY workflow, key
         """,
     ),
-    # The keys of the finished or released activations ``fences`` (pk, token): those whose
-    # lease was let go (not one a control action fenced out: it brought back its key's next).
-    "bring_back_finished": _BRING_BACK.replace(
+    # The keys of the activations ``fences`` (pk, token) whose lease a finish or a release let
+    # go (not one a control action fenced out: it brought back its key's next).
+    "bring_back_released": _BRING_BACK.replace(
         "{keys}",
         """
         SELECT i.workflow, i.key, count(*)::int AS n FROM {s}.instances i
@@ -143,7 +143,7 @@ class ParkingStatements:
 
     park: str
     bring_back_of: str
-    bring_back_finished: str
+    bring_back_released: str
     bring_back: str
     bring_back_idle: str
     bring_back_expired: str

@@ -200,7 +200,7 @@ class ActivationWrites:
                 await conn.execute("BEGIN")
                 released = conn.cursor()
                 await released.execute(self._sql.release, params)
-                await conn.execute(self._parking.bring_back_finished, back)
+                await conn.execute(self._parking.bring_back_released, back)
                 await conn.execute("COMMIT")
 
         await self._db.retrying(f"releasing instance {lease.pk}", attempt)
@@ -235,13 +235,13 @@ class ActivationWrites:
                 if sent_back:  # two transactions, one round trip
                     async with conn.pipeline():
                         await cur.execute(self._sql.finish, params)
-                        await conn.execute(self._parking.bring_back_finished, back)
+                        await conn.execute(self._parking.bring_back_released, back)
                 else:
                     await cur.execute(self._sql.finish, params)
                 found = await cur.fetchall()
                 self._keyed_finishes = any(row[5] for row in found)
                 if not sent_back and (faulted or self._keyed_finishes):
-                    await conn.execute(self._parking.bring_back_finished, back)
+                    await conn.execute(self._parking.bring_back_released, back)
                 done = _finished_by_idx(found)
                 if faulted and len(done) < len(rows):
                     # An attempt whose reply was lost may have committed: its instances are
