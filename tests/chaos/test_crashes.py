@@ -328,7 +328,11 @@ def check_outcome(
     """The instance is in the state its params imply, with its output, and holds no lease."""
     got = (record.status, record.output, (record.error or {}).get("name"), record.rollback)
     want = (outcome.status, outcome.output, outcome.error, outcome.rollback)
-    assert got == want, f"{where}: (status, output, error, rollback) {got}, expected {want}"
+    history = [(s.display_name, s.kind, s.status, s.seq) for s in steps]
+    assert got == want, (
+        f"{where}: (status, output, error, rollback) {got}, expected {want}; "
+        f"error {record.error}; steps {history}"
+    )
     assert record.lease_owner is None, f"{where} ended holding a lease of {record.lease_owner}"
     names = [s.name for s in steps]
     assert sorted(names) == sorted(outcome.steps), f"{where} recorded steps {names}"

@@ -300,3 +300,52 @@ async def test_writes_say_whether_the_step_has_a_record_yet(
             ("approval", "waiting"): True,  # then the activation suspends
             ("approval", "complete"): False,
         }
+
+
+@workflow(name="work-then-wait")
+async def work_then_wait(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    done = await step.do("work", lambda: "done")
+    if event.payload == "nap":
+        await step.sleep("nap", 0)  # over at once: recorded complete on its first call
+        return done
+    got = await step.wait_for_event("confirm", type="confirm", timeout="1 hour")
+    return [done, got.payload]
+
+
+@pytest.mark.parametrize("shape", ["event there", "no event yet", "nap"])
+async def test_a_record_written_at_once_commits_after_the_records_sent_before_it(
+    make_engine: EngineFactory, clock: ManualClock, shape: str
+) -> None:
+    # A wait that consumes an event, starts waiting or ends a sleep writes its record at once;
+    # the step before it was sent write-behind. Were the wait's record to commit first, a crash
+    # between the two commits would leave a history with the wait and not the step before it:
+    # the replay would call a step with no record while a recorded one is not called yet, and
+    # end the instance with a NonDeterminismError.
+    async with make_engine([work_then_wait], clock=clock) as engine:
+        store = engine.store
+        real = store.record_step
+        committed: list[str] = []
+        seen_at_write: dict[str, list[str]] = {}
+
+        async def slow_work(lease: Any, write: StepWrite, now: float) -> str:
+            seen_at_write.setdefault(write.name, list(committed))
+            if write.name == "work":
+                await asyncio.sleep(0.05)  # still in flight when the next step writes
+            status = await real(lease, write, now)
+            committed.append(write.name)
+            return status
+
+        store.record_step = slow_work  # type: ignore[method-assign]
+        inst = await engine.workflow("work-then-wait").create(
+            params="nap" if shape == "nap" else None
+        )
+        if shape == "event there":
+            await inst.send_event("confirm", "yes")
+        await drain(engine)
+        wait = "nap" if shape == "nap" else "confirm"
+        assert "work" in seen_at_write[wait], seen_at_write
+        if shape == "no event yet":
+            await inst.send_event("confirm", "late")
+            await drain(engine)
+        steps = [(s.name, s.status) for s in await inst.steps()]
+        assert steps == [("work", "complete"), (wait, "complete")]

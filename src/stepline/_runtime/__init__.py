@@ -15,7 +15,8 @@ The journey of a step (``await step.do("charge", charge)``)::
                              on failure: writer.write(errored or waiting), the retry parks;
     StepWriter.send          writer.py: the result, write-behind (end of the loop turn, or
                              inside the finish); step.do returns it at once
-    StepWriter.committed     awaited before the next callback, a child's start, the finish
+    StepWriter.committed     awaited before the next callback, a child's start, the finish,
+                             and a record written at once (StepWriter.write)
 
 Modules: ``activation`` (execute, finish, errors, termination), ``state`` (what steps share,
 the settings a worker gives), ``replay`` (step names and history lookup), ``divergence`` (a

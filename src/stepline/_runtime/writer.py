@@ -12,8 +12,9 @@ whose own commit had not finished.
 
 Records that must be on disk before the step goes on (an event consumed, a failure, a retry's
 wait, a child's start) are written with :meth:`StepWriter.write`, from the calling task and
-outside the queue: a finish never carries them (it cannot consume an event), and a write that
-its task's cancellation cuts off is not written later behind that task's back.
+outside the queue, once the records before them have committed: a finish never carries them (it
+cannot consume an event), and a write that its task's cancellation cuts off is not written later
+behind that task's back.
 """
 
 from __future__ import annotations
@@ -98,12 +99,15 @@ class StepWriter:
         self._schedule_send()
 
     async def write(self, step: StepRef, status: StepStatus, **fields: Any) -> None:
-        """Record the step's new state and wait for its commit, counted in flight so that
-        nothing suspends meanwhile."""
+        """Record the step's new state and wait for its commit, after every record before it,
+        counted in flight so that nothing suspends meanwhile. (Committed first, a record could
+        outlive a crash that took an earlier one: the replay would find a recorded step after
+        one it has to run again, and end the instance as diverged.)"""
         write = self._build(step, status, fields)
         quiet = self._quiet
         quiet.begin()
         try:
+            await self._commit_earlier()
             await self._write(write)
         finally:
             quiet.end()
@@ -116,13 +120,16 @@ class StepWriter:
         quiet = self._quiet
         quiet.begin()
         try:
-            while self._unsent or self._sending:
-                if self._unsent:
-                    await self._write_unsent()
-                if self._sending:
-                    await self._sent_committed()
+            await self._commit_earlier()
         finally:
             quiet.end()
+
+    async def _commit_earlier(self) -> None:
+        while self._unsent or self._sending:
+            if self._unsent:
+                await self._write_unsent()
+            if self._sending:
+                await self._sent_committed()
 
     async def for_finish(self) -> tuple[StepWrite, ...]:
         """Wait for the records sent; hand over those not sent, for the finish to carry in its
