@@ -1,5 +1,6 @@
-"""When step records commit: before anything after them can be seen, and the activation's last
-records together with its finish (one commit instead of two)."""
+"""When step records commit: before anything after them can be seen, in the order they were
+written, and the activation's last records together with its finish (one commit instead of
+two)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,26 @@ def count_writes(store: Store) -> list[str]:
 
     store.record_step = counting  # type: ignore[method-assign]
     return names
+
+
+def committed_before_each(store: Store, slow: str) -> dict[str, list[str]]:
+    """Patch ``store.record_step`` to note, for each step, which records had committed when
+    its first record was submitted; the records of step ``slow`` take a while to commit (still
+    in flight when the next record goes)."""
+    real = store.record_step
+    committed: list[str] = []
+    seen_at_write: dict[str, list[str]] = {}
+
+    async def slowed(lease: Any, write: StepWrite, now: float) -> str:
+        seen_at_write.setdefault(write.name, list(committed))
+        if write.name == slow:
+            await asyncio.sleep(0.05)
+        status = await real(lease, write, now)
+        committed.append(write.name)
+        return status
+
+    store.record_step = slowed  # type: ignore[method-assign]
+    return seen_at_write
 
 
 @workflow(name="chain")
@@ -322,20 +343,7 @@ async def test_a_record_written_at_once_commits_after_the_records_sent_before_it
     # the replay would call a step with no record while a recorded one is not called yet, and
     # end the instance with a NonDeterminismError.
     async with make_engine([work_then_wait], clock=clock) as engine:
-        store = engine.store
-        real = store.record_step
-        committed: list[str] = []
-        seen_at_write: dict[str, list[str]] = {}
-
-        async def slow_work(lease: Any, write: StepWrite, now: float) -> str:
-            seen_at_write.setdefault(write.name, list(committed))
-            if write.name == "work":
-                await asyncio.sleep(0.05)  # still in flight when the next step writes
-            status = await real(lease, write, now)
-            committed.append(write.name)
-            return status
-
-        store.record_step = slow_work  # type: ignore[method-assign]
+        seen_at_write = committed_before_each(engine.store, slow="work")
         inst = await engine.workflow("work-then-wait").create(
             params="nap" if shape == "nap" else None
         )
@@ -349,3 +357,44 @@ async def test_a_record_written_at_once_commits_after_the_records_sent_before_it
             await drain(engine)
         steps = [(s.name, s.status) for s in await inst.steps()]
         assert steps == [("work", "complete"), (wait, "complete")]
+
+
+@workflow(name="work-then-nap-beside")
+async def work_then_nap_beside(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    async def slow() -> str:
+        await asyncio.sleep(0.2)
+        return "slow"
+
+    async def worker() -> str:
+        done: str = await step.do("work", lambda: "done")
+        if event.payload == "await between":
+            await asyncio.sleep(0.01)  # the workflow's own await: a later turn
+        await step.sleep("nap", 60)
+        return done
+
+    if event.payload == "in a child task":
+        done = await step.do("work", lambda: "done")
+        await asyncio.gather(step.sleep("nap", 60), step.do("slow", slow))
+        return done
+    # A branch beside keeps the activation from suspending, so the records go out at once.
+    done, _ = await asyncio.gather(worker(), step.do("slow", slow))
+    return done
+
+
+@pytest.mark.parametrize("shape", ["same turn", "await between", "in a child task"])
+async def test_records_sent_one_after_the_other_commit_in_that_order(
+    make_engine: EngineFactory, clock: ManualClock, shape: str
+) -> None:
+    # "work" then the start of "nap", both write-behind: were "nap" to commit first, a crash
+    # between the two commits would leave a history whose replay diverges (as above).
+    async with make_engine([work_then_nap_beside], clock=clock) as engine:
+        seen_at_write = committed_before_each(engine.store, slow="work")
+        inst = await engine.workflow("work-then-nap-beside").create(params=shape)
+        await drain(engine)
+        if "nap" in seen_at_write:  # else it went with the finish, after "work" committed
+            assert "work" in seen_at_write["nap"], seen_at_write
+        steps = {s.name: s.status for s in await inst.steps()}
+        assert steps == {"work": "complete", "nap": "waiting", "slow": "complete"}
+        clock.advance(60)
+        await drain(engine)
+        assert (await inst.status()).output == "done"

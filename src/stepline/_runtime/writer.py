@@ -10,6 +10,13 @@ its last step commits once, not twice. A failed write surfaces there, as
 :class:`ActivationAborted`; what a crash loses meanwhile is re-run on replay, exactly as a step
 whose own commit had not finished.
 
+Records commit in the order they were sent, or together: a turn's group goes once the group
+before it has committed, and a task's records within a group one after the other. A record
+committed ahead of an earlier one could outlive a crash that loses the earlier one, and the
+replay would meet a recorded step after one it must run again, a divergence. Only records of
+different tasks sent in one turn go at once: none of them can follow from another (a task woken
+by another's step runs in a later turn).
+
 Records that must be on disk before the step goes on (an event consumed, a failure, a retry's
 wait, a child's start) are written with :meth:`StepWriter.write`, from the calling task and
 outside the queue, once the records before them have committed: a finish never carries them (it
@@ -21,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Container
+from collections.abc import Container, Hashable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from ..errors import LeaseLostError, SteplineError, StoreError
@@ -48,6 +56,11 @@ class StepRef:
         return f"{self.key[0]}-{self.key[1]}"
 
 
+Entry = tuple[int, Hashable, StepWrite]
+"""A record sent and not yet written: its place in the send order, the task that sent it (its
+records are written in order), the record."""
+
+
 def _retrieve(task: asyncio.Future[Any]) -> None:
     """A background write's failure is raised where it is awaited; never logged as lost."""
     if not task.cancelled():
@@ -64,6 +77,8 @@ class StepWriter:
         "_quiet",
         "_send_scheduled",
         "_sending",
+        "_sent",
+        "_spans_turns",
         "_store",
         "_unsent",
         "_written",
@@ -84,18 +99,26 @@ class StepWriter:
         self._loop = loop
         self._written: set[StepKey] = set()
         """Steps without a record in the history that this activation has written."""
-        self._unsent: list[StepWrite] = []
+        self._unsent: list[Entry] = []
         """Records nothing waits for yet, to send at the end of the turn (or with the finish)."""
+        self._sent = 0
+        """How many records have been sent: the place in the send order of the next."""
+        self._spans_turns = False
+        """Whether the unsent records were sent over several turns of the loop (then one may
+        follow from another task's, see :meth:`_write_entries`)."""
         self._send_scheduled = False
         """An end-of-turn send is scheduled (one per turn, however many records)."""
         self._sending: list[asyncio.Future[None]] = []
-        """Records sent and maybe not yet committed (one future per group sent)."""
+        """Records sent and maybe not yet committed (one future per group sent, in order: a
+        group is written once the one before it has committed)."""
 
     # -- the two ways to write -------------------------------------------------------------------
 
     def send(self, step: StepRef, status: StepStatus, **fields: Any) -> None:
         """Record the step's new state without waiting: write-behind (see the module)."""
-        self._unsent.append(self._build(step, status, fields))
+        self._sent += 1
+        task = asyncio.current_task(self._loop)
+        self._unsent.append((self._sent, task, self._build(step, status, fields)))
         self._schedule_send()
 
     async def write(self, step: StepRef, status: StepStatus, **fields: Any) -> None:
@@ -125,18 +148,19 @@ class StepWriter:
             quiet.end()
 
     async def _commit_earlier(self) -> None:
+        # The groups in flight first: the unsent records come after them.
         while self._unsent or self._sending:
-            if self._unsent:
-                await self._write_unsent()
             if self._sending:
                 await self._sent_committed()
+            else:
+                await self._write_unsent()
 
     async def for_finish(self) -> tuple[StepWrite, ...]:
         """Wait for the records sent; hand over those not sent, for the finish to carry in its
         transaction (one commit instead of two for the activation's last records)."""
         await self._sent_committed()
-        unsent, self._unsent = self._unsent, []
-        return tuple(unsent)
+        entries, _spans = self._take_unsent()
+        return tuple(write for _, _, write in entries)
 
     async def record_running(self, step: StepRef, attempt: int, started: float) -> None:
         """Show an attempt in flight as ``running`` (for the attempt clock). Best effort: a
@@ -188,17 +212,64 @@ class StepWriter:
         if self._quiet.testing:
             # The activation may be about to suspend: then its finish carries the records; if
             # it does not suspend after all, they go out then.
+            self._spans_turns = bool(self._unsent)
             self._quiet.unless_suspended(self._schedule_send)
         elif self._unsent:
-            writes, self._unsent = self._unsent, []
-            task = asyncio.ensure_future(self._write_all(writes), loop=self._loop)
+            entries, spans = self._take_unsent()
+            after = self._sending[-1] if self._sending else None
+            group = self._write_group(entries, spans, after)
+            task = asyncio.ensure_future(group, loop=self._loop)
             task.add_done_callback(_retrieve)
             self._sending.append(task)
 
-    def _write_all(self, writes: list[StepWrite]) -> Awaitable[Any]:
-        if len(writes) == 1:
-            return self._write(writes[0])
-        return asyncio.gather(*(self._write(w) for w in writes))
+    def _take_unsent(self) -> tuple[list[Entry], bool]:
+        entries, self._unsent = self._unsent, []
+        spans, self._spans_turns = self._spans_turns, False
+        return entries, spans
+
+    def _put_back(self, entries: list[Entry]) -> None:
+        """Records whose write was cut off: unsent again, in their place in the send order."""
+        self._unsent = sorted([*entries, *self._unsent], key=itemgetter(0))
+        self._spans_turns = True
+
+    async def _write_group(
+        self, entries: list[Entry], spans: bool, after: asyncio.Future[None] | None
+    ) -> None:
+        """Write a group sent at the end of a turn once the group before it (``after``) has
+        committed: a record that commits before one sent earlier could outlive a crash that
+        takes the earlier one, and the replay would diverge."""
+        if after is not None:
+            if not after.done():
+                await asyncio.wait([after])  # neither raises nor cancels it
+            if after.cancelled():
+                # Its records went back unsent (a cancelled caller's, see _write_unsent): these
+                # follow them, with the next write or the finish.
+                self._put_back(entries)
+                return
+            failed = after.exception()
+            if failed is not None:
+                raise ActivationAborted(f"an earlier step record was not written: {failed}")
+        await self._write_entries(entries, spans)
+
+    async def _write_entries(self, entries: list[Entry], spans: bool) -> None:
+        """Write records in their send order: each task's one after the other; those of
+        different tasks at once (one batch), unless they were sent over several turns, when a
+        record of one task may follow from another's."""
+        if len(entries) == 1:
+            await self._write(entries[0][2])
+            return
+        chains: dict[Hashable, list[StepWrite]] = {}
+        for _, task, write in entries:
+            chains.setdefault(None if spans else task, []).append(write)
+        if len(chains) == 1:
+            for _, _, write in entries:
+                await self._write(write)
+            return
+        await asyncio.gather(*(self._write_chain(writes) for writes in chains.values()))
+
+    async def _write_chain(self, writes: list[StepWrite]) -> None:
+        for write in writes:
+            await self._write(write)
 
     async def _sent_committed(self) -> None:
         """Wait until the records already sent have committed. Records whose write a
@@ -218,12 +289,13 @@ class StepWriter:
 
     async def _write_unsent(self) -> None:
         # Written from this task (no task of its own: cheaper, and a lone writer commits at
-        # once); others that must wait for it wait for its future.
-        writes, self._unsent = self._unsent, []
+        # once), with nothing in flight before it; others that must wait for it wait for its
+        # future.
+        entries, spans = self._take_unsent()
         sent: asyncio.Future[None] = self._loop.create_future()
         self._sending.append(sent)
         try:
-            await self._write_all(writes)
+            await self._write_entries(entries, spans)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 # This task was cancelled, perhaps mid-write (PostgreSQL runs a lone write in its
@@ -231,7 +303,7 @@ class StepWriter:
                 # twice is harmless: a record write replaces the same row), and whoever waits on
                 # them writes them itself.
                 self._sending.remove(sent)
-                self._unsent[:0] = writes
+                self._put_back(entries)
                 sent.cancel()
             else:
                 sent.set_exception(exc)
