@@ -77,7 +77,7 @@ async def test_one_tasks_records_of_a_turn_go_in_order_and_different_tasks_at_on
     assert ("b", ["c", "a"]) in store.submitted or ("b", ["a", "c"]) in store.submitted
 
 
-async def test_a_cancelled_write_puts_its_records_back_and_the_next_group_after_them() -> None:
+async def test_a_cancelled_write_puts_its_records_back_and_the_next_groups_after_them() -> None:
     store = Recorder("a")
     writer = writer_for(store)
 
@@ -89,10 +89,12 @@ async def test_a_cancelled_write_puts_its_records_back_and_the_next_group_after_
     await turn()
     writer.send(ref("b"), "complete")  # a group of its own, after "a"
     await turn()
+    writer.send(ref("c"), "complete")  # and one after "b"
+    await turn()
     caller.cancel()  # cuts the write of "a" off
     await asyncio.gather(caller, return_exceptions=True)
     await turn()
     assert [name for name, _ in store.submitted] == ["a"]
-    # Both unsent again, in their order: the finish carries them in its transaction.
+    # All unsent again, in their order: the finish carries them in its transaction.
     carried: Any = await writer.for_finish()
-    assert [write.name for write in carried] == ["a", "b"]
+    assert [write.name for write in carried] == ["a", "b", "c"]

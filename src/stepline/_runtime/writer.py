@@ -243,9 +243,10 @@ class StepWriter:
                 await asyncio.wait([after])  # neither raises nor cancels it
             if after.cancelled():
                 # Its records went back unsent (a cancelled caller's, see _write_unsent): these
-                # follow them, with the next write or the finish.
+                # follow them, and so do those of a group waiting for this one, which sees it
+                # cancelled too. The next write or the finish takes them all, in order.
                 self._put_back(entries)
-                return
+                raise asyncio.CancelledError
             failed = after.exception()
             if failed is not None:
                 raise ActivationAborted(f"an earlier step record was not written: {failed}")
