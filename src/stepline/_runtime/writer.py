@@ -263,8 +263,8 @@ class StepWriter:
         for _, task, write in entries:
             chains.setdefault(None if spans else task, []).append(write)
         if len(chains) == 1:
-            for _, _, write in entries:
-                await self._write(write)
+            (writes,) = chains.values()
+            await self._write_chain(writes)
             return
         await asyncio.gather(*(self._write_chain(writes) for writes in chains.values()))
 

@@ -183,6 +183,17 @@ def lock_keys(rules: Rules, workflows: Sequence[str]) -> list[str]:
     return [*(f"w:{name}" for name in limited), *(f"l:{name}" for name in sorted(named))]
 
 
+@dataclass
+class _SentRead:
+    """A read of due instances sent in a pipeline (:meth:`LimitedClaim._read`): its parameters,
+    its cursor, and those of the index statistics read before and after it, if measured."""
+
+    read: dict[str, Any]
+    rows: Any
+    before: Any = None
+    after: Any = None
+
+
 class LimitedClaim:
     """One claim under the limits, on a connection (see the module's docstring)."""
 
@@ -216,30 +227,29 @@ class LimitedClaim:
         self._to_park: set[str] = set()
         """The full keys (``full_keys`` entries) a read stepped over many due instances of."""
 
-    async def _read(self, conn: Conn, read: dict[str, Any]) -> Any:
+    async def _read(self, conn: Conn, read: dict[str, Any]) -> _SentRead:
         """Send a read of due instances inside the caller's pipeline, if it leaves out full
         keys between two reads of the index entries walked so far; :meth:`_rows` once it is
         synced."""
-        measured = bool(read["full_keys"])
-        before = await conn.execute(self._sql.walked) if measured else None
+        if not read["full_keys"]:
+            return _SentRead(read, await conn.execute(_due(self._sql, read), read))
+        before = await conn.execute(self._sql.walked)
         rows = await conn.execute(_due(self._sql, read), read)
-        after = await conn.execute(self._sql.walked) if measured else None
-        return read, before, rows, after
+        return _SentRead(read, rows, before, await conn.execute(self._sql.walked))
 
-    async def _rows(self, sent: Any) -> list[Any]:
+    async def _rows(self, sent: _SentRead) -> list[Any]:
         """The rows of a read :meth:`_read` sent. When it stepped over more than
         ``_PARK_AFTER`` due instances that it left out, as the claims before did, the full keys
         it left out are to be set aside (what it stepped over may be held back otherwise too:
         setting aside whatever part is behind busy keys costs little, and once)."""
-        read, before, cur, after = sent
-        rows: list[Any] = await cur.fetchall()
-        if before is None or after is None:
+        rows: list[Any] = await sent.rows.fetchall()
+        if sent.before is None or sent.after is None:
             return rows
-        (start,), (end,) = await before.fetchone(), await after.fetchone()
+        (start,), (end,) = await sent.before.fetchone(), await sent.after.fetchone()
         if (end or 0) - (start or 0) - len(rows) > _PARK_AFTER:
             self.walked_far = True
             if self._may_park:
-                self._to_park.update(read["full_keys"])
+                self._to_park.update(sent.read["full_keys"])
         return rows
 
     async def _send_parking(self, conn: Conn, rules: Rules) -> None:

@@ -84,8 +84,8 @@ INSTANCE_COLUMNS = ", ".join(
     for name in InstanceRow._fields
 )
 """The ``InstanceRow`` columns as records show them: an instance set aside behind its busy key
-(``claim_sql``'s ``park``) shows its place in line, a time that has come, as its ``ready_at``,
-not its recheck time."""
+(``parking``'s ``park``, which clears its ``ready_at``) shows its place in line, a time that has
+come, as its ``ready_at``."""
 
 _TEMPLATES: dict[str, str] = {
     # -- workflows -------------------------------------------------------------------------------
