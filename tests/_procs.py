@@ -427,23 +427,45 @@ class Execution:
     end: float | None = None
 
 
+class LedgerReader:
+    """Reads the ledger files of a directory as they grow: each :meth:`read` parses only the
+    lines written since the last, so a test can poll a ledger of many thousand executions
+    often without falling behind the workers it watches."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.runs: dict[str, Execution] = {}
+        self._read_up_to: dict[Path, int] = {}
+
+    def read(self) -> list[Execution]:
+        """Every execution noted so far."""
+        for path in sorted(self.directory.glob("ledger-*.csv")):
+            with path.open("rb") as f:
+                f.seek(self._read_up_to.get(path, 0))
+                text = f.read()
+            # a writer may be appending right now: only lines that end in a newline are whole
+            whole = text[: text.rfind(b"\n") + 1]
+            self._read_up_to[path] = self._read_up_to.get(path, 0) + len(whole)
+            for line in whole.decode().split("\n")[:-1]:
+                self._note(line)
+        return list(self.runs.values())
+
+    def _note(self, line: str) -> None:
+        mark, instance, step, attempt, pid, at, token = line.split(",")
+        if mark == "S":
+            if token in self.runs:
+                raise AssertionError(f"ledger token {token} started twice: {line}")
+            self.runs[token] = Execution(instance, step, int(attempt), int(pid), float(at), token)
+        else:
+            run = self.runs.get(token)
+            if run is None or run.end is not None:
+                raise AssertionError(f"ledger end without a single start: {line}")
+            run.end = float(at)
+
+
 def read_ledger(directory: Path) -> list[Execution]:
     """Every execution noted in the ledger files of ``directory``."""
-    runs: dict[str, Execution] = {}
-    for path in sorted(directory.glob("ledger-*.csv")):
-        # a writer may be appending right now: only lines that end in a newline are whole
-        for line in path.read_text().split("\n")[:-1]:
-            mark, instance, step, attempt, pid, at, token = line.split(",")
-            if mark == "S":
-                if token in runs:
-                    raise AssertionError(f"ledger token {token} started twice: {line}")
-                runs[token] = Execution(instance, step, int(attempt), int(pid), float(at), token)
-            else:
-                run = runs.get(token)
-                if run is None or run.end is not None:
-                    raise AssertionError(f"ledger end without a single start: {line}")
-                run.end = float(at)
-    return list(runs.values())
+    return LedgerReader(directory).read()
 
 
 @dataclass

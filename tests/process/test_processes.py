@@ -22,6 +22,7 @@ from stepline.records import Attempt
 from .._procs import (
     WORKFLOW,
     Execution,
+    LedgerReader,
     LedgerWorkflow,
     Verdict,
     WorkerPool,
@@ -95,10 +96,11 @@ async def kill_when(
 ) -> None:
     """Poll the database and the ledger until ``ready(counts, executions)``, else fail."""
     deadline = time.monotonic() + timeout
+    reader = LedgerReader(ledger)
     while True:
         pool.check_alive()
         counts = await status_counts(client)
-        if ready(counts, read_ledger(ledger)):
+        if ready(counts, reader.read()):
             return
         if time.monotonic() > deadline:
             raise AssertionError(
@@ -269,6 +271,8 @@ async def test_scale_out_with_a_worker_killed_twice(
         victims.append(pool.start())
         await wait_until(client, pool, len(ids), timeout=120)
         elapsed = time.monotonic() - started
+        # It may have had nothing left to do; SIGTERM before it is ready would end it at once.
+        pool.wait_ready(victims[-1:])
         pool.stop_all()
         records = await load_records(client, ids, params)
     verdict = pool.verify(records, read_ledger(ledger))
