@@ -131,26 +131,33 @@ async def drain(engine: Engine, rounds: int = 50) -> int:
     raise AssertionError("instances still runnable after many rounds: a livelock?")
 
 
+REQUIRED = (
+    ("STEPLINE_REQUIRE_POSTGRES", "postgres", "PostgreSQL"),
+    ("STEPLINE_REQUIRE_BROKERS", "broker", "broker"),
+)
+"""What CI requires to have run: (environment variable set to 1, marker, what the tests need)."""
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """With STEPLINE_REQUIRE_POSTGRES=1 (CI), fail the run if PostgreSQL tests were skipped."""
-    if os.environ.get("STEPLINE_REQUIRE_POSTGRES") != "1":
-        return
+    """With STEPLINE_REQUIRE_POSTGRES=1 or STEPLINE_REQUIRE_BROKERS=1 (CI), fail the run if
+    the PostgreSQL or broker tests were skipped, or none ran."""
+    required = [entry for entry in REQUIRED if os.environ.get(entry[0]) == "1"]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None:
+    if not required or reporter is None:
         return
-    ran = skipped = 0
-    for outcome in ("passed", "failed", "error", "skipped"):
-        for report in reporter.stats.get(outcome, []):
-            keywords = getattr(report, "keywords", {})
-            if "postgres" in keywords:
-                if outcome == "skipped":
-                    skipped += 1
-                else:
-                    ran += 1
-    if skipped or not ran:
-        reporter.write_line(
-            f"STEPLINE_REQUIRE_POSTGRES: {ran} PostgreSQL tests ran, {skipped} were skipped; "
-            "every PostgreSQL test must run",
-            red=True,
-        )
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    for variable, marker, what in required:
+        ran = skipped = 0
+        for outcome in ("passed", "failed", "error", "skipped"):
+            for report in reporter.stats.get(outcome, []):
+                if marker in getattr(report, "keywords", {}):
+                    if outcome == "skipped":
+                        skipped += 1
+                    else:
+                        ran += 1
+        if skipped or not ran:
+            reporter.write_line(
+                f"{variable}: {ran} {what} tests ran, {skipped} were skipped; every {what} test "
+                "must run",
+                red=True,
+            )
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -23,6 +23,8 @@ from stepline.triggers.queues.nats import NatsBroker, stream_name_for
 
 from ._nats import CLAIM_IDLE, URL, cleanup, make
 
+pytestmark = pytest.mark.broker
+
 
 @pytest.fixture
 def queue() -> str:

@@ -26,6 +26,8 @@ from stepline.triggers.queues.rabbitmq import RabbitMQBroker, redact_url
 
 from . import _rabbitmq
 
+pytestmark = pytest.mark.broker
+
 
 @pytest.fixture
 async def queue() -> AsyncIterator[str]:

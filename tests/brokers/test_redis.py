@@ -14,6 +14,8 @@ from stepline.triggers.queues.redis import RedisBroker
 
 from . import _redis
 
+pytestmark = pytest.mark.broker
+
 
 @pytest.fixture
 async def stream() -> AsyncIterator[str]:

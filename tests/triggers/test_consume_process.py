@@ -21,7 +21,7 @@ import pytest
 
 from stepline import Engine
 
-from ..brokers.conftest import BROKERS, claim_idle, cleanup, kit
+from ..brokers.conftest import BROKER_PARAMS, claim_idle, cleanup, kit
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ class Orders(Workflow):
 """
 
 
-@pytest.fixture(params=BROKERS)
+@pytest.fixture(params=BROKER_PARAMS)
 def broker_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
