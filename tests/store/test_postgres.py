@@ -21,6 +21,7 @@ from stepline.errors import StoreError
 from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
+from stepline.store.postgres.db import StoreConnection
 from stepline.store.postgres.sql import CLAIM_IN_ORDER
 from stepline.worker import Worker, WorkerSettings
 
@@ -58,6 +59,33 @@ def fresh(schemas: list[str]) -> str:
 def query(sql_text: str | sql.Composed, params: Any = ()) -> list[Any]:
     with connect(pg_admin_url()) as conn:
         return conn.execute(sql_text, params).fetchall()
+
+
+async def test_open_listens_on_the_connection_that_checked_the_server(
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening a store makes three connections, not four: the one that checks the server goes
+    on to LISTEN, beside one per pool; closing it closes them all."""
+    made: list[StoreConnection] = []
+    connect_one = StoreConnection.connect
+
+    async def counted(*args: Any, **kwargs: Any) -> StoreConnection:
+        conn = await connect_one(*args, **kwargs)
+        made.append(conn)
+        return conn
+
+    monkeypatch.setattr(StoreConnection, "connect", counted)
+    store = PostgresStore(url_for(fresh(schemas)))
+    await store.open()
+    try:
+        assert len(made) == 3
+        last = query(
+            "SELECT query FROM pg_stat_activity WHERE pid = %s", (made[0].info.backend_pid,)
+        )
+        assert last and last[0][0].startswith("LISTEN"), last
+    finally:
+        await store.close()
+    assert all(conn.closed for conn in made)
 
 
 class Quick(Workflow):

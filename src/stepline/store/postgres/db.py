@@ -149,6 +149,9 @@ class Database:
         comes while the spare is in use takes a connection from the pool as before."""
         self._spare_taken = False
         self._spare_until = 0.0
+        self._first: Conn | None = None
+        """The connection :meth:`open` made to check the server, kept for the first
+        :meth:`connect` (the store's listener) rather than closed and made again."""
 
     @property
     def is_open(self) -> bool:
@@ -160,21 +163,24 @@ class Database:
         # at once with the server's own reason, where the pool would retry in the background
         # and report only, 15 s later, that it timed out.
         try:
-            probe = await self.connect()
+            self._first = await StoreConnection.connect(self.conninfo, **self._kwargs)
         except psycopg.Error as exc:
             raise _cannot_connect(self.where, exc) from exc
-        await probe.close()
         # The small pool keeps lease renewals and claims from queueing behind bulk work: a
         # renewal that waits too long for a connection would let its leases expire.
-        self._pool = await self._open_pool(POOL_NAMES[0], self._max_connections)
         try:
+            self._pool = await self._open_pool(POOL_NAMES[0], self._max_connections)
             self._priority_pool = await self._open_pool(POOL_NAMES[1], 2)
         except BaseException:
             await self.close()
             raise
 
     async def connect(self) -> Conn:
-        """A connection of its own, outside the pools."""
+        """A connection of its own, outside the pools: the first after :meth:`open` is the one
+        that checked the server."""
+        first, self._first = self._first, None
+        if first is not None and not first.closed:
+            return first
         return await StoreConnection.connect(self.conninfo, **self._kwargs)
 
     async def _open_pool(self, name: str, size: int) -> AsyncConnectionPool[Conn]:
@@ -197,6 +203,9 @@ class Database:
         return pool
 
     async def close(self) -> None:
+        first, self._first = self._first, None
+        if first is not None:
+            await first.close()
         spare, self._spare = self._spare, None
         if spare is not None and self._pool is not None:
             await self._pool.putconn(spare)  # (one in use goes back when its operation ends)
