@@ -440,12 +440,13 @@ class LedgerReader:
     def read(self) -> list[Execution]:
         """Every execution noted so far."""
         for path in sorted(self.directory.glob("ledger-*.csv")):
+            start = self._read_up_to.get(path, 0)
             with path.open("rb") as f:
-                f.seek(self._read_up_to.get(path, 0))
+                f.seek(start)
                 text = f.read()
             # a writer may be appending right now: only lines that end in a newline are whole
             whole = text[: text.rfind(b"\n") + 1]
-            self._read_up_to[path] = self._read_up_to.get(path, 0) + len(whole)
+            self._read_up_to[path] = start + len(whole)
             for line in whole.decode().split("\n")[:-1]:
                 self._note(line)
         return list(self.runs.values())
