@@ -1,5 +1,6 @@
 """SQLite group commit: writes queued in one loop turn commit together, and a write that fails
-fails alone, whether it failed before writing anything or after."""
+fails alone, whether it failed before writing anything or after; while other processes write to
+the file, a lone write waits a turn to share its commit."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from stepline.errors import StoreError
 from stepline.store.sqlite import SqliteStore
+from stepline.store.sqlite import db as sqlite_db
 
 
 @pytest.fixture
@@ -106,4 +108,38 @@ async def test_timer_reads_follow_the_ready_at_index_without_statistics(tmp_path
             ordered = "instances_ready" in plan or "instances_workflow_ready" in plan
             assert ordered and "instances_status" not in plan, (sql, plan)
     finally:
+        await store.close()
+
+
+async def test_while_another_connection_writes_a_lone_write_waits_to_share_a_commit(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone write commits at once in its caller's task; but once a write has found the lock
+    held by another process, lone writes go to a flusher for a while, with whatever else comes
+    in that turn: each commit is then a hand-over of the lock between the processes."""
+    monkeypatch.setattr(sqlite_db, "SHARED_SECONDS", 0.2)
+    db = store._db
+    ran_in: list[asyncio.Task[Any] | None] = []
+
+    def op(c: sqlite3.Connection) -> None:
+        ran_in.append(asyncio.current_task())
+        c.execute("INSERT INTO t (v) VALUES ('x')")
+
+    other = sqlite3.connect(store.path, isolation_level=None, timeout=0)
+    try:
+        await db.write(op)
+        assert ran_in[-1] is asyncio.current_task()
+
+        other.execute("BEGIN IMMEDIATE")
+        asyncio.get_running_loop().call_later(0.05, other.execute, "COMMIT")
+        await db.write(op)  # waits for the other connection's commit
+        await db.write(op)
+        assert ran_in[-1] is not asyncio.current_task()
+
+        await asyncio.sleep(0.25)  # nobody else has written since
+        await db.write(op)
+        assert ran_in[-1] is asyncio.current_task()
+        assert rows(store) == ["x"] * 4
+    finally:
+        other.close()
         await store.close()

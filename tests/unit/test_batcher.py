@@ -36,6 +36,17 @@ async def test_a_lone_item_runs_in_its_callers_task() -> None:
     assert recorder.tasks == [asyncio.current_task()] * 2
 
 
+async def test_a_lone_item_waits_for_a_flusher_while_inline_says_no() -> None:
+    recorder = Recorder()
+    allowed = False
+    batcher: Batcher[str, str] = Batcher(recorder.run, inline=lambda: allowed)
+    assert await batcher.submit("a") == "A"
+    assert recorder.tasks[-1] is not asyncio.current_task()
+    allowed = True
+    assert await batcher.submit("b") == "B"
+    assert recorder.tasks[-1] is asyncio.current_task()
+
+
 async def test_items_that_come_while_one_runs_share_the_next_batch() -> None:
     recorder = Recorder()
     recorder.release.clear()

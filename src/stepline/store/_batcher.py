@@ -39,7 +39,8 @@ class Batcher(Generic[Item, Result]):
     items inline would send it alone and split every burst in two.) An item queued for a flusher
     whose caller was cancelled is still run (its write may save work later); an item run in its
     caller's task is interrupted with it, and whether it took effect is then unknown, as after a
-    crash.
+    crash. ``inline``, if given, says whether a lone item may run in its caller's task now: if
+    not, it waits for a flusher, which takes what else came in the meantime.
 
     ``by_turn``, for a ``run`` that usually completes without yielding (an embedded database's
     commit): such a run is never seen in flight, so items also overlap when a second task
@@ -61,6 +62,7 @@ class Batcher(Generic[Item, Result]):
         flushers: int = 2,
         by_turn: bool = False,
         backoff: tuple[float, float] = (0.0005, 0.02),
+        inline: Callable[[], bool] | None = None,
     ) -> None:
         self._run = run
         self._key = key
@@ -69,6 +71,7 @@ class Batcher(Generic[Item, Result]):
         self._max_flushers = flushers
         self._by_turn = by_turn
         self._backoff = backoff
+        self._may_inline = inline
         self._delay = 0.0
         """The wait before the next batch: not zero while ``run`` reports items busy."""
         self._turn_task: asyncio.Task[object] | None = None
@@ -85,7 +88,11 @@ class Batcher(Generic[Item, Result]):
     async def submit(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
         if self._inline is None and not self._flushers and not self._queue:
-            if self._eager and (not self._by_turn or self._alone_in_turn(loop)):
+            if (
+                self._eager
+                and (self._may_inline is None or self._may_inline())
+                and (not self._by_turn or self._alone_in_turn(loop))
+            ):
                 return await self._run_inline(item, loop)
         elif self._inline is not None:
             self._eager = False  # items overlap: batch them from now on

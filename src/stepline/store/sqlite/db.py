@@ -47,6 +47,9 @@ LOCK_POLL = 0.0001
 LOCK_GIVE_UP_SECONDS = 120.0
 WRITE_BACKOFF = (0.0005, 0.02)
 """The first and the longest wait before a locked-out batch of writes tries again."""
+SHARED_SECONDS = 1.0
+"""How long after a write last found the lock held by another connection a lone write still
+waits a turn of the event loop, to share its commit with the writes of that turn."""
 
 
 Write = tuple[Op, bool]
@@ -55,17 +58,20 @@ a caller, and its transaction commits with ``synchronous=FULL``. (A plain tuple,
 one: one is made for every write.)"""
 
 
-def _begin(conn: sqlite3.Connection) -> None:
+def _begin(conn: sqlite3.Connection) -> bool:
     """``BEGIN IMMEDIATE``, trying every ``LOCK_POLL`` while another connection holds the write
-    lock, for up to ``LOCK_WAIT``; then raises SQLite's "database is locked"."""
+    lock, for up to ``LOCK_WAIT``; then raises SQLite's "database is locked". Returns whether
+    another connection held the lock at the first try."""
     deadline = time.monotonic() + LOCK_WAIT
+    waited = False
     while True:
         try:
             conn.execute(sql.BEGIN)
-            return
+            return waited
         except sqlite3.OperationalError as exc:
             if not is_locked(exc) or time.monotonic() > deadline:
                 raise
+        waited = True
         time.sleep(LOCK_POLL)
 
 
@@ -140,9 +146,19 @@ class Database:
         StoreUnavailableError."""
         self._conn: sqlite3.Connection | None = None
         # One batch at a time: there is one connection, and commits keep their order.
+        # While other connections write too, each commit is one more hand-over of the lock:
+        # a lone write then waits a turn to share its commit (see ``_unshared``).
         self._writes: Batcher[Write, Any] = Batcher(
-            self._commit, flushers=1, max_batch=None, by_turn=True, backoff=WRITE_BACKOFF
+            self._commit,
+            flushers=1,
+            max_batch=None,
+            by_turn=True,
+            backoff=WRITE_BACKOFF,
+            inline=self._unshared,
         )
+        self._shared_until = 0.0
+        """Until when (monotonic) lone writes wait to share a commit: ``SHARED_SECONDS`` after a
+        write last found the lock held by another connection."""
         self._busy_since: float | None = None
         """When the writes first found the lock held by another connection (monotonic), until a
         commit gets it or they give up: the writes waiting then fail ``retry_seconds`` later."""
@@ -239,6 +255,11 @@ class Database:
 
     # -- writes: group commit --------------------------------------------------------------------
 
+    def _unshared(self) -> bool:
+        """Whether no other connection took the write lock lately (a lone write may then
+        commit at once, in its caller's task)."""
+        return time.monotonic() >= self._shared_until
+
     def write(self, op: Op, *, durable: bool = False) -> Awaitable[Any]:
         """Run ``op`` in the next group commit; the result is ``op``'s once it has committed
         (or its error: a failing op fails alone, the others of its batch commit)."""
@@ -253,6 +274,7 @@ class Database:
             outcomes = self._commit_batch(batch)
         except sqlite3.OperationalError as exc:  # locked: nothing was written
             now = time.monotonic()
+            self._shared_until = now + SHARED_SECONDS
             if self._busy_since is None:
                 self._busy_since = now
             elif now - self._busy_since > self.retry_seconds:
@@ -279,7 +301,8 @@ class Database:
         try:
             if durable:
                 conn.execute(sql.SYNCHRONOUS_FULL)
-            _begin(conn)
+            if _begin(conn):
+                self._shared_until = time.monotonic() + SHARED_SECONDS
         except sqlite3.Error as exc:
             if durable:
                 with contextlib.suppress(sqlite3.Error):
