@@ -260,6 +260,11 @@ class Database:
         commit at once, in its caller's task)."""
         return time.monotonic() >= self._shared_until
 
+    def _share_commits(self) -> None:
+        """A write found the lock held by another connection: lone writes share commits for
+        ``SHARED_SECONDS``."""
+        self._shared_until = time.monotonic() + SHARED_SECONDS
+
     def write(self, op: Op, *, durable: bool = False) -> Awaitable[Any]:
         """Run ``op`` in the next group commit; the result is ``op``'s once it has committed
         (or its error: a failing op fails alone, the others of its batch commit)."""
@@ -273,8 +278,8 @@ class Database:
         try:
             outcomes = self._commit_batch(batch)
         except sqlite3.OperationalError as exc:  # locked: nothing was written
+            self._share_commits()
             now = time.monotonic()
-            self._shared_until = now + SHARED_SECONDS
             if self._busy_since is None:
                 self._busy_since = now
             elif now - self._busy_since > self.retry_seconds:
@@ -302,7 +307,7 @@ class Database:
             if durable:
                 conn.execute(sql.SYNCHRONOUS_FULL)
             if _begin(conn):
-                self._shared_until = time.monotonic() + SHARED_SECONDS
+                self._share_commits()
         except sqlite3.Error as exc:
             if durable:
                 with contextlib.suppress(sqlite3.Error):
