@@ -220,11 +220,13 @@ def pick(
                         break
             if held_more:
                 continue
-            if read < page:
-                break
+            if read < page or remaining <= 0:
+                break  # nothing more is due, or the claim is full: what follows would go unused
             after = (row[_READY], row[0])
             if admission is not None:
                 active, keys, no_starts = _held(admission, workflows)
+        if remaining <= 0:
+            break
         (priority,) = c.execute(sql.NEXT_PRIORITY, (priority,)).fetchone()
     if admission is not None:
         picked.held_by_rate, picked.filled_rate = admission.held_by_rate, admission.filled_rate

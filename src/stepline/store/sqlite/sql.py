@@ -30,6 +30,7 @@ the parent with its fence, a create builds its records from what it inserted.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from typing import NamedTuple
@@ -234,6 +235,9 @@ def any_due(n_workflows: int) -> str:
     )
 
 
+# Built once per shape: under key limits a claim leaves out up to hundreds of (workflow, key)
+# pairs, and building that text at every claim cost more than running it.
+@functools.lru_cache(maxsize=1024)
 def claim_due(
     n_workflows: int,
     *,
