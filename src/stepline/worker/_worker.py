@@ -247,6 +247,10 @@ class Worker:
                         continue  # there may be more: claim again at once
                     # Fewer than asked: nothing else was runnable. New work arrives by
                     # notification (or the next poll); timers by the wait below.
+                if self._wake.is_set():
+                    # Woken while it claimed: it claims again at once, whatever the timers.
+                    pacing.waited(True)
+                    continue
                 timeout = await self._until_next_timer(pacing.wait)
                 if timeout <= 0:
                     continue
