@@ -5,6 +5,7 @@ keys its instances free to the peer (``worker._balance``)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
 from stepline.records import WorkerInfo
 from stepline.worker import _shares
 from stepline.worker._balance import Balance
+from stepline.worker._caps import WorkflowCaps
+from stepline.worker._slots import Slots
+from stepline.workflow import definition_of
 
 from .test_fleet_shares import until_listed
 from .test_worker_caps import until
@@ -97,6 +101,104 @@ def test_peers_that_cannot_take_more_are_not_waited_for() -> None:
     assert capped.caps({**counts, ("b", "keyed"): 1}, [_worker("me"), _worker("b")], now) == {
         "keyed": 5
     }
+
+
+def test_a_worker_behind_a_peer_that_runs_clearly_more_catches_up_to_an_even_split() -> None:
+    """The peer caps itself at that split and leaves the keys it frees: the worker asks for
+    them at its next claim (``WorkflowCaps.behind``)."""
+    now = time.time()
+    me, peer, dead = _worker("me"), _worker("b"), _worker("dead", age=60)
+    balance = Balance({"keyed": None}, "me", 10)
+    assert balance.catch_up({("b", "keyed"): 8}, [me, peer], now) == {"keyed": 4}
+    assert balance.catch_up({("me", "keyed"): 2, ("b", "keyed"): 8}, [me, peer], now) == {
+        "keyed": 5
+    }
+    # Within SLACK of even, on either side: nothing to catch up.
+    assert balance.catch_up({("me", "keyed"): 4, ("b", "keyed"): 6}, [me, peer], now) == {}
+    assert balance.catch_up({("me", "keyed"): 3, ("b", "keyed"): 6}, [me, peer], now) == {}
+    assert balance.catch_up({("me", "keyed"): 8}, [me, peer], now) == {}  # ahead
+    assert balance.catch_up({("dead", "keyed"): 8}, [me, dead], now) == {}
+    # A peer running more even without a free slot: it caps itself once the worker lags.
+    full = _worker("b", running=10)
+    assert balance.catch_up({("b", "keyed"): 8}, [me, full], now) == {"keyed": 4}
+    assert Balance({"keyed": 3}, "me", 10).catch_up({("b", "keyed"): 8}, [me, peer], now) == {
+        "keyed": 3
+    }
+
+
+class _Fleet:
+    """A store's worker list and counts, as ``FleetShares.refresh`` reads them: this worker
+    runs nothing of ``keyed``, its peer 8."""
+
+    def __init__(self, pushes_notifications: bool) -> None:
+        self.pushes_notifications = pushes_notifications
+
+    def now(self) -> float:
+        return time.time()
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return [_worker("me"), _worker("b", running=8)]
+
+    async def running_by_worker(self, workflows: Any, now: float) -> dict[tuple[str, str], int]:
+        return {("b", "keyed"): 8}
+
+
+@pytest.mark.parametrize(("pushes", "behind"), [(True, 4), (False, 0)])
+async def test_only_a_worker_that_polls_slowly_asks_for_what_it_is_behind(
+    pushes: bool, behind: int
+) -> None:
+    """With notifications (PostgreSQL) a worker polls every half second, and the keys a capped
+    peer leaves would wait for it; without (SQLite) it polls within milliseconds and finds
+    them, and the extra ask would only take keys its peer is about to claim."""
+    registry = {"keyed": definition_of(keyed)}
+    caps = WorkflowCaps(registry)
+    fleet = _shares.FleetShares(_Fleet(pushes), "me", registry, caps, 10)  # type: ignore[arg-type]
+    await fleet.refresh()
+    assert caps.behind(Slots(10)) == behind
+
+
+async def test_a_claim_answering_its_own_ends_also_asks_for_what_the_worker_is_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without it, a worker behind an even split asks for as many as ended, never grows, and
+    the keys its capped peer leaves wait for its next poll."""
+    monkeypatch.setattr(_shares, "REFRESH", 3600.0)  # the catch-up is set here, not read
+    GATES.clear()
+    GATES.update({n: asyncio.Event() for n in range(8)})
+    async with Engine(f"sqlite:///{tmp_path}/x.db", [keyed], worker=False) as engine:
+        worker, store = engine.worker, engine.store
+        claim = store.claim
+        asked: list[int] = []
+
+        async def counted(owner: str, workflows: Any, limit: int, *args: Any, **kw: Any) -> Any:
+            asked.append(limit)
+            return await claim(owner, workflows, limit, *args, **kw)
+
+        store.claim = counted  # type: ignore[method-assign]
+        handles = [
+            await engine.workflow("keyed").create(params={"n": n}, key=f"k{n % 4}")
+            for n in range(8)
+        ]
+        # No poll: a claim after one would ask in full.
+        worker.settings = dataclasses.replace(
+            worker.settings, poll_interval=3600.0, min_poll_interval=3600.0
+        )
+        task = asyncio.create_task(worker.run())
+        try:
+            await until(lambda: worker.active_count == 4, "one runs per key")
+            worker._caps.set_catch_up({"keyed": 6})  # a peer runs clearly more
+            looked = len(asked)
+            GATES[0].set()  # one ends: three run, three short of six
+            await until(lambda: len(asked) > looked, "the worker claims")
+            assert asked[looked] == 1 + 3
+            for gate in GATES.values():
+                gate.set()
+            assert [(await h.wait(timeout=10)).output for h in handles] == list(range(8))
+        finally:
+            for gate in GATES.values():
+                gate.set()
+            worker.stop()
+            await task
 
 
 async def test_a_second_worker_gets_the_keys_the_first_frees_until_the_split_is_even(

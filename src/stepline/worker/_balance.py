@@ -12,6 +12,11 @@ with room, ``n`` those workers), the worker takes no more than that split: the k
 instances free as they end go to the peer. Once the split is even no cap
 applies, and it keeps: each worker claims the next instance of every key it frees.
 
+The peer must take those keys soon: a claim that answers a worker's own ends asks for as many
+as ended, so a worker behind grows only at its polls. Where polls are slow (a store that
+pushes notifications), the worker that runs clearly fewer than an even split while a peer runs
+clearly more (``catch_up``) asks, at each such claim, for the difference as well.
+
 ``R`` is the largest seen while a peer lags: a peer that does not take the freed keys (its
 loop busy, its ``worker_concurrency`` reached) leaves the split where it was, instead of
 shrinking it at every refresh as the worker's own count falls.
@@ -66,14 +71,11 @@ class Balance:
         found: dict[str, int] = {}
         for name, worker_cap in self.workflows.items():
             counts = [
-                running.get((worker.id, name), 0)
-                for worker in workers
-                if worker.id != self._worker_id
-                and worker.live(now)
-                and name in worker.workflows
-                and worker.running < worker.concurrency
+                count
+                for worker, count in self._peers(name, running, workers, now)
+                if worker.running < worker.concurrency
+                and (worker_cap is None or count < worker_cap)
             ]
-            counts = [c for c in counts if worker_cap is None or c < worker_cap]
             total = running.get((self._worker_id, name), 0) + sum(counts)
             if total == 0 and counts:
                 room = self._slots if worker_cap is None else min(worker_cap, self._slots)
@@ -86,3 +88,35 @@ class Balance:
             peak = self._peaks[name] = max(total, self._peaks.get(name, 0))
             found[name] = math.ceil(peak / (1 + len(counts)))
         return found
+
+    def catch_up(
+        self,
+        running: Mapping[tuple[str, str], int],
+        workers: Sequence[WorkerInfo],
+        now: float,
+    ) -> dict[str, int]:
+        """The even split of each balanced workflow that the worker runs clearly fewer of
+        while a peer runs clearly more (a peer that then caps itself, :meth:`caps`): how many
+        the worker may grow to by asking for more than its own ends freed."""
+        found: dict[str, int] = {}
+        for name, worker_cap in self.workflows.items():
+            counts = [count for _worker, count in self._peers(name, running, workers, now)]
+            mine = running.get((self._worker_id, name), 0)
+            even = math.ceil((mine + sum(counts)) / (1 + len(counts)))
+            if mine + SLACK < even and any(count > even + SLACK for count in counts):
+                found[name] = even if worker_cap is None else min(even, worker_cap)
+        return found
+
+    def _peers(
+        self,
+        name: str,
+        running: Mapping[tuple[str, str], int],
+        workers: Sequence[WorkerInfo],
+        now: float,
+    ) -> list[tuple[WorkerInfo, int]]:
+        """The live peers that run workflow ``name``, with how many of it each runs."""
+        return [
+            (worker, running.get((worker.id, name), 0))
+            for worker in workers
+            if worker.id != self._worker_id and worker.live(now) and name in worker.workflows
+        ]

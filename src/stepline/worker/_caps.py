@@ -31,7 +31,7 @@ class WorkflowCaps:
     share of each fleet-wide ``concurrency`` (set by ``_shares.FleetShares``): the lower of
     the two caps a workflow."""
 
-    __slots__ = ("_caps", "_own", "holding", "shares", "workflows")
+    __slots__ = ("_caps", "_catch_up", "_own", "holding", "shares", "workflows")
 
     def __init__(self, registry: Mapping[str, WorkflowDefinition]) -> None:
         self.workflows = tuple(sorted(registry))
@@ -48,6 +48,9 @@ class WorkflowCaps:
         self._caps = self._own
         """Each capped workflow's cap: the lower of its worker_concurrency and its share."""
         self.shares: Mapping[str, int] = {}
+        self._catch_up: Mapping[str, int] = {}
+        """The even split of each balanced workflow the worker runs clearly fewer of than a
+        peer (``_balance``'s ``catch_up``)."""
 
     def set_shares(self, shares: Mapping[str, int]) -> None:
         """The worker's shares of fleet-wide limits, and its caps of the workflows it balances
@@ -55,23 +58,40 @@ class WorkflowCaps:
         self.shares, own = shares, self._own
         self._caps = {**shares, **{n: min(c, shares.get(n, c)) for n, c in own.items()}}
 
+    def set_catch_up(self, targets: Mapping[str, int]) -> None:
+        """The even splits the worker is behind (``_balance``'s ``catch_up``), as ``_shares``
+        last read them."""
+        self._catch_up = targets
+
+    def behind(self, slots: Slots) -> int:
+        """How many instances the worker runs fewer than the even splits it is behind."""
+        if not self._catch_up:
+            return 0
+        running = self._running(slots)
+        return sum(max(0, even - running[name]) for name, even in self._catch_up.items())
+
     def plan(self, slots: Slots, limit: int) -> ClaimPlan:
         """The claim of at most ``limit`` that the activations in ``slots`` leave room for."""
         caps = self._caps
         if not caps:  # the common case costs nothing
             return ClaimPlan(self.workflows, None, limit, held_back=False)
-        # Counted as Slots.free counts: an activation whose final write is in flight runs no
-        # more code and takes no room; but under a fleet-wide limit it keeps its place in the
-        # store until that write lands, and a claim meanwhile would find it taken.
-        holding = self.holding
-        running: Counter[str] = Counter()
-        for slot in slots.active.values():
-            workflow = slot.claim.instance.workflow
-            if not slot.ending or workflow in holding:
-                running[workflow] += 1
+        running = self._running(slots)
         room = {name: cap - running[name] for name, cap in caps.items()}
         workflows = tuple(name for name in self.workflows if room.get(name, 1) > 0)
         capped = {name: room[name] for name in workflows if name in room}
         if all(name in room for name in workflows):
             limit = min(limit, sum(capped.values()))
         return ClaimPlan(workflows, capped or None, limit, len(workflows) < len(self.workflows))
+
+    def _running(self, slots: Slots) -> Counter[str]:
+        """The activations in ``slots`` by workflow, counted as ``Slots.free`` counts: one whose
+        final write is in flight runs no more code and takes no room; but under a fleet-wide
+        limit it keeps its place in the store until that write lands, and a claim meanwhile
+        would find it taken."""
+        holding = self.holding
+        running: Counter[str] = Counter()
+        for slot in slots.active.values():
+            workflow = slot.claim.instance.workflow
+            if not slot.ending or workflow in holding:
+                running[workflow] += 1
+        return running

@@ -87,12 +87,19 @@ class FleetShares:
         now = self._store.now()
         found = shares(self.limits, workers, self._worker_id, now)
         balanced = tuple(self._balance.workflows)
+        behind: dict[str, int] = {}
         if balanced:
             # Alone, there is nothing to even out (and no read to make).
             alone = not any(w.id != self._worker_id and w.live(now) for w in workers)
             running = {} if alone else await self._store.running_by_worker(balanced, now)
             found.update(self._balance.caps(running, workers, now))
+            if self._store.pushes_notifications:
+                # A worker that polls quickly (SQLite) finds the keys a capped peer leaves at
+                # its next poll; asking for them as well only takes keys its peers are about to
+                # claim, when its count looks low for a moment.
+                behind = self._balance.catch_up(running, workers, now)
         self._caps.set_shares(found)
+        self._caps.set_catch_up(behind)
 
     async def loop(self) -> None:
         while True:

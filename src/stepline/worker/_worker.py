@@ -229,7 +229,10 @@ class Worker:
             if hold > 0 and free > 0:
                 await self._idle(min(hold, self.settings.poll_interval))
             elif free > 0:
-                limit, answer = pacing.ask(min(free, self.settings.claim_batch))
+                batch = min(free, self.settings.claim_batch)
+                limit, answer = pacing.ask(batch)
+                if answer:  # and the keys its peers leave it, if it runs fewer than its split
+                    limit = min(batch, limit + self._caps.behind(self._slots))
                 plan = self._caps.plan(self._slots, limit)
                 self._wanted = False
                 try:
