@@ -64,7 +64,7 @@ class WorkflowCaps:
         self._catch_up = targets
 
     def behind(self, slots: Slots) -> int:
-        """How many instances the worker runs fewer than the even splits it is behind."""
+        """How far the worker's running instances fall short of the even splits it is behind."""
         if not self._catch_up:
             return 0
         running = self._running(slots)
