@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
@@ -21,13 +22,21 @@ async def one_at_a_time(event: WorkflowEvent, step: WorkflowStep) -> Any:
     return await step.do("only", lambda: "done")
 
 
-async def drain_without_polling(engine: Engine, name: str, keys: int = 0) -> None:
-    """Create COUNT instances of ``name`` (instance n with key ``k{n % keys}`` if ``keys``) and
-    run the worker, which never polls, until all have completed."""
+async def drain_without_polling(
+    engine: Engine,
+    name: str,
+    keys: int = 0,
+    before: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Create COUNT instances of ``name`` (instance n, ``in``, with key ``k{n % keys}`` if
+    ``keys``), await ``before`` if given, and run the worker, which never polls, until all have
+    completed."""
     binding = engine.workflow(name)
     handles = [
         await binding.create(f"i{n}", key=f"k{n % keys}" if keys else None) for n in range(COUNT)
     ]
+    if before is not None:
+        await before()
     worker = engine.worker
     # No poll at all: on SQLite the loop would otherwise look again within milliseconds.
     worker.settings = dataclasses.replace(
@@ -126,3 +135,83 @@ async def test_a_claim_that_answers_its_own_ends_asks_for_as_many_as_ended(
     ]
     assert answers, asked
     assert all(limit <= 2 for limit, _taken in answers), asked
+
+
+@workflow(name="in-pairs", concurrency=2)
+async def in_pairs(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    return await step.do("only", lambda: "done")
+
+
+async def finish_odd_ones_late(
+    engine: Engine, name: str, count: int, landed: asyncio.Event | None = None
+) -> None:
+    """Make the finishes of the first ``count`` instances of ``name`` land in pairs, the odd
+    one late: ``i0``'s finish is sent once ``i1``'s is (so that it lands with ``i1``'s in
+    flight), ``i1``'s after 0.1 s more, or once ``landed`` is set; and so on."""
+    store = engine.store
+    finish = store.finish
+    pks = [(await store.get_instance(name, f"i{n}")).pk for n in range(count)]
+    sent = {pk: asyncio.Event() for pk in pks[1::2]}
+    partner = dict(zip(pks[::2], pks[1::2], strict=False))
+
+    async def paired(lease: Any, *args: Any, **kwargs: Any) -> Any:
+        if lease.pk in sent:
+            sent[lease.pk].set()
+            if landed is None:
+                await asyncio.sleep(0.1)
+            else:
+                await landed.wait()
+        elif lease.pk in partner:
+            await sent[partner[lease.pk]].wait()
+        return await finish(lease, *args, **kwargs)
+
+    store.finish = paired  # type: ignore[method-assign]
+
+
+async def test_an_answer_waits_for_the_finishes_of_its_own_in_flight(
+    make_engine: EngineFactory,
+) -> None:
+    """A worker whose next claim would only answer its own ends waits for the finishes of
+    instances under the limit that are still in flight: one claim answers them all, where a
+    claim per finish batch would split the instances that start together into ever smaller
+    groups (each a claim, each step write a statement of its own)."""
+    async with make_engine([in_pairs]) as engine:
+        store = engine.store
+        claim = store.claim
+        asked: list[tuple[int, int]] = []
+
+        async def counted(owner: str, workflows: Any, limit: int, *args: Any, **kw: Any) -> Any:
+            claims = await claim(owner, workflows, limit, *args, **kw)
+            asked.append((limit, len(claims)))
+            return claims
+
+        store.claim = counted  # type: ignore[method-assign]
+        await drain_without_polling(
+            engine, "in-pairs", before=lambda: finish_odd_ones_late(engine, "in-pairs", COUNT)
+        )
+    first, *answers = asked
+    assert first == (engine.worker.settings.claim_batch, 2), asked
+    # Each pair ends together, the finish of one late: each answer asks for both.
+    assert answers and all(limit == 2 for limit, _taken in answers), asked
+    assert sum(taken for _limit, taken in asked) == COUNT, asked
+
+
+async def test_a_finish_long_in_flight_holds_up_no_claim_past_a_poll(
+    make_engine: EngineFactory,
+) -> None:
+    """The wait for finishes in flight ends at the next poll: a finish that does not land
+    (a slow or unreachable server) does not keep the slot that the other end freed idle."""
+    async with make_engine([in_pairs], poll_interval=0.05) as engine:
+        landed = asyncio.Event()
+        binding = engine.workflow("in-pairs")
+        handles = [await binding.create(f"i{n}") for n in range(3)]
+        await finish_odd_ones_late(engine, "in-pairs", 3, landed)
+        task = asyncio.create_task(engine.worker.run())
+        try:
+            # i0 and i1 run; i1's finish hangs; i2 takes the slot i0 freed at a poll.
+            await asyncio.wait_for(handles[2].wait(), timeout=30)
+            assert (await handles[1].status()).status == "running"
+        finally:
+            landed.set()
+            engine.worker.stop()
+            await task

@@ -70,6 +70,15 @@ class WorkflowCaps:
         running = self._running(slots)
         return sum(max(0, even - running[name]) for name, even in self._catch_up.items())
 
+    def ending(self, slots: Slots) -> bool:
+        """Whether the final write of an activation that keeps its place in the store until it
+        lands is in flight."""
+        holding = self.holding
+        return any(
+            slot.ending and slot.claim.instance.workflow in holding
+            for slot in slots.active.values()
+        )
+
     def plan(self, slots: Slots, limit: int) -> ClaimPlan:
         """The claim of at most ``limit`` that the activations in ``slots`` leave room for."""
         caps = self._caps

@@ -16,7 +16,9 @@ class Pacing:
     Woken only by the ends of its own instances under a limit, the worker asks for as many
     instances as ended: what they freed is mostly what there is to take, and on PostgreSQL a
     key-limited claim that cannot fill its ask reads past every held key to the end of the due
-    backlog. Anything else due is found by the next poll or wake.
+    backlog. Anything else due is found by the next poll or wake. While more of those ends are
+    being written, the claim waits for them (``WorkflowCaps.ending``), so that one claim answers
+    them all.
     """
 
     __slots__ = ("_fastest", "_held_ends", "_longest", "_polled", "_told", "wait")
@@ -44,10 +46,14 @@ class Pacing:
         """An instance under a limit ended, its finish written."""
         self._held_ends += 1
 
+    def answering(self) -> bool:
+        """Whether the next claim would only answer this worker's own ends under a limit."""
+        return not self._polled and not self._told and self._held_ends > 0
+
     def ask(self, limit: int) -> tuple[int, bool]:
         """How many the next claim asks for, at most ``limit``, and whether it only answers
         this worker's own ends (then a full answer is not a sign of more)."""
-        answer = not self._polled and not self._told and self._held_ends > 0
+        answer = self.answering()
         if answer:
             limit = min(limit, self._held_ends)
         self._told = False

@@ -228,6 +228,12 @@ class Worker:
             hold = self._claim_after - time.monotonic()
             if hold > 0 and free > 0:
                 await self._idle(min(hold, self.settings.poll_interval))
+            elif free > 0 and pacing.answering() and self._caps.ending(self._slots):
+                # It would answer its own ends, and more of them are being written: one claim
+                # for them all once they land. Claims that each answer a finish batch split
+                # instances that started together into ever smaller groups, each paying for its
+                # own claim and step writes. A wait that times out makes the next claim a poll.
+                pacing.waited(await self._idle(self.settings.poll_interval), back_off=False)
             elif free > 0:
                 batch = min(free, self.settings.claim_batch)
                 limit, answer = pacing.ask(batch)
