@@ -5,7 +5,9 @@ workload with a fleet-wide ``concurrency = 50``, and with ``key_concurrency = 1`
 (instance i has key ``k{i % 100}``), each shown as a ratio to the unlimited figure of as many
 processes measured beside it; and at the 2-process point, unlimited runs with as many instances
 in flight as each limit allows (2 x 25, 2 x 50), which separate what a limit costs from what
-running fewer instances at once costs.
+running fewer instances at once costs. Each limited run follows the unlimited run of as many
+processes, with the run of as many in flight just before it: the ratios are of runs a few
+runs apart, not a whole repetition, as the machine's speed drifts over minutes.
 
 For each store and each process count, on a fresh database: the instances are created with
 ``create_batch`` (batches of 500) before any worker runs; then the worker processes
@@ -169,6 +171,30 @@ async def measure(
     return result
 
 
+def _schedule(
+    variants: Sequence[tuple[str, str, dict[str, Any]]],
+) -> list[tuple[int, str | None, str, dict[str, Any]]]:
+    """One repetition's runs, in order: (process count, series key or None for an unlimited
+    run, label, ``measure`` options). Each unlimited run is followed by the variants of as many
+    processes, each run of as many in flight just before the limited run it is compared with:
+    this machine's speed drifts over minutes, and a ratio of neighbours drifts least."""
+    rank: dict[str, tuple[int, int]] = {}
+    for group, (workflow, slots) in enumerate(SAME_IN_FLIGHT.items()):
+        rank[f"same_in_flight_{slots}"], rank[workflow] = (group, 0), (group, 1)
+
+    def place(variant: tuple[str, str, dict[str, Any]]) -> tuple[int, int]:
+        key, _label, options = variant
+        return rank.get(key) or rank.get(options.get("workflow", ""), (len(SAME_IN_FLIGHT), 0))
+
+    order: list[tuple[int, str | None, str, dict[str, Any]]] = []
+    for processes in PROCESSES:
+        es = "es" if processes > 1 else ""
+        order.append((processes, None, f"{processes} process{es}", {"processes": processes}))
+        beside = [v for v in variants if v[2].get("processes") == processes]
+        order += [(processes, *variant) for variant in sorted(beside, key=place)]
+    return order
+
+
 async def _run_store(config: BenchConfig, store: str) -> Report:
     instances = 2_000 if config.quick else 10_000
     runs = config.repetitions(heavy=True)
@@ -179,23 +205,15 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
             floor = per_second(step_floor(store, directory, config.pg_url))
             floor_name = floor.name
             series["floor"].append(floor.value)
-            for processes in PROCESSES:
-                with database(config, store, directory) as url:
-                    result = await measure(
-                        url, directory / "logs", instances=instances, processes=processes
-                    )
-                for key, value in result.items():
-                    series[f"{key}_{processes}"].append(value)
-                print(
-                    f"  {NAME} {store} {processes} process(es): "
-                    f"{result['steps_per_s']:,.0f} steps/s",
-                    flush=True,
-                )
             variants = [*VARIANTS, *(POSTGRES_VARIANTS if store == "postgres" else ())]
-            for key, label, options in variants:
+            for processes, key, label, options in _schedule(variants):
                 with database(config, store, directory) as url:
                     result = await measure(url, directory / "logs", instances=instances, **options)
-                series[key].append(result["steps_per_s"])
+                if key is None:  # an unlimited run: every figure, by process count
+                    for name, value in result.items():
+                        series[f"{name}_{processes}"].append(value)
+                else:
+                    series[key].append(result["steps_per_s"])
                 print(f"  {NAME} {store} {label}: {result['steps_per_s']:,.0f} steps/s", flush=True)
     floor = Floor(floor_name, median(series["floor"]), "/s", tuple(series["floor"]))
 
