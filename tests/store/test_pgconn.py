@@ -5,12 +5,16 @@ them: an application's own pools and connections keep their warnings."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
+from stepline.errors import StoreError
+from stepline.store import create_store
 from stepline.store.postgres.db import POOL_NAMES, StoreConnection, quiet_psycopg
 
 from .._pg import pg_admin_url
@@ -103,3 +107,25 @@ def test_the_store_uses_psycopgs_own_wait() -> None:
         if not name.startswith("__") and hasattr(psycopg.AsyncConnection, name)
     }
     assert overridden == set()
+
+
+async def test_a_refused_connection_asks_whether_the_server_runs_once() -> None:
+    """psycopg's own message already asks whether the server is running: the store's advice
+    after it names what else to check, without asking again."""
+    store = create_store("postgresql://postgres@127.0.0.1:1/test")
+    with pytest.raises(StoreError) as raised:
+        await store.open()
+    message = str(raised.value)
+    assert message.startswith("cannot connect to PostgreSQL at 127.0.0.1:1/test"), message
+    assert len(re.findall(r"server (is )?running", message, flags=re.IGNORECASE)) == 1, message
+    assert "host, port, user, password and database" in message, message
+
+
+async def test_a_server_that_answers_is_not_asked_whether_it_runs() -> None:
+    store = create_store(urlsplit(pg_admin_url())._replace(path="/no_such_database").geturl())
+    with pytest.raises(StoreError) as raised:
+        await store.open()
+    message = str(raised.value)
+    assert 'database "no_such_database" does not exist' in message, message
+    assert "is running" not in message, message
+    assert "host, port, user, password and database" in message, message

@@ -86,9 +86,14 @@ async def _closing_on_fault(use: Callable[[Conn], Awaitable[T]], conn: Conn) -> 
 
 
 def _cannot_connect(where: str, exc: psycopg.Error) -> StoreError:
+    detail = one_line(exc)
+    # Whether the server runs is no question when it answered (FATAL: ...), and libpq asks it
+    # itself when nothing answered: asked here only when neither says.
+    answered = any(said in detail.lower() for said in ("fatal:", "server running"))
+    running = "" if answered else "that the server is running and "
     return StoreError(
-        f"cannot connect to PostgreSQL at {where}: {one_line(exc)}; check that the server is "
-        "running and that the URL's host, port, user, password and database are right"
+        f"cannot connect to PostgreSQL at {where}: {detail}; check {running}that the URL's "
+        "host, port, user, password and database are right"
     )
 
 
