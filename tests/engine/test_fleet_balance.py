@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -201,41 +203,101 @@ async def test_a_claim_answering_its_own_ends_also_asks_for_what_the_worker_is_b
             await task
 
 
-async def test_a_second_worker_gets_the_keys_the_first_frees_until_the_split_is_even(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_shares, "REFRESH", 0.05)
+@dataclasses.dataclass
+class _Pair:
+    """Two workers on one database, 16 instances over 8 keys, the first worker running."""
+
+    first: Engine
+    second: Engine
+    handles: list[Any]
+    tasks: list[asyncio.Task[None]]
+
+    def start_second(self) -> None:
+        self.tasks.append(asyncio.create_task(self.second.worker.run()))
+
+    async def outputs(self) -> list[Any]:
+        for gate in GATES.values():
+            gate.set()
+        return [(await h.wait(timeout=10)).output for h in self.handles]
+
+
+@asynccontextmanager
+async def _pair(tmp_path: Path) -> AsyncIterator[_Pair]:
     GATES.clear()
     GATES.update({n: asyncio.Event() for n in range(16)})
     url = f"sqlite:///{tmp_path}/x.db"
     first = Engine(url, [keyed], worker=False, worker_id="first")
     second = Engine(url, [keyed], worker=False, worker_id="second")
     async with first, second:
-        tasks = [asyncio.create_task(first.worker.run())]
+        handles = [
+            await first.workflow("keyed").create(params={"n": n}, key=f"k{n % 8}")
+            for n in range(16)
+        ]
+        pair = _Pair(first, second, handles, [asyncio.create_task(first.worker.run())])
         try:
-            handles = [
-                await first.workflow("keyed").create(params={"n": n}, key=f"k{n % 8}")
-                for n in range(16)
-            ]
             await until(lambda: first.worker.active_count == 8, "the first runs one per key")
-            tasks.append(asyncio.create_task(second.worker.run()))
-            await until_listed(first, {"first", "second"})
-            await until(lambda: bool(first.worker._caps.shares), "the first sees a lagging peer")
-            assert first.worker._caps.shares == {"keyed": 4}
-            for n in range(4):  # four of the first's instances end: their keys go to the second
-                GATES[n].set()
-            await until(lambda: second.worker.active_count == 4, "the second takes four")
-            await asyncio.sleep(0.1)
-            assert (first.worker.active_count, second.worker.active_count) == (4, 4)
-            # Even now: the cap lifts, and each worker keeps the keys it frees.
-            await until(lambda: not first.worker._caps.shares, "the cap lifts")
-            for gate in GATES.values():
-                gate.set()
-            outputs = [(await h.wait(timeout=10)).output for h in handles]
-            assert outputs == list(range(16))
+            yield pair
         finally:
             for gate in GATES.values():
                 gate.set()
             first.worker.stop()
             second.worker.stop()
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*pair.tasks)
+
+
+async def test_a_second_worker_gets_the_keys_the_first_frees_until_the_split_is_even(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_shares, "REFRESH", 0.05)
+    async with _pair(tmp_path) as pair:
+        first, second = pair.first, pair.second
+        pair.start_second()
+        await until_listed(first, {"first", "second"})
+        await until(lambda: bool(first.worker._caps.shares), "the first sees a lagging peer")
+        assert first.worker._caps.shares == {"keyed": 4}
+        for n in range(4):  # four of the first's instances end: their keys go to the second
+            GATES[n].set()
+        await until(lambda: second.worker.active_count == 4, "the second takes four")
+        await asyncio.sleep(0.1)
+        assert (first.worker.active_count, second.worker.active_count) == (4, 4)
+        # Even now: the cap lifts, and each worker keeps the keys it frees.
+        await until(lambda: not first.worker._caps.shares, "the cap lifts")
+        assert await pair.outputs() == list(range(16))
+
+
+async def test_a_worker_sees_a_peer_that_joins_just_after_it_within_its_first_refreshes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers started together: the first to join reads the worker list before the others
+    are on it, claims every key it has room for, and would keep them until its next refresh
+    (a second later, here never) while its peers idle. Its first refreshes come quickly."""
+    monkeypatch.setattr(_shares, "REFRESH", 3600.0)
+    monkeypatch.setattr(_shares, "FIRST_REFRESH", 0.02)
+    async with _pair(tmp_path) as pair:
+        first, second = pair.first, pair.second
+        pair.start_second()
+        await until(lambda: bool(first.worker._caps.shares), "the first sees its peer")
+        assert first.worker._caps.shares == {"keyed": 4}
+        for n in range(4):
+            GATES[n].set()
+        await until(lambda: second.worker.active_count == 4, "the second takes four")
+        assert await pair.outputs() == list(range(16))
+
+
+async def test_the_worker_list_is_read_quickly_at_first_then_every_refresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 8:
+            raise asyncio.CancelledError
+
+    monkeypatch.setattr(_shares.asyncio, "sleep", sleep)
+    registry = {"keyed": definition_of(keyed)}
+    fleet = _shares.FleetShares(_Fleet(False), "me", registry, WorkflowCaps(registry), 10)  # type: ignore[arg-type]
+    with pytest.raises(asyncio.CancelledError):
+        await fleet.loop()
+    assert waits == [_shares.FIRST_REFRESH * 2**n for n in range(5)] + [_shares.REFRESH] * 3
+    assert _shares.FIRST_REFRESH * 2**4 < _shares.REFRESH <= _shares.FIRST_REFRESH * 2**5

@@ -13,7 +13,10 @@ Workflows limited per key or by named limits only have no number to split: ``_ba
 evens them out from how many instances each worker runs.
 
 The peers are read from the store's worker list every :data:`REFRESH` seconds, so a worker
-that joins or leaves changes the others' shares within about that long."""
+that joins or leaves changes the others' shares within about that long. A worker that has just
+joined reads it sooner (:data:`FIRST_REFRESH`, doubling): of workers started together, the
+first to join finds the list without the others, and would run every slot and key it has room
+for until its next read while they idle."""
 
 from __future__ import annotations
 
@@ -32,6 +35,9 @@ from ._log import log, outage_level
 
 REFRESH = 1.0
 """Seconds between reads of the worker list."""
+FIRST_REFRESH = 0.05
+"""Seconds from joining to the second read of the worker list; the wait doubles after each
+read until it reaches :data:`REFRESH`."""
 
 
 def shares(
@@ -102,8 +108,10 @@ class FleetShares:
         self._caps.set_catch_up(behind)
 
     async def loop(self) -> None:
+        wait = min(FIRST_REFRESH, REFRESH)
         while True:
-            await asyncio.sleep(REFRESH)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, REFRESH)
             try:
                 await self.refresh()
             except StoreError as exc:
