@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
+from stepline.errors import StoreUnavailableError
 from stepline.records import WorkerInfo
 from stepline.worker import _shares
 from stepline.worker._balance import Balance
@@ -50,29 +51,58 @@ def _worker(
     return WorkerInfo(worker_id, "host", 1, now - 60, now - age, 5.0, workflows, 10, running)
 
 
+def _confirmed(
+    balance: Balance, running: dict[tuple[str, str], int], workers: list[WorkerInfo]
+) -> dict[str, int]:
+    """The caps after two reads of the same counts: a lag is acted on once confirmed."""
+    balance.caps(running, workers, time.time())
+    return balance.caps(running, workers, time.time())
+
+
 def test_a_worker_caps_itself_at_an_even_split_only_while_a_peer_lags() -> None:
-    now = time.time()
-    balance = Balance({"keyed": None}, "me", 10)
     me, peer = _worker("me"), _worker("b")
-    assert balance.caps({("me", "keyed"): 8}, [me], now) == {}  # alone
-    assert balance.caps({("me", "keyed"): 8}, [me, peer], now) == {"keyed": 4}
+    assert _confirmed(Balance({"keyed": None}, "me", 10), {("me", "keyed"): 8}, [me]) == {}
+    assert _confirmed(Balance({"keyed": None}, "me", 10), {("me", "keyed"): 8}, [me, peer]) == {
+        "keyed": 4
+    }
     # Within SLACK of even is even: no cap, each worker keeps the keys it frees.
-    assert balance.caps({("me", "keyed"): 5, ("b", "keyed"): 3}, [me, peer], now) == {}
-    assert balance.caps({("me", "keyed"): 7, ("b", "keyed"): 2}, [me, peer], now) == {"keyed": 5}
+    even = {("me", "keyed"): 5, ("b", "keyed"): 3}
+    assert _confirmed(Balance({"keyed": None}, "me", 10), even, [me, peer]) == {}
+    lagging = {("me", "keyed"): 7, ("b", "keyed"): 2}
+    assert _confirmed(Balance({"keyed": None}, "me", 10), lagging, [me, peer]) == {"keyed": 5}
     three = [me, peer, _worker("c")]
-    assert balance.caps({("me", "keyed"): 9}, three, now) == {"keyed": 3}
+    assert _confirmed(Balance({"keyed": None}, "me", 10), {("me", "keyed"): 9}, three) == {
+        "keyed": 3
+    }
+
+
+def test_a_lag_seen_in_one_read_only_caps_nothing() -> None:
+    """Instances that start together end together: read while a worker claims their
+    successors, its count is nothing for a moment. Acted on, that read would cap its peer at
+    half its split and drain the keys from it."""
+    now = time.time()
+    workers = [_worker("me"), _worker("b")]
+    balance = Balance({"keyed": None}, "me", 10)
+    assert balance.caps({("me", "keyed"): 5}, workers, now) == {}  # b between two rounds
+    assert balance.confirming
+    assert balance.caps({("me", "keyed"): 5, ("b", "keyed"): 5}, workers, now) == {}
+    assert not balance.confirming
+    # Confirmed, the split goes by the larger count of the two reads.
+    assert balance.caps({("me", "keyed"): 10}, workers, now) == {}
+    assert balance.caps({("me", "keyed"): 6}, workers, now) == {"keyed": 5}
+    assert not balance.confirming
 
 
 def test_a_peer_that_does_not_take_the_freed_keys_does_not_shrink_the_split() -> None:
     now = time.time()
     balance = Balance({"keyed": None}, "me", 10)
     workers = [_worker("me"), _worker("b")]
-    assert balance.caps({("me", "keyed"): 10}, workers, now) == {"keyed": 5}
+    assert _confirmed(balance, {("me", "keyed"): 10}, workers) == {"keyed": 5}
     # The worker drained to its split, the peer took nothing: the split stays at 5.
     assert balance.caps({("me", "keyed"): 5}, workers, now) == {"keyed": 5}
     assert balance.caps({("me", "keyed"): 4, ("b", "keyed"): 4}, workers, now) == {}
     # Once even, the largest count seen is forgotten.
-    assert balance.caps({("me", "keyed"): 6}, workers, now) == {"keyed": 3}
+    assert _confirmed(balance, {("me", "keyed"): 6}, workers) == {"keyed": 3}
 
 
 def test_a_fleet_that_runs_nothing_yet_splits_each_workers_slots() -> None:
@@ -99,10 +129,9 @@ def test_peers_that_cannot_take_more_are_not_waited_for() -> None:
     assert Balance({"keyed": None}, "me", 10).caps(counts, [_worker("me"), *not_peers], now) == {}
     # At its worker_concurrency for the workflow, a peer has no room for it either.
     capped = Balance({"keyed": 3}, "me", 10)
-    assert capped.caps({**counts, ("b", "keyed"): 3}, [_worker("me"), _worker("b")], now) == {}
-    assert capped.caps({**counts, ("b", "keyed"): 1}, [_worker("me"), _worker("b")], now) == {
-        "keyed": 5
-    }
+    pair = [_worker("me"), _worker("b")]
+    assert _confirmed(capped, {**counts, ("b", "keyed"): 3}, pair) == {}
+    assert _confirmed(capped, {**counts, ("b", "keyed"): 1}, pair) == {"keyed": 5}
 
 
 def test_a_worker_behind_a_peer_that_runs_clearly_more_catches_up_to_an_even_split() -> None:
@@ -129,20 +158,21 @@ def test_a_worker_behind_a_peer_that_runs_clearly_more_catches_up_to_an_even_spl
 
 
 class _Fleet:
-    """A store's worker list and counts, as ``FleetShares.refresh`` reads them: this worker
-    runs nothing of ``keyed``, its peer 8."""
+    """A store's worker list and counts, as ``FleetShares.refresh`` reads them: by default
+    this worker runs nothing of ``keyed``, its peer 8."""
 
-    def __init__(self, pushes_notifications: bool) -> None:
+    def __init__(self, pushes_notifications: bool, mine: int = 0, peers: int = 8) -> None:
         self.pushes_notifications = pushes_notifications
+        self.counts = {("me", "keyed"): mine, ("b", "keyed"): peers}
 
     def now(self) -> float:
         return time.time()
 
     async def list_workers(self) -> list[WorkerInfo]:
-        return [_worker("me"), _worker("b", running=8)]
+        return [_worker("me"), _worker("b", running=self.counts["b", "keyed"])]
 
     async def running_by_worker(self, workflows: Any, now: float) -> dict[tuple[str, str], int]:
-        return {("b", "keyed"): 8}
+        return self.counts
 
 
 @pytest.mark.parametrize(("pushes", "behind"), [(True, 4), (False, 0)])
@@ -284,20 +314,51 @@ async def test_a_worker_sees_a_peer_that_joins_just_after_it_within_its_first_re
         assert await pair.outputs() == list(range(16))
 
 
-async def test_the_worker_list_is_read_quickly_at_first_then_every_refresh(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def _waits(fleet: _Fleet, reads: int) -> tuple[list[float], WorkflowCaps]:
+    """The waits of ``FleetShares.loop`` before its first ``reads`` reads, and the caps set."""
     waits: list[float] = []
 
     async def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        if len(waits) == 8:
+        if len(waits) == reads:
             raise asyncio.CancelledError
+        waits.append(seconds)
 
-    monkeypatch.setattr(_shares.asyncio, "sleep", sleep)
     registry = {"keyed": definition_of(keyed)}
-    fleet = _shares.FleetShares(_Fleet(False), "me", registry, WorkflowCaps(registry), 10)  # type: ignore[arg-type]
-    with pytest.raises(asyncio.CancelledError):
-        await fleet.loop()
+    caps = WorkflowCaps(registry)
+    shares = _shares.FleetShares(fleet, "me", registry, caps, 10)  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_shares.asyncio, "sleep", sleep)
+        with pytest.raises(asyncio.CancelledError):
+            await shares.loop()
+    return waits, caps
+
+
+async def test_the_worker_list_is_read_quickly_at_first_then_every_refresh() -> None:
+    waits, _ = await _waits(_Fleet(False), 8)
     assert waits == [_shares.FIRST_REFRESH * 2**n for n in range(5)] + [_shares.REFRESH] * 3
     assert _shares.FIRST_REFRESH * 2**4 < _shares.REFRESH <= _shares.FIRST_REFRESH * 2**5
+
+
+async def test_a_lag_is_confirmed_by_a_read_soon_after_the_one_that_found_it() -> None:
+    fleet = _Fleet(False, mine=8, peers=0)
+    waits, caps = await _waits(fleet, 2)
+    assert waits == [_shares.FIRST_REFRESH, _shares.CONFIRM]
+    assert caps.shares == {"keyed": 4}
+
+
+async def test_a_failed_read_is_not_retried_at_once_while_a_lag_awaits_confirmation() -> None:
+    fleet = _Fleet(False, mine=8, peers=0)
+    reads = 0
+    running_by_worker = fleet.running_by_worker
+
+    async def failing(workflows: Any, now: float) -> dict[tuple[str, str], int]:
+        nonlocal reads
+        reads += 1
+        if reads > 1:
+            raise StoreUnavailableError("the database is unavailable")
+        return await running_by_worker(workflows, now)
+
+    fleet.running_by_worker = failing  # type: ignore[method-assign]
+    waits, caps = await _waits(fleet, 3)
+    assert waits == [_shares.FIRST_REFRESH, _shares.CONFIRM, _shares.FIRST_REFRESH * 2]
+    assert caps.shares == {}

@@ -21,6 +21,12 @@ clearly more (``catch_up``) asks, at each such claim, for the difference as well
 loop busy, its ``worker_concurrency`` reached) leaves the split where it was, instead of
 shrinking it at every refresh as the worker's own count falls.
 
+A lag is acted on only once a second read confirms it (``confirming``; the caller reads again
+soon): instances that start together end together, so a worker's count, read at one moment,
+swings between its share and nothing while it claims their successors. One read that caught a
+worker between two such rounds would cap its peer at half the split it had, or cap the worker
+itself, and the keys would drain from the capped worker for a whole refresh.
+
 While the fleet runs none of the workflow (workers starting together, say), the worker caps
 itself at an even split of its own slots: the first of them to claim would otherwise take
 every key it has room for, and keep them as they end, until the next refresh."""
@@ -59,6 +65,13 @@ class Balance:
         """The worker's ``concurrency``."""
         self._peaks: dict[str, int] = {}
         """Per workflow capped at the last refresh: the largest ``R`` seen since it was."""
+        self._suspects: dict[str, int] = {}
+        """Per workflow a peer lagged on at the last read, uncapped: ``R`` at that read."""
+
+    @property
+    def confirming(self) -> bool:
+        """Whether the last read found a lag that the next must confirm before a cap."""
+        return bool(self._suspects)
 
     def caps(
         self,
@@ -84,7 +97,13 @@ class Balance:
             even = math.ceil(total / (1 + len(counts)))
             if not any(count + SLACK < even for count in counts):
                 self._peaks.pop(name, None)
+                self._suspects.pop(name, None)
                 continue
+            if name not in self._peaks:
+                if name not in self._suspects:
+                    self._suspects[name] = total
+                    continue
+                total = max(total, self._suspects.pop(name))
             peak = self._peaks[name] = max(total, self._peaks.get(name, 0))
             found[name] = math.ceil(peak / (1 + len(counts)))
         return found

@@ -38,6 +38,8 @@ REFRESH = 1.0
 FIRST_REFRESH = 0.05
 """Seconds from joining to the second read of the worker list; the wait doubles after each
 read until it reaches :data:`REFRESH`."""
+CONFIRM = 0.05
+"""Seconds to the read that confirms a peer's lag (``Balance.confirming``)."""
 
 
 def shares(
@@ -109,10 +111,18 @@ class FleetShares:
 
     async def loop(self) -> None:
         wait = min(FIRST_REFRESH, REFRESH)
+        confirm = self._balance.confirming
         while True:
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, REFRESH)
+            if confirm:
+                await asyncio.sleep(CONFIRM)
+            else:
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, REFRESH)
             try:
                 await self.refresh()
             except StoreError as exc:
+                # Not again at once: an outage would be read, and logged, every CONFIRM.
+                confirm = False
                 log.log(outage_level(exc, logging.WARNING), "could not read workers: %s", exc)
+            else:
+                confirm = self._balance.confirming
