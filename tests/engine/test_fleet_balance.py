@@ -5,9 +5,10 @@ keys its instances free to the peer (``worker._balance``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -164,11 +165,16 @@ class _Fleet:
     def __init__(self, pushes_notifications: bool, mine: int = 0, peers: int = 8) -> None:
         self.pushes_notifications = pushes_notifications
         self.counts = {("me", "keyed"): mine, ("b", "keyed"): peers}
+        self.reads = 0
+        self.alone = False
 
     def now(self) -> float:
         return time.time()
 
     async def list_workers(self) -> list[WorkerInfo]:
+        self.reads += 1
+        if self.alone:
+            return [_worker("me")]
         return [_worker("me"), _worker("b", running=self.counts["b", "keyed"])]
 
     async def running_by_worker(self, workflows: Any, now: float) -> dict[tuple[str, str], int]:
@@ -189,15 +195,42 @@ async def test_only_a_worker_that_polls_slowly_asks_for_what_it_is_behind(
     assert caps.behind(Slots(10)) == behind
 
 
+@asynccontextmanager
+async def _one_worker(tmp_path: Path) -> AsyncIterator[tuple[Engine, list[Any]]]:
+    """A worker that never polls (a claim after a poll would ask in full), running one
+    instance of each of 4 keys, 8 instances in all; every instance's gate opens at the end."""
+    GATES.clear()
+    GATES.update({n: asyncio.Event() for n in range(8)})
+    async with Engine(f"sqlite:///{tmp_path}/x.db", [keyed], worker=False) as engine:
+        worker = engine.worker
+        handles = [
+            await engine.workflow("keyed").create(params={"n": n}, key=f"k{n % 4}")
+            for n in range(8)
+        ]
+        worker.settings = dataclasses.replace(
+            worker.settings, poll_interval=3600.0, min_poll_interval=3600.0
+        )
+        task = asyncio.create_task(worker.run())
+        try:
+            await until(lambda: worker.active_count == 4, "one runs per key")
+            yield engine, handles
+            for gate in GATES.values():
+                gate.set()
+            assert [(await h.wait(timeout=10)).output for h in handles] == list(range(8))
+        finally:
+            for gate in GATES.values():
+                gate.set()
+            worker.stop()
+            await task
+
+
 async def test_a_claim_answering_its_own_ends_also_asks_for_what_the_worker_is_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without it, a worker behind an even split asks for as many as ended, never grows, and
     the keys its capped peer leaves wait for its next poll."""
     monkeypatch.setattr(_shares, "REFRESH", 3600.0)  # the catch-up is set here, not read
-    GATES.clear()
-    GATES.update({n: asyncio.Event() for n in range(8)})
-    async with Engine(f"sqlite:///{tmp_path}/x.db", [keyed], worker=False) as engine:
+    async with _one_worker(tmp_path) as (engine, _):
         worker, store = engine.worker, engine.store
         claim = store.claim
         asked: list[int] = []
@@ -207,30 +240,10 @@ async def test_a_claim_answering_its_own_ends_also_asks_for_what_the_worker_is_b
             return await claim(owner, workflows, limit, *args, **kw)
 
         store.claim = counted  # type: ignore[method-assign]
-        handles = [
-            await engine.workflow("keyed").create(params={"n": n}, key=f"k{n % 4}")
-            for n in range(8)
-        ]
-        # No poll: a claim after one would ask in full.
-        worker.settings = dataclasses.replace(
-            worker.settings, poll_interval=3600.0, min_poll_interval=3600.0
-        )
-        task = asyncio.create_task(worker.run())
-        try:
-            await until(lambda: worker.active_count == 4, "one runs per key")
-            worker._caps.set_catch_up({"keyed": 6})  # a peer runs clearly more
-            looked = len(asked)
-            GATES[0].set()  # one ends: three run, three short of six
-            await until(lambda: len(asked) > looked, "the worker claims")
-            assert asked[looked] == 1 + 3
-            for gate in GATES.values():
-                gate.set()
-            assert [(await h.wait(timeout=10)).output for h in handles] == list(range(8))
-        finally:
-            for gate in GATES.values():
-                gate.set()
-            worker.stop()
-            await task
+        worker._caps.set_catch_up({"keyed": 6})  # a peer runs clearly more
+        GATES[0].set()  # one ends: three run, three short of six
+        await until(lambda: bool(asked), "the worker claims")
+        assert asked[0] == 1 + 3
 
 
 @dataclasses.dataclass
@@ -318,7 +331,7 @@ async def _waits(fleet: _Fleet, reads: int) -> tuple[list[float], WorkflowCaps]:
     """The waits of ``FleetShares.loop`` before its first ``reads`` reads, and the caps set."""
     waits: list[float] = []
 
-    async def sleep(seconds: float) -> None:
+    async def pause(seconds: float) -> None:
         if len(waits) == reads:
             raise asyncio.CancelledError
         waits.append(seconds)
@@ -326,10 +339,9 @@ async def _waits(fleet: _Fleet, reads: int) -> tuple[list[float], WorkflowCaps]:
     registry = {"keyed": definition_of(keyed)}
     caps = WorkflowCaps(registry)
     shares = _shares.FleetShares(fleet, "me", registry, caps, 10)  # type: ignore[arg-type]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_shares.asyncio, "sleep", sleep)
-        with pytest.raises(asyncio.CancelledError):
-            await shares.loop()
+    shares._pause = pause  # type: ignore[method-assign]
+    with pytest.raises(asyncio.CancelledError):
+        await shares.loop()
     return waits, caps
 
 
@@ -362,3 +374,49 @@ async def test_a_failed_read_is_not_retried_at_once_while_a_lag_awaits_confirmat
     waits, caps = await _waits(fleet, 3)
     assert waits == [_shares.FIRST_REFRESH, _shares.CONFIRM, _shares.FIRST_REFRESH * 2]
     assert caps.shares == {}
+
+
+@pytest.mark.parametrize(
+    ("alone", "workflows", "read"),
+    [(False, ["keyed"], True), (False, ["other"], False), (True, ["keyed"], False)],
+)
+async def test_a_claim_that_took_balanced_work_beyond_its_own_ends_reads_the_fleet_at_once(
+    monkeypatch: pytest.MonkeyPatch, alone: bool, workflows: list[str], read: bool
+) -> None:
+    """Such a claim (a poll, say) may take the keys a peer's instances have just freed before
+    the peer's own claim; the peer then runs none of them until a read caps this worker."""
+    monkeypatch.setattr(_shares, "REFRESH", 3600.0)
+    monkeypatch.setattr(_shares, "FIRST_REFRESH", 3600.0)
+    fleet = _Fleet(False)
+    fleet.alone = alone
+    registry = {"keyed": definition_of(keyed)}
+    shares = _shares.FleetShares(fleet, "me", registry, WorkflowCaps(registry), 10)  # type: ignore[arg-type]
+    await shares.refresh()
+    task = asyncio.create_task(shares.loop())
+    try:
+        await asyncio.sleep(0.01)
+        shares.took(workflows)
+        await asyncio.sleep(0.05)
+        assert fleet.reads == (2 if read else 1)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_only_claims_beyond_the_workers_own_ends_report_what_they_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_shares, "REFRESH", 3600.0)
+    took: list[list[str]] = []
+
+    def record(workflows: Iterable[str]) -> None:
+        took.append(list(workflows))
+
+    monkeypatch.setattr(_shares.FleetShares, "took", lambda self, workflows: record(workflows))
+    async with _one_worker(tmp_path) as (engine, handles):
+        assert took == [["keyed"] * 4]  # the first claim, a poll
+        GATES[0].set()  # one ends: the claim that answers it asks for one
+        assert (await handles[0].wait(timeout=10)).output == 0
+        await until(lambda: engine.worker.active_count == 4, "its key's next one runs")
+        assert took == [["keyed"] * 4]

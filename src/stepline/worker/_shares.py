@@ -21,9 +21,10 @@ for until its next read while they idle."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import StoreError
 from ..records import WorkerInfo
@@ -83,6 +84,10 @@ class FleetShares:
             if (concurrency := definition.limits.concurrency) is not None
         }
         self._balance = Balance(balanced_workflows(registry), worker_id, slots)
+        self._peers = False
+        """Whether the last read found a live peer."""
+        self._soon = asyncio.Event()
+        """Set when the worker took instances that may belong to a peer's split: read now."""
 
     @property
     def needed(self) -> bool:
@@ -96,10 +101,10 @@ class FleetShares:
         found = shares(self.limits, workers, self._worker_id, now)
         balanced = tuple(self._balance.workflows)
         behind: dict[str, int] = {}
+        self._peers = any(w.id != self._worker_id and w.live(now) for w in workers)
         if balanced:
             # Alone, there is nothing to even out (and no read to make).
-            alone = not any(w.id != self._worker_id and w.live(now) for w in workers)
-            running = {} if alone else await self._store.running_by_worker(balanced, now)
+            running = await self._store.running_by_worker(balanced, now) if self._peers else {}
             found.update(self._balance.caps(running, workers, now))
             if self._store.pushes_notifications:
                 # A worker that polls quickly (SQLite) finds the keys a capped peer leaves at
@@ -109,14 +114,32 @@ class FleetShares:
         self._caps.set_shares(found)
         self._caps.set_catch_up(behind)
 
+    def took(self, workflows: Iterable[str]) -> None:
+        """A claim that asked for more than the worker's own ends freed took instances of
+        ``workflows``. Of a balanced one, with peers, it may have taken the keys a peer's
+        instances have just freed, before the peer's own claim, and the peer then runs none
+        until a read caps this worker: make that read now, not at the next refresh."""
+        if (
+            self._peers
+            and not self._soon.is_set()
+            and any(name in self._balance.workflows for name in workflows)
+        ):
+            self._soon.set()
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or until :meth:`took` asks for a read."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._soon.wait(), seconds)
+        self._soon.clear()
+
     async def loop(self) -> None:
         wait = min(FIRST_REFRESH, REFRESH)
         confirm = self._balance.confirming
         while True:
             if confirm:
-                await asyncio.sleep(CONFIRM)
+                await self._pause(CONFIRM)
             else:
-                await asyncio.sleep(wait)
+                await self._pause(wait)
                 wait = min(wait * 2, REFRESH)
             try:
                 await self.refresh()

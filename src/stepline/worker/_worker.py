@@ -252,6 +252,8 @@ class Worker:
                     self._start(claim)
                 if claims:
                     pacing.found()
+                    if not answer:
+                        self._shares.took(claim.instance.workflow for claim in claims)
                     if self._backlog:
                         continue  # there may be more: claim again at once
                     # Fewer than asked: nothing else was runnable. New work arrives by
