@@ -21,7 +21,7 @@ class Pacing:
     them all.
     """
 
-    __slots__ = ("_fastest", "_held_ends", "_longest", "_polled", "_told", "wait")
+    __slots__ = ("_answered", "_fastest", "_held_ends", "_longest", "_polled", "_told", "wait")
 
     def __init__(self) -> None:
         self._fastest = self._longest = self.wait = 0.0
@@ -31,6 +31,8 @@ class Pacing:
         """Whether anything but the end of an instance under a limit came since the last claim."""
         self._held_ends = 0
         """Instances under a limit that ended since the last claim."""
+        self._answered = False
+        """Whether the last claim only answered this worker's own ends."""
 
     def start(self, fastest: float, longest: float) -> None:
         """The loop begins: its quickest and longest waits."""
@@ -53,16 +55,18 @@ class Pacing:
     def ask(self, limit: int) -> tuple[int, bool]:
         """How many the next claim asks for, at most ``limit``, and whether it only answers
         this worker's own ends (then a full answer is not a sign of more)."""
-        answer = self.answering()
+        answer = self._answered = self.answering()
         if answer:
             limit = min(limit, self._held_ends)
         self._told = False
         self._held_ends = 0
         return limit, answer
 
-    def found(self) -> None:
-        """The claim took instances: after a poll, more may follow soon."""
-        if self._polled:
+    def claimed(self, asked: int, took: int) -> None:
+        """The claim took ``took`` of the ``asked`` instances. After a poll that found work,
+        more may follow soon. After an answer to the worker's own ends that came back short, a
+        peer's claim took what they freed, and the peer, above its split, leaves keys soon."""
+        if (took and self._polled) or (self._answered and took < asked):
             self.wait = self._fastest
 
     def waited(self, woken: bool, *, back_off: bool = True) -> None:

@@ -250,8 +250,8 @@ class Worker:
                 self._backlog = bool(claims) and len(claims) == plan.limit and not answer
                 for claim in claims:
                     self._start(claim)
+                pacing.claimed(plan.limit, len(claims))
                 if claims:
-                    pacing.found()
                     if not answer:
                         self._shares.took(claim.instance.workflow for claim in claims)
                     if self._backlog:
