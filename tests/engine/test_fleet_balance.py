@@ -420,3 +420,16 @@ async def test_only_claims_beyond_the_workers_own_ends_report_what_they_took(
         assert (await handles[0].wait(timeout=10)).output == 0
         await until(lambda: engine.worker.active_count == 4, "its key's next one runs")
         assert took == [["keyed"] * 4]
+
+
+@pytest.mark.parametrize(("alone", "contested"), [(False, True), (True, False)])
+async def test_a_fleet_is_contested_while_peers_may_run_its_balanced_work(
+    alone: bool, contested: bool
+) -> None:
+    fleet = _Fleet(False)
+    fleet.alone = alone
+    registry = {"keyed": definition_of(keyed)}
+    shares = _shares.FleetShares(fleet, "me", registry, WorkflowCaps(registry), 10)  # type: ignore[arg-type]
+    assert not shares.contested  # not read yet
+    await shares.refresh()
+    assert shares.contested is contested

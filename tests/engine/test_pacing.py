@@ -67,11 +67,16 @@ def test_an_answer_to_its_own_ends_that_comes_back_short_makes_the_next_polls_qu
     pacing.held_end()
     pacing.held_end()
     assert pacing.ask(50) == (2, True)
-    pacing.claimed(2, 1)
+    pacing.claimed(2, 1)  # no peer runs such work: its keys simply had nothing more
+    assert pacing.wait == 0.5
+    pacing.held_end()
+    pacing.held_end()
+    assert pacing.ask(50) == (2, True)
+    pacing.claimed(2, 1, contested=True)
     assert pacing.wait == 0.002
     for _ in range(12):
         pacing.waited(False)
     pacing.waited(True)
     assert pacing.ask(50) == (50, False)  # not an answer: short says nothing
-    pacing.claimed(50, 1)
+    pacing.claimed(50, 1, contested=True)
     assert pacing.wait == 0.5

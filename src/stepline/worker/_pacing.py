@@ -62,11 +62,12 @@ class Pacing:
         self._held_ends = 0
         return limit, answer
 
-    def claimed(self, asked: int, took: int) -> None:
+    def claimed(self, asked: int, took: int, *, contested: bool = False) -> None:
         """The claim took ``took`` of the ``asked`` instances. After a poll that found work,
-        more may follow soon. After an answer to the worker's own ends that came back short, a
-        peer's claim took what they freed, and the peer, above its split, leaves keys soon."""
-        if (took and self._polled) or (self._answered and took < asked):
+        more may follow soon. After an answer to the worker's own ends that came back short
+        while peers run the same key-limited work (``contested``), a peer's claim took what
+        they freed, and the peer, above its split, leaves keys soon."""
+        if (took and self._polled) or (contested and self._answered and took < asked):
             self.wait = self._fastest
 
     def waited(self, woken: bool, *, back_off: bool = True) -> None:

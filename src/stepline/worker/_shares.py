@@ -114,6 +114,11 @@ class FleetShares:
         self._caps.set_shares(found)
         self._caps.set_catch_up(behind)
 
+    @property
+    def contested(self) -> bool:
+        """Whether live peers may run the same balanced workflows (at the last read)."""
+        return self._peers and bool(self._balance.workflows)
+
     def took(self, workflows: Iterable[str]) -> None:
         """A claim that asked for more than the worker's own ends freed took instances of
         ``workflows``. Of a balanced one, with peers, it may have taken the keys a peer's

@@ -250,7 +250,7 @@ class Worker:
                 self._backlog = bool(claims) and len(claims) == plan.limit and not answer
                 for claim in claims:
                     self._start(claim)
-                pacing.claimed(plan.limit, len(claims))
+                pacing.claimed(plan.limit, len(claims), contested=self._shares.contested)
                 if claims:
                     if not answer:
                         self._shares.took(claim.instance.workflow for claim in claims)
