@@ -166,6 +166,7 @@ class _Fleet:
         self.pushes_notifications = pushes_notifications
         self.counts = {("me", "keyed"): mine, ("b", "keyed"): peers}
         self.reads = 0
+        self.read_times: list[float] = []
         self.alone = False
 
     def now(self) -> float:
@@ -173,6 +174,7 @@ class _Fleet:
 
     async def list_workers(self) -> list[WorkerInfo]:
         self.reads += 1
+        self.read_times.append(time.monotonic())
         if self.alone:
             return [_worker("me")]
         return [_worker("me"), _worker("b", running=self.counts["b", "keyed"])]
@@ -376,35 +378,43 @@ async def test_a_failed_read_is_not_retried_at_once_while_a_lag_awaits_confirmat
     assert caps.shares == {}
 
 
+@asynccontextmanager
+async def _looping(fleet: _Fleet) -> AsyncIterator[_shares.FleetShares]:
+    """``FleetShares`` on ``fleet``, read once, its loop running with no refresh due."""
+    registry = {"keyed": definition_of(keyed)}
+    shares = _shares.FleetShares(fleet, "me", registry, WorkflowCaps(registry), 10)  # type: ignore[arg-type]
+    await shares.refresh()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_shares, "REFRESH", 3600.0)
+        patch.setattr(_shares, "FIRST_REFRESH", 3600.0)
+        task = asyncio.create_task(shares.loop())
+        try:
+            await asyncio.sleep(0.06)  # past the confirming wait from the first read
+            yield shares
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 @pytest.mark.parametrize(
     ("alone", "workflows", "read"),
     [(False, ["keyed"], True), (False, ["other"], False), (True, ["keyed"], False)],
 )
 async def test_a_claim_that_took_balanced_work_beyond_its_own_ends_reads_the_fleet_at_once(
-    monkeypatch: pytest.MonkeyPatch, alone: bool, workflows: list[str], read: bool
+    alone: bool, workflows: list[str], read: bool
 ) -> None:
     """Such a claim (a poll, say) may take the keys a peer's instances have just freed before
     the peer's own claim; the peer then runs none of them until a read caps this worker."""
-    monkeypatch.setattr(_shares, "REFRESH", 3600.0)
-    monkeypatch.setattr(_shares, "FIRST_REFRESH", 3600.0)
     fleet = _Fleet(False)
     fleet.alone = alone
-    registry = {"keyed": definition_of(keyed)}
-    shares = _shares.FleetShares(fleet, "me", registry, WorkflowCaps(registry), 10)  # type: ignore[arg-type]
-    await shares.refresh()
-    task = asyncio.create_task(shares.loop())
-    try:
-        await asyncio.sleep(0.01)
+    async with _looping(fleet) as shares:
         shares.took(workflows)
         if read:
             await until(lambda: fleet.reads == 2, "the fleet is read again")
         else:
             await asyncio.sleep(0.05)
             assert fleet.reads == 1
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def test_only_claims_beyond_the_workers_own_ends_report_what_they_took(
@@ -436,3 +446,15 @@ async def test_a_fleet_is_contested_while_peers_may_run_its_balanced_work(
     assert not shares.contested  # not read yet
     await shares.refresh()
     assert shares.contested is contested
+
+
+async def test_reads_a_claim_triggers_are_spaced_by_the_confirming_wait() -> None:
+    """Polls that keep finding new keyed work must not read the fleet at every one of them."""
+    fleet = _Fleet(False)
+    async with _looping(fleet) as shares:
+        shares.took(["keyed"])
+        await until(lambda: fleet.reads == 2, "the fleet is read again")
+        shares.took(["keyed"])
+        await until(lambda: fleet.reads == 3, "the fleet is read a third time")
+        second, third = fleet.read_times[1:]
+        assert third - second >= _shares.CONFIRM

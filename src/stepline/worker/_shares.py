@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import StoreError
@@ -88,6 +89,8 @@ class FleetShares:
         """Whether the last read found a live peer."""
         self._soon = asyncio.Event()
         """Set when the worker took instances that may belong to a peer's split: read now."""
+        self._read_at = -math.inf
+        """When the last read of the fleet ended (``time.monotonic``)."""
 
     @property
     def needed(self) -> bool:
@@ -113,6 +116,7 @@ class FleetShares:
                 behind = self._balance.catch_up(running, workers, now)
         self._caps.set_shares(found)
         self._caps.set_catch_up(behind)
+        self._read_at = time.monotonic()
 
     @property
     def contested(self) -> bool:
@@ -132,10 +136,15 @@ class FleetShares:
             self._soon.set()
 
     async def _pause(self, seconds: float) -> None:
-        """Wait ``seconds``, or until :meth:`took` asks for a read."""
+        """Wait ``seconds``, or until :meth:`took` asks for a read, but never less than
+        :data:`CONFIRM` from the last read: polls that keep finding new work would otherwise
+        read the fleet at every one of them."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._soon.wait(), seconds)
         self._soon.clear()
+        early = self._read_at + CONFIRM - time.monotonic()
+        if early > 0:
+            await asyncio.sleep(early)
 
     async def loop(self) -> None:
         wait = min(FIRST_REFRESH, REFRESH)
