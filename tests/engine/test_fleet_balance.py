@@ -458,15 +458,3 @@ async def test_reads_a_claim_triggers_are_spaced_by_the_confirming_wait() -> Non
         await until(lambda: fleet.reads == 3, "the fleet is read a third time")
         second, third = fleet.read_times[1:]
         assert third - second >= _shares.CONFIRM
-
-
-async def test_a_worker_joins_the_list_before_its_first_claim_and_beats_an_interval_later(
-    tmp_path: Path,
-) -> None:
-    """A first beat that came after the first claims would tell the fleet, for a whole
-    interval, how many the worker ran at that moment: all of its slots, say, and its peers
-    would then count it as a worker with no room."""
-    async with _one_worker(tmp_path) as (engine, _):
-        (info,) = await engine.store.list_workers()
-        assert info.running == 0  # written as it joined, before it claimed
-        assert engine.worker.active_count == 4

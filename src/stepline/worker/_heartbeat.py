@@ -37,13 +37,12 @@ class Heartbeat:
         """When the worker's run began (store time)."""
 
     async def loop(self) -> None:
-        """Beat every interval, the first an interval after the worker's join beat."""
         while True:
-            await asyncio.sleep(self.settings.heartbeat)
             try:
                 await self.beat_now()
             except StoreError as exc:
                 log.log(outage_level(exc, logging.WARNING), "heartbeat failed, will retry: %s", exc)
+            await asyncio.sleep(self.settings.heartbeat)
 
     async def beat_now(self) -> None:
         """Write this worker's heartbeat: its row in the store's worker list, which the same

@@ -158,7 +158,6 @@ class Worker:
         """Run until :meth:`stop` is called, then shut down gracefully."""
         self.store.add_ready_listener(self.wake)
         self._heartbeat.started_at = self.store.now()
-        await self._join_fleet()
         # The fleet's view of this worker (its heartbeat, its share) ends before the drain.
         fleet_tasks = [
             asyncio.create_task(self._heartbeat.loop(), name=f"stepline-heartbeat-{self.id}"),
@@ -171,6 +170,7 @@ class Worker:
                 asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")
             )
         if self._shares.needed:
+            await self._join_fleet()
             fleet_tasks.append(
                 asyncio.create_task(self._shares.loop(), name=f"stepline-shares-{self.id}")
             )
@@ -191,15 +191,12 @@ class Worker:
 
     async def _join_fleet(self) -> None:
         # Before the first claim: the other workers see this one, and it sees them, so that
-        # a fleet started at once splits its fleet-wide limits from the start. (A first beat
-        # left to the heartbeat's task could come after the first claims, and tell the fleet
-        # for a whole interval that this worker has no room.)
+        # a fleet started at once splits its fleet-wide limits from the start.
         try:
             await self.beat_now()
-            if self._shares.needed:
-                await self._shares.refresh()
+            await self._shares.refresh()
         except StoreError as exc:
-            log.log(outage_level(exc, logging.WARNING), "could not join the workers: %s", exc)
+            log.log(outage_level(exc, logging.WARNING), "could not read workers: %s", exc)
 
     # -- the claim loop --------------------------------------------------------------------------
 
