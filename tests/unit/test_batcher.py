@@ -77,11 +77,13 @@ async def test_once_items_overlap_bursts_are_batched_whole_until_one_comes_alone
     await asyncio.gather(*burst)
     assert recorder.batches[2:] == [["d", "e", "f"]]  # items overlap now: all to one flusher
     assert recorder.tasks[2] not in burst
-    assert await batcher.submit("g") == "G"  # a flusher finds it alone: one at a time again
+    assert await batcher.submit("g") == "G"  # a flusher finds it alone
+    assert await batcher.submit("h") == "H"  # and the next: one at a time again
     assert recorder.tasks[3] is not asyncio.current_task()
-    assert await batcher.submit("h") == "H"
-    assert recorder.batches[3:] == [["g"], ["h"]]
-    assert recorder.tasks[4] is asyncio.current_task()  # inline again
+    assert recorder.tasks[4] is not asyncio.current_task()
+    assert await batcher.submit("i") == "I"
+    assert recorder.batches[3:] == [["g"], ["h"], ["i"]]
+    assert recorder.tasks[5] is asyncio.current_task()  # inline again
 
 
 async def test_a_failing_batch_is_split_and_only_the_bad_item_fails() -> None:
@@ -151,10 +153,12 @@ async def test_by_turn_a_second_task_in_one_turn_starts_batching() -> None:
     assert recorder.tasks[:2] == [asyncio.current_task()] * 2
     assert recorder.tasks[2] is tasks[0]  # type: ignore[comparison-overlap]
     assert recorder.tasks[3] not in tasks  # one flusher took the other three
-    assert await batcher.submit("e") == "E"  # a flusher finds it alone: one at a time again
-    assert await batcher.submit("f") == "F"
-    assert recorder.batches[4:] == [["e"], ["f"]]
-    assert recorder.tasks[5] is asyncio.current_task()
+    assert await batcher.submit("e") == "E"  # flushers find it alone twice in a row:
+    assert await batcher.submit("f") == "F"  # one at a time again
+    assert await batcher.submit("g") == "G"
+    assert recorder.batches[4:] == [["e"], ["f"], ["g"]]
+    assert recorder.tasks[4:6] != [asyncio.current_task()] * 2
+    assert recorder.tasks[6] is asyncio.current_task()
 
 
 async def test_without_by_turn_runs_that_never_yield_are_never_batched() -> None:
@@ -206,3 +210,16 @@ async def test_a_busy_item_whose_caller_is_cancelled_still_runs() -> None:
         await caller
     await batcher.drain()
     assert recorder.batches == [["a"], ["a"]]  # run again, in a flusher, though nobody waits
+
+
+async def test_one_lone_item_between_bursts_does_not_make_the_next_burst_start_inline() -> None:
+    """A worker's claim between two waves of step writes: run inline, the first write of the
+    next wave would commit alone, and every wave would pay for two commits."""
+    recorder = Recorder()  # released: each run completes without yielding
+    batcher: Batcher[str, str] = Batcher(recorder.run, flushers=1, max_batch=None, by_turn=True)
+    for wave in ("ab", "cd"):
+        burst = [asyncio.ensure_future(batcher.submit(f"{wave}{n}")) for n in range(3)]
+        await asyncio.gather(*burst)
+        await asyncio.sleep(0)  # a turn later, the claim, alone
+        await asyncio.ensure_future(batcher.submit(f"claim-{wave}"))
+    assert recorder.batches[2:] == [["claim-ab"], ["cd0", "cd1", "cd2"], ["claim-cd"]]

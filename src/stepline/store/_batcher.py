@@ -12,6 +12,10 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 RunBatch = Callable[[list[Item]], Awaitable[Sequence[Result | BaseException]]]
+LONE_FLUSHES = 2
+"""Flushes in a row that must find an item alone before lone items run inline again. One lone
+item between bursts (a worker's claim between two waves of step writes) says nothing of what
+comes next, and the next burst's first item, run inline, would pay for a commit of its own."""
 
 
 class Busy(Exception):
@@ -35,8 +39,9 @@ class Batcher(Generic[Item, Result]):
     nothing in flight or queued runs at once in its caller's task, as a batch of one that counts
     as a flusher, and pays for no task and no extra turns of the event loop. As soon as an item
     comes while another is in flight, items go to flusher tasks (which take everything queued by
-    the time they run), until a flusher finds a lone item again. (Running the first of several
-    items inline would send it alone and split every burst in two.) An item queued for a flusher
+    the time they run), until flushers find a lone item :data:`LONE_FLUSHES` times in a row.
+    (Running the first of several items inline would send it alone and split every burst in
+    two.) An item queued for a flusher
     whose caller was cancelled is still run (its write may save work later); an item run in its
     caller's task is interrupted with it, and whether it took effect is then unknown, as after a
     crash. ``inline``, if given, says whether a lone item may run in its caller's task now: if
@@ -84,6 +89,9 @@ class Batcher(Generic[Item, Result]):
         """Set while a lone item runs in its caller's task; done when it has run."""
         self._eager = True
         """Whether items have been coming one at a time (then a lone one runs inline)."""
+        self._lone = LONE_FLUSHES
+        """Flushes in a row that found an item alone (since a burst, or as many as it takes
+        from the start)."""
 
     async def submit(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
@@ -203,7 +211,8 @@ class Batcher(Generic[Item, Result]):
             if self._delay:
                 await asyncio.sleep(self._delay)
             batch = self._take()
-            self._eager = len(batch) == 1
+            self._lone = self._lone + 1 if len(batch) == 1 else 0
+            self._eager = self._lone >= LONE_FLUSHES
             outcomes = await self._outcomes([item for item, _ in batch])
             busy: list[tuple[Item, asyncio.Future[Result]]] = []
             for entry, outcome in zip(batch, outcomes, strict=True):
