@@ -172,6 +172,12 @@ class _Fleet:
     def now(self) -> float:
         return time.time()
 
+    def shares(self) -> tuple[_shares.FleetShares, WorkflowCaps]:
+        """``FleetShares`` of worker "me" (10 slots, ``keyed`` registered) on this fleet."""
+        registry = {"keyed": definition_of(keyed)}
+        caps = WorkflowCaps(registry)
+        return _shares.FleetShares(self, "me", registry, caps, 10), caps  # type: ignore[arg-type]
+
     async def list_workers(self) -> list[WorkerInfo]:
         self.reads += 1
         self.read_times.append(time.monotonic())
@@ -190,9 +196,7 @@ async def test_only_a_worker_that_polls_slowly_asks_for_what_it_is_behind(
     """With notifications (PostgreSQL) a worker polls every half second, and the keys a capped
     peer leaves would wait for it; without (SQLite) it polls within milliseconds and finds
     them, and the extra ask would only take keys its peer is about to claim."""
-    registry = {"keyed": definition_of(keyed)}
-    caps = WorkflowCaps(registry)
-    fleet = _shares.FleetShares(_Fleet(pushes), "me", registry, caps, 10)  # type: ignore[arg-type]
+    fleet, caps = _Fleet(pushes).shares()
     await fleet.refresh()
     assert caps.behind(Slots(10)) == behind
 
@@ -338,9 +342,7 @@ async def _waits(fleet: _Fleet, reads: int) -> tuple[list[float], WorkflowCaps]:
             raise asyncio.CancelledError
         waits.append(seconds)
 
-    registry = {"keyed": definition_of(keyed)}
-    caps = WorkflowCaps(registry)
-    shares = _shares.FleetShares(fleet, "me", registry, caps, 10)  # type: ignore[arg-type]
+    shares, caps = fleet.shares()
     shares._pause = pause  # type: ignore[method-assign]
     with pytest.raises(asyncio.CancelledError):
         await shares.loop()
@@ -381,8 +383,7 @@ async def test_a_failed_read_is_not_retried_at_once_while_a_lag_awaits_confirmat
 @asynccontextmanager
 async def _looping(fleet: _Fleet) -> AsyncIterator[_shares.FleetShares]:
     """``FleetShares`` on ``fleet``, read once, its loop running with no refresh due."""
-    registry = {"keyed": definition_of(keyed)}
-    shares = _shares.FleetShares(fleet, "me", registry, WorkflowCaps(registry), 10)  # type: ignore[arg-type]
+    shares, _ = fleet.shares()
     await shares.refresh()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_shares, "REFRESH", 3600.0)
@@ -441,8 +442,7 @@ async def test_a_fleet_is_contested_while_peers_may_run_its_balanced_work(
 ) -> None:
     fleet = _Fleet(False)
     fleet.alone = alone
-    registry = {"keyed": definition_of(keyed)}
-    shares = _shares.FleetShares(fleet, "me", registry, WorkflowCaps(registry), 10)  # type: ignore[arg-type]
+    shares, _ = fleet.shares()
     assert not shares.contested  # not read yet
     await shares.refresh()
     assert shares.contested is contested

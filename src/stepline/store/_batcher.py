@@ -41,11 +41,11 @@ class Batcher(Generic[Item, Result]):
     comes while another is in flight, items go to flusher tasks (which take everything queued by
     the time they run), until flushers find a lone item :data:`LONE_FLUSHES` times in a row.
     (Running the first of several items inline would send it alone and split every burst in
-    two.) An item queued for a flusher
-    whose caller was cancelled is still run (its write may save work later); an item run in its
-    caller's task is interrupted with it, and whether it took effect is then unknown, as after a
-    crash. ``inline``, if given, says whether a lone item may run in its caller's task now: if
-    not, it waits for a flusher, which takes what else came in the meantime.
+    two.) An item queued for a flusher whose caller was cancelled is still run (its write may
+    save work later); an item run in its caller's task is interrupted with it, and whether it
+    took effect is then unknown, as after a crash. ``inline``, if given, says whether a lone
+    item may run in its caller's task now: if not, it waits for a flusher, which takes what else
+    came in the meantime.
 
     ``by_turn``, for a ``run`` that usually completes without yielding (an embedded database's
     commit): such a run is never seen in flight, so items also overlap when a second task

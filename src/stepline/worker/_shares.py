@@ -128,11 +128,7 @@ class FleetShares:
         ``workflows``. Of a balanced one, with peers, it may have taken the keys a peer's
         instances have just freed, before the peer's own claim, and the peer then runs none
         until a read caps this worker: make that read now, not at the next refresh."""
-        if (
-            self._peers
-            and not self._soon.is_set()
-            and any(name in self._balance.workflows for name in workflows)
-        ):
+        if self._peers and any(name in self._balance.workflows for name in workflows):
             self._soon.set()
 
     async def _pause(self, seconds: float) -> None:
