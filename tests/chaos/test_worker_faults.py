@@ -61,7 +61,10 @@ def ledger_dir(tmp_path: Path, seed: int) -> Path:
 
 
 def runs_of(ledger: Path, step: str, pid: int | None = None) -> list[Execution]:
-    return [r for r in read_ledger(ledger) if r.step == step and (pid is None or r.pid == pid)]
+    """The runs of ``step`` (by worker ``pid``), in the order they started: the ledger's files
+    are per process and read in the order of their names, and 1023 sorts before 844."""
+    runs = [r for r in read_ledger(ledger) if r.step == step and (pid is None or r.pid == pid)]
+    return sorted(runs, key=lambda r: r.start)
 
 
 async def poll(what: str, check: Any, pool: WorkerPool, timeout: float = 30.0) -> Any:
