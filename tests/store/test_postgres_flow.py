@@ -21,8 +21,9 @@ from stepline.limits import Limit, WorkflowLimits
 from stepline.store._admission import RECHECK
 from stepline.store.base import Claim, Finish, NewInstance, WorkflowMeta
 from stepline.store.postgres import PostgresStore, split_url
+from stepline.store.postgres.claim_fn import PARK_AFTER, ClaimFunction
 from stepline.store.postgres.db import StoreConnection
-from stepline.store.postgres.limited import _PARK_AFTER, FAR_CLAIMS, LimitedClaim
+from stepline.store.postgres.limited import FAR_CLAIMS
 from stepline.store.postgres.parking import ParkingStatements, bring_back_times
 
 from .._pg import connect, pg_admin_url
@@ -165,7 +166,7 @@ def round_trips() -> Iterator[Counter[str]]:
         StoreConnection.execute = execute  # type: ignore[method-assign]
 
 
-async def test_a_claim_under_limits_takes_the_same_few_round_trips_whatever_it_takes(
+async def test_a_claim_under_limits_takes_one_round_trip_whatever_it_takes(
     stores: list[PostgresStore],
 ) -> None:
     store = stores[0]
@@ -183,53 +184,59 @@ async def test_a_claim_under_limits_takes_the_same_few_round_trips_whatever_it_t
         taken = await store.claim("me", ["w", "x"], 40, LEASE, store.now(), caps={"x": 1})
     # 28 more of w fill its 30, and x: the read that brought them also brought 10 it refused.
     assert len(taken) == 29 and "x" in {c.instance.id for c in taken}
-    # The rules and what runs; the locks, what runs and the due instances; the leases and
-    # histories.
-    assert one == many == {"pipelines": 3}
+    # BEGIN, the planner settings, the claim function, the leased rows and histories, COMMIT.
+    assert one == many == {"pipelines": 1}
 
 
-@pytest.mark.parametrize("before", ["full", "free"])
-async def test_a_claim_goes_by_the_use_it_reads_under_the_locks_not_the_use_before(
-    stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch, before: str
+def claim_functions(schema: str) -> list[str]:
+    rows = query(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = %s AND p.proname LIKE 'claim_under_limits_%%' ORDER BY 1",
+        (schema,),
+    )
+    return [name for (name,) in rows]
+
+
+async def test_a_store_creates_the_claim_function_its_code_calls_once_and_keeps_others(
+    schemas: list[str], clock: ManualClock
 ) -> None:
-    """The first read of due instances leaves out what the use read before the locks holds
-    back; when the use under the locks differs, it decides: a workflow seen full before but
-    with room now is read again and claimed, one seen with room but full now is not."""
-    store = stores[0]
-    await store.register_workflows(
-        [WorkflowMeta("w", "W", None, WorkflowLimits(concurrency=3, rate=None))]
-    )
-    await store.create_instances(
-        "w", [NewInstance(f"i{n}", None) for n in range(6)], trigger="api", skip_existing=False
-    )
-    assert len(await store.claim("me", ["w"], 1, LEASE, store.now())) == 1  # learns the rules
-    expect = LimitedClaim._expect
-
-    async def stale(self: LimitedClaim, conn: Any, caps: Any) -> Any:
-        rules, held = await expect(self, conn, caps)
-        return rules, {**held, "active": [] if before == "full" else ["w"]}
-
-    monkeypatch.setattr(LimitedClaim, "_expect", stale)
-    if before == "free":  # the other 2 slots are taken between the two reads of the use
-        assert len(await stores[1].claim("other", ["w"], 2, LEASE, store.now())) == 2
-    taken = await store.claim("me", ["w"], 10, LEASE, store.now())
-    assert len(taken) == (2 if before == "full" else 0)
-    states = await store.limit_states("w", None)
-    assert [(state.scope, state.running, state.concurrency) for state in states] == [
-        ("workflow", 3, 3)
-    ]
+    """Stores opening one schema create the function of their version of the code once; one
+    of another version (another name) is left for the workers that call it."""
+    schema = fresh(schemas)
+    opened = [PostgresStore(url_for(schema), clock, max_connections=2) for _ in range(3)]
+    await asyncio.gather(*(store.open() for store in opened))
+    try:
+        name = ClaimFunction.for_schema(schema).name
+        assert claim_functions(schema) == [name]
+        other = ClaimFunction.for_schema(schema)
+        older = other.create.replace(other.name, "claim_under_limits_000000000000")
+        with connect(pg_admin_url()) as conn:
+            conn.execute(older.encode())
+        await opened[0].close()
+        await opened[0].open()
+        assert claim_functions(schema) == ["claim_under_limits_000000000000", name]
+        await opened[0].register_workflows(
+            [WorkflowMeta("w", "W", None, WorkflowLimits(concurrency=1))]
+        )
+        await opened[0].create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        assert len(await opened[1].claim("me", ["w"], 5, LEASE, clock())) == 1
+    finally:
+        for store in opened:
+            await store.close()
 
 
 # -- a busy key's backlog set aside --------------------------------------------------------
 
-BEHIND = _PARK_AFTER + 200
+BEHIND = PARK_AFTER + 200
 """Instances of a busy key: more than a claim steps over before it sets them aside."""
 
 
 async def keyed_backlog(store: PostgresStore, clock: ManualClock, size: int) -> dict[str, Claim]:
     """Workflow ``k`` (one instance per key at a time), ``size`` instances of key ``hot`` and
     one of key ``cold``: claimed so that ``hot0`` runs and the rest of ``hot`` waits, set
-    aside if there are more than ``_PARK_AFTER`` of them."""
+    aside if there are more than ``PARK_AFTER`` of them."""
     await store.register_workflows(
         [WorkflowMeta("k", "K", None, WorkflowLimits(key_concurrency=1))]
     )

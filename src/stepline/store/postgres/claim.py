@@ -15,7 +15,7 @@ import psycopg
 
 from ..._json import loads
 from ...records import LimitState, PendingEvent
-from .._admission import RECHECK, Rules, limit_states
+from .._admission import RECHECK, limit_states
 from .._hint import TimerHint
 from .._rows import (
     INSTANCE_COLUMNS,
@@ -27,11 +27,11 @@ from .._rows import (
 )
 from ..base import Claim, History, Lease
 from ..types import new_lease_token
+from .claim_fn import ClaimFunction
 from .claim_sql import FLOOR_MARGIN, ClaimStatements
 from .db import Conn, Database
 from .limited import FAR_CLAIMS, READ_ONLY, Leased, LimitedClaim, read_rules, read_usage
 from .limited import next_wakeup as limited_wakeup
-from .parking import ParkingStatements
 from .sql import CLAIM_IN_ORDER, NO_JIT, Statements
 
 # The columns of a ``claim`` (and ``claimed_by``) row after the instance's own.
@@ -96,7 +96,8 @@ class Claimer:
         self._db = db
         self._statements = sql
         self._sql = ClaimStatements.for_schema(schema)
-        self._parking = ParkingStatements.for_schema(schema)
+        self.function = ClaimFunction.for_schema(schema)
+        """The claim function under limits, which the store creates when it opens."""
         self._swept_at = -math.inf
         """When a claim of this store last brought back every idle key's first in line."""
         self._walked_far: dict[tuple[str, ...], int] = {}
@@ -108,8 +109,6 @@ class Claimer:
         """Whether the last claim of these workflows found fleet-wide limits registered: the
         next claims them under the limits (a claim without finds out, and claims again)."""
         self._hint = TimerHint()
-        self._rules: Rules | None = None
-        """The rules the last claim under limits read (it checks them against the next's)."""
 
     def became_ready(self) -> None:
         """Something may have become runnable: the last claim's timer hint no longer holds."""
@@ -184,18 +183,12 @@ class Claimer:
                     walked = tuple(params["workflows"])
                     far = self._walked_far.get(walked, 0)
                     claim = LimitedClaim(
-                        sql,
-                        self._parking,
-                        params,
-                        self._rules,
-                        sweep=sweep,
-                        may_park=far >= FAR_CLAIMS - 1,
+                        sql, self.function, params, sweep=sweep, may_park=far >= FAR_CLAIMS - 1
                     )
                     leased = await claim.run(conn, caps)
                     if sweep:
                         self._swept_at = params["now"]
                     self._walked_far[walked] = far + 1 if claim.walked_far else 0
-                    self._rules = leased.rules
                     return _limited_rows(leased)
                 # One round trip: BEGIN, the planner settings (local to the transaction, so a
                 # pooler in transaction mode never hands them to another client), the claim,

@@ -8,9 +8,9 @@ range, ``priority = p AND ready_at <= now``, so a claim never walks the future t
 priority to reach the next one. ``floor`` (NULL: none) is where each range starts instead of
 the index's low end (see ``claim._ClaimFloor``).
 
-Under limits, the rules are applied in Python (``limited``); the statements here read what it
-needs: the rules, what runs and what started, the due instances the limits do not hold back,
-the timers, and they lease what it admitted.
+Under limits, the claim is a server-side function (``claim_fn``) built from the statements
+here: the locks, what runs and what started, the due instances the limits do not hold back,
+the timers, the leases; ``next_wakeup`` under limits reads some of them from the client.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ _CLAIM = """
     ORDER BY claimed.priority, p_ready, pk
 """
 
-# -- under limits (``limited``): the rules are applied in Python (``store/_admission``) --------
+# -- under limits: the statements of the claim function (``claim_fn``) and of ``limited`` ------
 
 # The advisory locks a claim under limits takes first, in one order (so two claims never wait
 # for each other's): ``locks`` holds 'w:' and each limited workflow's name, 'l:' and each named
@@ -249,14 +249,24 @@ _TIMERS = (
 )
 
 # Lease the admitted instances ``pks`` (as the plain claim does), and carry out the pauses
-# pending ``pauses``.
+# pending ``pauses``. (What it leased is read by ``claimed_rows``.)
 _LEASE = """
     WITH paused AS (
         UPDATE {s}.instances {pause_set}
         WHERE pk = ANY(%(pauses)s::bigint[]) AND status = 'waitingForPause'
     )
     UPDATE {s}.instances {lease_set} WHERE pk = ANY(%(pks)s::bigint[])
-    RETURNING {icols}, lease_token, control, event_seq
+"""
+
+# The instances a claim just leased (owner, nonce, its expiry as ``ready_at``): through the
+# claim's index, one priority at a time (OFFSET 0 keeps the planner from turning it into a join).
+_CLAIMED = """
+        FROM levels CROSS JOIN LATERAL (
+            SELECT {cols} FROM {s}.instances
+            WHERE priority = levels.p AND ready_at = %(expires)s AND lease_owner = %(owner)s
+                AND lease_nonce = %(nonce)s
+            OFFSET 0
+        ) AS i
 """
 
 _LEVELS_ALL = _LEVELS.replace("{bound}", "'-infinity'::float8")
@@ -275,7 +285,7 @@ _TEMPLATES = {
     "probe": _CANDIDATES.replace("{due}", _DUE_IN_ORDER).replace("{lock}", ""),
     "probe_each": _CANDIDATES.replace("{due}", _DUE_EACH).replace("{lock}", ""),
     # The rows this transaction has fetched so far through the indexes of instances: what a
-    # read of due instances fetched, less what it returned, is what it stepped over (``limited``;
+    # read of due instances fetched, less what it returned, is what it stepped over (``claim_fn``;
     # through whichever index the planner chose).
     "walked": """
         SELECT COALESCE(sum(pg_stat_get_xact_tuples_fetched(indexrelid)), 0)::bigint
@@ -302,13 +312,14 @@ _TEMPLATES = {
             (SELECT COALESCE(json_agg(json_build_array(pk, type, payload, created_at)
                 ORDER BY pk), '[]')::text
                 FROM {s}.events e WHERE e.instance_pk = i.pk AND consumed_by IS NULL)
-        FROM levels CROSS JOIN LATERAL (
-            SELECT pk, event_seq FROM {s}.instances
-            WHERE priority = levels.p AND ready_at = %(expires)s AND lease_owner = %(owner)s
-                AND lease_nonce = %(nonce)s
-            OFFSET 0
-        ) AS i
-    """,
+    """
+    + _CLAIMED.replace("{cols}", "pk, event_seq"),
+    # The rows of the instances a claim under limits leased (``claim_fn``), as the plain
+    # claim's ``RETURNING``: a statement after the claim's, like ``claimed_histories``.
+    "claimed_rows": "WITH RECURSIVE "
+    + _LEVELS.replace("{bound}", "%(expires)s::float8")
+    + " SELECT i.* "
+    + _CLAIMED.replace("{cols}", "{icols}, lease_token, control, event_seq"),
     "claimed_by": """
         SELECT {icols}, lease_token, control, event_seq, ready_at, NULL::float8, NULL::int,
             NULL::boolean, NULL::float8
@@ -352,6 +363,7 @@ class ClaimStatements:
     timers: str
     lease: str
     claimed_histories: str
+    claimed_rows: str
     claimed_by: str
     next_wakeup: str
     workflow_limits: str

@@ -140,7 +140,13 @@ class PostgresStore(ScheduleOperations, FlowOperations):
             return
         await self._db.open()
         try:
-            await migrate(self._db, self.schema, load_migrations("postgres"))
+            function = self._claims.function
+            await migrate(
+                self._db,
+                self.schema,
+                load_migrations("postgres"),
+                [(function.name, function.create)],
+            )
             await self._time.measure()
             await self._listener.start(self.channel, self._dispatch, self._wake_everything)
         except BaseException:
