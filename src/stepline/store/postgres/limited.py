@@ -1,12 +1,12 @@
 """The PostgreSQL store's claim under flow-control limits, and the reads that share its view of
 the limits: when a worker should look again, and the limits' use now.
 
-A claim is one round trip: one transaction whose one statement that claims calls the claim
-function (``claim_fn``), which takes the advisory locks, reads what runs and what started
-under them, reads the due instances in claim order, admits them by the rules of
-``store/_admission`` and leases them; the statements after it read what it leased and their
-histories. The reads here (``next_wakeup``, ``Store.limit_states``) apply the rules in Python
-to what they read, as the SQLite store does.
+A claim is one round trip: a transaction whose one claiming statement calls the claim function
+(``claim_fn``), which takes the advisory locks, reads what runs and what started under them,
+reads the due instances in claim order, admits them by the rules of ``store/_admission`` and
+leases them; the statements after it read what it leased and their histories. The reads here
+(``next_wakeup``, ``Store.limit_states``) apply the rules in Python to what they read, as the
+SQLite store does.
 """
 
 from __future__ import annotations
