@@ -14,10 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from stepline.limits import WorkflowLimits
 from stepline.store.base import Finish, NewInstance, StepWrite, WorkflowMeta
-from stepline.store.postgres import PostgresStore
+from stepline.store.postgres import PostgresStore, split_url
 from stepline.store.postgres.sql import json_rows
 
 from .._pg import connect
@@ -61,7 +62,7 @@ class Explained:
             if CLAIM_FUNCTION in query:
                 # Its statements, inside the server, read instances.
                 called = "instances: " + " ".join(query.split())
-                self.plans.append((called, _function_reads(conn, query, params)))
+                self.plans.append((called, _function_reads(conn, self.url, query, params)))
                 return
             try:
                 row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, params).fetchone()
@@ -84,7 +85,9 @@ CLAIM_FUNCTION = "claim_under_limits_"
 """In the call of the claim under limits, whose statements run inside the server."""
 
 
-def _function_reads(conn: psycopg.Connection[Any], query: str, params: Any) -> dict[str, Any]:
+def _function_reads(
+    conn: psycopg.Connection[Any], url: str, query: str, params: Any
+) -> dict[str, Any]:
     """The claim function's reads of ``instances``, run in the caller's transaction: every
     index entry its statements returned and every row a sequential scan read, together, as a
     plan node."""
@@ -93,7 +96,7 @@ def _function_reads(conn: psycopg.Connection[Any], query: str, params: Any) -> d
         "SELECT COALESCE(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0)"
         " + pg_stat_get_xact_tuples_returned(%(t)s::regclass)"
         " FROM pg_index WHERE indrelid = %(t)s::regclass",
-        {"t": query.split(CLAIM_FUNCTION)[0].split()[-1].removesuffix('."') + ".instances"},
+        {"t": sql.Identifier(split_url(url)[1], "instances").as_string()},
     ).fetchone()
     assert row is not None
     return {"Relation Name": "instances", "Node Type": "claim function", "Actual Rows": row[0]}

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from .claim_sql import FLOOR_MARGIN, ClaimStatements
+from .claim_sql import FLOOR_MARGIN, ClaimStatements, fleet_wide
 from .parking import ParkingStatements
 
 PARK_AFTER = 1000
@@ -40,12 +40,6 @@ PASSES = 3
 """Reads of due instances a claim makes at most: another follows a full read some of whose
 instances admission refused (what the claim took filled a key or a limit the read did not yet
 leave out)."""
-
-# Whether the limits ``{d}`` (a workflow's, as JSON) set any limit that applies across workers.
-_FLEET_WIDE = """(({d})->>'concurrency' IS NOT NULL
-    OR COALESCE(jsonb_typeof(({d})->'rate') = 'array', false)
-    OR ({d})->>'key_concurrency' IS NOT NULL
-    OR jsonb_array_length(COALESCE(NULLIF(({d})->'limits', 'null'), '[]')) > 0)"""
 
 # The named limits of workflow limits ``{d}`` that are defined (with a concurrency or a rate).
 _NAMED_OF = """(SELECT x FROM jsonb_array_elements_text(
@@ -341,10 +335,6 @@ def _perform(statement: str) -> str:
     return "PERFORM " + statement.removeprefix("SELECT ")
 
 
-def _fleet_wide(d: str) -> str:
-    return _FLEET_WIDE.replace("{d}", d)
-
-
 def _named_of(d: str) -> str:
     return _NAMED_OF.replace("{d}", d)
 
@@ -394,8 +384,8 @@ class ClaimFunction:
             "bring_back_of": _into(
                 _with_variables(parking.bring_back_of, {"pks": "v_pauses", "since": "v_back_since"})
             ),
-            "fleet_wide_uw": _fleet_wide("v_rules->u.w"),
-            "fleet_wide_d": _fleet_wide("d"),
+            "fleet_wide_uw": fleet_wide("v_rules->u.w"),
+            "fleet_wide_d": fleet_wide("d"),
             "named_of_lw": _named_of("v_rules->l.w"),
             "named_of_ru": _named_of("v_rules->u.w"),
             "named_of_rc": _named_of("v_rules->c"),

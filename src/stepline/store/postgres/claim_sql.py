@@ -47,13 +47,15 @@ _LEVELS = """
     )
 """
 
-# Whether the ``limits`` of workflow row ``w`` set any limit that applies across workers.
-_FLEET_WIDE = """
-    (w.limits IS NOT NULL AND (w.limits::json ->> 'concurrency' IS NOT NULL
-        OR w.limits::json ->> 'rate' IS NOT NULL
-        OR w.limits::json ->> 'key_concurrency' IS NOT NULL
-        OR json_array_length(w.limits::json -> 'limits') > 0))
-"""
+
+def fleet_wide(limits: str) -> str:
+    """Whether the workflow limits ``limits`` (a jsonb expression; SQL NULL: none) set any limit
+    that applies across workers, as ``WorkflowLimits.fleet_wide``: true or false, never NULL."""
+    return f"""(({limits})->>'concurrency' IS NOT NULL
+        OR COALESCE(jsonb_typeof(({limits})->'rate') = 'array', false)
+        OR ({limits})->>'key_concurrency' IS NOT NULL
+        OR jsonb_array_length(COALESCE(NULLIF(({limits})->'limits', 'null'), '[]')) > 0)"""
+
 
 # The earliest timer of the workflows from ``{since}`` on: one seek per workflow and priority
 # (``instances_workflow_ready``), however many rows of other workflows come first in the ready
@@ -269,6 +271,15 @@ _CLAIMED = """
         ) AS i
 """
 
+# A leased instance ``i``'s history: its steps and its unconsumed events, as JSON arrays.
+_HISTORY = """
+        (SELECT COALESCE(json_agg(json_build_array({scols}) ORDER BY seq), '[]')::text
+            FROM {s}.steps WHERE instance_pk = i.pk),
+        (SELECT COALESCE(json_agg(json_build_array(pk, type, payload, created_at)
+            ORDER BY pk), '[]')::text
+            FROM {s}.events e WHERE e.instance_pk = i.pk AND consumed_by IS NULL)
+"""
+
 _LEVELS_ALL = _LEVELS.replace("{bound}", "'-infinity'::float8")
 _TEMPLATES = {
     "claim": _CLAIM,
@@ -305,20 +316,16 @@ _TEMPLATES = {
     # join, which could read the whole table.)
     "claimed_histories": "WITH RECURSIVE "
     + _LEVELS.replace("{bound}", "%(expires)s::float8")
-    + """
-        SELECT i.pk, i.event_seq,
-            (SELECT COALESCE(json_agg(json_build_array({scols}) ORDER BY seq), '[]')::text
-                FROM {s}.steps WHERE instance_pk = i.pk),
-            (SELECT COALESCE(json_agg(json_build_array(pk, type, payload, created_at)
-                ORDER BY pk), '[]')::text
-                FROM {s}.events e WHERE e.instance_pk = i.pk AND consumed_by IS NULL)
-    """
+    + " SELECT i.pk, i.event_seq, "
+    + _HISTORY
     + _CLAIMED.replace("{cols}", "pk, event_seq"),
     # The rows of the instances a claim under limits leased (``claim_fn``), as the plain
-    # claim's ``RETURNING``: a statement after the claim's, like ``claimed_histories``.
+    # claim's ``RETURNING``, each followed by its history as ``claimed_histories`` reads it: a
+    # statement after the claim's, for the same reason.
     "claimed_rows": "WITH RECURSIVE "
     + _LEVELS.replace("{bound}", "%(expires)s::float8")
-    + " SELECT i.* "
+    + " SELECT i.*, "
+    + _HISTORY
     + _CLAIMED.replace("{cols}", "{icols}, lease_token, control, event_seq"),
     "claimed_by": """
         SELECT {icols}, lease_token, control, event_seq, ready_at, NULL::float8, NULL::int,
@@ -340,7 +347,7 @@ def _expand(text: str) -> str:
         .replace("{next_ready}", _NEXT_READY)
         .replace("{lease_set}", _LEASE_SET)
         .replace("{pause_set}", _PAUSE_SET)
-        .replace("{fleet_wide}", _FLEET_WIDE)
+        .replace("{fleet_wide}", fleet_wide("w.limits::jsonb"))
         .replace("{bound}", _FLOOR)
         .replace("{floor}", _FLOOR)
     )

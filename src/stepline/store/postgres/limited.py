@@ -4,7 +4,7 @@ the limits: when a worker should look again, and the limits' use now.
 A claim is one round trip: a transaction whose one claiming statement calls the claim function
 (``claim_fn``), which takes the advisory locks, reads what runs and what started under them,
 reads the due instances in claim order, admits them by the rules of ``store/_admission`` and
-leases them; the statements after it read what it leased and their histories. The reads here
+leases them; the statement after it reads what it leased, with their histories. The reads here
 (``next_wakeup``, ``Store.limit_states``) apply the rules in Python to what they read, as the
 SQLite store does.
 """
@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from .._admission import Admission, Rules, Usage, UsagePlan, rules_from_rows
+from .._rows import N_INSTANCE_COLUMNS
 from .claim_fn import ClaimFunction
 from .claim_sql import ClaimStatements
 from .db import Conn
@@ -35,6 +36,10 @@ FAR_CLAIMS = 3
 ``claim_fn.PARK_AFTER`` due instances before the last sets aside the queues of the full keys."""
 _READY = 2
 """The ``ready_at`` column of a ``probe`` row."""
+_EVENT_SEQ = N_INSTANCE_COLUMNS + 2
+_HISTORY_AT = N_INSTANCE_COLUMNS + 3
+"""In a ``claimed_rows`` row: the event count, and where the history's columns (steps, events)
+follow the leased row's own."""
 _KEY_SEP = chr(31)
 """Between a workflow's name and a key in ``full_keys`` (as the SQL joins them)."""
 
@@ -66,7 +71,7 @@ class Leased:
     rows: list[tuple[Any, ...]]
     picked_at: list[float]
     histories: list[tuple[Any, ...]]
-    """The leased instances' histories (``claim_sql``'s ``claimed_histories``)."""
+    """The leased instances' histories, as ``claim_sql``'s ``claimed_histories`` reads them."""
     timers: Timers
     limited: bool
 
@@ -155,8 +160,8 @@ async def send_usage(
 
 class LimitedClaim:
     """One claim under the limits, on a connection: one round trip that sends BEGIN, the planner
-    settings, the call of the claim function (``claim_fn``), the reads of what it leased and
-    of their histories, and COMMIT."""
+    settings, the call of the claim function (``claim_fn``), the read of what it leased with
+    their histories, and COMMIT."""
 
     def __init__(
         self,
@@ -196,7 +201,6 @@ class LimitedClaim:
                 await conn.execute(statement)
             outcome = await conn.execute(self._function.call, call)
             leasing = await conn.execute(self._sql.claimed_rows, params)
-            reading = await conn.execute(self._sql.claimed_histories, params)
             await conn.execute("COMMIT")
         found = await outcome.fetchone()
         if found is None:
@@ -204,10 +208,9 @@ class LimitedClaim:
         pks, picked_at, top, next_ready, hint, known, limited, walked_far = found
         self.walked_far = bool(walked_far)
         order = {pk: index for index, pk in enumerate(pks)}
-        leased = sorted(
-            (tuple(row) for row in await leasing.fetchall()), key=lambda row: order[row[0]]
-        )
-        histories = [tuple(row) for row in await reading.fetchall()]
+        found_rows = sorted(await leasing.fetchall(), key=lambda row: order[row[0]])
+        leased = [tuple(row[:_HISTORY_AT]) for row in found_rows]
+        histories = [(row[0], row[_EVENT_SEQ], *row[_HISTORY_AT:]) for row in found_rows]
         picked = [float(picked_at[order[row[0]]]) for row in leased]
         return Leased(leased, picked, histories, Timers(top, next_ready, hint, known), limited)
 
