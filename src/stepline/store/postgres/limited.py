@@ -79,21 +79,10 @@ class Leased:
 async def read_rules(conn: Conn, sql: ClaimStatements, *, first: Sequence[str] = ()) -> Rules:
     """The registered limits, in one round trip that sends the statements ``first`` first."""
     async with conn.pipeline():
-        sent = await send_rules(conn, sql, first)
-    return await rules_of(sent)
-
-
-async def send_rules(conn: Conn, sql: ClaimStatements, first: Sequence[str]) -> tuple[Any, Any]:
-    """Send the statements ``first``, then the reads of the rules, inside the caller's
-    pipeline; :func:`rules_of` once it is synced."""
-    for statement in first:
-        await conn.execute(statement)
-    return await conn.execute(sql.workflow_limits), await conn.execute(sql.named_limits)
-
-
-async def rules_of(sent: tuple[Any, Any]) -> Rules:
-    """The rules the reads :func:`send_rules` sent found."""
-    declared, named = sent
+        for statement in first:
+            await conn.execute(statement)
+        declared = await conn.execute(sql.workflow_limits)
+        named = await conn.execute(sql.named_limits)
     return rules_from_rows(await declared.fetchall(), await named.fetchall())
 
 
@@ -109,53 +98,27 @@ async def read_usage(
     """What runs and what started in the scopes of ``workflows``' limits (one round trip). The
     starts stop counting at the rate's count unless ``exact``."""
     plan = UsagePlan.of(rules, workflows)
-    async with conn.pipeline():
-        sent = await send_usage(conn, sql, plan, now, exact=exact)
-    return await sent.usage(rules)
-
-
-@dataclass
-class _SentUsage:
-    """The reads of :func:`send_usage`, sent in a pipeline: :meth:`usage` once it is synced."""
-
-    plan: UsagePlan
-    running: Any
-    slots: Any
-    starts: list[Any]
-
-    async def usage(self, rules: Rules) -> Usage:
-        started: dict[tuple[str, str], tuple[int, float | None]] = {}
-        for scope, cur in zip(self.plan.rates, self.starts, strict=True):
-            found = await cur.fetchone()
-            count, edge = found if found is not None else (0, None)
-            started[(scope.scope, scope.name)] = (int(count), None if edge is None else float(edge))
-        running, slots = await self.running.fetchall(), await self.slots.fetchall()
-        return self.plan.usage(rules, running, slots, started)
-
-
-async def send_usage(
-    conn: Conn, sql: ClaimStatements, plan: UsagePlan, now: float, *, exact: bool
-) -> _SentUsage:
-    """Send the reads of what ``plan`` counts, inside the caller's pipeline."""
     params = {"now": now, "counted": list(plan.counted), "named": list(plan.users)}
-    running = await conn.execute(sql.running, params)
-    slots = await conn.execute(sql.live_slots, params)
-    starts = []
-    for scope in plan.rates:
-        rate = scope.rate
-        starts.append(
-            await conn.execute(
-                sql.starts,
-                {
-                    "wfs": list(scope.workflows),
-                    "limit": scope.name if scope.scope == "limit" else None,
-                    "since": now - rate.period,
-                    "n": rate.count,
-                    "cap": None if exact else rate.count,
-                },
-            )
-        )
-    return _SentUsage(plan, running, slots, starts)
+    async with conn.pipeline():
+        running = await conn.execute(sql.running, params)
+        slots = await conn.execute(sql.live_slots, params)
+        starts = []
+        for scope in plan.rates:
+            rate = scope.rate
+            read = {
+                "wfs": list(scope.workflows),
+                "limit": scope.name if scope.scope == "limit" else None,
+                "since": now - rate.period,
+                "n": rate.count,
+                "cap": None if exact else rate.count,
+            }
+            starts.append(await conn.execute(sql.starts, read))
+    started: dict[tuple[str, str], tuple[int, float | None]] = {}
+    for scope, cur in zip(plan.rates, starts, strict=True):
+        found = await cur.fetchone()
+        count, edge = found if found is not None else (0, None)
+        started[(scope.scope, scope.name)] = (int(count), None if edge is None else float(edge))
+    return plan.usage(rules, await running.fetchall(), await slots.fetchall(), started)
 
 
 class LimitedClaim:
@@ -215,18 +178,15 @@ class LimitedClaim:
         return Leased(leased, picked, histories, Timers(top, next_ready, hint, known), limited)
 
 
-def _due(sql: ClaimStatements, read: Mapping[str, Any], *, lock: bool = True) -> str:
-    """The read of due instances for ``read`` (``lock``: as a claim, else as a probe): a
-    workflow at a time when the limits hold some of its workflows back whole (their backlog
-    would be walked past in claim order)."""
+def _probe(sql: ClaimStatements, read: Mapping[str, Any]) -> str:
+    """The look at due instances for ``read``: a workflow at a time when the limits hold some
+    of its workflows back whole (their backlog would be walked past in claim order)."""
     each = len(read["active"]) < len(read["workflows"])
-    if lock:
-        return sql.candidates_each if each else sql.candidates
     return sql.probe_each if each else sql.probe
 
 
 def _held(admission: Admission, workflows: Sequence[str]) -> dict[str, list[str]]:
-    """The parameters of ``candidates`` that leave out what the limits hold back now."""
+    """The parameters of ``probe`` that leave out what the limits hold back now."""
     held = admission.held(workflows)
     return {
         "active": held.active,
@@ -253,7 +213,7 @@ async def next_wakeup(
         **_held(admission, workflows),
     }
     async with conn.pipeline():
-        probe = await conn.execute(_due(sql, read, lock=False), read)
+        probe = await conn.execute(_probe(sql, read), read)
         timed = await conn.execute(sql.timers, read)
         await conn.execute("COMMIT")
     found = await timed.fetchone()
