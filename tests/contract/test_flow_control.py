@@ -153,6 +153,26 @@ async def test_an_expired_lease_frees_its_slot_at_expiry(store: Store, clock: Ma
     assert first.instance.id == "a"
 
 
+async def test_after_a_claim_that_fills_the_concurrency_the_next_look_is_the_first_timer(
+    store: Store, clock: ManualClock
+) -> None:
+    """A claim that took all it asked for: with room left under the limit, what else is due is
+    runnable now; with the limit full, nothing can start before a timer comes or a lease
+    expires (a store may know this from the claim)."""
+    await limit(store, concurrency=2)
+    await create(store, "a", "b", "c", "d")
+    t0 = store.now()
+    (a,) = await claim(store, n=1)
+    await store.finish(a.lease, Finish("waiting", wake_at=t0 + 5), t0)  # a sleeping one: no slot
+    (b,) = await claim(store, n=1)  # one slot left
+    assert await store.next_wakeup([WF]) == t0
+    clock.advance(1)
+    (c,) = await claim(store, n=1)  # the limit is full now
+    assert await store.next_wakeup([WF]) == t0 + 5  # a's timer, before b's and c's expiries
+    assert (a.instance.id, b.instance.id, c.instance.id) == ("a", "b", "c")
+    assert await claim(store) == []
+
+
 async def test_key_concurrency_holds_each_key_while_others_proceed(store: Store) -> None:
     await limit(store, key_concurrency=1)
     await make(

@@ -18,7 +18,8 @@ from psycopg import sql
 
 from stepline import Engine, InstanceNotFoundError, ManualClock, Workflow
 from stepline.errors import StoreError
-from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite
+from stepline.limits import WorkflowLimits
+from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite, WorkflowMeta
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, split_url
 from stepline.store.postgres.db import StoreConnection
@@ -551,6 +552,82 @@ async def test_a_full_claim_moves_the_floor_up_to_its_first_pick(schemas: list[s
         assert await w.claim() == []  # below the floor
         w.clock.set(1010.4)  # 10 s after the read from the low end (at 1000.4)
         assert await w.claim() == ["behind"]
+    finally:
+        await w.store.close()
+
+
+def _count_trips(store: PostgresStore) -> list[str]:
+    """The store's database operations from now on, by what each was for."""
+    db = store._db
+    trips: list[str] = []
+    retrying, read = db.retrying, db.read
+
+    async def counted_retrying(what: str, *args: Any, **kwargs: Any) -> Any:
+        trips.append(what)
+        return await retrying(what, *args, **kwargs)
+
+    async def counted_read(what: str, *args: Any, **kwargs: Any) -> Any:
+        trips.append(what)
+        return await read(what, *args, **kwargs)
+
+    db.retrying, db.read = counted_retrying, counted_read  # type: ignore[method-assign]
+    return trips
+
+
+async def test_a_claim_that_fills_the_limit_answers_the_next_look_itself(
+    schemas: list[str],
+) -> None:
+    """Under a limit, a claim that took all it asked for and left the workflow held back whole
+    knows the next wake-up: ``next_wakeup`` answers it without a round trip. One that took all
+    it asked for with room left cannot know what else is due, and ``next_wakeup`` reads."""
+    w = _Claims(fresh(schemas), limit=1)
+    await w.store.open()
+    meta = WorkflowMeta("w", "tests:W", None, WorkflowLimits(concurrency=2))
+    await w.store.register_workflows([meta])
+    trips = _count_trips(w.store)
+    try:
+        await w.create("a", "b", "c")
+        assert await w.claim() == ["a"]  # a slot left
+        trips.clear()
+        assert await w.store.next_wakeup(["w"]) == 1000.0  # b is due and may run
+        assert trips
+        assert await w.claim() == ["b"]  # the limit is full now
+        trips.clear()
+        assert await w.store.next_wakeup(["w"]) == 1030.0  # the leases' expiry
+        assert trips == []
+    finally:
+        await w.store.close()
+
+
+async def test_a_full_claim_looks_one_row_further_for_anything_else_runnable(
+    schemas: list[str],
+) -> None:
+    """A claim under limits that took all it asked for, of workflows some of which have room
+    left, looks one row further: if the limits let nothing more run (here the rest of the
+    backlog waits behind a busy key, and the other workflow has nothing due), the next look
+    needs no round trip; if they do, ``next_wakeup`` reads, and says now."""
+    w = _Claims(fresh(schemas), limit=1)
+    await w.store.open()
+    keyed = WorkflowMeta("w", "tests:W", None, WorkflowLimits(key_concurrency=1))
+    free = WorkflowMeta("u", "tests:U", None, WorkflowLimits())
+    await w.store.register_workflows([keyed, free])
+    items = [NewInstance("a", None, key="k"), NewInstance("b", None, key="k")]
+    items.append(NewInstance("c", None, key="j"))
+    await w.store.create_instances("w", items, trigger="api", skip_existing=False)
+    trips = _count_trips(w.store)
+    try:
+        both = ["w", "u"]
+        first = await w.store.claim("me", both, 1, 30.0, w.clock())
+        assert [c.instance.id for c in first] == ["a"]
+        trips.clear()
+        assert await w.store.next_wakeup(both) == 1000.0  # c, of the other key, may run
+        assert trips
+        second = await w.store.claim("me", both, 1, 30.0, w.clock())
+        assert [c.instance.id for c in second] == ["c"]
+        trips.clear()
+        assert await w.store.next_wakeup(both) == 1030.0  # b waits for key k: the expiry
+        assert trips == []
+        assert await w.store.claim("me", both, 1, 30.0, w.clock()) == []
     finally:
         await w.store.close()
 

@@ -140,6 +140,32 @@ async def test_the_next_wakeup_after_a_short_claim_is_what_the_claim_found(
         await store.close()
 
 
+async def test_the_next_wakeup_after_a_claim_that_filled_the_limit_is_what_the_claim_found(
+    tmp_path: Path,
+) -> None:
+    """A claim that took all it asked for and left its workflow held back whole knows that
+    nothing else can start: ``next_wakeup`` answers without a read. One that took all it asked
+    for with room left under the limit does not know what else is due: that one reads."""
+    store = await _limited_backlog(tmp_path, 50)  # concurrency 2
+    conn = store._db.require()
+    statements: list[str] = []
+    try:
+        (first,) = await store.claim("me", ["busy"], 1, 30.0, store.now())
+        conn.set_trace_callback(statements.append)
+        wakeup = await store.next_wakeup(["busy"])
+        assert wakeup is not None and wakeup <= store.now()
+        assert statements != []
+        conn.set_trace_callback(None)
+        assert len(await store.claim("me", ["busy"], 1, 30.0, store.now())) == 1  # full now
+        statements.clear()
+        conn.set_trace_callback(statements.append)
+        assert await store.next_wakeup(["busy"]) == first.instance.ready_at  # its expiry
+        assert statements == []
+    finally:
+        conn.set_trace_callback(None)
+        await store.close()
+
+
 async def test_a_backlog_a_limit_holds_back_is_not_walked_by_claims_and_looks(
     tmp_path: Path,
 ) -> None:

@@ -1,5 +1,6 @@
 """The timer hint: what a claim learned of the next wake-up, kept for the ``next_wakeup`` a
-worker asks right after a claim that took fewer instances than it asked for.
+worker asks right after a claim that left nothing runnable: it took fewer instances than it
+asked for, or (under limits) all it asked for with nothing more the limits let run.
 
 Such a claim has just read, under the same view, everything ``next_wakeup`` would read again:
 nothing else is runnable now, and it knows the earliest timer. The hint answers one

@@ -152,10 +152,11 @@ class Claimer:
             if rows and not recovered:
                 self._limited[key] = bool(rows[0][_LIMITED])
         claims = await self._to_claims(rows, histories, owner)
-        # An empty claim also read the earliest timer, and so did a short one under limits:
+        # An empty claim also read the earliest timer, and under limits so did a short one, or
+        # one that left every workflow held back whole (the function says which, as `timed`):
         # next_wakeup() can use it once, if nothing became runnable meanwhile (which would
         # have gone through became_ready).
-        if rows and timed and (not claims or (limited and len(claims) < limit)):
+        if rows and timed and (not claims or limited):
             self._hint.keep(key, begun, rows[0][_HINT if limited else _NEXT_READY])
         else:
             self._hint.clear()

@@ -45,6 +45,36 @@ leave out)."""
 _NAMED_OF = """(SELECT x FROM jsonb_array_elements_text(
     COALESCE(NULLIF(({d})->'limits', 'null'), '[]')) AS x WHERE v_named ? x)"""
 
+# The workflows of the claim that may still run: not at this worker's cap, their concurrency or
+# a named limit's concurrency (``Admission.held``'s ``active``).
+_ACTIVE = """ARRAY(SELECT u.w FROM unnest(a_workflows) WITH ORDINALITY AS u(w, o)
+            WHERE NOT {capped_uw}
+                AND NOT COALESCE((v_rules->u.w->>'concurrency')::int
+                    <= COALESCE((v_run->>u.w)::int, 0), false)
+                AND NOT EXISTS (SELECT 1 FROM {named_of_ru} AS m(x)
+                    WHERE (v_named->m.x->>'concurrency')::int
+                        <= COALESCE((v_lrun->>m.x)::int, 0))
+            ORDER BY u.o)"""
+
+# Among those, the keys that run as many as their ``key_concurrency`` lets run, and the workflows
+# whose first starts a used-up rate holds (``Admission.held``'s ``full_keys``, ``no_starts``).
+_FULL = """ARRAY(SELECT e.key FROM jsonb_each_text(v_krun) AS e
+            WHERE split_part(e.key, chr(31), 1) = ANY(v_active)
+                AND e.value::int >= (v_rules->split_part(e.key, chr(31), 1)
+                    ->>'key_concurrency')::int ORDER BY e.key)"""
+_NO_STARTS = """ARRAY(SELECT c FROM unnest(v_active) AS c
+            WHERE COALESCE((v_rules->c->'rate'->>0)::int <= COALESCE((v_st->>c)::int, 0), false)
+                OR EXISTS (SELECT 1 FROM {named_of_rc} AS m(x)
+                    WHERE (v_named->m.x->>'count')::int <= COALESCE((v_lst->>m.x)::int, 0)))"""
+
+# A read of at most ``v_want`` due instances that leaves out what the limits hold back: a
+# workflow at a time when some are held back whole (their backlog would be walked past).
+_OPEN_CANDIDATES = """IF cardinality(v_active) < cardinality(a_workflows) THEN
+            OPEN v_cur NO SCROLL FOR {candidates_each};
+        ELSE
+            OPEN v_cur NO SCROLL FOR {candidates};
+        END IF"""
+
 # ``{j}`` with ``{k}``'s count raised by ``{n}``.
 _INC = "{j} || jsonb_build_object({k}, COALESCE(({j}->>{k})::int, 0) + {n})"
 
@@ -66,6 +96,7 @@ DECLARE
     v_picked bigint[] := '{}'; v_picked_at float8[] := '{}'; v_pauses bigint[] := '{}';
     v_turned float8[] := '{}'; v_to_park text[] := '{}'; v_rate_held text[] := '{}';
     v_found float8[]; v_future float8; v_filled boolean := false; v_read_all boolean := true;
+    v_more boolean := false;
     v_want int; v_due int; v_rows int; v_attempt int := 0; v_before bigint; v_after bigint;
     v_wfs text[]; v_lname text; v_since float8; v_n int; v_cnt int; v_edge float8;
     v_period float8; v_t float8; v_floor_since float8; v_back_since float8; v_park json;
@@ -147,22 +178,9 @@ BEGIN
 
     LOOP
         v_attempt := v_attempt + 1;
-        v_active := ARRAY(SELECT u.w FROM unnest(a_workflows) WITH ORDINALITY AS u(w, o)
-            WHERE NOT {capped_uw}
-                AND NOT COALESCE((v_rules->u.w->>'concurrency')::int
-                    <= COALESCE((v_run->>u.w)::int, 0), false)
-                AND NOT EXISTS (SELECT 1 FROM {named_of_ru} AS m(x)
-                    WHERE (v_named->m.x->>'concurrency')::int
-                        <= COALESCE((v_lrun->>m.x)::int, 0))
-            ORDER BY u.o);
-        v_full := ARRAY(SELECT e.key FROM jsonb_each_text(v_krun) AS e
-            WHERE split_part(e.key, chr(31), 1) = ANY(v_active)
-                AND e.value::int >= (v_rules->split_part(e.key, chr(31), 1)
-                    ->>'key_concurrency')::int ORDER BY e.key);
-        v_nostart := ARRAY(SELECT c FROM unnest(v_active) AS c
-            WHERE COALESCE((v_rules->c->'rate'->>0)::int <= COALESCE((v_st->>c)::int, 0), false)
-                OR EXISTS (SELECT 1 FROM {named_of_rc} AS m(x)
-                    WHERE (v_named->m.x->>'count')::int <= COALESCE((v_lst->>m.x)::int, 0)));
+        v_active := {active};
+        v_full := {full};
+        v_nostart := {nostart};
         EXIT WHEN v_attempt > 1 AND cardinality(v_active) = 0;
         IF v_attempt > {passes} THEN
             v_read_all := false;
@@ -174,11 +192,7 @@ BEGIN
         IF cardinality(v_full) > 0 THEN
             SELECT t.n INTO v_before FROM ({walked}) AS t(n);
         END IF;
-        IF cardinality(v_active) < cardinality(a_workflows) THEN
-            OPEN v_cur NO SCROLL FOR {candidates_each};
-        ELSE
-            OPEN v_cur NO SCROLL FOR {candidates};
-        END IF;
+        {open_candidates};
         LOOP
             FETCH v_cur INTO r;
             EXIT WHEN NOT FOUND;
@@ -261,6 +275,20 @@ BEGIN
         EXIT WHEN cardinality(v_picked) >= a_limit OR v_due < v_want;
     END LOOP;
 
+    IF cardinality(v_picked) >= a_limit THEN
+        -- Full: whether anything more is runnable, from one more row of a read that leaves out
+        -- what the limits hold back with these picks. If not, the claim knows the next look.
+        v_active := {active};
+        IF cardinality(v_active) > 0 THEN
+            v_full := {full};
+            v_nostart := {nostart};
+            v_want := 1;
+            {open_candidates};
+            FETCH v_cur INTO r;
+            v_more := FOUND;
+            CLOSE v_cur;
+        END IF;
+    END IF;
     IF cardinality(v_picked) > 0 OR cardinality(v_pauses) > 0 THEN
         {lease};
     END IF;
@@ -274,7 +302,7 @@ BEGIN
     IF cardinality(v_pauses) > 0 THEN
         {bring_back_of};
     END IF;
-    IF cardinality(v_picked) < a_limit THEN
+    IF cardinality(v_picked) < a_limit OR NOT v_more THEN
         v_found := CASE WHEN cardinality(v_picked) > 0 THEN ARRAY[v_future, a_expires]
             ELSE v_future || v_turned END;
         FOREACH w IN ARRAY COALESCE(v_rate_held, '{}') LOOP
@@ -288,7 +316,7 @@ BEGIN
         END LOOP;
         o_hint := (SELECT min(t) FROM unnest(v_found) AS t);
     END IF;
-    o_known := cardinality(v_picked) = 0 OR (v_read_all AND NOT v_filled);
+    o_known := cardinality(v_picked) = 0 OR (v_read_all AND NOT v_filled AND NOT v_more);
     o_pks := v_picked;
     o_picked_at := v_picked_at;
 END
@@ -406,6 +434,13 @@ class ClaimFunction:
             "passes": str(PASSES),
         }
         body = _BODY
+        for fragment, text in (
+            ("{active}", _ACTIVE),
+            ("{full}", _FULL),
+            ("{nostart}", _NO_STARTS),
+            ("{open_candidates}", _OPEN_CANDIDATES),
+        ):
+            body = body.replace(fragment, text)
         for marker, text in parts.items():
             body = body.replace("{" + marker + "}", text)
         body = body.replace("{s}", sql.Identifier(schema).as_string())

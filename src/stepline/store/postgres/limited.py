@@ -53,13 +53,14 @@ class Timers:
     next_ready: float | None
     """The earliest timer at or above the floor, held back or not."""
     hint: float | None
-    """After a claim that took fewer than it asked: the earliest time an instance may need a
-    worker under the limits: a future timer or lease expiry, a due instance not held back, or
-    when a rate that holds back a first start reopens; never an instance held back by a
-    concurrency limit."""
+    """After a claim that left nothing runnable (it took fewer than it asked, or took all it
+    asked and a look one row further found nothing the limits let run): the earliest time an
+    instance may need a worker under the limits: a future timer or lease expiry, a due
+    instance not held back, or when a rate that holds back a first start reopens; never an
+    instance held back by a concurrency limit."""
     known: bool = True
-    """Whether ``hint`` holds: not when the claim's reads stopped before the end of what is
-    due, or its own starts used up a rate (whose reopening it read before)."""
+    """Whether ``hint`` holds: not when more is runnable, the claim's reads stopped before the
+    end of what is due, or its own starts used up a rate (whose reopening it read before)."""
 
 
 @dataclass

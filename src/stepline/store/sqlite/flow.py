@@ -75,6 +75,9 @@ class Picked:
     """Whether a start it took used up a rate (``reopens`` does not know)."""
     reopens: float | None = None
     """When the earliest used-up rate of the claim's scopes lets the next start."""
+    held_all: bool = False
+    """Whether, with what it took, every workflow of the claim is held back whole (by a
+    concurrency limit or the worker's cap): none of them can start until one of theirs ends."""
     parked: dict[int, tuple[str, str]] = field(default_factory=dict)
     """The queued instances it found behind a full key, to set aside: pk -> (workflow, key)."""
 
@@ -230,6 +233,7 @@ def pick(
         (priority,) = c.execute(sql.NEXT_PRIORITY, (priority,)).fetchone()
     if admission is not None:
         picked.held_by_rate, picked.filled_rate = admission.held_by_rate, admission.filled_rate
+        picked.held_all = not admission.held(workflows).active
     return picked
 
 
@@ -303,8 +307,9 @@ def after_claim(
     in a 1-tuple: nothing else is runnable now, so what :func:`next_wakeup` would find is the
     earliest timer or lease expiry after ``now``, or the reopening of a used-up rate. None
     when the claim cannot tell: its own starts used up a rate, whose reopening it read
-    before."""
-    if picked.filled_rate:
+    before, and a workflow is not held back whole (one that is waits for an end, not for the
+    rate)."""
+    if picked.filled_rate and not picked.held_all:
         return None
     times = [_earliest(c, workflows, after=now), picked.reopens]
     known = [at for at in times if at is not None]

@@ -310,8 +310,9 @@ def claim(
 ) -> tuple[list[Claim], tuple[float | None] | None]:
     """The instances the limits let run, read in claim order with their claimed columns
     (``flow.pick``, under the write lock), leased in one UPDATE, then their histories: two
-    queries per batch. With them, when the claim took fewer than ``limit``, the next wake-up
-    (``flow.after_claim``, in a 1-tuple; None when it took ``limit`` or cannot tell)."""
+    queries per batch. With them, when the claim took fewer than ``limit`` or left every
+    workflow held back whole, the next wake-up (``flow.after_claim``, in a 1-tuple; None when
+    it cannot tell)."""
     rules = flow.read_rules(c)
     token = new_lease_token()
     flow.bring_back_expired(c, rules, workflows, now)
@@ -321,14 +322,16 @@ def claim(
         flow.bring_back_of(c, pk, now)
     if picked.parked:
         flow.park(c, picked, now)
-    short = len(picked.rows) < limit
+    # Taking fewer than asked, it read all that is due; leaving every workflow held back whole,
+    # it knows that nothing else can start: either way it knows the next look.
+    knows = len(picked.rows) < limit or picked.held_all
     if not picked.rows:
-        return [], flow.after_claim(c, workflows, now, picked) if short else None
+        return [], flow.after_claim(c, workflows, now, picked) if knows else None
     claims = [claim_from_row(row, owner) for row in picked.rows]
     pks = [taken.lease.pk for taken in claims]
     c.execute(sql.take_leases(len(pks)), (owner, token, expires, expires, now, now, *pks))
     # After the leases: their expiry is a timer too.
-    hint = flow.after_claim(c, workflows, now, picked) if short else None
+    hint = flow.after_claim(c, workflows, now, picked) if knows else None
     add_history_rows(
         {taken.lease.pk: taken.history for taken in claims},
         c.execute(sql.history_steps(len(pks)), pks).fetchall(),
