@@ -153,7 +153,7 @@ class Claimer:
                 self._limited[key] = bool(rows[0][_LIMITED])
         claims = await self._to_claims(rows, histories, owner)
         # An empty claim also read the earliest timer, and under limits so did a short one, or
-        # one that left every workflow held back whole (the function says which, as `timed`):
+        # a full one that found nothing more runnable (the function says which, as `timed`):
         # next_wakeup() can use it once, if nothing became runnable meanwhile (which would
         # have gone through became_ready).
         if rows and timed and (not claims or limited):
