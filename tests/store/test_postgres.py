@@ -21,7 +21,7 @@ from stepline.errors import StoreError
 from stepline.limits import WorkflowLimits
 from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite, WorkflowMeta
 from stepline.store.migrations import load_migrations
-from stepline.store.postgres import PostgresStore, split_url
+from stepline.store.postgres import PostgresStore, parse_url, split_url
 from stepline.store.postgres.db import StoreConnection
 from stepline.store.postgres.sql import CLAIM_IN_ORDER
 from stepline.worker import Worker, WorkerSettings
@@ -150,6 +150,41 @@ def test_url_schema_parameter_is_removed_and_the_rest_kept() -> None:
         split_url('postgresql://db/app?schema=x";drop')
     with pytest.raises(ValueError, match="not a PostgreSQL URL"):
         split_url("mysql://db/app")
+
+
+def test_url_max_connections_is_stepline_s_own_and_checked() -> None:
+    parsed = parse_url("postgresql://db/app?max_connections=6&sslmode=disable&schema=jobs")
+    assert (parsed.conninfo, parsed.schema) == ("postgresql://db/app?sslmode=disable", "jobs")
+    assert (parsed.max_connections, parsed.pool_size) == (6, 3)
+    assert parse_url("postgresql://db/app").max_connections == 11  # a pool of 8, 2 reserved, 1
+    for bad in ("4", "0", "-6", "six", "", "6.5"):
+        with pytest.raises(ValueError, match=f"invalid max_connections {bad!r}.*at least 5"):
+            parse_url(f"postgresql://db/app?max_connections={bad}")
+
+
+async def test_a_store_opens_no_more_connections_than_its_url_allows(
+    schemas: list[str],
+) -> None:
+    """``max_connections=5``: a pool of 2, 2 reserved, 1 listening, however much work comes
+    at once; the work still gets done."""
+    tag = f"maxconn_{uuid.uuid4().hex[:8]}"
+    url = url_for(fresh(schemas), max_connections="5", application_name=tag)
+    counts: list[int] = []
+
+    async def sample() -> None:
+        while True:
+            sql_text = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+            counts.append(query(sql_text, (tag,))[0][0])
+            await asyncio.sleep(0.005)
+
+    async with Engine(url, [Quick]) as engine:
+        sampler = asyncio.create_task(sample())
+        binding = engine.workflow(Quick.name)
+        instances = await asyncio.gather(*(binding.create(params={}) for _ in range(200)))
+        ends = await asyncio.gather(*(instance.wait(timeout=30) for instance in instances))
+        sampler.cancel()
+    assert {end.status for end in ends} == {"complete"}
+    assert 3 <= max(counts) <= 5, max(counts)
 
 
 async def test_two_schemas_in_one_database_do_not_see_each_other(schemas: list[str]) -> None:

@@ -130,7 +130,7 @@ async def test_random_claims_take_what_the_sqlite_store_takes(
     clock = ManualClock(1000.0)
     stores: list[Store] = [
         SqliteStore(f"sqlite:///{tmp_path / 'flow.db'}", clock),
-        PostgresStore(url_for(fresh(schemas)), clock, max_connections=2),
+        PostgresStore(url_for(fresh(schemas)), clock, pool_size=2),
     ]
     for store in stores:
         await store.open()

@@ -49,7 +49,7 @@ def clock() -> ManualClock:
 async def stores(schemas: list[str], clock: ManualClock) -> AsyncIterator[list[PostgresStore]]:
     """Four opened stores on one fresh schema, sharing one manual clock."""
     url = url_for(fresh(schemas))
-    opened = [PostgresStore(url, clock, max_connections=4) for _ in range(4)]
+    opened = [PostgresStore(url, clock, pool_size=4) for _ in range(4)]
     for store in opened:
         await store.open()
     yield opened
@@ -203,7 +203,7 @@ async def test_a_store_creates_the_claim_function_its_code_calls_once_and_keeps_
     """Stores opening one schema create the function of their version of the code once; one
     of another version (another name) is left for the workers that call it."""
     schema = fresh(schemas)
-    opened = [PostgresStore(url_for(schema), clock, max_connections=2) for _ in range(3)]
+    opened = [PostgresStore(url_for(schema), clock, pool_size=2) for _ in range(3)]
     await asyncio.gather(*(store.open() for store in opened))
     try:
         name = ClaimFunction.for_schema(schema).name

@@ -132,7 +132,7 @@ def explained(monkeypatch: pytest.MonkeyPatch) -> Explained:
 
 
 async def _store_with(schemas: list[str], limits: WorkflowLimits) -> PostgresStore:
-    store = PostgresStore(url_for(fresh(schemas)), max_connections=2)
+    store = PostgresStore(url_for(fresh(schemas)), pool_size=2)
     await store.open()
     await store.register_workflows([WorkflowMeta("w", "tests:W", None, limits)])
     items = [NewInstance(f"i{n}", None) for n in range(SIZE)]

@@ -52,7 +52,7 @@ from .parking import ParkingStatements
 from .schedules import ScheduleOperations, ScheduleWrites
 from .slots import Slots
 from .sql import Statements
-from .url import describe, split_url
+from .url import describe, parse_url
 from .workers import WorkerRegistry
 from .writes import (
     ActivationWrites,
@@ -74,22 +74,27 @@ def _limits_json(meta: WorkflowMeta) -> str | None:
 
 
 class PostgresStore(ScheduleOperations, FlowOperations):
-    """The shared store. ``url`` is ``postgresql://user:password@host:port/db[?schema=name]``.
+    """The shared store. ``url`` is
+    ``postgresql://user:password@host:port/db[?schema=name][&max_connections=N]``.
 
     ``clock``: the time to follow as it is (a test's manual clock); by default (None) the
     server's clock, so that every machine means the same instant (see :meth:`now`).
+    ``pool_size`` (tests): the main pool's size, instead of what ``max_connections`` leaves it.
     """
 
     pushes_notifications = True
 
     def __init__(
-        self, url: str, clock: Callable[[], float] | None = None, *, max_connections: int = 8
+        self, url: str, clock: Callable[[], float] | None = None, *, pool_size: int | None = None
     ) -> None:
         super().__init__(clock)
         self.url = url
-        conninfo, self.schema = split_url(url)
+        parsed = parse_url(url)
+        conninfo, self.schema = parsed.conninfo, parsed.schema
         self._db = Database(
-            conninfo, describe(conninfo, self.schema), max_connections=max_connections
+            conninfo,
+            describe(conninfo, self.schema),
+            max_connections=parsed.pool_size if pool_size is None else pool_size,
         )
         self._sql = Statements.for_schema(self.schema)
         self._notes = Notes(self.schema)
