@@ -133,7 +133,7 @@ async def _exactly_once(
 class Database:
     """A connection pool to one database, with retries on connection faults."""
 
-    def __init__(self, conninfo: str, where: str, *, max_connections: int = 10) -> None:
+    def __init__(self, conninfo: str, where: str, *, pool_size: int = 8) -> None:
         self.conninfo = conninfo
         self.where = where
         try:
@@ -144,7 +144,7 @@ class Database:
         if "application_name" not in params:
             self._kwargs["application_name"] = "stepline"
         self.outages = Outages(where)
-        self._max_connections = max(2, max_connections)
+        self._pool_size = max(2, pool_size)
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._priority_pool: AsyncConnectionPool[Conn] | None = None
         self._spare: Conn | None = None
@@ -174,7 +174,7 @@ class Database:
         # The small pool keeps lease renewals and claims from queueing behind bulk work: a
         # renewal that waits too long for a connection would let its leases expire.
         try:
-            self._pool = await self._open_pool(POOL_NAMES[0], self._max_connections)
+            self._pool = await self._open_pool(POOL_NAMES[0], self._pool_size)
             self._priority_pool = await self._open_pool(POOL_NAMES[1], 2)
         except BaseException:
             await self.close()

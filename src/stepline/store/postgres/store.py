@@ -94,7 +94,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
         self._db = Database(
             conninfo,
             describe(conninfo, self.schema),
-            max_connections=parsed.pool_size if pool_size is None else pool_size,
+            pool_size=parsed.pool_size if pool_size is None else pool_size,
         )
         self._sql = Statements.for_schema(self.schema)
         self._notes = Notes(self.schema)

@@ -76,8 +76,9 @@ class Picked:
     reopens: float | None = None
     """When the earliest used-up rate of the claim's scopes lets the next start."""
     held_all: bool = False
-    """Whether, with what it took, every workflow of the claim is held back whole (by a
-    concurrency limit or the worker's cap): none of them can start until one of theirs ends."""
+    """Whether the claim took all it asked for and so left every workflow of the claim held back
+    whole (by a concurrency limit or the worker's cap): none of them can start until one of
+    theirs ends."""
     parked: dict[int, tuple[str, str]] = field(default_factory=dict)
     """The queued instances it found behind a full key, to set aside: pk -> (workflow, key)."""
 
@@ -233,7 +234,8 @@ def pick(
         (priority,) = c.execute(sql.NEXT_PRIORITY, (priority,)).fetchone()
     if admission is not None:
         picked.held_by_rate, picked.filled_rate = admission.held_by_rate, admission.filled_rate
-        picked.held_all = not admission.held(workflows).active
+        # Only a full claim asks (a short one read all that is due; a probe is no claim).
+        picked.held_all = not probe and remaining <= 0 and not admission.held(workflows).active
     return picked
 
 
