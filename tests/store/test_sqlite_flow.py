@@ -7,6 +7,8 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import pytest
+
 from stepline import ManualClock
 from stepline.limits import WorkflowLimits
 from stepline.store.base import Finish, NewInstance, WorkflowMeta
@@ -294,3 +296,39 @@ async def test_a_recheck_reads_the_first_in_line_of_a_busy_key_not_its_whole_bac
                 assert await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now()) == []
             cost[size] = steps[0]
     assert cost[3000] < cost[300] * 2, cost
+
+
+@pytest.mark.parametrize("beside_a_full_workflow", [False, True])
+async def test_a_claim_sets_a_backlog_created_together_aside_reading_each_instance_once(
+    tmp_path: Path, beside_a_full_workflow: bool
+) -> None:
+    """Instances created in one batch share their ``ready_at``. A claim reads its due
+    instances a page at a time after the last one read, (``ready_at``, pk): the next page
+    must seek to it, not walk again every instance of that ``ready_at`` read before (SQLite
+    seeks an index on ``ready_at`` alone there). So the claim that sets a busy keys' backlog
+    aside costs in proportion to the backlog (counted in SQLite VM steps), also when a
+    workflow held back whole makes it read each workflow apart."""
+    cost: dict[int, int] = {}
+    for size in (500, 2000):
+        store = SqliteStore(f"sqlite:///{tmp_path}/{size}.db")
+        await store.open()
+        try:
+            keyed = WorkflowMeta("keyed", "tests:Keyed", None, WorkflowLimits(key_concurrency=1))
+            full = WorkflowMeta("full", "tests:Full", None, WorkflowLimits(concurrency=1))
+            await store.register_workflows([keyed, full])
+            workflows = ["keyed"]
+            if beside_a_full_workflow:
+                items = [NewInstance(f"f{n}", None) for n in range(2)]
+                await store.create_instances("full", items, trigger="api", skip_existing=False)
+                assert len(await store.claim("me", ["full"], 10, 30.0, store.now())) == 1
+                workflows.append("full")
+            items = [NewInstance(f"i{n}", None, key=f"k{n % 5}") for n in range(size)]
+            await store.create_instances("keyed", items, trigger="api", skip_existing=False)
+            with vm_steps(store) as steps:
+                claims = await store.claim("me", workflows, 10, 30.0, store.now())
+            cost[size] = steps[0]
+            assert [c.instance.id for c in claims] == [f"i{n}" for n in range(5)]
+            assert await store.claim("me", workflows, 10, 30.0, store.now()) == []
+        finally:
+            await store.close()
+    assert cost[2000] < cost[500] * 6, cost

@@ -259,7 +259,12 @@ def claim_due(
     walking the ready index in claim order; for a claim some of whose workflows a limit holds
     back, whose due instances would otherwise be walked past at every claim. ``parking``: the
     claim sets queued instances of full keys aside, so the exclusion of full keys leaves those
-    in the read."""
+    in the read.
+
+    A read ``after`` a row is two ranges, each an index seek: the rest of that row's
+    ``ready_at`` by pk, then the later ones. SQLite seeks a ``(ready_at, pk) > (?, ?)`` bound
+    on ``ready_at`` alone (pk is the rowid), so every page would walk again the instances of
+    that ``ready_at`` read before: a batch created together shares one."""
     number = itertools.count(1)
 
     def marks(n: int) -> list[str]:
@@ -268,7 +273,10 @@ def claim_due(
     now, started, expiry, owner, token, priority, due = marks(7)
     workflows = marks(n_workflows)
     skip = "" if excluding is None else f" AND {_excluding(*excluding, marks, parking)}"
-    cursor = " AND (ready_at, pk) > ({}, {})".format(*marks(2)) if after else ""
+    ranges = [f" AND ready_at <= {due}"]
+    if after:
+        ready, pk = marks(2)
+        ranges = [f" AND ready_at = {ready} AND pk > {pk}", f" AND ready_at > {ready}{ranges[0]}"]
     (limit,) = marks(1)
     select = (
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
@@ -277,16 +285,20 @@ def claim_due(
         f" priority, dedup_key, {token}, control, event_seq, ready_at,"
         " started_at IS NULL, status = 'queued' FROM instances"
     )
-    rest = f" AND priority = {priority} AND ready_at <= {due}{skip}{cursor}"
     order = f" ORDER BY ready_at, pk LIMIT {limit}"
-    if not each:
-        return f"{select} WHERE +workflow IN ({', '.join(workflows)}){rest}{order}"
-    arms = (
-        f"SELECT * FROM ({select} INDEXED BY instances_workflow_ready"
-        f" WHERE workflow = {workflow}{rest}{order})"
-        for workflow in workflows
+    sources = (
+        [f" INDEXED BY instances_workflow_ready WHERE workflow = {w}" for w in workflows]
+        if each
+        else [f" WHERE +workflow IN ({', '.join(workflows)})"]
     )
-    return " UNION ALL ".join(arms) + order
+    arms = [
+        f"{select}{source} AND priority = {priority}{span}{skip}{order}"
+        for source in sources
+        for span in ranges
+    ]
+    if len(arms) == 1:
+        return arms[0]
+    return " UNION ALL ".join(f"SELECT * FROM ({arm})" for arm in arms) + order
 
 
 def _excluding(
