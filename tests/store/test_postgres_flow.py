@@ -398,3 +398,56 @@ async def test_a_key_left_idle_without_a_bring_back_gets_its_next_back_within_a_
     assert [c.instance.id for c in await store.claim("me", ["k"], 5, LEASE, store.now())] == [
         "hot1"
     ]
+
+
+def rows_read_to_park(schema: str, keys: list[str], now: float) -> int:
+    """The instance rows that setting aside the queues of ``keys`` of ``k`` (each with one
+    instance running) reads, from its plan's scans (rows returned and rows filtered out, times
+    loops): the statement run, then rolled back."""
+    park = ParkingStatements.for_schema(schema).park
+    params = {"keys": json.dumps([{"workflow": "k", "key": key, "cap": 1} for key in keys])}
+    with connect(pg_admin_url()) as conn:
+        conn.execute("BEGIN")
+        (plan,) = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + park, {**params, "now": now}
+        ).fetchone()
+        conn.execute("ROLLBACK")
+
+    def read(node: dict[str, Any]) -> float:
+        below = sum(read(child) for child in node.get("Plans", []))
+        if node.get("Relation Name") != "instances" or node["Node Type"] == "ModifyTable":
+            return below
+        per_loop = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+        return below + per_loop * node["Actual Loops"]
+
+    return round(read(plan[0]["Plan"]))
+
+
+async def test_setting_busy_keys_queues_aside_reads_each_keys_queue_not_the_workflows(
+    stores: list[PostgresStore], clock: ManualClock
+) -> None:
+    """A claim sets aside the queues of up to hundreds of full keys in one statement: it must
+    read each key's own queue, not every queued instance of the workflow once per key. The
+    same 1,500 queued instances behind 5 busy keys and behind 50 are read as many times."""
+    store = stores[0]
+    await store.register_workflows(
+        [WorkflowMeta("k", "K", None, WorkflowLimits(key_concurrency=1))]
+    )
+    schema = split_url(store.url)[1]
+    cost: dict[int, int] = {}
+    for n_keys in (5, 50):
+        keys = [f"{n_keys}-{n}" for n in range(n_keys)]
+        items = [NewInstance(f"{key}-{i}", None, key=key) for key in keys for i in range(2)]
+        await store.create_instances("k", items, trigger="api", skip_existing=False)
+        taken = await store.claim("me", ["k"], 100, LEASE, store.now())
+        assert len(taken) == n_keys  # the first of each key runs
+        queue = [NewInstance(f"q{n_keys}-{n}", None, key=keys[n % n_keys]) for n in range(1500)]
+        for start in range(0, len(queue), 500):
+            await store.create_instances(
+                "k", queue[start : start + 500], trigger="api", skip_existing=False
+            )
+        cost[n_keys] = rows_read_to_park(schema, keys, store.now())
+        for claim in taken:  # the keys of the next round run nothing any more
+            await store.finish(claim.lease, Finish("complete", output="1"), store.now())
+        await store.delete_instances("k", [i.id for i in queue + items], finished_only=False)
+    assert cost[50] < cost[5] * 3, cost
