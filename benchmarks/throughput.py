@@ -3,9 +3,10 @@
 With flow control, in the same run, with 1 process and at the 2-process point: the same
 workload with a fleet-wide ``concurrency = 50``, and with ``key_concurrency = 1`` over 100 keys
 (instance i has key ``k{i % 100}``), each shown as a ratio to the unlimited figure of as many
-processes measured beside it; and at the 2-process point, unlimited runs with as many instances
-in flight as each limit allows (2 x 25, 2 x 50), which separate what a limit costs from what
-running fewer instances at once costs. Each limited run follows the unlimited run of as many
+processes measured beside it; and unlimited runs with as many instances in flight as each limit
+allows (1 x 50 and 2 x 25 for ``concurrency = 50``, 2 x 50 for the keys; with one process the
+keys' run is the unlimited run itself), which separate what a limit costs from what running
+fewer instances at once costs. Each limited run follows the unlimited run of as many
 processes, with the run of as many in flight just before it: the ratios are of runs a few
 runs apart, not a whole repetition, as the machine's speed drifts over minutes.
 
@@ -54,19 +55,30 @@ LIMITED = (
     ("concurrency 50", TrivialLimited.name, 0),
     (f"key_concurrency 1 over {KEYS} keys", TrivialKeyed.name, KEYS),
 )
-SAME_IN_FLIGHT = {TrivialLimited.name: 25, TrivialKeyed.name: KEYS // LIMITED_PROCESSES}
-"""For each limited workflow, each worker's concurrency in an unlimited run with as many
-instances in flight as the limit allows at the 2-process point (50 under ``concurrency = 50``,
-100 with one key of 100 each): what the limit costs by itself, apart from running fewer at
-once."""
+SAME_IN_FLIGHT = {
+    (TrivialLimited.name, 1): 50,
+    (TrivialLimited.name, LIMITED_PROCESSES): 50 // LIMITED_PROCESSES,
+    (TrivialKeyed.name, LIMITED_PROCESSES): KEYS // LIMITED_PROCESSES,
+}
+"""For a limited workflow and a process count, each worker's concurrency in an unlimited run
+with as many instances in flight as the limit allows (50 under ``concurrency = 50``, 100 with
+one key of 100 each; with one process, the unlimited run itself): what the limit costs by
+itself, apart from running fewer at once."""
+
+
+def _same_in_flight(processes: int, slots: int) -> str:
+    """The series key of the unlimited run of ``processes`` with ``slots`` each."""
+    return f"same_in_flight_{processes}x{slots}"
+
+
 VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     *(
         (
-            f"same_in_flight_{slots}",
-            f"{LIMITED_PROCESSES} processes of concurrency {slots}, unlimited",
-            {"processes": LIMITED_PROCESSES, "concurrency": slots},
+            _same_in_flight(processes, slots),
+            f"{processes} process{'es' if processes > 1 else ''} of concurrency {slots}, unlimited",
+            {"processes": processes, "concurrency": slots},
         )
-        for slots in SAME_IN_FLIGHT.values()
+        for (_workflow, processes), slots in SAME_IN_FLIGHT.items()
     ),
     *(
         (
@@ -179,12 +191,12 @@ def _schedule(
     processes, each run of as many in flight just before the limited run it is compared with:
     this machine's speed drifts over minutes, and a ratio of neighbours drifts least."""
     rank: dict[str, tuple[int, int]] = {}
-    for group, (workflow, slots) in enumerate(SAME_IN_FLIGHT.items()):
-        rank[f"same_in_flight_{slots}"], rank[workflow] = (group, 0), (group, 1)
+    for group, ((workflow, processes), slots) in enumerate(SAME_IN_FLIGHT.items()):
+        rank[_same_in_flight(processes, slots)] = (group, 0)
+        rank[f"limited_{workflow}_{processes}"] = (group, 1)
 
     def place(variant: tuple[str, str, dict[str, Any]]) -> tuple[int, int]:
-        key, _label, options = variant
-        return rank.get(key) or rank.get(options.get("workflow", ""), (len(SAME_IN_FLIGHT), 0))
+        return rank.get(variant[0], (len(SAME_IN_FLIGHT), 0))
 
     order: list[tuple[int, str | None, str, dict[str, Any]]] = []
     for processes in PROCESSES:
@@ -261,18 +273,20 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                     tuple(values),
                 )
             )
-    for label, workflow, _keys in LIMITED:
-        slots = SAME_IN_FLIGHT[workflow]
+    labels = {workflow: label for label, workflow, _keys in LIMITED}
+    for (workflow, processes), slots in SAME_IN_FLIGHT.items():
+        es = "es" if processes > 1 else ""
+        same_runs = series[_same_in_flight(processes, slots)]
         same = Floor(
-            f"unlimited, {LIMITED_PROCESSES} processes of concurrency {slots}",
-            median(series[f"same_in_flight_{slots}"]),
+            f"unlimited, {processes} process{es} of concurrency {slots}",
+            median(same_runs),
             "/s",
-            tuple(series[f"same_in_flight_{slots}"]),
+            tuple(same_runs),
         )
-        limited = series[f"limited_{workflow}_{LIMITED_PROCESSES}"]
+        limited = series[f"limited_{workflow}_{processes}"]
         report.figures.append(
             Figure(
-                f"steps/s, {LIMITED_PROCESSES} processes, {label}, vs as many in flight",
+                f"steps/s, {processes} process{es}, {labels[workflow]}, vs as many in flight",
                 median(limited),
                 "/s",
                 same,
@@ -320,8 +334,8 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         f"flow control: the 1- and {LIMITED_PROCESSES}-process runs repeated with a fleet-wide "
         f"concurrency of 50, and with key_concurrency 1 over {KEYS} keys; the ratio is to the "
         "unlimited figure of as many processes; 'vs as many in flight': to an unlimited run whose "
-        "workers have as many slots as the limit lets them fill (concurrency "
-        f"{SAME_IN_FLIGHT[TrivialLimited.name]} and {SAME_IN_FLIGHT[TrivialKeyed.name]} each)",
+        "workers have as many slots as the limit lets them fill (1 x 50 and 2 x 25 under "
+        "concurrency 50, 2 x 50 under the keys)",
         f"heavy benchmark: median of {runs} runs (--heavy-runs)",
     ]
     return report
