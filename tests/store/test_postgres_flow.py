@@ -424,7 +424,7 @@ def rows_read_to_park(schema: str, keys: list[str], now: float) -> int:
 
 
 async def test_setting_busy_keys_queues_aside_reads_each_keys_queue_not_the_workflows(
-    stores: list[PostgresStore], clock: ManualClock
+    stores: list[PostgresStore],
 ) -> None:
     """A claim sets aside the queues of up to hundreds of full keys in one statement: it must
     read each key's own queue, not every queued instance of the workflow once per key. The

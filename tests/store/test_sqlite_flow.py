@@ -305,7 +305,7 @@ async def test_a_claim_sets_a_backlog_created_together_aside_reading_each_instan
     """Instances created in one batch share their ``ready_at``. A claim reads its due
     instances a page at a time after the last one read, (``ready_at``, pk): the next page
     must seek to it, not walk again every instance of that ``ready_at`` read before (SQLite
-    seeks an index on ``ready_at`` alone there). So the claim that sets a busy keys' backlog
+    seeks an index on ``ready_at`` alone there). So the claim that sets busy keys' backlog
     aside costs in proportion to the backlog (counted in SQLite VM steps), also when a
     workflow held back whole makes it read each workflow apart."""
     cost: dict[int, int] = {}
