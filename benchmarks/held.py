@@ -6,11 +6,12 @@ and ``b`` claims for both, and each claim finds one new instance of ``b``, creat
 it. The figure is the median time of 20 such claims, on a store opened in this process; the
 floor is the same claim with no held backlog, measured in the same run. A ratio near 1 means
 the held backlog costs the other workflows' claims nothing. The same again with the backlog
-held by busy keys instead: ``a`` has ``key_concurrency = 1`` and every instance the key
-``hot``, or one of 100 keys (instance i ``hot{i % 100}``, the first of each running). There
-one of the 20 claims sets the backlog aside (on SQLite the first, on PostgreSQL the third:
-once claims stepped over it three times), and the slowest claim's time is a figure of its
-own. The backlog is created in one batch, so it shares one ``ready_at``.
+held by a rate instead (``rate_limit = (1, "1 hour")``, its one start taken), and by busy keys:
+``a`` has ``key_concurrency = 1`` and every instance the key ``hot``, or one of 100 keys
+(instance i ``hot{i % 100}``, the first of each running). Behind busy keys one of the 20 claims
+sets the backlog aside (on SQLite the first, on PostgreSQL the third: once claims stepped over
+it three times), and the slowest claim's time is a figure of its own. The backlog is created in
+one batch, so it shares one ``ready_at``.
 
 Run: ``python -m benchmarks held``.
 """
@@ -21,7 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
-from stepline.limits import WorkflowLimits
+from stepline.limits import Rate, WorkflowLimits
 from stepline.store import create_store
 from stepline.store.base import NewInstance, Store, WorkflowMeta
 
@@ -40,13 +41,20 @@ async def run(config: BenchConfig) -> list[Report]:
     return [await _run_store(config, store) for store in config.stores]
 
 
-async def measure(url: str, backlog: int, *, keys: int = 0) -> tuple[float, float]:
-    """The median seconds of a claim for ``a`` (held, ``backlog`` waiting: by its concurrency,
-    or with ``keys`` behind that many busy keys) and ``b`` (one due), and the slowest claim's."""
+async def measure(
+    url: str, backlog: int, *, by: str = "concurrency", keys: int = 0
+) -> tuple[float, float]:
+    """The median seconds of a claim for ``a`` (held, ``backlog`` waiting: ``by`` its
+    concurrency, its rate, or with ``keys`` behind that many busy keys) and ``b`` (one due), and
+    the slowest claim's."""
     store: Store = create_store(url)
     await store.open()
     try:
-        limits = WorkflowLimits(key_concurrency=1) if keys else WorkflowLimits(concurrency=1)
+        limits = {
+            "concurrency": WorkflowLimits(concurrency=1),
+            "rate": WorkflowLimits(rate=Rate(1, 3600.0)),
+            "keys": WorkflowLimits(key_concurrency=1),
+        }[by]
         await store.register_workflows(
             [
                 WorkflowMeta("a", "bench:A", None, limits),
@@ -77,15 +85,20 @@ async def measure(url: str, backlog: int, *, keys: int = 0) -> tuple[float, floa
 async def _run_store(config: BenchConfig, store: str) -> Report:
     sizes: Sequence[int] = (0, 20_000) if config.quick else (0, 20_000, 100_000)
     runs = config.repetitions(heavy=False)
-    kinds = (("held back", 0), ("behind a busy key", 1), (f"behind {KEYS} busy keys", KEYS))
+    kinds = (
+        ("held back", "concurrency", 0),
+        ("held back by a rate", "rate", 0),
+        ("behind a busy key", "keys", 1),
+        (f"behind {KEYS} busy keys", "keys", KEYS),
+    )
     series: dict[str, list[float]] = defaultdict(list)
     with work_directory(config) as directory:
         for _ in range(runs):
             for size in sizes:
-                for how, keys in kinds[: 1 if size == 0 else len(kinds)]:
+                for how, by, keys in kinds[: 1 if size == 0 else len(kinds)]:
                     name = f"{size} {how}"
                     with database(config, store, directory) as url:
-                        typical, slowest = await measure(url, size, keys=keys)
+                        typical, slowest = await measure(url, size, by=by, keys=keys)
                     series[name].append(typical * 1e6)
                     series[f"{name}, slowest"].append(slowest * 1e3)
                     print(
@@ -99,7 +112,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
     report = Report(
         NAME, f"Held on {store}: a claim for two workflows, one held back (median of {runs})"
     )
-    for how, _keys in kinds:
+    for how, _by, _keys in kinds:
         for size in sizes[1:]:
             values = series[f"{size} {how}"]
             report.figures.append(
@@ -107,7 +120,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                     f"claim, {size:,} instances {how}", median(values), "µs", floor, tuple(values)
                 )
             )
-    for how, _keys in kinds[1:]:
+    for how, _by, _keys in kinds[2:]:
         for size in sizes[1:]:
             values = series[f"{size} {how}, slowest"]
             report.figures.append(
