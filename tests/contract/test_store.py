@@ -61,7 +61,8 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     # the indexes first: SQLite drops no column an index uses (PostgreSQL drops the index too)
     for index in ("instances_parked", "instances_dedup", "instances_started", "instances_ready"):
         raw(store_url, f"DROP INDEX {index}")
-    raw(store_url, "DROP INDEX IF EXISTS instances_workflow_ready")  # SQLite's only
+    for index in ("instances_workflow_ready", "instances_workflow_started"):  # SQLite's only
+        raw(store_url, f"DROP INDEX IF EXISTS {index}")
     raw(store_url, "DROP INDEX instances_key_parked")
     raw(store_url, "ALTER TABLE instances DROP COLUMN held_ready_at")
     raw(store_url, "ALTER TABLE instances DROP COLUMN parked_on")

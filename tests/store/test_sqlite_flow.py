@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stepline import ManualClock
-from stepline.limits import WorkflowLimits
+from stepline.limits import Rate, WorkflowLimits
 from stepline.store.base import Finish, NewInstance, WorkflowMeta
 from stepline.store.sqlite import SqliteStore, sql
 
@@ -332,3 +332,35 @@ async def test_a_claim_sets_a_backlog_created_together_aside_reading_each_instan
         finally:
             await store.close()
     assert cost[2000] < cost[500] * 6, cost
+
+
+async def test_a_backlog_waiting_for_a_rate_is_not_walked_by_claims_and_looks(
+    tmp_path: Path,
+) -> None:
+    """A rate holds back first starts only, so a workflow whose rate is used up is still read,
+    for its instances that started before: those alone, through their own index. A claim for
+    it and another workflow, and a look, cost the same whatever the size of the first starts
+    waiting for the rate (counted in SQLite VM steps), and an instance resuming from a sleep
+    runs meanwhile."""
+    cost: dict[int, int] = {}
+    for size in (300, 3000):
+        store = SqliteStore(f"sqlite:///{tmp_path}/{size}.db")
+        await store.open()
+        try:
+            meta = WorkflowMeta("rated", "tests:Rated", None, WorkflowLimits(rate=Rate(1, 3600.0)))
+            await store.register_workflows([meta])
+            items = [NewInstance(f"r{n}", None) for n in range(size + 1)]
+            await store.create_instances("rated", items, trigger="api", skip_existing=False)
+            (first,) = await store.claim("me", ["rated"], 10, 30.0, store.now())
+            await store.finish(first.lease, Finish("waiting", wake_at=store.now()), store.now())
+            item = NewInstance("o0", None)
+            await store.create_instances("other", [item], trigger="api", skip_existing=False)
+            with vm_steps(store) as steps:
+                claims = await store.claim("me", ["rated", "other"], 10, 30.0, store.now())
+                await store.next_wakeup(["rated", "other"])  # the claim's hint
+                await store.next_wakeup(["rated", "other"])  # a read
+            cost[size] = steps[0]
+            assert sorted(c.instance.id for c in claims) == ["o0", "r0"]
+        finally:
+            await store.close()
+    assert cost[3000] < cost[300] * 2, cost

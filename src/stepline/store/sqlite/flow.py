@@ -13,9 +13,10 @@ claims of several processes never together exceed a limit.
   fleet-wide limits, and only for the scopes it uses.
 - Due instances are read one priority at a time, in ``ready_at`` order, a page at a time. What
   the limits hold back is left out of the SQL: a workflow with no room left is dropped from
-  the read (the others are then read a workflow at a time, past its backlog), and first starts
-  of workflows whose rate is used up are filtered out, so a backlog held back is not returned
-  to every claim. (Their index entries are still walked: the index cannot skip them.)
+  the read (the others are then read a workflow at a time, past its backlog), and a workflow
+  whose rate is used up is read only for its instances that started before (a rate counts
+  first starts), through their own index: the first starts waiting for the rate are not
+  walked.
 - A queued instance whose key is full is set aside by the claim that reads it (``sql``'s
   ``park_behind_keys``): out of the ready indexes, its place in line kept, until an instance of
   its key stops running and brings back the first in line (:func:`bring_back`); the first in
@@ -183,21 +184,33 @@ def pick(
         after: tuple[float, int] | None = None
         while remaining > 0 and active:
             page = remaining
-            excluding = (len(keys), len(no_starts)) if keys or no_starts else None
             # With some workflows held back whole, their due instances are in the ready index's
             # order too: the others' are read a workflow at a time instead of walked past them.
-            # So is a probe's read, which needs any one instance, not the claim order: the ready
+            # So are those of workflows whose rate is used up, but for their first starts, and
+            # a probe's read, which needs any one instance, not the claim order: the ready
             # index would walk the backlog of every workflow the probe does not look at.
-            each = probe or len(active) < len(workflows)
+            each = probe or len(active) < len(workflows) or bool(no_starts)
+            resuming = [name for name in active if name in no_starts]
             statement = sql.claim_due(
                 len(active),
-                excluding=excluding,
+                excluding=len(keys),
                 after=after is not None,
                 each=each,
                 parking=not probe,
+                resuming=len(resuming),
             )
+            read_whole = [name for name in active if name not in no_starts]
             flat_keys = [part for pair in keys for part in pair]
-            params = (*head, priority, now, *active, *flat_keys, *no_starts, *(after or ()), page)
+            params = (
+                *head,
+                priority,
+                now,
+                *read_whole,
+                *resuming,
+                *flat_keys,
+                *(after or ()),
+                page,
+            )
             read, held_more = 0, False
             # Rows are stepped one at a time: once admission refuses one, what the claim took
             # filled a key or a limit, which the next read leaves out in its SQL; stepping on

@@ -241,25 +241,29 @@ def any_due(n_workflows: int) -> str:
 def claim_due(
     n_workflows: int,
     *,
-    excluding: tuple[int, int] | None,
+    excluding: int,
     after: bool,
     each: bool = False,
     parking: bool = False,
+    resuming: int = 0,
 ) -> str:
     """The due instances of one priority as claimed, in claim order (``InstanceRow`` columns
     after :func:`take_leases`), then their new lease token, ``control`` and ``event_seq``, then
     their ``ready_at``, whether a claim would be their first start and whether they are
     queued (may be set aside behind a busy key). Parameters: now
     (updated_at), now (started_at if unset), the lease expiry (ready_at), the owner, the lease
-    token, the priority, now (due), the workflows, then the exclusions if any
-    (:func:`_excluding`), then ``ready_at`` and ``pk`` to read after if ``after``, then the
-    limit. A ``waitingForPause`` row keeps its status (a claim pauses it instead).
+    token, the priority, now (due), the workflows, then the ``excluding`` full keys (workflow,
+    key) whose instances the read leaves out (:func:`_excluding`), then ``ready_at`` and ``pk``
+    to read after if ``after``, then the limit. A ``waitingForPause`` row keeps its status (a
+    claim pauses it instead).
 
     ``each``: read each workflow through ``instances_workflow_ready`` and merge, instead of
     walking the ready index in claim order; for a claim some of whose workflows a limit holds
     back, whose due instances would otherwise be walked past at every claim. ``parking``: the
     claim sets queued instances of full keys aside, so the exclusion of full keys leaves those
-    in the read.
+    in the read. ``resuming`` (with ``each``): of the last that many workflows, whose rate is
+    used up, only the instances that started before are read (``instances_workflow_started``),
+    not their first starts: those wait for the rate, and would be walked by every read.
 
     A read ``after`` a row is two ranges, each an index seek: the rest of that row's
     ``ready_at`` by pk, then the later ones. SQLite seeks a ``(ready_at, pk) > (?, ?)`` bound
@@ -272,7 +276,7 @@ def claim_due(
 
     now, started, expiry, owner, token, priority, due = marks(7)
     workflows = marks(n_workflows)
-    skip = "" if excluding is None else f" AND {_excluding(*excluding, marks, parking)}"
+    skip = f" AND {_excluding(excluding, marks, parking)}" if excluding else ""
     ranges = [f" AND ready_at <= {due}"]
     if after:
         ready, pk = marks(2)
@@ -287,7 +291,13 @@ def claim_due(
     )
     order = f" ORDER BY ready_at, pk LIMIT {limit}"
     sources = (
-        [f" INDEXED BY instances_workflow_ready WHERE workflow = {w}" for w in workflows]
+        [
+            f" INDEXED BY instances_workflow_ready WHERE workflow = {w}"
+            if n < len(workflows) - resuming
+            else f" INDEXED BY instances_workflow_started WHERE workflow = {w}"
+            " AND started_at IS NOT NULL AND ready_at IS NOT NULL"
+            for n, w in enumerate(workflows)
+        ]
         if each
         else [f" WHERE +workflow IN ({', '.join(workflows)})"]
     )
@@ -301,22 +311,18 @@ def claim_due(
     return " UNION ALL ".join(f"SELECT * FROM ({arm})" for arm in arms) + order
 
 
-def _excluding(
-    n_keys: int, n_no_starts: int, marks: Callable[[int], list[str]], parking: bool = False
-) -> str:
+def _excluding(n_keys: int, marks: Callable[[int], list[str]], parking: bool = False) -> str:
     """What the limits hold back, for a claim to skip in its read: instances of ``n_keys``
-    (workflow, key) pairs, and first starts of ``n_no_starts`` workflows (a workflow none of
-    whose instances may run is left out of the read's workflows). A pause pending is never
+    (workflow, key) pairs (a workflow none of whose instances may run is left out of the read's
+    workflows, and one whose rate is used up is read ``resuming``). A pause pending is never
     skipped, nor with ``parking`` a queued instance of a full key (the claim sets it aside).
     ``marks(n)``: the next ``n`` parameters."""
-    held = []
-    if n_keys:
-        pairs = ",".join("({}, {})".format(*marks(2)) for _ in range(n_keys))
-        queued = " AND status <> 'queued'" if parking else ""
-        held.append(f"(key IS NOT NULL{queued} AND (workflow, key) IN (VALUES {pairs}))")
-    if n_no_starts:
-        held.append(f"(started_at IS NULL AND +workflow IN ({', '.join(marks(n_no_starts))}))")
-    return f"(status = 'waitingForPause' OR NOT ({' OR '.join(held) or '0'}))"
+    pairs = ",".join("({}, {})".format(*marks(2)) for _ in range(n_keys))
+    queued = " AND status <> 'queued'" if parking else ""
+    return (
+        f"(status = 'waitingForPause' OR NOT (key IS NOT NULL{queued}"
+        f" AND (workflow, key) IN (VALUES {pairs})))"
+    )
 
 
 def pauses_due(n_workflows: int) -> str:
