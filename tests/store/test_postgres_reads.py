@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from stepline.limits import WorkflowLimits
+from stepline.limits import Rate, WorkflowLimits
 from stepline.store.base import Finish, NewInstance, StepWrite, WorkflowMeta
 from stepline.store.postgres import PostgresStore, split_url
 from stepline.store.postgres.sql import json_rows
@@ -182,6 +182,33 @@ async def test_a_claim_reads_past_a_workflow_held_back_whole_without_walking_its
         reads = explained.reads("instances")
         assert reads and not _too_many(reads), _too_many(reads)
         assert any(CLAIM_FUNCTION in query for query, _plan in explained.plans)
+        assert not explained.blocked
+    finally:
+        await store.close()
+
+
+async def test_a_claim_reads_past_a_backlog_waiting_for_a_rate_without_walking_it(
+    schemas: list[str], explained: Explained
+) -> None:
+    """A workflow's rate is used up and 20,000 first starts wait for it; one instance that
+    started before is due again (its sleep ended), and another workflow has three due. A claim
+    takes those four, a rate counting first starts only, and neither it nor the worker's next
+    look for a timer walks the first starts."""
+    store = await _store_with(schemas, WorkflowLimits(rate=Rate(1, 3600.0)))
+    try:
+        await store.register_workflows([WorkflowMeta("v", "tests:V", None, WorkflowLimits())])
+        (first,) = await store.claim("me", ["w"], 10, 30.0, store.now())
+        await store.finish(first.lease, Finish("waiting", wake_at=store.now()), store.now())
+        await store.create_instances(
+            "v", [NewInstance(f"v{n}", None) for n in range(3)], trigger="api", skip_existing=False
+        )
+        explained.url = store.url
+        claimed = await store.claim("me", ["w", "v"], 10, 30.0, store.now())
+        assert sorted(claim.instance.id for claim in claimed) == ["i0", "v0", "v1", "v2"]
+        await store.next_wakeup(["w", "v"])
+        explained.url = None
+        reads = explained.reads("instances")
+        assert reads and not _too_many(reads), _too_many(reads)
         assert not explained.blocked
     finally:
         await store.close()

@@ -68,8 +68,10 @@ _NO_STARTS = """ARRAY(SELECT c FROM unnest(v_active) AS c
                     WHERE (v_named->m.x->>'count')::int <= COALESCE((v_lst->>m.x)::int, 0)))"""
 
 # A read of at most ``v_want`` due instances that leaves out what the limits hold back: a
-# workflow at a time when some are held back whole (their backlog would be walked past).
-_OPEN_CANDIDATES = """IF cardinality(v_active) < cardinality(a_workflows) THEN
+# workflow at a time when some are held back whole or have their rate used up (their backlog
+# would be walked past).
+_OPEN_CANDIDATES = """IF cardinality(v_active) < cardinality(a_workflows)
+            OR cardinality(v_nostart) > 0 THEN
             OPEN v_cur NO SCROLL FOR {candidates_each};
         ELSE
             OPEN v_cur NO SCROLL FOR {candidates};

@@ -219,14 +219,24 @@ _DUE_IN_ORDER = _DUE.replace(
 )
 
 # Each active workflow's through ``instances_workflow_ready``, merged: for a claim some of whose
-# workflows a limit holds back whole, whose due rows the ready index would walk past. Each
-# workflow's read locks up to the limit before the merge keeps the first: rows a claim then does
-# not take, until it commits.
+# workflows a limit holds back whole, whose due rows the ready index would walk past. Of a
+# workflow whose rate is used up (``no_starts``), only the rows that started before, through
+# ``instances_workflow_started``: a rate holds back first starts only, and its waiting first
+# starts would be walked past too. Each workflow's read locks up to the limit before the merge
+# keeps the first: rows a claim then does not take, until it commits.
 _DUE_EACH = (
     """
-        SELECT e.* FROM unnest(%(active)s::text[]) AS w(name) CROSS JOIN LATERAL ("""
-    + _DUE.replace("{which}", "workflow = w.name")
-    + """
+        SELECT e.* FROM unnest(%(active)s::text[]) AS w(name) CROSS JOIN LATERAL (
+            SELECT * FROM ("""
+    + _DUE.replace("{which}", "workflow = w.name AND NOT w.name = ANY(%(no_starts)s::text[])")
+    + """) AS whole
+            UNION ALL
+            SELECT * FROM ("""
+    + _DUE.replace(
+        "{which}",
+        "workflow = w.name AND w.name = ANY(%(no_starts)s::text[]) AND started_at IS NOT NULL",
+    )
+    + """) AS resumed
         ) AS e
         ORDER BY e.ready_at, e.pk LIMIT %(limit)s
 """

@@ -181,8 +181,9 @@ class LimitedClaim:
 
 def _probe(sql: ClaimStatements, read: Mapping[str, Any]) -> str:
     """The look at due instances for ``read``: a workflow at a time when the limits hold some
-    of its workflows back whole (their backlog would be walked past in claim order)."""
-    each = len(read["active"]) < len(read["workflows"])
+    of its workflows back whole or their first starts by a used-up rate (their backlog would
+    be walked past in claim order)."""
+    each = len(read["active"]) < len(read["workflows"]) or bool(read["no_starts"])
     return sql.probe_each if each else sql.probe
 
 
