@@ -78,10 +78,14 @@ async def test_an_unlimited_claim_reads_no_usage(tmp_path: Path) -> None:
         await store.close()
 
 
-async def _limited_backlog(tmp_path: Path, size: int) -> SqliteStore:
+HELD = WorkflowLimits(concurrency=2)
+
+
+async def _limited_backlog(tmp_path: Path, size: int, limits: WorkflowLimits = HELD) -> SqliteStore:
+    """A store whose workflow ``busy`` has ``limits`` and ``size`` instances ``i0``... due."""
     store = SqliteStore(f"sqlite:///{tmp_path}/flow.db")
     await store.open()
-    meta = WorkflowMeta("busy", "tests:Busy", None, WorkflowLimits(concurrency=2))
+    meta = WorkflowMeta("busy", "tests:Busy", None, limits)
     await store.register_workflows([meta])
     items = [NewInstance(f"i{n}", None) for n in range(size)]
     await store.create_instances("busy", items, trigger="api", skip_existing=False)
@@ -344,23 +348,19 @@ async def test_a_backlog_waiting_for_a_rate_is_not_walked_by_claims_and_looks(
     runs meanwhile."""
     cost: dict[int, int] = {}
     for size in (300, 3000):
-        store = SqliteStore(f"sqlite:///{tmp_path}/{size}.db")
-        await store.open()
+        rated = WorkflowLimits(rate=Rate(1, 3600.0))
+        store = await _limited_backlog(tmp_path / str(size), size + 1, rated)
         try:
-            meta = WorkflowMeta("rated", "tests:Rated", None, WorkflowLimits(rate=Rate(1, 3600.0)))
-            await store.register_workflows([meta])
-            items = [NewInstance(f"r{n}", None) for n in range(size + 1)]
-            await store.create_instances("rated", items, trigger="api", skip_existing=False)
-            (first,) = await store.claim("me", ["rated"], 10, 30.0, store.now())
+            (first,) = await store.claim("me", ["busy"], 10, 30.0, store.now())
             await store.finish(first.lease, Finish("waiting", wake_at=store.now()), store.now())
             item = NewInstance("o0", None)
             await store.create_instances("other", [item], trigger="api", skip_existing=False)
             with vm_steps(store) as steps:
-                claims = await store.claim("me", ["rated", "other"], 10, 30.0, store.now())
-                await store.next_wakeup(["rated", "other"])  # the claim's hint
-                await store.next_wakeup(["rated", "other"])  # a read
+                claims = await store.claim("me", ["busy", "other"], 10, 30.0, store.now())
+                await store.next_wakeup(["busy", "other"])  # the claim's hint
+                await store.next_wakeup(["busy", "other"])  # a read
             cost[size] = steps[0]
-            assert sorted(c.instance.id for c in claims) == ["o0", "r0"]
+            assert sorted(c.instance.id for c in claims) == ["i0", "o0"]
         finally:
             await store.close()
     assert cost[3000] < cost[300] * 2, cost

@@ -189,8 +189,9 @@ def pick(
             # So are those of workflows whose rate is used up, but for their first starts, and
             # a probe's read, which needs any one instance, not the claim order: the ready
             # index would walk the backlog of every workflow the probe does not look at.
-            each = probe or len(active) < len(workflows) or bool(no_starts)
             resuming = [name for name in active if name in no_starts]
+            read_whole = [name for name in active if name not in no_starts]
+            each = probe or len(active) < len(workflows) or bool(resuming)
             statement = sql.claim_due(
                 len(active),
                 excluding=len(keys),
@@ -199,7 +200,6 @@ def pick(
                 parking=not probe,
                 resuming=len(resuming),
             )
-            read_whole = [name for name in active if name not in no_starts]
             flat_keys = [part for pair in keys for part in pair]
             params = (
                 *head,
