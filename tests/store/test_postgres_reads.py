@@ -17,8 +17,9 @@ import pytest
 from psycopg import sql
 
 from stepline.limits import Rate, WorkflowLimits
-from stepline.store.base import Finish, NewInstance, StepWrite, WorkflowMeta
+from stepline.store.base import Claim, Finish, NewInstance, StepWrite, WorkflowMeta
 from stepline.store.postgres import PostgresStore, split_url
+from stepline.store.postgres.limited import FAR_CLAIMS
 from stepline.store.postgres.sql import json_rows
 
 from .._pg import connect
@@ -131,17 +132,21 @@ def explained(monkeypatch: pytest.MonkeyPatch) -> Explained:
     return found
 
 
-async def _store_with(schemas: list[str], limits: WorkflowLimits) -> PostgresStore:
+async def _store_with(
+    schemas: list[str], limits: WorkflowLimits, *, keys: int = 0
+) -> PostgresStore:
+    """A store with ``SIZE`` due instances of ``w``; with ``keys``, instance n has key
+    ``k{n % keys}``."""
     store = PostgresStore(url_for(fresh(schemas)), pool_size=2)
     await store.open()
     await store.register_workflows([WorkflowMeta("w", "tests:W", None, limits)])
-    items = [NewInstance(f"i{n}", None) for n in range(SIZE)]
+    items = [NewInstance(f"i{n}", None, key=f"k{n % keys}" if keys else None) for n in range(SIZE)]
     await store.create_instances("w", items, trigger="api", skip_existing=False)
     return store
 
 
-def _too_many(reads: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    return [(node, rows) for node, rows in reads if rows > MOST]
+def _too_many(reads: list[tuple[str, float]], most: int = MOST) -> list[tuple[str, float]]:
+    return [(node, rows) for node, rows in reads if rows > most]
 
 
 async def test_a_claim_under_a_full_limit_does_not_read_the_backlog_it_holds_back(
@@ -183,6 +188,64 @@ async def test_a_claim_reads_past_a_workflow_held_back_whole_without_walking_its
         assert reads and not _too_many(reads), _too_many(reads)
         assert any(CLAIM_FUNCTION in query for query, _plan in explained.plans)
         assert not explained.blocked
+    finally:
+        await store.close()
+
+
+KEYS = 5
+ENDING = 3
+"""Behind busy keys: how many keys run one instance each, and how many of those end at once."""
+MOST_BEHIND_KEYS = 2 * MOST
+"""Rows of ``instances`` a claim behind busy keys may read: it looks up each key a few times
+(which are full, their next in line, whether more is runnable), and while another session's
+snapshot is open the versions the rounds before left are still returned by those lookups."""
+
+
+async def _busy_keys(schemas: list[str]) -> PostgresStore:
+    """Each of ``KEYS`` keys of ``w`` runs one instance, with the ``SIZE`` others queued behind
+    them. Statistics are taken first, as autovacuum leaves them while a backlog is queued."""
+    store = await _store_with(schemas, WorkflowLimits(key_concurrency=1), keys=KEYS)
+    with connect(store.url) as conn:
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema_of(store), "instances")))
+    return store
+
+
+async def _end_and_claim(
+    store: PostgresStore, running: list[Claim], explained: Explained
+) -> tuple[list[Claim], list[Claim]]:
+    """``ENDING`` of ``running`` end, and a claim takes as many: the keys that ended run their
+    next in line. The claim alone is explained. Returns (what ended, what runs now)."""
+    ended, running = running[:ENDING], running[ENDING:]
+    for claim in ended:
+        await store.finish(claim.lease, Finish("complete"), store.now())
+    explained.plans.clear()
+    explained.url = store.url
+    claimed = await store.claim("me", ["w"], ENDING, 30.0, store.now())
+    explained.url = None
+    assert sorted(c.instance.key or "" for c in claimed) == sorted(
+        c.instance.key or "" for c in ended
+    )
+    return ended, running + claimed
+
+
+def schema_of(store: PostgresStore) -> str:
+    return split_url(store.url)[1]
+
+
+async def test_full_claims_behind_busy_keys_stop_walking_their_backlog(
+    schemas: list[str], explained: Explained
+) -> None:
+    """Each end frees a key, and a claim takes as many as ended: its read finds the keys' next
+    in line first, and the claim is full. Whether anything more is runnable then reads past the
+    whole backlog of the busy keys, so claims in a row that walk it set it aside, as reads that
+    come back short do: after a few, a claim reads only the keys' next in line."""
+    store = await _busy_keys(schemas)
+    try:
+        running = await store.claim("me", ["w"], KEYS, 30.0, store.now())
+        for _ in range(FAR_CLAIMS + 1):
+            _ended, running = await _end_and_claim(store, running, explained)
+        reads = explained.reads("instances")
+        assert reads and not _too_many(reads, MOST_BEHIND_KEYS), reads
     finally:
         await store.close()
 

@@ -77,6 +77,23 @@ _OPEN_CANDIDATES = """IF cardinality(v_active) < cardinality(a_workflows)
             OPEN v_cur NO SCROLL FOR {candidates};
         END IF"""
 
+# Around a read of ``v_rows`` due instances: whether it stepped over more than ``PARK_AFTER`` others
+# (left out as their keys are full), and then, if the claims before it did too, the queues of
+# those keys are to be set aside. Every read that leaves out full keys is measured, the one after
+# a full claim included: there, every key may be busy, and the read walks their whole backlog.
+_WALK_FROM = """IF cardinality(v_full) > 0 THEN
+            SELECT t.n INTO v_before FROM ({walked}) AS t(n);
+        END IF"""
+_WALK_TO = """IF cardinality(v_full) > 0 THEN
+            SELECT t.n INTO v_after FROM ({walked}) AS t(n);
+            IF v_after - v_before - v_rows > {park_after} THEN
+                o_walked_far := true;
+                IF a_may_park THEN
+                    v_to_park := v_to_park || v_full;
+                END IF;
+            END IF;
+        END IF"""
+
 # ``{j}`` with ``{k}``'s count raised by ``{n}``.
 _INC = "{j} || jsonb_build_object({k}, COALESCE(({j}->>{k})::int, 0) + {n})"
 
@@ -191,9 +208,7 @@ BEGIN
         v_want := a_limit - cardinality(v_picked);
         v_due := 0;
         v_rows := 0;
-        IF cardinality(v_full) > 0 THEN
-            SELECT t.n INTO v_before FROM ({walked}) AS t(n);
-        END IF;
+        {walk_from};
         {open_candidates};
         LOOP
             FETCH v_cur INTO r;
@@ -261,15 +276,7 @@ BEGIN
             END IF;
         END LOOP;
         CLOSE v_cur;
-        IF cardinality(v_full) > 0 THEN
-            SELECT t.n INTO v_after FROM ({walked}) AS t(n);
-            IF v_after - v_before - v_rows > {park_after} THEN
-                o_walked_far := true;
-                IF a_may_park THEN
-                    v_to_park := v_to_park || v_full;
-                END IF;
-            END IF;
-        END IF;
+        {walk_to};
         IF v_attempt = 1 THEN
             SELECT t.a, t.b, t.c, t.d INTO o_top, o_next_ready, v_future, v_rate_held
                 FROM ({timers}) AS t(a, b, c, d);
@@ -285,10 +292,13 @@ BEGIN
             v_full := {full};
             v_nostart := {nostart};
             v_want := 1;
+            {walk_from};
             {open_candidates};
             FETCH v_cur INTO r;
             v_more := FOUND;
+            v_rows := CASE WHEN v_more THEN 1 ELSE 0 END;
             CLOSE v_cur;
+            {walk_to};
         END IF;
     END IF;
     IF cardinality(v_picked) > 0 OR cardinality(v_pauses) > 0 THEN
@@ -441,6 +451,8 @@ class ClaimFunction:
             ("{full}", _FULL),
             ("{nostart}", _NO_STARTS),
             ("{open_candidates}", _OPEN_CANDIDATES),
+            ("{walk_from}", _WALK_FROM),
+            ("{walk_to}", _WALK_TO),
         ):
             body = body.replace(fragment, text)
         for marker, text in parts.items():
