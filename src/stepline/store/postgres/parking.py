@@ -29,6 +29,10 @@ from .sql import render
 # rows (workflow, key, n). What comes back is due from its place in line or ``since``, whichever
 # is later: a claim reads the ready index from a floor below which it saw nothing live, never
 # above ``since`` (``claim._ClaimFloor``), so a place in line far back would hide it there.
+# ``first`` locks the rows it brings back with ``held_ready_at`` checked on their latest version,
+# so the update finds them by pk alone: a condition on ``held_ready_at`` there would let the
+# planner, whose statistics may date from before anything was set aside, read each through the
+# index of what is set aside, scanned whole for its last column.
 _BRING_BACK = """
     WITH k AS ({keys}), first AS (
         SELECT p.pk FROM k CROSS JOIN LATERAL (
@@ -40,7 +44,7 @@ _BRING_BACK = """
     ), back AS (
         UPDATE {s}.instances i SET ready_at = GREATEST(i.held_ready_at, %(since)s),
             held_ready_at = NULL
-        FROM first WHERE i.pk = first.pk AND i.held_ready_at IS NOT NULL
+        FROM first WHERE i.pk = first.pk
         RETURNING i.pk
     )
     SELECT count(*) FROM back
