@@ -757,6 +757,19 @@ def test_worker_without_workflows_explains_what_to_do(tmp_path: Path) -> None:
     assert "add [[workflows]] entries" in result.stderr
 
 
+def test_trigger_with_no_workflow_known_says_how_to_make_one_known(tmp_path: Path) -> None:
+    """A new user's first trigger, before any worker ran and without a stepline.toml."""
+    url = f"sqlite:///{tmp_path}/x.db"
+    assert stepline(tmp_path, "--database", url, "db", "init").returncode == 0
+    result = stepline(tmp_path, "--database", url, "workflows", "trigger", "greeting")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: unknown workflow 'greeting'; no workflow is known yet")
+    assert "`stepline worker path/to/file.py:ClassName`" in lines[0]
+    assert "[[workflows]]" in lines[0]
+
+
 def test_colours_on_a_terminal(ran: dict[str, Any]) -> None:
     coloured = stepline(
         ran["root"],

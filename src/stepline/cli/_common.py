@@ -80,9 +80,21 @@ def cli_errors() -> Iterator[None]:
     except click.ClickException:
         raise
     except INPUT_ERRORS as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(_with_way_out(exc)) from None
     except SteplineError as exc:
         raise CliFailure(str(exc)) from None
+
+
+def _with_way_out(exc: BaseException) -> str:
+    """The error's message, saying how to go on where a new user would not know."""
+    if isinstance(exc, WorkflowNotFoundError) and not exc.known:
+        # Before any worker ran and without a stepline.toml, the CLI knows no workflow at all.
+        return (
+            f"unknown workflow {exc.name!r}; no workflow is known yet: start a worker for it "
+            "(`stepline worker path/to/file.py:ClassName` registers its workflows in the "
+            "database) or add [[workflows]] to stepline.toml"
+        )
+    return str(exc)
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
