@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 
 from . import _json
 from ._json import DEFAULT_MAX_PAYLOAD
+from ._shown import shown
 from .durations import Duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .records import (
@@ -78,7 +79,7 @@ def _check_key(value: object, *, what: str) -> str | None:
         return None
     if not _is_text(value) or not 1 <= len(str(value)) <= MAX_KEY_LENGTH:
         raise ValueError(
-            f"invalid {what} {value!r}: a string of 1 to {MAX_KEY_LENGTH} characters without "
+            f"invalid {what} {shown(value)}: a string of 1 to {MAX_KEY_LENGTH} characters without "
             "control characters (or None)"
         )
     return str(value)
@@ -88,7 +89,7 @@ def _check_priority(value: object, *, what: str = "priority") -> int:
     low, high = PRIORITY_RANGE
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(
-            f"invalid {what} {value!r}: a whole number from {low} to {high} (lower runs first)"
+            f"invalid {what} {shown(value)}: a whole number from {low} to {high} (lower runs first)"
         )
     return value
 

@@ -6,6 +6,8 @@ import math
 import re
 from datetime import timedelta
 
+from ._shown import shown
+
 Duration = timedelta | int | float | str
 
 _UNITS: dict[str, float] = {
@@ -27,7 +29,9 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
     raises :class:`ValueError` quoting the input.
     """
     if isinstance(value, bool):
-        raise ValueError(f"invalid {what} {value!r}: use seconds, a timedelta or e.g. '5 minutes'")
+        raise ValueError(
+            f"invalid {what} {shown(value)}: use seconds, a timedelta or e.g. '5 minutes'"
+        )
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float):
@@ -39,14 +43,16 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
         match = _PATTERN.match(value.lower())
         if match is None or match.group(2) not in _UNITS:
             raise ValueError(
-                f"invalid {what} {value!r}: expected 'N unit' with unit one of "
+                f"invalid {what} {shown(value)}: expected 'N unit' with unit one of "
                 "millisecond, second, minute, hour, day, week (e.g. '10 seconds')"
             )
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
     else:
-        raise ValueError(f"invalid {what} {value!r}: use seconds, a timedelta or e.g. '5 minutes'")
+        raise ValueError(
+            f"invalid {what} {shown(value)}: use seconds, a timedelta or e.g. '5 minutes'"
+        )
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
-        raise ValueError(f"invalid {what} {value!r}: must be a finite, non-negative duration")
+        raise ValueError(f"invalid {what} {shown(value)}: must be a finite, non-negative duration")
     return seconds
 
 

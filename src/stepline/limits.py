@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._shown import shown
 from .durations import parse_duration
 from .errors import DefinitionError
 
@@ -70,29 +71,31 @@ def parse_rate(value: object, *, what: str) -> Rate:
             if re.fullmatch(r"[a-z]+", period):  # "5 per minute": one unit
                 period = f"1 {period}"
             return Rate(_count(int(per_duration.group(1)), what=what), _period(period, value, what))
-        raise DefinitionError(f"invalid {what} {value!r}: write it as {_RATE_FORMS}")
+        raise DefinitionError(f"invalid {what} {shown(value)}: write it as {_RATE_FORMS}")
     if isinstance(value, (tuple, list)) and len(value) == 2:
         count, period = value
         return Rate(_count(count, what=what), _period(period, value, what))
-    raise DefinitionError(f"invalid {what} {value!r}: write it as {_RATE_FORMS}")
+    raise DefinitionError(f"invalid {what} {shown(value)}: write it as {_RATE_FORMS}")
 
 
 def _count(value: object, *, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DefinitionError(f"invalid {what} {value!r}: the count must be a whole number >= 1")
+        raise DefinitionError(
+            f"invalid {what} {shown(value)}: the count must be a whole number >= 1"
+        )
     return value
 
 
-def _period(value: object, shown: object, what: str) -> float:
+def _period(value: object, given: object, what: str) -> float:
     try:
         seconds = parse_duration(value, what="period")
     except ValueError:
         raise DefinitionError(
-            f"invalid {what} {shown!r}: its period is not a duration (units: second, minute, "
+            f"invalid {what} {shown(given)}: its period is not a duration (units: second, minute, "
             f"hour, day, week); write it as {_RATE_FORMS}"
         ) from None
     if seconds <= 0:
-        raise DefinitionError(f"invalid {what} {shown!r}: the period must be longer than zero")
+        raise DefinitionError(f"invalid {what} {shown(given)}: the period must be longer than zero")
     return seconds
 
 
@@ -101,7 +104,7 @@ def _slots(value: object, *, what: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise DefinitionError(
-            f"invalid {what} {value!r}: a whole number >= 1 (or None for no limit)"
+            f"invalid {what} {shown(value)}: a whole number >= 1 (or None for no limit)"
         )
     return value
 

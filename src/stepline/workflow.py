@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from ._shown import shown
 from .durations import Duration
 from .errors import DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Rate, WorkflowLimits, workflow_limits
@@ -149,7 +150,7 @@ def validate_name(name: str, *, what: str) -> str:
     """Workflow names, instance ids and event types share one pattern."""
     if not is_valid_name(name):
         raise ValueError(
-            f"invalid {what} {name!r}: use 1-100 ASCII letters, digits, '_' or '-', "
+            f"invalid {what} {shown(name)}: use 1-100 ASCII letters, digits, '_' or '-', "
             "not starting with '-'"
         )
     return name

@@ -22,6 +22,7 @@ from stepline import (
     WorkflowStep,
     workflow,
 )
+from stepline._shown import shown
 from stepline.records import InstanceRecord
 from stepline.store.base import NewInstance
 
@@ -98,7 +99,7 @@ BAD_PRIORITIES = [True, 1.0, "1", 2**31, -(2**31) - 1, None]
 async def test_bad_keys_are_refused_naming_the_argument(
     engine: Engine, argument: str, value: Any
 ) -> None:
-    with pytest.raises(ValueError, match=re.escape(f"invalid {argument} {value!r}")):
+    with pytest.raises(ValueError, match=re.escape(f"invalid {argument} {shown(value)}")):
         await engine.workflow("plain").create(**{argument: value})
     assert created(engine) == []
 

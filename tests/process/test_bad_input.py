@@ -76,6 +76,9 @@ from .test_cli import cli_env
 FINISHED = ("complete", "errored", "terminated")
 UNFINISHED = ("queued", "running", "waiting", "paused", "waitingForPause")
 SQL_ID = "x' OR '1'='1"
+# An error quotes what it refused, cut short: a 5,000-character key must not fill the screen.
+MOST_CHARS = 400
+HUGE = "k" * 5000
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +289,8 @@ API = [
     Api("output-nan", run, Errored("InvalidPayloadError", "the output of run()"), (nan_output,)),
     # Ids, names and event types.
     Api("id-empty", create(None, ""), bad_id("")),
-    Api("id-too-long", create(None, "x" * 101), bad_id("x" * 101)),
+    Api("id-too-long", create(None, "x" * 101),
+        Raises(ValueError, "invalid instance id 'xxxxxxxxxx")),
     Api("id-control-character", create(None, "a\nb"), bad_id("a\nb")),
     Api("id-slash", create(None, "a/b"), bad_id("a/b")),
     Api("id-leading-dash", create(None, "-x"), bad_id("-x")),
@@ -352,6 +356,12 @@ API = [
         Raises(ValueError, "purge deletes finished instances only")),
     Api("create-key-too-long", lambda c: c.engine.workflow("greet").create(key="k" * 201),
         Raises(ValueError, "invalid key 'kkkk")),
+    Api("create-key-huge", lambda c: c.engine.workflow("greet").create(key=HUGE),
+        Raises(ValueError, "invalid key 'kkkk")),
+    Api("create-dedup-key-huge", lambda c: c.engine.workflow("greet").create(dedup_key=HUGE),
+        Raises(ValueError, "invalid dedup_key 'kkkk")),
+    Api("create-id-huge", lambda c: c.engine.workflow("greet").create(HUGE),
+        Raises(ValueError, "invalid instance id 'kkkk")),
     Api("create-dedup-key-empty", lambda c: c.engine.workflow("greet").create(dedup_key=""),
         Raises(ValueError, "invalid dedup_key ''")),
     Api("create-priority-past-32-bits", lambda c: c.engine.workflow("greet").create(priority=2**31),
@@ -416,6 +426,7 @@ async def test_python_api(store: str, case: Api, worlds: Worlds) -> None:
             except Exception as exc:
                 assert type(exc) is expect.error, repr(exc)
                 assert expect.names in str(exc), str(exc)
+                assert len(str(exc)) <= MOST_CHARS, str(exc)
             else:
                 pytest.fail(f"no {expect.error.__name__} raised")
             assert dump(url) == before
@@ -492,6 +503,7 @@ HTTP = [
     Http("batch-item-not-object", "POST", G + "/batch", [{"id": "b1"}, 5],
          names="item 1 of the batch"),
     Http("get-id-too-long", "GET", f"{G}/{'x' * 101}", names="invalid instance id 'xxx"),
+    Http("create-key-huge", "POST", G, {"key": HUGE}, names="invalid key 'kkkk"),
     Http("get-unknown-instance", "GET", f"{G}/nope", None, 404, "instance_not_found",
          "workflow 'greet' has no instance 'nope'"),
     Http("event-type-unicode", "POST", f"{GATE}/w1/events/caf%C3%A9", 1,
@@ -553,6 +565,7 @@ async def test_http(store: str, case: Http, worlds: Worlds) -> None:
                 assert set(resp.json()) == {"error"} and set(error) == {"code", "message"}
                 assert error["code"] == case.code, error
                 assert case.names in error["message"], error["message"]
+                assert len(error["message"]) <= MOST_CHARS, error["message"]
                 assert dump(url) == before
                 if case.status == 405:
                     assert resp.headers["allow"] == "GET, HEAD, POST"
@@ -635,6 +648,8 @@ CLI = [
         (*INST, "send-event", "gate", "w1", "--type", "go", "--payload-file", "nope.json"),
         "cannot read --payload-file nope.json"),
     Cli("id-invalid", (*TRIGGER, "--id", "a/b"), "invalid instance id 'a/b'"),
+    Cli("id-huge", (*TRIGGER, "--id", HUGE), "invalid instance id 'kkkk"),
+    Cli("key-huge", (*TRIGGER, "--key", HUGE), "invalid key 'kkkk"),
     Cli("event-type-invalid", (*INST, "send-event", "gate", "w1", "--type", "a b"),
         "invalid event type 'a b'"),
     Cli("lease-fortnights", ("worker", "--lease", "5 fortnights"),
@@ -702,4 +717,5 @@ def test_cli(store: str, case: Cli, worlds: Worlds, project: Path) -> None:
         lines = lines[3:]
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert case.names in lines[0], lines[0]
+    assert len(lines[0]) <= MOST_CHARS, lines[0]
     assert dump(url) == before

@@ -42,8 +42,8 @@ def test_iso_and_epoch_times(value: object) -> None:
         (-1, "--at -1 is out of range"),
         ("-1", "--at '-1' is out of range"),
         (float("nan"), "--at nan is out of range"),
-        (10**400, "--at 1000000000000000000000000000000000000... is out of range"),
-        ("1" * 400, "--at '111111111111111111111111111111111111... is out of range"),
+        (10**400, f"--at {'1' + '0' * 56}... is out of range"),
+        ("1" * 400, f"--at '{'1' * 56}... is out of range"),
         ("10000-01-01", "invalid --at"),
     ],
 )

@@ -7,6 +7,8 @@ import math
 import re
 from datetime import UTC, datetime
 
+from ..._shown import shown
+
 EARLIEST = 0.0
 LATEST = datetime(9999, 12, 31, 23, 59, tzinfo=UTC).timestamp()
 """Times outside these bounds cannot name a tick (no cron tick is computed past year 9999)."""
@@ -40,7 +42,7 @@ def parse_moment(value: object, what: str) -> float:
         seconds = float(value)
     if not (math.isfinite(seconds) and EARLIEST <= seconds <= LATEST):
         raise ValueError(
-            f"{what} {_shown(value)} is out of range: use a time from 1970 to 9999 "
+            f"{what} {shown(value)} is out of range: use a time from 1970 to 9999 "
             "(ISO 8601, or seconds since the epoch)"
         )
     return seconds
@@ -48,11 +50,6 @@ def parse_moment(value: object, what: str) -> float:
 
 def _invalid(value: object, what: str) -> str:
     return (
-        f"invalid {what} {_shown(value)}: use an ISO 8601 time such as 2024-01-31T09:00Z (UTC when "
+        f"invalid {what} {shown(value)}: use an ISO 8601 time such as 2024-01-31T09:00Z (UTC when "
         "it has no offset) or seconds since the epoch such as 1706691600"
     )
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
