@@ -36,7 +36,7 @@ async def make(store: Store, *items: NewInstance, workflow: str = WF) -> None:
 async def claim(
     store: Store, workflows: tuple[str, ...] = (WF,), n: int = 10, **options: Any
 ) -> list[Claim]:
-    return await store.claim(OWNER, list(workflows), n, LEASE, store.now(), **options)
+    return (await store.claim(OWNER, list(workflows), n, LEASE, store.now(), **options)).claims
 
 
 def ids(claims: list[Claim]) -> list[str]:
@@ -480,8 +480,8 @@ async def test_running_by_worker_counts_live_leases_per_worker_and_workflow(
     await create(store, "a", "b", "c", "d")
     await create(store, "x", "y", workflow=OTHER)
     await create(store, "z", workflow="unasked")
-    first = await store.claim("first", [WF, OTHER, "unasked"], 4, LEASE, store.now())
-    second = await store.claim("second", [WF, OTHER, "unasked"], 10, LEASE, store.now())
+    first = (await store.claim("first", [WF, OTHER, "unasked"], 4, LEASE, store.now())).claims
+    second = (await store.claim("second", [WF, OTHER, "unasked"], 10, LEASE, store.now())).claims
     assert len(first) + len(second) == 7
     expected = Counter(
         (c.lease.owner, c.instance.workflow)

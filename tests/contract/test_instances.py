@@ -157,7 +157,10 @@ async def test_create_and_claim_leases_as_if_claim_had_taken_them(
     clock.advance(LEASE - 1)
     assert await claimed_ids(store) == []
     clock.advance(2)
-    taken = {c.instance.id: c for c in await store.claim("worker-2", [WF], 10, LEASE, store.now())}
+    taken = {
+        c.instance.id: c
+        for c in (await store.claim("worker-2", [WF], 10, LEASE, store.now())).claims
+    }
     assert set(taken) == {"a", "b"}  # both leases expired
     assert taken["a"].lease.token != claim.lease.token
     assert [s.name for s in taken["a"].history.steps] == ["s"]
@@ -237,7 +240,7 @@ async def test_list_instances_filters_by_workflow_and_status(store: Store) -> No
 
 async def test_get_steps_returns_the_history_in_start_order(store: Store) -> None:
     await create(store, "a", "b")
-    claims = await store.claim(OWNER, [WF], 2, LEASE, store.now())
+    claims = (await store.claim(OWNER, [WF], 2, LEASE, store.now())).claims
     lease = {c.instance.id: c.lease for c in claims}
     for name, seq in (("third", 3), ("first", 1), ("second", 2)):
         await store.record_step(lease["a"], write(name, seq), store.now())

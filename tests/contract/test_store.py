@@ -94,8 +94,8 @@ async def test_close_finishes_pending_writes_and_is_idempotent(
 ) -> None:
     writer = await open_store()
     await create(writer, "a", "b")
-    (claim_a,) = await writer.claim("w", [WF], 1, 30.0, writer.now())
-    (claim_b,) = await writer.claim("w", [WF], 1, 30.0, writer.now())
+    (claim_a,) = (await writer.claim("w", [WF], 1, 30.0, writer.now())).claims
+    (claim_b,) = (await writer.claim("w", [WF], 1, 30.0, writer.now())).claims
     now = writer.now()
     pending = [
         asyncio.ensure_future(writer.record_step(claim_a.lease, write(f"s{n}", n), now))

@@ -121,7 +121,9 @@ def test_an_instance_nobody_serves_is_flagged(page: Page, site: Site, db: Path) 
 def test_an_instance_held_back_by_a_limit_says_which(page: Page, site: Site, db: Path) -> None:
     async def fill_the_limit(engine: Engine) -> None:
         await engine.workflow("capped").create("running")
-        claims = await engine.store.claim("elsewhere", ["capped"], 1, 300, engine.store.now())
+        claims = (
+            await engine.store.claim("elsewhere", ["capped"], 1, 300, engine.store.now())
+        ).claims
         assert [c.instance.id for c in claims] == ["running"]
         await engine.workflow("capped").create("held", key="customer-42", priority=2)
 

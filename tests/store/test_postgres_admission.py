@@ -91,9 +91,9 @@ async def _both(
             caps = {w: rng.randint(1, 3) for w in workflows if rng.random() < 0.2}
             taken = []
             for store, leases in zip(stores, held, strict=True):
-                claims = await store.claim(
-                    "me", workflows, limit, LEASE, store.now(), caps=caps or None
-                )
+                claims = (
+                    await store.claim("me", workflows, limit, LEASE, store.now(), caps=caps or None)
+                ).claims
                 leases.extend(claims)
                 taken.append([c.instance.id for c in claims])
             what = f"step {step}: claim {workflows} limit {limit} caps {caps}"

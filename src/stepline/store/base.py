@@ -34,6 +34,7 @@ from .schedules import ScheduleStore
 from .types import (
     ChangeWatch,
     Claim,
+    Claimed,
     ControlAction,
     Finish,
     FinishStatus,
@@ -48,6 +49,7 @@ from .types import (
 __all__ = [
     "ChangeWatch",
     "Claim",
+    "Claimed",
     "ControlAction",
     "Finish",
     "FinishStatus",
@@ -297,7 +299,7 @@ class Store(ScheduleStore, FlowStore):
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
-    ) -> list[Claim]:
+    ) -> Claimed:
         """Atomically take up to ``limit`` runnable instances of ``workflows`` that their limits
         let run, lowest ``priority`` first, then earliest ``ready_at`` (then lowest ``pk``).
 
@@ -327,6 +329,12 @@ class Store(ScheduleStore, FlowStore):
         A claim returns fewer than ``limit`` only if no other instance was runnable and allowed
         when it looked, or another claim took it; an instance it held back because of what it
         took itself may be left for the next claim.
+
+        ``Claimed.next_look``, when the claim can tell, is what :meth:`next_wakeup` would
+        answer for ``workflows`` (or any of them) right after it, nothing changing meanwhile:
+        a claim that took fewer than ``limit`` read everything due. It may be earlier than that
+        (a wake-up for nothing), never later. The rules of the limits and of this answer are
+        ``stepline.flow``'s (``flow.claiming``); the stores only execute them.
         """
 
     @abc.abstractmethod

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._runtime import ActivationSettings, RunningMarks, RuntimeHooks
 from ..errors import StoreError
-from ..store.base import Claim, Store
+from ..store.base import Claim, Claimed, Store
 from ..workflow import WorkflowDefinition
 from ._activate import activate
 from ._caps import ClaimPlan, WorkflowCaps
@@ -147,7 +147,8 @@ class Worker:
         """
         total = 0
         while True:
-            claims = await self._claim(self._caps.plan(self._slots, self.settings.concurrency))
+            plan = self._caps.plan(self._slots, self.settings.concurrency)
+            claims = (await self._claim(plan)).claims
             if not claims:
                 return total
             total += len(claims)
@@ -242,11 +243,12 @@ class Worker:
                 plan = self._caps.plan(self._slots, limit)
                 self._wanted = False
                 try:
-                    claims = await self._claim(plan)
+                    claimed = await self._claim(plan)
                 except StoreError as exc:
                     log.log(outage_level(exc, logging.WARNING), "claim failed, retrying: %s", exc)
-                    claims = []
+                    claimed = Claimed([])
                     await self._idle(1.0)
+                claims = claimed.claims
                 self._backlog = bool(claims) and len(claims) == plan.limit and not answer
                 for claim in claims:
                     self._start(claim)
@@ -262,7 +264,7 @@ class Worker:
                     # Woken while it claimed: it claims again at once, whatever the timers.
                     pacing.waited(True)
                     continue
-                timeout = await self._until_next_timer(pacing.wait)
+                timeout = await self._until_next_timer(pacing.wait, plan.workflows, claimed)
                 if timeout <= 0:
                     continue
                 pacing.waited(await self._idle(timeout))
@@ -270,9 +272,9 @@ class Worker:
                 self._wanted = True  # not looked at, timers included: look when a slot frees
                 pacing.waited(await self._idle(self.settings.poll_interval), back_off=False)
 
-    async def _claim(self, plan: ClaimPlan) -> list[Claim]:
+    async def _claim(self, plan: ClaimPlan) -> Claimed:
         if not plan.workflows or plan.limit <= 0:
-            return []
+            return Claimed([])
         return await self.store.claim(
             self.id,
             plan.workflows,
@@ -282,7 +284,9 @@ class Worker:
             caps=plan.caps,
         )
 
-    async def _until_next_timer(self, idle_wait: float) -> float:
+    async def _until_next_timer(
+        self, idle_wait: float, claimed_workflows: tuple[str, ...], claimed: Claimed
+    ) -> float:
         # Only the workflows with room: one at its worker_concurrency would look runnable now
         # (a busy loop); a slot that frees wakes the loop for it instead.
         plan = self._caps.plan(self._slots, 1)
@@ -290,7 +294,11 @@ class Worker:
         if not plan.workflows:
             return self.settings.poll_interval
         try:
-            nxt = await self.store.next_wakeup(plan.workflows)
+            # The claim's answer holds for the workflows claimed or some of them (the timer of
+            # more is at worst earlier: one wake-up for nothing); nothing became runnable in
+            # this process since, or the loop, woken, would not have asked.
+            look = claimed.next_look if set(plan.workflows) <= set(claimed_workflows) else None
+            nxt = look.at if look is not None else await self.store.next_wakeup(plan.workflows)
         except StoreError:
             return idle_wait
         if nxt is None:

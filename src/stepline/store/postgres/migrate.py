@@ -20,12 +20,9 @@ async def migrate(
     db: Database,
     schema: str,
     migrations: Sequence[Migration],
-    functions: Sequence[tuple[str, str]] = (),
 ) -> None:
-    """Create ``schema`` if missing and apply the ``migrations`` it has not had yet, then create
-    the ``functions`` (name, CREATE statement) it lacks, in one transaction, serialised with
-    other stores opening the same schema at once. A function's name carries a hash of its text,
-    so one that exists is the one this code would create."""
+    """Create ``schema`` if missing and apply the ``migrations`` it has not had yet, in one
+    transaction, serialised with other stores opening the same schema at once."""
     key = int.from_bytes(
         hashlib.blake2b(f"stepline:{schema}".encode(), digest_size=8).digest(),
         "big",
@@ -53,13 +50,5 @@ async def migrate(
                 (migration.version, migration.name, time.time()),
             )
             log.info("applied migration %04d_%s to %s", migration.version, migration.name, db.where)
-        for function, create in functions:
-            cur = await conn.execute(
-                "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-                " WHERE n.nspname = %s AND p.proname = %s",
-                (schema, function),
-            )
-            if await cur.fetchone() is None:
-                await conn.execute(create.encode())  # a script: not in pipeline mode
 
     await db.transaction("migrating the schema", body, pipelined=False)

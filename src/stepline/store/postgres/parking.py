@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from .claim_sql import FLOOR_MARGIN
+from ...flow.floor import due_since
 from .sql import render
 
 # Which keys to bring back the first in line of, and how many of each: ``{keys}`` is a query of
 # rows (workflow, key, n). What comes back is due from its place in line or ``since``, whichever
 # is later: a claim reads the ready index from a floor below which it saw nothing live, never
-# above ``since`` (``claim._ClaimFloor``), so a place in line far back would hide it there.
+# above ``since`` (``flow.floor``), so a place in line far back would hide it there.
 # ``first`` locks the rows it brings back with ``held_ready_at`` checked on their latest version,
 # so the update finds them by pk alone: a condition on ``held_ready_at`` there would let the
 # planner, whose statistics may date from before anything was set aside, read each through the
@@ -161,5 +161,5 @@ class ParkingStatements:
 
 def bring_back_times(now: float) -> dict[str, float]:
     """The parameters of a bring-back at ``now`` outside a claim: what comes back is due from
-    ``FLOOR_MARGIN`` before it at the earliest."""
-    return {"since": now - FLOOR_MARGIN}
+    ``flow.floor.due_since(now)`` at the earliest."""
+    return {"since": due_since(now)}

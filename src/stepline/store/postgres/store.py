@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..._json import dumps, loads
 from ...errors import InstanceNotFoundError
+from ...flow.floor import FLOOR_MARGIN
 from ...limits import Limit
 from ...records import (
     InstanceEvent,
@@ -30,6 +31,7 @@ from .._rows import (
 )
 from ..base import (
     Claim,
+    Claimed,
     ControlAction,
     Finish,
     Lease,
@@ -40,7 +42,6 @@ from ..base import (
 from ..migrations import load_migrations
 from . import sql
 from .claim import Claimer
-from .claim_sql import FLOOR_MARGIN
 from .clock import ServerClock
 from .db import Database
 from .flow import FlowOperations
@@ -145,13 +146,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
             return
         await self._db.open()
         try:
-            function = self._claims.function
-            await migrate(
-                self._db,
-                self.schema,
-                load_migrations("postgres"),
-                [(function.name, function.create)],
-            )
+            await migrate(self._db, self.schema, load_migrations("postgres"))
             await self._time.measure()
             await self._listener.start(self.channel, self._dispatch, self._wake_everything)
         except BaseException:
@@ -180,10 +175,6 @@ class PostgresStore(ScheduleOperations, FlowOperations):
             self._notify_ready()
         for workflow, instance_id in wake.changed:
             self._notify_changed(workflow, instance_id)
-
-    def _notify_ready(self) -> None:
-        self._claims.became_ready()
-        super()._notify_ready()
 
     def _wake_everything(self) -> None:
         """After the listener reconnects: anything may have changed meanwhile."""
@@ -361,7 +352,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
-    ) -> list[Claim]:
+    ) -> Claimed:
         return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
@@ -374,7 +365,6 @@ class PostgresStore(ScheduleOperations, FlowOperations):
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
         done = await self._finishes.submit(finish_row(lease, finish, now))
-        self._claims.became_ready()  # its lease expiry was a timer, its slot may be waited for
         self._notify_changed(done.workflow, done.instance_id)
         if done.status == "waiting" or done.woke:
             self._notify_ready()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..._json import dumps
 from ...errors import InstanceNotFoundError
+from ...flow.claiming import NextLook
 from ...limits import Limit
 from ...records import (
     InstanceEvent,
@@ -22,7 +23,6 @@ from ...records import (
     WorkerInfo,
     WorkflowInfo,
 )
-from .._hint import TimerHint
 from .._rows import (
     claims_on_creation,
     decode_cursor,
@@ -36,6 +36,7 @@ from .._rows import (
 )
 from ..base import (
     Claim,
+    Claimed,
     ControlAction,
     Finish,
     Lease,
@@ -80,7 +81,6 @@ class SqliteStore(ScheduleOperations, FlowOperations):
         self.path = path_from_url(url)
         self.create = create
         self._db = Database(self.path, create=create)
-        self._hint = TimerHint()
 
     @property
     def retry_seconds(self) -> float:
@@ -91,10 +91,6 @@ class SqliteStore(ScheduleOperations, FlowOperations):
     @retry_seconds.setter
     def retry_seconds(self, value: float) -> None:
         self._db.retry_seconds = value
-
-    def _notify_ready(self) -> None:
-        self._hint.changed()
-        super()._notify_ready()
 
     def missing_message(self) -> str:
         return missing_message(self.path)
@@ -270,24 +266,17 @@ class SqliteStore(ScheduleOperations, FlowOperations):
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
-    ) -> list[Claim]:
+    ) -> Claimed:
         if not workflows or limit <= 0:
-            return []
+            return Claimed([])
         # A read first: an idle poll must not take the database's write lock.
         if not await self._db.read(sql.any_due(len(workflows)), (now, *workflows)):
-            self._hint.clear()
-            return []
+            return Claimed([])
         expires = now + lease_seconds
-        begun = self._hint.begin()
-        claimed: tuple[list[Claim], tuple[float | None] | None] = await self._db.write(
+        claimed: tuple[list[Claim], NextLook | None] = await self._db.write(
             lambda c: tx.claim(c, owner, workflows, limit, expires, now, caps)
         )
-        claims, hint = claimed
-        if hint is None:
-            self._hint.clear()
-        else:
-            self._hint.keep(workflows, begun, hint[0])
-        return claims
+        return Claimed(*claimed)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
         status: str = await self._db.write(lambda c: tx.record_step(c, lease, write))
@@ -305,7 +294,6 @@ class SqliteStore(ScheduleOperations, FlowOperations):
             lambda c: tx.finish(c, lease, finish, now)
         )
         status, workflow, instance_id, woke = result
-        self._hint.changed()  # its lease expiry was a timer, its slot may be waited for
         self._notify_changed(workflow, instance_id)
         if status == "waiting" or woke:
             self._notify_ready()
@@ -318,9 +306,6 @@ class SqliteStore(ScheduleOperations, FlowOperations):
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
         if not workflows:
             return None
-        known, at = self._hint.take(workflows)
-        if known:
-            return at
         now = self.now()
         earliest: float | None = await self._db.read_with(
             lambda c: flow.next_wakeup(c, workflows, now)
