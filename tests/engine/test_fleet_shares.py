@@ -12,7 +12,7 @@ from typing import Any
 
 from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
 from stepline.records import WorkerInfo
-from stepline.worker._shares import shares
+from stepline.worker._planning import shares
 
 from .test_worker_caps import until
 

@@ -24,7 +24,8 @@ from stepline.limits import Limit, WorkflowLimits
 from stepline.store.base import Claim, Finish, NewInstance, WorkflowMeta
 from stepline.store.postgres import PostgresStore, split_url
 from stepline.store.postgres.db import StoreConnection
-from stepline.store.postgres.parking import ParkingStatements, bring_back_times
+from stepline.store.postgres.notes import Notes
+from stepline.store.postgres.parking import ParkingStatements, freed_params
 
 from .._pg import connect, pg_admin_url
 from ..conftest import STORES
@@ -327,8 +328,8 @@ async def test_a_claim_does_not_set_aside_behind_a_key_whose_last_instance_is_en
             (hot0.lease.pk,),
         )
         fence = json.dumps([{"pk": hot0.lease.pk, "token": hot0.lease.token}])
-        back = {"fences": fence, **bring_back_times(store.now())}
-        ending.execute(ParkingStatements.for_schema(schema).bring_back_released, back)
+        back = {"fences": fence, **freed_params(store.now(), Notes(schema))}
+        ending.execute(ParkingStatements.for_schema(schema).freed_released, back)
         # It sees hot0 running: it takes nothing of hot, and steps over its whole queue, as the
         # claims before it did.
         claiming = asyncio.create_task(stores[1].claim("other", ["k"], 5, LEASE, store.now()))

@@ -20,7 +20,8 @@ from stepline.flow.parking import POSTGRES_SET_ASIDE_CLAIMS as FAR_CLAIMS
 from stepline.limits import Rate, WorkflowLimits
 from stepline.store.base import Claim, Finish, NewInstance, StepWrite, WorkflowMeta
 from stepline.store.postgres import PostgresStore, split_url
-from stepline.store.postgres.parking import ParkingStatements, bring_back_times
+from stepline.store.postgres.notes import Notes
+from stepline.store.postgres.parking import ParkingStatements, freed_params
 from stepline.store.postgres.sql import json_rows
 
 from .._pg import connect
@@ -250,8 +251,9 @@ async def test_an_end_brings_back_its_keys_next_in_line_reading_only_that_key(
         parking = ParkingStatements.for_schema(schema_of(store))
         explained.plans.clear()
         explained.url = store.url
+        notes = Notes(schema_of(store))
         explained.explain(
-            parking.bring_back_released, {"fences": fence, **bring_back_times(store.now())}
+            parking.freed_released, {"fences": fence, **freed_params(store.now(), notes)}
         )
         explained.url = None
         reads = explained.reads("instances")

@@ -6,15 +6,17 @@ of it, so a claim that finds it sets it aside: ``ready_at`` is cleared (the inst
 ready indexes) and ``held_ready_at`` keeps its place in line. Nothing else changes: it is still
 ``queued``, and ``describe`` says which key holds it.
 
-**The rule for writes.** Whatever stops an instance of a key running must bring back that key's
-first in line (priority, then place in line, then pk), in the same transaction or right after
-it: a finish (complete, errored, terminated, suspended to sleep or wait), a release, a pause
+**The rule for writes.** Whatever stops an instance running frees its slots, in the same
+transaction or right after it: its key's first in line comes back (priority, then place in line,
+then pk), and the instance parked longest on each named limit its workflow lists is woken. The
+writes: a finish (complete, errored, terminated, suspended to sleep or wait), a release, a pause
 carried out, a control action that fences a running instance out (terminate, pause, restart), a
-delete of one that ran. Each store does it through one function (SQLite ``flow.bring_back``,
-PostgreSQL ``parking.Parking``), called by every such write, and the contract suite checks each
-write (``tests/contract/test_parking.py``). What no write brings back, a claim does: the keys
-whose running instances all lost their lease (at every claim), and every :data:`RECHECK`
-seconds the keys that run nothing at all (a connection lost between a write and its bring-back).
+delete of one that ran. Each store frees through one function, called by every such write
+(SQLite ``flow.freed``; PostgreSQL the ``freed_*`` statements of ``parking``), and the contract
+suite checks each write (``tests/contract/test_parking.py``). What no write brings back, a
+claim does: the keys whose running instances all lost their lease (at every claim), and every
+:data:`RECHECK` seconds the keys that run nothing at all (a connection lost between a write
+and its bring-back).
 
 What comes back is due from its place in line or from :func:`~stepline.flow.floor.due_since`,
 whichever is later, so that no claim floor hides it.

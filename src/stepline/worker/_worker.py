@@ -17,11 +17,10 @@ from ..errors import StoreError
 from ..store.base import Claim, Claimed, Store
 from ..workflow import WorkflowDefinition
 from ._activate import activate
-from ._caps import ClaimPlan, WorkflowCaps
 from ._clockstep import ClockStepWatch
 from ._heartbeat import Heartbeat
 from ._log import log, outage_level
-from ._pacing import Pacing
+from ._planning import ClaimPlan, Pacing, WorkflowCaps
 from ._renewal import LeaseRenewer
 from ._retention import Retention
 from ._settings import WorkerSettings, default_worker_id

@@ -33,7 +33,8 @@ from .claim_sql import ClaimStatements
 from .db import Conn, Database
 from .limited import READ_ONLY, Leased, LimitedClaim, read_rules, read_usage
 from .limited import next_wakeup as limited_wakeup
-from .parking import ParkingStatements
+from .notes import Notes
+from .parking import ParkingStatements, freed_params
 from .sql import CLAIM_IN_ORDER, NO_JIT, Statements
 
 # The columns of a ``claim`` (and ``claimed_by``) row after the instance's own.
@@ -55,8 +56,9 @@ _STEP_TIMES = tuple(
 class Claimer:
     """One store's claims, and the floor each set of workflows claims from."""
 
-    def __init__(self, db: Database, sql: Statements, schema: str) -> None:
+    def __init__(self, db: Database, sql: Statements, schema: str, notes: Notes) -> None:
         self._db = db
+        self._notes = notes
         self._statements = sql
         self._sql = ClaimStatements.for_schema(schema)
         self._parking = ParkingStatements.for_schema(schema)
@@ -180,6 +182,7 @@ class Claimer:
             known=self._rules,
             sweep=sweep,
             set_aside=self._set_aside,
+            freeing=freed_params(params["now"], self._notes),
         )
         leased = await claim.run(conn, caps)
         self._rules = claim.rules

@@ -33,7 +33,6 @@ import orjson
 
 from ...flow.admission import Held
 from ...flow.claiming import ClaimSession, Due, NextLook
-from ...flow.floor import due_since
 from ...flow.parking import SetAside
 from ...flow.rules import Rules, Usage, UsagePlan, rules_from_rows
 from .._rows import N_INSTANCE_COLUMNS
@@ -197,8 +196,11 @@ class LimitedClaim:
         known: Rules | None,
         sweep: bool,
         set_aside: SetAside,
+        freeing: Mapping[str, Any],
     ) -> None:
         self._sql = sql
+        self._freeing = freeing
+        """``parking.freed_params`` but ``now`` (a claim's pauses carried out free slots)."""
         self._parking = parking
         self._params = params
         """The claim's parameters (``Claimer.claim``): now, floor, workflows, limit, owner,
@@ -399,8 +401,8 @@ class LimitedClaim:
                 park = {"now": params["now"], "keys": orjson.dumps(keys).decode()}
                 await conn.execute(self._parking.park, park)
             if session.pauses:
-                back = {"pks": session.pauses, "since": due_since(params["now"])}
-                await conn.execute(self._parking.bring_back_of, back)
+                back = {"pks": session.pauses, **self._freeing}
+                await conn.execute(self._parking.freed_of, back)
             leasing = await conn.execute(self._sql.claimed_rows, params)
             await conn.execute("COMMIT")
         more = None if sent is None else await self._looked(sent)

@@ -103,7 +103,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
         """The LISTEN/NOTIFY channel of this schema."""
         self._listener = Listener(self._db)
         self._time = ServerClock(self._db, clock)
-        self._claims = Claimer(self._db, self._sql, self.schema)
+        self._claims = Claimer(self._db, self._sql, self.schema, self._notes)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
         self._workers = WorkerRegistry(self._db, self._sql)
         self._schedules = ScheduleWrites(self._db, self.schema, self._instances)
