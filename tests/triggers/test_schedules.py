@@ -1,5 +1,6 @@
 """Cron schedules end to end on both stores, with the manual clock: exactly one instance per
-tick, catch-up and overlap policies, DST, pause/resume, trigger, backfill, event.schedule."""
+tick, catch-up and overlap policies, DST, pause/resume, trigger, backfill, event.schedule; each
+test under several host time zones (``tests/_host_zone``): a tick's instance id is in UTC."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ import pytest
 
 from stepline import Engine, ManualClock, Schedule, Workflow, WorkflowEvent, WorkflowStep
 from stepline.errors import ScheduleNotFoundError
+
+from .._host_zone import host_zone
+
+__all__ = ["host_zone"]  # the autouse fixture: every test under each host time zone
 
 T0 = datetime(2024, 1, 1, 12, 0, 30, tzinfo=UTC).timestamp()  # 30 s past a minute
 MINUTE = 60.0
