@@ -103,7 +103,7 @@ class SyncInstance:
     def send_event(self, type: str, payload: Any = None) -> None:
         self._portal.call(self._instance.send_event(type, payload))
 
-    def wait(self, timeout: float | None = None) -> InstanceStatus:
+    def wait(self, timeout: Duration | None = None) -> InstanceStatus:
         return self._portal.call(self._instance.wait(timeout))
 
 

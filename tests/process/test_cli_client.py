@@ -294,15 +294,16 @@ def test_worker_lease_and_grace_period_flags(tmp_path: Path) -> None:
         ],
     )
     expected = [
-        "Error: invalid --lease 'soon'",
-        "Error: invalid --grace-period '-1'",
-        "Error: lease must be at least 0.1 seconds",
+        "Error: invalid --lease 'soon': it is not a duration",
+        "Error: invalid --grace-period '-1': it must not be negative",
+        "Error: invalid --lease '10 milliseconds': it must be at least 0.1 seconds",
     ]
     for result, message in zip(bad, expected, strict=True):
         assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
         assert "Traceback" not in result.stderr
     log = tmp_path / "worker.log"
-    proc = _start(project, log, "--lease", "7 seconds", "--grace-period", "3 seconds")
+    # A bare number is seconds, as in stepline.toml.
+    proc = _start(project, log, "--lease", "7", "--grace-period", "3 seconds")
     try:
         wait_for(lambda: "started for" in log.read_text(), "the worker to start")
         assert "lease 7 seconds, grace period 3 seconds" in log.read_text()

@@ -142,7 +142,7 @@ class WorkflowTestEnv(Mocking):
         instance at each timer on the way; return how many activations ran. Awaited in a step's
         callback, it makes the step take that long: the attempt times out if that passes its
         ``timeout``."""
-        seconds = parse_duration(duration, what="advance")
+        seconds = parse_duration(duration, what="advance", allow_zero=True)
         if not self._driver.in_callback():
             await self._open()
         return await self._driver.advance(seconds)
