@@ -16,6 +16,7 @@ import asyncio
 import datetime
 import inspect
 import math
+import socket
 import subprocess
 import sys
 import uuid
@@ -621,6 +622,18 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+BUSY_PORT = "{busy_port}"
+"""In a row's args: a port something else listens on (the ``busy_port`` fixture)."""
+
+
+@pytest.fixture(scope="module")
+def busy_port() -> Iterator[int]:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
 @dataclass(frozen=True)
 class Cli:
     id: str
@@ -688,6 +701,8 @@ CLI = [
         "invalid --lease '-5 seconds': it must be at least 0.1 seconds"),
     Cli("grace-period-negative", ("worker", "--grace-period", "-1"),
         "invalid --grace-period '-1': it must not be negative"),
+    Cli("serve-port-in-use", ("serve", "--port", BUSY_PORT),
+        "cannot serve on 127.0.0.1:{port}: the port is in use", stores=BOTH),
     Cli("status-unknown", (*INST, "list", "greet", "--status", "done"),
         "Invalid value for '--status': 'done' is not one of", usage=True),
     Cli("restart-step-not-utf8",
@@ -724,11 +739,12 @@ async def _params(url: str, name: str, instance_id: str) -> Any:
 
 
 @pytest.mark.parametrize(("store", "case"), params(CLI, lambda case: case.stores))
-def test_cli(store: str, case: Cli, worlds: Worlds, project: Path) -> None:
+def test_cli(store: str, case: Cli, worlds: Worlds, project: Path, busy_port: int) -> None:
     url = asyncio.run(worlds.url(store))
     before = dump(url)
+    args = [arg.replace(BUSY_PORT, str(busy_port)) for arg in case.args]
     result = subprocess.run(
-        [sys.executable, "-m", "stepline.cli", "--database", url, *case.args],
+        [sys.executable, "-m", "stepline.cli", "--database", url, *args],
         cwd=project,
         input=case.stdin,
         capture_output=True,
@@ -748,6 +764,6 @@ def test_cli(store: str, case: Cli, worlds: Worlds, project: Path) -> None:
         assert lines[0].startswith("Usage: stepline ") and lines[1].startswith("Try "), lines
         lines = lines[3:]
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert case.names in lines[0], lines[0]
+    assert case.names.replace("{port}", str(busy_port)) in lines[0], lines[0]
     assert len(lines[0]) <= MOST_CHARS, lines[0]
     assert dump(url) == before

@@ -12,7 +12,7 @@ from ..engine import Engine
 from ..errors import ConfigError
 from ..project import ProjectConfig, load_project, load_workflows
 from ..store.sqlite import path_from_url
-from .server import DEFAULT_HOST, DEFAULT_PORT, ENV_TOKEN, check_bind, is_loopback, serve
+from .server import DEFAULT_HOST, DEFAULT_PORT, ENV_TOKEN, check_bind, is_loopback, listen, serve
 
 
 class BadInput(click.ClickException):
@@ -140,6 +140,12 @@ def serve_command(
         limits=project.limits,
         **options,
     )
+    # Listening before the banner: a port in use is one line, and the URL printed answers.
+    try:
+        sockets = listen(host, port)
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+    port = sockets[0].getsockname()[1]  # the one chosen, for --port 0
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"stepline dashboard: http://{shown}:{port}/  (API under /api)", err=True)
     if project.cloudflare.enabled:
@@ -164,4 +170,5 @@ def serve_command(
         token=token,
         insecure=insecure,
         cloudflare_api=project.cloudflare,
+        sockets=sockets,
     )
