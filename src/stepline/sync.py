@@ -30,7 +30,7 @@ from .records import (
     WorkerInfo,
     WorkflowInfo,
 )
-from .triggers.cron import ScheduleClient, ScheduleInfo
+from .triggers.cron import Backfill, ScheduleClient, ScheduleInfo
 from .triggers.cron.client import Moment
 
 T = TypeVar("T")
@@ -174,7 +174,7 @@ class SyncScheduleClient:
     def trigger(self, name: str, at: Moment | None = None) -> InstanceRecord:
         return self._portal.call(self._client.trigger(name, at))
 
-    def backfill(self, name: str, start: Moment, end: Moment) -> list[InstanceRecord]:
+    def backfill(self, name: str, start: Moment, end: Moment) -> Backfill:
         return self._portal.call(self._client.backfill(name, start, end))
 
     # Last: within the class body below this, ``list`` would mean this method.

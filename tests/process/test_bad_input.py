@@ -701,6 +701,9 @@ CLI = [
         "invalid --lease '-5 seconds': it must be at least 0.1 seconds"),
     Cli("grace-period-negative", ("worker", "--grace-period", "-1"),
         "invalid --grace-period '-1': it must not be negative"),
+    Cli("schedule-none-stored", ("schedules", "backfill", "nightly", "--from", "0", "--to", "60"),
+        "no schedule is named 'nightly': no schedules are stored yet (a worker serving a "
+        "workflow with schedules stores them when it starts)", stores=BOTH),
     Cli("serve-port-in-use", ("serve", "--port", BUSY_PORT),
         "cannot serve on 127.0.0.1:{port}: the port is in use", stores=BOTH),
     Cli("status-unknown", (*INST, "list", "greet", "--status", "done"),
