@@ -30,6 +30,7 @@ import orjson
 import pytest
 
 from stepline import (
+    ConfigError,
     DefinitionError,
     Engine,
     IllegalStateError,
@@ -202,6 +203,15 @@ async def nothing_found(ctx: Ctx) -> list[Instance]:
     return []
 
 
+DIRECTORY = Path(__file__).parent
+"""A directory that a SQLite URL may name by mistake."""
+
+
+async def open_directory(ctx: Ctx, create: bool) -> None:
+    async with Engine(f"sqlite:///{DIRECTORY}", worker=False, create=create):
+        pass
+
+
 async def odd_params(ctx: Ctx) -> list[Instance]:
     instance = await ctx.engine.workflow("greet").create("api-odd", ODD_VALUE)
     assert (await instance.record()).params == ODD_VALUE
@@ -363,6 +373,12 @@ API = [
     Api("retries-non-retryable-not-a-class", lambda c: RetryConfig(non_retryable=[5]),  # type: ignore[list-item]
         Raises(ValueError, "'retries.non_retryable': 5 is neither")),
     Api("step-config-in-run", run, Errored("ValueError", "'retries.limit': -1"), (bad_config,)),
+    # A SQLite URL naming a directory, whether the engine may create the database or not.
+    Api("sqlite-url-directory", lambda c: open_directory(c, create=True),
+        Raises(ConfigError, f"{DIRECTORY} is a directory, not a SQLite database file: name a "
+               f"file in it, e.g. sqlite:///{DIRECTORY}/stepline.db")),
+    Api("sqlite-url-directory-no-create", lambda c: open_directory(c, create=False),
+        Raises(ConfigError, f"{DIRECTORY} is a directory, not a SQLite database file")),
     # Unknown instances, every illegal state change, other refused changes.
     Api("get-unknown-instance", lambda c: c.engine.get_instance("greet", "nope"),
         Raises(InstanceNotFoundError, "workflow 'greet' has no instance 'nope'")),
@@ -610,6 +626,8 @@ FILES = {
     "bad.json": '{"a": ',
     "big.json": orjson.dumps({"x": "y" * MIB}).decode(),
     "odd.json": orjson.dumps(ODD_VALUE).decode(),
+    "hello.py": "from stepline import workflow\n\n\n@workflow(name='hello')\n"
+    "async def hello(event, step):\n    return 1\n",
 }
 
 
@@ -647,6 +665,8 @@ class Cli:
     """A click usage error: the usage line, a hint, then the error."""
     changes: tuple[str, str] | None = None
     """For a command that succeeds: the instance it creates, whose params must be ODD_VALUE."""
+    database: str | None = None
+    """The --database URL instead of the seeded database's (which must stay unchanged)."""
 
 
 BOTH = ("sqlite", "postgres")
@@ -704,6 +724,15 @@ CLI = [
     Cli("schedule-none-stored", ("schedules", "backfill", "nightly", "--from", "0", "--to", "60"),
         "no schedule is named 'nightly': no schedules are stored yet (a worker serving a "
         "workflow with schedules stores them when it starts)", stores=BOTH),
+    *[Cli(f"sqlite-url-directory-{name}", args,
+          "is a directory, not a SQLite database file (from --database): name a file in it, "
+          "e.g. sqlite:///", database="sqlite:///.")
+      for name, args in [("client", ("workers", "list")),
+                         ("trigger", ("workflows", "trigger", "hello")),
+                         ("db-init", ("db", "init")),
+                         ("worker", ("worker", "hello.py:hello")),
+                         ("run", ("run", "hello.py:hello")),
+                         ("serve", ("serve", "--port", "0"))]],
     Cli("serve-port-in-use", ("serve", "--port", BUSY_PORT),
         "cannot serve on 127.0.0.1:{port}: the port is in use", stores=BOTH),
     Cli("status-unknown", (*INST, "list", "greet", "--status", "done"),
@@ -747,7 +776,7 @@ def test_cli(store: str, case: Cli, worlds: Worlds, project: Path, busy_port: in
     before = dump(url)
     args = [arg.replace(BUSY_PORT, str(busy_port)) for arg in case.args]
     result = subprocess.run(
-        [sys.executable, "-m", "stepline.cli", "--database", url, *args],
+        [sys.executable, "-m", "stepline.cli", "--database", case.database or url, *args],
         cwd=project,
         input=case.stdin,
         capture_output=True,

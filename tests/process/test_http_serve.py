@@ -203,3 +203,17 @@ def test_serve_prints_its_banner_once_listening(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         output = proc.communicate(timeout=30)[0]
     assert proc.returncode == 0, output
+
+
+def test_serve_with_a_worker_on_a_directory_says_so_in_one_line(tmp_path: Path) -> None:
+    config = _project(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "stepline.cli", "--config", str(config), "--database",
+         f"sqlite:///{tmp_path}", "serve", "--port", "0", "--worker"],
+        cwd=tmp_path, env=_serve_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"Error: {tmp_path} is a directory, not a SQLite database file (from --database): name "
+        f"a file in it, e.g. sqlite:///{tmp_path}/stepline.db"
+    ]

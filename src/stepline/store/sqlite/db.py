@@ -131,6 +131,20 @@ def missing_message(path: str) -> str:
     )
 
 
+def directory_message(path: str, source: str = "") -> str | None:
+    """The error for a database path that names a directory (``source``: where the URL came
+    from, for the command line); None for any other path. SQLite itself says only "unable to
+    open database file"."""
+    if path == ":memory:" or not Path(path).is_dir():
+        return None
+    where = Path(path).absolute()
+    source = f" ({source})" if source else ""
+    return (
+        f"{where} is a directory, not a SQLite database file{source}: name a file in it, "
+        f"e.g. sqlite:///{where / 'stepline.db'}"
+    )
+
+
 class Database:
     """One SQLite file: its connection, migrations, reads and group-committed writes.
 
@@ -181,6 +195,9 @@ class Database:
 
     def _connect(self) -> sqlite3.Connection:
         target = self.path
+        directory = directory_message(self.path)
+        if directory is not None:
+            raise ConfigError(directory)
         if self.path != ":memory:" and self.create:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         elif self.path != ":memory:":
