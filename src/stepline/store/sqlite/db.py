@@ -112,7 +112,9 @@ def split_statements(script: str) -> list[str]:
     return statements
 
 
-def _migrate(c: sqlite3.Connection, migrations: Sequence[Migration]) -> None:
+def migrate(c: sqlite3.Connection, migrations: Sequence[Migration]) -> tuple[int, int]:
+    """Apply the ``migrations`` not applied yet; the schema versions before and after (0:
+    none)."""
     c.execute(sql.CREATE_MIGRATIONS_TABLE)
     done = {version for (version,) in c.execute(sql.APPLIED_MIGRATIONS)}
     for migration in migrations:
@@ -121,6 +123,7 @@ def _migrate(c: sqlite3.Connection, migrations: Sequence[Migration]) -> None:
         for statement in split_statements(migration.sql):
             c.execute(statement)
         c.execute(sql.RECORD_MIGRATION, (migration.version, migration.name, time.time()))
+    return max(done, default=0), max([*done, *(m.version for m in migrations)], default=0)
 
 
 def missing_message(path: str) -> str:
@@ -155,6 +158,8 @@ class Database:
     def __init__(self, path: str, *, create: bool) -> None:
         self.path = path
         self.create = create
+        self.schema_versions: tuple[int, int] | None = None
+        """What :meth:`open` did: the schema versions before and after (0: none)."""
         self.retry_seconds = LOCK_GIVE_UP_SECONDS
         """How long a call waits for another connection's lock before it fails with
         StoreUnavailableError."""
@@ -191,7 +196,7 @@ class Database:
             raise StoreError(f"cannot switch {self.path!r} to WAL mode (got {mode!r})")
         conn.execute(sql.SYNCHRONOUS_NORMAL)
         migrations = load_migrations("sqlite")
-        await self.write(lambda c: _migrate(c, migrations), durable=True)
+        self.schema_versions = await self.write(lambda c: migrate(c, migrations), durable=True)
 
     def _connect(self) -> sqlite3.Connection:
         target = self.path
