@@ -15,7 +15,7 @@ from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime import RuntimeHooks
 from .client import Instance, WorkflowBinding, check_listing
 from .clock import SystemClock
-from .durations import Duration, parse_duration
+from .durations import Duration, parse_worker_duration
 from .errors import DefinitionError, WorkflowNotFoundError
 from .limits import Limit, check_limit_names
 from .liveness import unserved_warning
@@ -89,20 +89,18 @@ class Engine:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if max_payload < 1:
             raise ValueError(f"max_payload must be positive, got {max_payload}")
-        lease_seconds = parse_duration(lease, what="lease")
-        if lease_seconds < 0.1:
-            raise ValueError(f"lease must be at least 0.1 seconds, got {lease!r}")
-        heartbeat_seconds = parse_duration(heartbeat, what="heartbeat")
-        if heartbeat_seconds < 0.05:
-            raise ValueError(f"heartbeat must be at least 0.05 seconds, got {heartbeat!r}")
         self.settings = WorkerSettings(
             concurrency=concurrency,
-            lease=lease_seconds,
-            poll_interval=parse_duration(poll_interval, what="poll_interval"),
-            grace_period=parse_duration(grace_period, what="grace_period"),
+            lease=parse_worker_duration("lease", lease, what="lease"),
+            poll_interval=parse_worker_duration(
+                "poll_interval", poll_interval, what="poll_interval"
+            ),
+            grace_period=parse_worker_duration("grace_period", grace_period, what="grace_period"),
             max_payload=max_payload,
-            retention=None if retention is None else parse_duration(retention, what="retention"),
-            heartbeat=heartbeat_seconds,
+            retention=None
+            if retention is None
+            else parse_worker_duration("retention", retention, what="retention"),
+            heartbeat=parse_worker_duration("heartbeat", heartbeat, what="heartbeat"),
         )
         self.clock = clock or SystemClock()
         # Without a clock of the user's the store keeps real time its own way (PostgreSQL: the

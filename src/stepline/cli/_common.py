@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ..project import ProjectConfig, load_project
 from ..records import InstanceRecord
-from ..store.sqlite import path_from_url
+from ..store.sqlite import directory_message, path_from_url
 from ..workflow import validate_name
 
 T = TypeVar("T")
@@ -135,7 +135,9 @@ class State:
         return self._project
 
     def engine(self, workflows: Iterable[Any] = (), **options: Any) -> Engine:
-        """An engine on the project's database with its named limits (no worker unless asked)."""
+        """An engine on the project's database with its named limits (no worker unless asked).
+        A SQLite URL naming a directory stops here, before a command prints or starts anything."""
+        self.check_not_directory()
         options.setdefault("worker", False)
         options.setdefault("limits", self.project.limits)
         merged = {**self.project.worker.engine_options(), **options}
@@ -168,6 +170,15 @@ class State:
             return None
         path = path_from_url(self.project.database)
         return f"no stepline database at {path} ({self.database_source()})"
+
+    def check_not_directory(self) -> None:
+        """Stop with exit code 2 if the SQLite URL names a directory."""
+        url = self.project.database
+        if url.startswith("sqlite:"):
+            with cli_errors():
+                problem = directory_message(path_from_url(url), self.database_source())
+            if problem is not None:
+                raise CliError(problem)
 
     def database_exists(self) -> bool:
         """False only for a SQLite file that does not exist yet (servers always exist)."""

@@ -477,7 +477,11 @@ def delete(
         what = ""
     else:
         with cli_errors():
-            age = parse_duration(older_than, what="--older-than") if older_than else 0.0
+            age = (
+                parse_duration(older_than, what="--older-than", allow_zero=True)
+                if older_than
+                else 0.0
+            )
         chosen = statuses or FINISHED
         count = run_async(_purge(state, name, chosen, age))
         what = f" ({'/'.join(chosen)}"

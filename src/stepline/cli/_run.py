@@ -20,7 +20,7 @@ from rich.text import Text
 
 from .. import _loop
 from ..client import Instance
-from ..durations import format_duration, parse_duration
+from ..durations import format_duration, parse_worker_duration
 from ..engine import Engine
 from ..errors import ConfigError, WorkflowNotFoundError
 from ..project import as_workflow, attribute, import_file, import_module, load_workflow
@@ -265,9 +265,11 @@ def _worker_command(
         if concurrency is not None:
             options["concurrency"] = concurrency
         if lease is not None:
-            options["lease"] = parse_duration(lease, what="--lease")
+            options["lease"] = parse_worker_duration("lease", lease, what="--lease")
         if grace_period is not None:
-            options["grace_period"] = parse_duration(grace_period, what="--grace-period")
+            options["grace_period"] = parse_worker_duration(
+                "grace_period", grace_period, what="--grace-period"
+            )
         if targets:
             workflows = [load_target(state, target) for target in targets]
         else:

@@ -67,6 +67,9 @@ class Store(ScheduleStore, FlowStore):
     """Abstract store. Subclasses: :class:`~stepline.store.sqlite.SqliteStore`, PostgreSQL."""
 
     url: str
+    schema_versions: tuple[int, int] | None = None
+    """Set by :meth:`open`: the schema version it found (0: none, so it created the schema) and
+    the version it left (the latest migration); None before."""
     pushes_notifications: bool = False
     """True when the store tells this process about work that other processes made runnable
     (PostgreSQL LISTEN/NOTIFY); then workers need not poll quickly to notice it."""
@@ -126,7 +129,8 @@ class Store(ScheduleStore, FlowStore):
 
     @abc.abstractmethod
     async def open(self) -> None:
-        """Connect, then create or upgrade the schema through the numbered migrations."""
+        """Connect, then create or upgrade the schema through the numbered migrations, saying
+        what it did in :attr:`schema_versions`."""
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -146,7 +146,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
         await self._db.open()
         try:
             function = self._claims.function
-            await migrate(
+            self.schema_versions = await migrate(
                 self._db,
                 self.schema,
                 load_migrations("postgres"),

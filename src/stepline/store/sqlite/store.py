@@ -103,6 +103,7 @@ class SqliteStore(ScheduleOperations, FlowOperations):
 
     async def open(self) -> None:
         await self._db.open()
+        self.schema_versions = self._db.schema_versions
 
     async def close(self) -> None:
         await self._db.close()
