@@ -68,7 +68,10 @@ class FlakyWorkflow(WorkflowEntrypoint):
     async def run(self, event, step):
         @step.do(
             "call a flaky service",
-            config={"retries": {"limit": 3, "delay": "5 seconds", "backoff": "linear"}, "timeout": "1 minute"},
+            config={
+                "retries": {"limit": 3, "delay": "5 seconds", "backoff": "linear"},
+                "timeout": "1 minute",
+            },
         )
         async def call_service(ctx):
             if ctx.attempt < 3:
