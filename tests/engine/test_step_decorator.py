@@ -5,6 +5,7 @@ the definition's graph, and every bad input."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -127,7 +128,7 @@ async def test_a_decorated_step_is_retried_with_its_config(make_test_env: TestEn
         assert await inst.output() == 3
         (step,) = await inst.steps()
         starts = [a.started_at for a in step.attempts]
-    assert [round(b - a) for a, b in zip(starts, starts[1:], strict=False)] == [10, 10]
+    assert [round(b - a) for a, b in itertools.pairwise(starts)] == [10, 10]
 
 
 class TimedOut(Workflow):
