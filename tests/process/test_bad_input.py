@@ -588,6 +588,13 @@ FILES = {
     "bad.json": '{"a": ',
     "big.json": orjson.dumps({"x": "y" * MIB}).decode(),
     "odd.json": orjson.dumps(ODD_VALUE).decode(),
+    "broken.jsonc": '{"main": "wmain.py", // a comment\n "workflows": [',
+    "noclass.jsonc": '{"main": "wmain.py", "workflows": [{"name": "w", "binding": "W", '
+    '"class_name": "Missing"}]}',
+    "good.jsonc": '{"main": "wmain.py", "workflows": [{"name": "w", "binding": "W", '
+    '"class_name": "Flow"}]}',
+    "wmain.py": "from workers import WorkflowEntrypoint\n\n\nclass Flow(WorkflowEntrypoint):\n"
+    "    async def run(self, event, step):\n        return 1\n",
 }
 
 
@@ -628,6 +635,12 @@ CLI = [
     Cli("config-module-import-fails", ("--config", "broken.toml", "worker"),
         "key 'workflows[0].class_name' (broken:X): cannot import module 'broken'"),
     Cli("run-not-async", ("run", "syncrun.py:Sync"), "run() must be an async function"),
+    Cli("wrangler-not-jsonc", ("worker", "--wrangler", "broken.jsonc"),
+        "broken.jsonc is not valid JSONC"),
+    Cli("wrangler-missing-class", ("worker", "--wrangler", "noclass.jsonc"),
+        "key 'workflows[0].class_name': module 'wmain' has no attribute 'Missing'"),
+    Cli("wrangler-unknown-workflow", ("run", "--wrangler", "good.jsonc", "nope"),
+        "unknown workflow 'nope'; known workflows: w"),
     Cli("params-file-missing", (*TRIGGER, "--params-file", "missing.json"),
         "cannot read --params-file missing.json: No such file or directory"),
     Cli("params-file-directory", (*TRIGGER, "--params-file", "."), "cannot read --params-file .:"),

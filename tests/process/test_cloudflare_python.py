@@ -6,6 +6,7 @@ CLI, which lists and describes the instances."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -89,7 +90,7 @@ async def test_the_project_runs_unchanged_under_a_wrangler_worker(
         }:
             assert worker.proc.poll() is None, worker.output()
             assert time.monotonic() < deadline, worker.output()
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
         assert await output_of(engine, "diamond", {"source": "one two"}, "d1") == {
             "words": 2, "letters": 6, "step": "summary",
         }  # fmt: skip
@@ -128,11 +129,11 @@ async def test_a_sigkill_mid_run_resumes_without_rerunning_recorded_steps(
         deadline = time.monotonic() + 60
         while "ledger" not in {w.name for w in await engine.list_workflows()}:
             assert first.proc.poll() is None and time.monotonic() < deadline, first.output()
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
         instance = await engine.workflow("ledger").create("l1", {"folder": str(folder)})
         while "second started" not in _ledger(folder):
             assert first.proc.poll() is None and time.monotonic() < deadline, first.output()
-            time.sleep(0.02)
+            await asyncio.sleep(0.02)
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(timeout=30)
         recorded = [(s.name, s.status) for s in await instance.steps()]
