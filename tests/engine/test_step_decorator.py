@@ -9,11 +9,13 @@ import itertools
 import time
 from typing import Any
 
+import httpx
 import pytest
 
 from stepline import StepContext, Workflow, WorkflowEvent, WorkflowStep
 from stepline._graph import node_states
 from stepline._stepdeps import StepDependencyError
+from stepline.http import create_app
 from stepline.workflow import definition_of
 
 from ..conftest import EngineFactory, TestEnvFactory, drain
@@ -395,3 +397,21 @@ async def test_the_same_function_declared_in_a_loop_runs_each_time(
 def test_the_dependency_error_is_also_a_type_error() -> None:
     """Cloudflare's SDK raises TypeError for an unexpected parameter: code catching it works."""
     assert issubclass(StepDependencyError, TypeError)
+
+
+async def test_the_api_serves_the_graph_the_dashboard_draws(make_engine: EngineFactory) -> None:
+    """The instance detail of a workflow whose decorated steps depend on others carries the
+    graph (as a DAG's does), its nodes coloured by the recorded steps: no schema change, the
+    graph is in the workflow's stored definition."""
+    async with make_engine([Diamond]) as engine:
+        inst = await engine.workflow("diamond").create("g1", params={"n": 2})
+        await drain(engine)
+        transport = httpx.ASGITransport(app=create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://stepline") as client:
+            detail = (await client.get("/api/workflows/diamond/instances/g1")).json()
+            listed = (await client.get("/api/workflows/diamond")).json()
+    graph = detail["graph"]
+    assert graph["kind"] == "workflow" and inst.id == "g1"
+    assert ["root", "total"] in graph["edges"]
+    assert graph["states"] == dict.fromkeys(["root", "double it", "square", "total"], "complete")
+    assert listed["graph"]["levels"] == [["root"], ["double it", "square"], ["total"]]
