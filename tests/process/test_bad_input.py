@@ -628,6 +628,13 @@ FILES = {
     "odd.json": orjson.dumps(ODD_VALUE).decode(),
     "hello.py": "from stepline import workflow\n\n\n@workflow(name='hello')\n"
     "async def hello(event, step):\n    return 1\n",
+    "broken.jsonc": '{"main": "wmain.py", // a comment\n "workflows": [',
+    "noclass.jsonc": '{"main": "wmain.py", "workflows": [{"name": "w", "binding": "W", '
+    '"class_name": "Missing"}]}',
+    "good.jsonc": '{"main": "wmain.py", "workflows": [{"name": "w", "binding": "W", '
+    '"class_name": "Flow"}]}',
+    "wmain.py": "from workers import WorkflowEntrypoint\n\n\nclass Flow(WorkflowEntrypoint):\n"
+    "    async def run(self, event, step):\n        return 1\n",
 }
 
 
@@ -682,6 +689,12 @@ CLI = [
     Cli("config-module-import-fails", ("--config", "broken.toml", "worker"),
         "key 'workflows[0].class_name' (broken:X): cannot import module 'broken'"),
     Cli("run-not-async", ("run", "syncrun.py:Sync"), "run() must be an async function"),
+    Cli("wrangler-not-jsonc", ("worker", "--wrangler", "broken.jsonc"),
+        "broken.jsonc is not valid JSONC"),
+    Cli("wrangler-missing-class", ("worker", "--wrangler", "noclass.jsonc"),
+        "key 'workflows[0].class_name': module 'wmain' has no attribute 'Missing'"),
+    Cli("wrangler-unknown-workflow", ("run", "--wrangler", "good.jsonc", "nope"),
+        "unknown workflow 'nope'; known workflows: w"),
     Cli("params-file-missing", (*TRIGGER, "--params-file", "missing.json"),
         "cannot read --params-file missing.json: No such file or directory"),
     Cli("params-file-directory", (*TRIGGER, "--params-file", "."), "cannot read --params-file .:"),

@@ -87,7 +87,18 @@ def load_target(state: State, target: str) -> Any:
     if entry is None:
         known = state.project.workflow_names
         raise WorkflowNotFoundError(target, known)
+    if state.wrangler is not None:
+        return state.wrangler_project.workflows[entry.name]
     return load_workflow(state.project, entry)
+
+
+def wrangler_option(fn: Any) -> Any:
+    return click.option(
+        "--wrangler",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Serve this wrangler project (wrangler.jsonc, wrangler.json or wrangler.toml): its "
+        "main module's workflows, as Cloudflare runs them.",
+    )(fn)
 
 
 def _target_error(target: str, exc: WorkflowNotFoundError) -> str:
@@ -229,6 +240,7 @@ def _threads_done(executor: ThreadPoolExecutor, timeout: float) -> bool:
     default="info",
     show_default=True,
 )
+@wrangler_option
 @pass_state
 def worker(
     state: State,
@@ -237,13 +249,16 @@ def worker(
     lease: str | None,
     grace_period: str | None,
     log_level: str,
+    wrangler: Path | None,
 ) -> None:
     """Run a worker for the configured workflows (or the TARGETs given) until SIGINT/SIGTERM.
 
     Shutdown is graceful: no new step starts, running steps get the grace period to finish,
     leases are released so another worker continues at once. A signal during start-up
-    (importing the workflows, opening the database) exits at once with code 0.
+    (importing the workflows, opening the database) exits at once with code 0. With
+    --wrangler, the workflows are those of the wrangler file (TARGETs may name some of them).
     """
+    state.wrangler = wrangler
     startup_signals()
     try:
         _worker_command(state, targets, concurrency, lease, grace_period, log_level)
@@ -272,6 +287,11 @@ def _worker_command(
             )
         if targets:
             workflows = [load_target(state, target) for target in targets]
+        elif state.wrangler is not None:
+            workflows = list(state.wrangler_project.workflows.values())
+            if not workflows:
+                fail(f"{state.wrangler}: no workflow to serve here (each names another Worker "
+                     "with script_name)")  # fmt: skip
         else:
             if not state.project.workflows:
                 where = state.project.path or "no stepline.toml found"
@@ -281,7 +301,7 @@ def _worker_command(
                 )
             from_config = state.project
             workflows = [load_workflow(from_config, entry) for entry in from_config.workflows]
-        triggers = [] if targets else configured_triggers(state)
+        triggers = [] if targets or state.wrangler else configured_triggers(state)
     setup_logging(state, log_level)
     run_async(_worker(state, workflows, options, triggers))
 
@@ -342,6 +362,7 @@ async def _run(
 @click.option("--id", "instance_id", help="Instance id (default: a random UUID).")
 @step_output_options(RUN_TRUNCATE)
 @json_option
+@wrangler_option
 @pass_state
 def run(
     state: State,
@@ -352,14 +373,17 @@ def run(
     step_output: bool,
     truncate_output_limit: int,
     as_json: bool,
+    wrangler: Path | None,
 ) -> None:
     """Run one instance of TARGET to its end in this process, showing its steps live.
 
     TARGET is path/to/file.py:ClassName (a Workflow subclass, @workflow function, Pipeline or
     Dag), module:attribute, or a workflow name from stepline.toml. The instance is stored in the
     project's database; while it runs, this process is a worker for TARGET's workflow only.
-    Exit code 0 when it completes, 1 when it errors or is terminated.
+    Exit code 0 when it completes, 1 when it errors or is terminated. With --wrangler,
+    TARGET is a workflow name of the wrangler file.
     """
+    state.wrangler = wrangler
     with cli_errors():
         params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
         instance_id = (

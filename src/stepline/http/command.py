@@ -8,6 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from .. import _loop
+from ..cloudflare import WranglerProject, load_wrangler
 from ..engine import Engine
 from ..errors import ConfigError
 from ..project import ProjectConfig, load_project, load_workflows
@@ -91,6 +92,12 @@ def _missing_database(project: ProjectConfig) -> str | None:
     show_default=True,
     help="Also run the configured workflows in this process.",
 )
+@click.option(
+    "--wrangler",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Take the workflows (and the default database) from this wrangler project instead of "
+    "stepline.toml.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -100,6 +107,7 @@ def serve_command(
     insecure: bool,
     database: str | None,
     worker: bool,
+    wrangler: Path | None,
 ) -> None:
     """Serve the HTTP API (under /api), Cloudflare's Workflows API (under /client/v4) and the
     web dashboard (at /).
@@ -113,13 +121,23 @@ def serve_command(
     root = ctx.find_root().params if ctx.parent is not None else {}
     database = database or root.get("database")
     config_path = root.get("config_path")
+    loaded: WranglerProject | None = None
     try:
         check_bind(host, token, insecure)
         _loop.loop_name()  # a bad $STEPLINE_EVENT_LOOP stops here, before anything starts
-        project = load_project(
-            database=database, config_path=Path(config_path) if config_path else None
-        )
-        workflows = load_workflows(project)
+        if wrangler is not None:
+            if config_path:
+                raise BadInput("give --config or --wrangler, not both")
+            loaded = load_wrangler(wrangler, database=database)
+            project, workflows = loaded.config, list(loaded.workflows.values())
+            warning = loaded.ignored_warning()
+            if warning is not None:
+                click.echo(f"warning: {warning}", err=True)
+        else:
+            project = load_project(
+                database=database, config_path=Path(config_path) if config_path else None
+            )
+            workflows = load_workflows(project)
     except ConfigError as exc:
         raise BadInput(str(exc)) from None
     if worker and not workflows:
@@ -144,6 +162,8 @@ def serve_command(
         limits=project.limits,
         **options,
     )
+    if loaded is not None:
+        loaded.env.attach(engine)
     # Listening before the banner: a port in use is one line, and the URL printed answers.
     try:
         sockets = listen(host, port)
