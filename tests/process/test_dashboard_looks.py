@@ -151,9 +151,7 @@ def test_a_long_step_name_does_not_widen_the_instance_page(sized: Page, site: Si
 
 def test_an_unfinished_instance_shows_no_output_card(sized: Page, site: Site) -> None:
     sized.goto(instance_url(site, "approval", "ask-1"))
-    expect(sized.locator("[data-testid=status] .badge")).to_have_attribute(
-        "data-status", "waiting"
-    )
+    expect(sized.locator("[data-testid=status] .badge")).to_have_attribute("data-status", "waiting")
     expect(sized.locator("[data-testid=params]")).to_be_visible()
     expect(sized.locator("[data-testid=output]")).to_have_count(0)
     expect(sized.locator("section.card h3", has_text="Output")).to_have_count(0)
@@ -184,9 +182,7 @@ def test_the_live_worker_badge_is_readable(sized: Page, site: Site) -> None:
     assert contrast >= 4.5, f"'live' has a contrast of {contrast:.2f}:1"
 
 
-def test_the_instances_list_shows_a_retrying_instance_as_retrying(
-    sized: Page, site: Site
-) -> None:
+def test_the_instances_list_shows_a_retrying_instance_as_retrying(sized: Page, site: Site) -> None:
     sized.goto(f"{site.url}/#/instances")
     row = sized.locator("[data-testid=instance-row][data-id=bill-1]")
     expect(row.locator(".badge")).to_have_text("retrying")

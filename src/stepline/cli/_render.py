@@ -8,7 +8,7 @@ The layout follows ``wrangler workflows instances describe``: labelled instance 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -257,11 +257,12 @@ def waits_for(steps: Sequence[StepRecord]) -> str | None:
     """What an unfinished instance's waiting steps wait for, a line each, or None: an event
     (and its deadline), a sleep's end, a failed step's next attempt, a child instance, a slot
     of a named limit."""
-    lines = [line for line in (_wait_line(step) for step in steps) if line is not None]
+    lines = [line for line in (wait_line(step) for step in steps) if line is not None]
     return "\n".join(lines) if lines else None
 
 
-def _wait_line(step: StepRecord) -> str | None:
+def wait_line(step: StepRecord) -> str | None:
+    """What one waiting step waits for (:func:`waits_for`), or None if it is not waiting."""
     if step.status != "waiting":
         return None
     info = step.info or {}
@@ -301,24 +302,20 @@ def describe_json(record: InstanceRecord, steps: Sequence[StepRecord]) -> dict[s
     }
 
 
-def describe_instance(
+def instance_fields(
     record: InstanceRecord,
     steps: Sequence[StepRecord],
     *,
     now: float,
-    step_output: bool = True,
-    limit: int | None = DEFAULT_TRUNCATE,
-    definition: dict[str, Any] | None = None,
+    value: Callable[[Any], str],
     warning: str | None = None,
-    events: Sequence[InstanceEvent] = (),
     held: Sequence[str] = (),
     retry: PendingRetry | None = None,
-) -> RenderableType:
-    """The ``instances describe`` layout; a DAG or pipeline also gets its graph with the state
-    of every node. ``warning`` (no live worker serves the workflow) and ``held`` (the full
-    limits holding it back) follow the status, ``🔁 Retrying`` while it waits for a ``retry``;
-    ``Waiting For`` says what its waiting steps wait for; the ``events`` sent to the instance,
-    pending or consumed, come last."""
+) -> list[Field]:
+    """The instance's labelled fields, those that apply, ``value`` showing its output.
+    ``warning`` (no live worker serves the workflow) and ``held`` (the full limits holding it
+    back) follow the status, ``🔁 Retrying`` while it waits for a ``retry``; ``Waiting For``
+    says what its waiting steps wait for."""
     fields: list[Field] = [
         ("Workflow Name", record.workflow),
         ("Instance Id", record.id),
@@ -357,11 +354,39 @@ def describe_instance(
         parent = record.parent
         fields.append(("Parent", f"{parent.get('workflow')} {parent.get('id')}"))
     if record.status == "complete" or record.output is not None:
-        fields.append(("Output", truncate(json_text(record.output), limit)))
+        fields.append(("Output", value(record.output)))
     if record.error:
         fields.append(("Error", Text(error_text(record.error), style="red")))
     if record.rollback:
         fields.append(("Rollback", _rollback_text(record.rollback)))
+    return fields
+
+
+def describe_instance(
+    record: InstanceRecord,
+    steps: Sequence[StepRecord],
+    *,
+    now: float,
+    step_output: bool = True,
+    limit: int | None = DEFAULT_TRUNCATE,
+    definition: dict[str, Any] | None = None,
+    warning: str | None = None,
+    events: Sequence[InstanceEvent] = (),
+    held: Sequence[str] = (),
+    retry: PendingRetry | None = None,
+) -> RenderableType:
+    """The ``instances describe`` layout: the :func:`instance_fields`; a DAG or pipeline's
+    graph with the state of every node; every step with its attempts; last, the ``events``
+    sent to the instance, pending or consumed."""
+    fields = instance_fields(
+        record,
+        steps,
+        now=now,
+        value=lambda output: truncate(json_text(output), limit),
+        warning=warning,
+        held=held,
+        retry=retry,
+    )
     parts: list[RenderableType] = [labelled(fields)]
     if definition and definition.get("kind") in GRAPH_KINDS:
         states = node_states(definition, steps, record.id)
