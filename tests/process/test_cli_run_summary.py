@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 
 DOCUMENTS = str(Path(__file__).resolve().parents[2] / "examples" / "documents.py")
 STEPS = ["parse-1", "chunk-1", "embed-1", "index-1", "summarise-1", "notify-1"]
+DESCRIBE = [sys.executable, "-m", "stepline.cli", "workflows", "instances", "describe"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -83,8 +84,7 @@ def test_full_prints_the_whole_describe_output(main_job: dict[str, Any]) -> None
     assert len(re.findall(r"│ Start\s+│ End\s+│ Duration\s+│ State\s+│", out)) == 6
     assert "(or run with --full)" not in out
     described = subprocess.run(
-        [sys.executable, "-m", "stepline.cli", "workflows", "instances", "describe", "documents"]
-        + ["full", "--truncate-output-limit", "300"],
+        [*DESCRIBE, "documents", "full", "--truncate-output-limit", "300"],
         cwd=main_job["root"],
         capture_output=True,
         text=True,

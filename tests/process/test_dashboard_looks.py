@@ -127,8 +127,12 @@ def placeholder_fits(page: Page, selector: str) -> tuple[float, float]:
 
 CONTRAST = """(el) => {
   const rgb = (text) => text.match(/[\\d.]+/g).map(Number);
-  const channel = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
-  const luminance = ([r, g, b]) => 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
+  const channel = (c) => {
+    c /= 255;
+    return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+  };
+  const luminance = ([r, g, b]) =>
+    0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
   let box = el;
   let back = null;
   while (box) {
