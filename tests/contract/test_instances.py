@@ -315,6 +315,8 @@ async def test_unfinished_steps_reads_the_running_and_waiting_steps_of_many_inst
         pk["c"]: [StepRecord("nap", 1, 1, "sleep", "waiting", wake_at=t - 5, started_at=t - 10)],
     }
     assert await store.unfinished_steps([]) == {}
+    many = [*range(max(pk.values()) + 1, max(pk.values()) + 1200), pk["c"]]  # several batches
+    assert await store.unfinished_steps(many) == {pk["c"]: found[pk["c"]]}
 
 
 async def test_instance_times_are_float_seconds(store: Store) -> None:
