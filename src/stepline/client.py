@@ -25,6 +25,7 @@ from .records import (
     InstanceStatus,
     StepRecord,
 )
+from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store
 from .workflow import is_valid_name, validate_name
 
@@ -153,9 +154,12 @@ class Instance:
         return await self._store.get_instance(self.workflow, self.id)
 
     async def status(self) -> InstanceStatus:
-        """``InstanceStatus(status, output, error, rollback)``."""
+        """``InstanceStatus(status, output, error, rollback, retry)``: ``retry``
+        (:class:`~stepline.records.PendingRetry`) names the step an unfinished instance waits to try
+        again, its attempt that failed last, that attempt's error and when the next is due."""
         rec = await self.record()
-        return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback)
+        (retry,) = await read_retries(self._store, [rec])
+        return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback, retry)
 
     async def steps(self) -> list[StepRecord]:
         """The full step history in start order, with every attempt."""
@@ -258,13 +262,15 @@ class Instance:
         # still wakes the wait at once.
         with self._store.watch_changes(self.workflow, self.id) as changes:
             while True:
-                status = await self.status()
-                if status.status in FINISHED_STATUSES:
-                    return status
+                # The record alone: a finished instance retries nothing, and polling an
+                # unfinished one needs only its status.
+                rec = await self.record()
+                if rec.status in FINISHED_STATUSES:
+                    return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback)
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(
-                        f"instance {self.id!r} of {self.workflow!r} is still {status.status} "
+                        f"instance {self.id!r} of {self.workflow!r} is still {rec.status} "
                         f"after {waited}"
                     )
                 pause = interval if remaining is None else min(interval, remaining)

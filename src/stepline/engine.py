@@ -19,7 +19,8 @@ from .durations import Duration, parse_worker_duration
 from .errors import DefinitionError, WorkflowNotFoundError
 from .limits import Limit, check_limit_names
 from .liveness import unserved_warning
-from .records import InstancePage, InstanceRecord, WorkerInfo, WorkflowInfo
+from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, WorkflowInfo
+from .retrying import read_retries
 from .store import Store, create_store
 from .store.base import WorkflowMeta
 from .triggers.cron import ScheduleClient, Scheduler
@@ -332,6 +333,13 @@ class Engine:
         oldest first. A worker registers when it starts, beats every ``heartbeat`` seconds,
         deregisters when it stops gracefully; the row of one that died expires."""
         return await self.store.list_workers()
+
+    async def retries(self, records: Sequence[InstanceRecord]) -> list[PendingRetry | None]:
+        """For each record, the retry it waits for (:class:`~stepline.PendingRetry`: the step,
+        its attempt that failed last, that attempt's error, when the next is due), or None.
+        One read for all the records (a page of :meth:`list_instances`), none if all are
+        finished."""
+        return await read_retries(self.store, records)
 
     async def unserved_warnings(self, records: Sequence[InstanceRecord]) -> list[str | None]:
         """For each record, ``"no live worker serves 'name'"`` if it is due to run and no live

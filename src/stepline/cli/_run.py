@@ -43,6 +43,7 @@ from ._common import (
 )
 from ._instances import Described, load_instance, show_instance, step_output_options
 from ._progress import EventLog, RunProgress
+from ._summary import summarise_instance
 from ._triggers import configured_triggers, start_consumers
 
 RUN_TRUNCATE = 300
@@ -361,6 +362,11 @@ async def _run(
 @json_file_option("--params-file", "Read the params (JSON) from FILE; '-' reads stdin.")
 @click.option("--id", "instance_id", help="Instance id (default: a random UUID).")
 @step_output_options(RUN_TRUNCATE)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Print the whole describe output (every field, every attempt) instead of a summary.",
+)
 @json_option
 @wrangler_option
 @pass_state
@@ -372,10 +378,13 @@ def run(
     instance_id: str | None,
     step_output: bool,
     truncate_output_limit: int,
+    full: bool,
     as_json: bool,
     wrangler: Path | None,
 ) -> None:
-    """Run one instance of TARGET to its end in this process, showing its steps live.
+    """Run one instance of TARGET to its end in this process, showing its steps live, then a
+    summary: one line per step, attempts only where a step was retried (--full: the whole
+    describe output).
 
     TARGET is path/to/file.py:ClassName (a Workflow subclass, @workflow function, Pipeline or
     Dag), module:attribute, or a workflow name from stepline.toml. The instance is stored in the
@@ -399,9 +408,26 @@ def run(
         described, interrupted = await _run(
             state, workflow, params, instance_id or str(uuid.uuid4()), show_progress=not as_json
         )
-        show_instance(
-            state, described, as_json=as_json, step_output=step_output, limit=truncate_output_limit
-        )
+        if as_json or full:
+            show_instance(
+                state,
+                described,
+                as_json=as_json,
+                step_output=step_output,
+                limit=truncate_output_limit,
+            )
+        else:
+            state.out.print(
+                summarise_instance(
+                    described.record,
+                    described.steps,
+                    now=described.now,
+                    step_output=step_output,
+                    warning=described.warning,
+                    held=described.held,
+                    retry=described.retry,
+                )
+            )
         record = described.record
         if record.status == "complete":
             code = EXIT_OK

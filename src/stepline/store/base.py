@@ -225,6 +225,14 @@ class Store(ScheduleStore, FlowStore):
         """
 
     @abc.abstractmethod
+    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
+        """The steps of the instances ``instance_pks`` whose status is ``running`` or
+        ``waiting``, by instance pk, each list in start order (``seq``); instances without one,
+        and pks of no instance, are absent. One read however many instances (what a list reads
+        to show what each instance waits for). Records as stored: a sleep past its wake time
+        still reads ``waiting`` here."""
+
+    @abc.abstractmethod
     async def control(
         self,
         workflow: str,
