@@ -127,6 +127,9 @@ class Engine:
         """Register a workflow class, ``@workflow`` function, Pipeline or Dag."""
         if self._opened:
             raise DefinitionError("register workflows before the engine is opened")
+        return self._define(workflow)
+
+    def _define(self, workflow: Any) -> WorkflowDefinition:
         definition = definition_of(workflow)
         existing = self._registry.get(definition.name)
         if existing is not None and existing != definition:
@@ -137,6 +140,19 @@ class Engine:
         check_schedule_names(self._registry.values(), definition)
         check_limit_names([(definition.name, definition.limits)], self._limits)
         self._registry[definition.name] = definition
+        return definition
+
+    async def add_workflow(self, workflow: Any) -> WorkflowDefinition:
+        """Register a workflow in an engine that is open already and runs no worker in the
+        background (a test's: ``stepline.testing``); it is stored at once, and the worker, if
+        one was made, claims it from its next claim on."""
+        if not self._opened:
+            return self.register(workflow)
+        if self._worker_task is not None:
+            raise DefinitionError("register workflows before the engine's worker starts")
+        definition = self._define(workflow)
+        await self.store.register_workflows([_meta(definition)], self._limits)
+        self._worker = None  # its claims' workflows were fixed when it was made
         return definition
 
     @property

@@ -199,7 +199,7 @@ def test_a_cloudflare_step_config_is_mapped() -> None:
         ({"retries": {"limit": 1, "delay": 1, "backoff": "random"}}, ["retries.backoff", "random"]),
         ({"retries": {"limit": 1, "delay": lambda ctx: 1}}, ["delay function is not supported"]),
         ({"timeout": "soon"}, ["timeout", "soon"]),
-        ({"timeout": 0}, ["timeout", "greater than zero"]),
+        ({"timeout": 0}, ["timeout", "positive"]),
         ("fast", ["config must be a dict"]),
     ],
 )

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import pytest
 
+from stepline import WorkflowEvent, WorkflowStep, workflow
 from stepline.testing import MockError, WorkflowTestEnv, WorkflowTestEnvSync
 
 from ._flows import approve, naps, parent
 
 pytestmark = pytest.mark.both_loops
+
+
+@workflow(name="naps-too")
+async def naps_too(event: WorkflowEvent, step: WorkflowStep) -> str:
+    await step.sleep("nap", "1 hour")
+    return "rested too"
 
 
 async def test_the_engine_is_open_inside_async_with(store_url: str) -> None:
@@ -30,8 +37,9 @@ async def test_workflows_are_added_before_entering() -> None:
         assert await (await env.create(naps)).output() == "rested"
         with pytest.raises(MockError, match=r"register workflows before entering"):
             env.register(approve)
-        with pytest.raises(MockError, match=r"register workflows before entering"):
-            await env.create(approve)
+        # Creating an instance of a workflow not registered yet registers it, even now.
+        late = await env.create(naps_too)
+        assert await late.output() == "rested too"
 
 
 async def test_without_async_with_the_first_call_opens_it() -> None:

@@ -171,13 +171,14 @@ class WorkflowTestEnv(Mocking):
         self, workflow: Any, /, id: str | None = None, params: Any = None, **options: Any
     ) -> TestInstance:
         """Create an instance of ``workflow`` (a name, class, Pipeline or Dag; one not yet
-        registered is, if the engine is not open yet). It runs when the test runs the env: set
-        its mocks first."""
-        if not isinstance(workflow, str):
-            name = definition_of(workflow).name
-            if name not in self.engine.workflows:
-                self.register(workflow)  # refused once the engine is open
+        registered is registered first). It runs when the test runs the env: set its mocks
+        first."""
         await self._open()
+        if (
+            not isinstance(workflow, str)
+            and definition_of(workflow).name not in self.engine.workflows
+        ):
+            await self.engine.add_workflow(workflow)
         return self._wrap(await self.engine.workflow(workflow).create(id, params, **options))
 
     @tracked("env")
