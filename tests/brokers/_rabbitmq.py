@@ -1,4 +1,5 @@
-"""The RabbitMQ side of the broker contract suite: a broker on a fresh queue, and its removal.
+"""The RabbitMQ side of the broker contract suite: a broker on a fresh queue, what its
+dead-letter queue holds, and their removal.
 
 The server is ``STEPLINE_TEST_RABBITMQ_URL`` (default ``amqp://guest:guest@127.0.0.1:5672/``).
 """
@@ -29,3 +30,23 @@ async def cleanup(queue: str) -> None:
         await channel.exchange_delete(f"{queue}.dead")
     finally:
         await connection.close()
+
+
+async def dead_letters(queue: str) -> list[tuple[bytes, dict[str, str]]]:
+    """What the dead-letter queue holds, oldest first: (body, headers as text). Reading takes
+    them off the queue."""
+    connection = await aio_pika.connect(URL)
+    try:
+        channel = await connection.channel()
+        dead = await channel.get_queue(f"{queue}.dead")
+        found = []
+        while (copy := await dead.get(no_ack=True, fail=False)) is not None:
+            headers = {key: _text(value) for key, value in (copy.headers or {}).items()}
+            found.append((copy.body, headers))
+        return found
+    finally:
+        await connection.close()
+
+
+def _text(value: object) -> str:
+    return bytes(value).decode() if isinstance(value, bytes | bytearray) else str(value)

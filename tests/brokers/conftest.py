@@ -1,11 +1,13 @@
 """The broker contract's fixtures: one ``broker`` per broker kind, on a fresh queue.
 
 Each broker kind has a module ``_<kind>.py`` here with ``URL``, ``make(queue) -> Broker`` (not
-connected) and ``cleanup(queue)`` (sync or async: delete the queue and its dead letters);
-optionally ``CLAIM_IDLE`` (how long an unacknowledged message waits before it is delivered
-again, default 1 s) and ``dead_letters(queue) -> [(body, headers)]`` (sync or async: what the
-dead-letter queue holds, for the contract to check the reason). Adding a broker is one more
-name in :data:`BROKERS`; the process tests of ``tests/triggers`` use the same list.
+connected), ``cleanup(queue)`` (sync or async: delete the queue and its dead letters) and
+``dead_letters(queue) -> [(body, headers)]`` (sync or async: what the dead-letter queue holds,
+oldest first, for the contract to check every copy and its reason); optionally ``CLAIM_IDLE``
+(how long an unacknowledged message waits before it is delivered again, default 1 s) and
+``DEAD_LETTER_DEDUP`` (True where a message dead-lettered twice leaves one copy; default False,
+a copy each time). Adding a broker is one more name in :data:`BROKERS`; the process tests of
+``tests/triggers`` use the same list.
 ``STEPLINE_TEST_BROKERS`` (comma-separated) runs other kinds instead.
 """
 
@@ -96,10 +98,11 @@ async def broker(make_broker: Callable[..., Broker]) -> Broker:
     return created
 
 
-async def dead_letters(kind: str, queue: str) -> list[tuple[bytes, dict[str, str]]] | None:
-    """What the dead-letter queue holds, or None when the kind's module cannot tell."""
-    reader: Any = getattr(kit(kind), "dead_letters", None)
-    if reader is None:
-        return None
-    found = reader(queue)
+def dead_letter_dedup(kind: str) -> bool:
+    return bool(getattr(kit(kind), "DEAD_LETTER_DEDUP", False))
+
+
+async def dead_letters(kind: str, queue: str) -> list[tuple[bytes, dict[str, str]]]:
+    """What the dead-letter queue holds, oldest first: (body, headers)."""
+    found: Any = kit(kind).dead_letters(queue)
     return list(await found) if inspect.isawaitable(found) else list(found)

@@ -12,7 +12,15 @@ import pytest
 
 from stepline.triggers.queues.broker import Broker, BrokerError, Message, open_broker
 
-from .conftest import NO_IDLE_REDELIVERY, SECRET, claim_idle, dead_letters, kit, unreachable_url
+from .conftest import (
+    NO_IDLE_REDELIVERY,
+    SECRET,
+    claim_idle,
+    dead_letter_dedup,
+    dead_letters,
+    kit,
+    unreachable_url,
+)
 
 
 async def receive_all(broker: Broker, count: int, within: float = 5.0) -> list[Message]:
@@ -107,19 +115,53 @@ async def test_dead_letter_moves_the_message_with_its_reason(
     [message] = await receive_all(broker, 1)
     await broker.dead_letter(message, "not valid JSON: unexpected character")
     await broker.close()
-    copies = await dead_letters(broker_kind, queue_name)
-    if copies is not None:
-        [(body, headers)] = copies
-        assert body == b"not json"
-        assert headers["x-stepline-reason"] == "not valid JSON: unexpected character"
-        assert headers.get("source") == "tests"
-        assert "x-stepline-original-id" in headers
+    [(body, headers)] = await dead_letters(broker_kind, queue_name)
+    assert body == b"not json"
+    assert headers["x-stepline-reason"] == "not valid JSON: unexpected character"
+    assert headers.get("source") == "tests"
+    assert "x-stepline-original-id" in headers
     # Dead-lettered means acknowledged on the queue: never delivered again.
     other = make_broker()
     await other.connect()
     deadline = time.monotonic() + claim_idle(broker_kind) * 3
     while time.monotonic() < deadline:
         assert await other.receive(10, 0.1) == []
+
+
+POISON = {
+    "poison-1": (b"not json", "not valid JSON: unexpected character"),
+    "poison-2": (b"[1, 2]", "the message must be an object"),
+    "poison-3": (b'{"workflow": "nope"}', "unknown workflow 'nope'"),
+    "poison-4": (b"not json", "not valid JSON: unexpected character"),  # poison-1's body again
+}
+"""Message id -> (body, reason) of distinct poison messages, two of them alike."""
+
+
+async def test_every_dead_lettered_message_arrives_once_with_its_reason(
+    broker: Broker, broker_kind: str, queue_name: str
+) -> None:
+    """Several messages dead-lettered one after the other each leave their own copy; one
+    dead-lettered twice (as after a crash between the copy and the acknowledgement) leaves one
+    copy where the broker deduplicates them and two elsewhere, never none."""
+    for message_id, (body, _) in POISON.items():
+        await broker.publish(body, message_id=message_id, headers={"source": message_id})
+    received = {m.id: m for m in await receive_all(broker, len(POISON))}
+    assert sorted(received) == sorted(POISON)
+    for message_id, (_, reason) in POISON.items():
+        await broker.dead_letter(received[message_id], reason)
+    await broker.dead_letter(received["poison-2"], POISON["poison-2"][1])
+    copies = await dead_letters(broker_kind, queue_name)
+    twice = 1 if dead_letter_dedup(broker_kind) else 2
+    arrived = sorted(
+        (headers["source"], body, headers["x-stepline-reason"]) for body, headers in copies
+    )
+    assert arrived == sorted(
+        (message_id, body, reason)
+        for message_id, (body, reason) in POISON.items()
+        for _ in range(twice if message_id == "poison-2" else 1)
+    )
+    originals = {headers["source"]: headers["x-stepline-original-id"] for _, headers in copies}
+    assert len(set(originals.values())) == len(POISON)  # each copy names its own original
 
 
 async def test_connect_and_close_are_idempotent(broker: Broker) -> None:

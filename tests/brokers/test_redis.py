@@ -47,6 +47,30 @@ async def test_header_names_id_and_body_are_reserved(stream: str) -> None:
     await broker.close()
 
 
+async def test_an_entry_without_a_body_field_is_received_as_unreadable(stream: str) -> None:
+    """Entries another program added with fields of its own: the consumer dead-letters them
+    with this reason, not as an empty JSON document."""
+    broker = _redis.make(stream)
+    await broker.connect()
+    client = redis.Redis.from_url(_redis.URL)
+    client.xadd(stream, {"id": "raw-1", "order_id": "42"})
+    client.xadd(stream, {"order_id": "43", "x" * 100: "1"})
+    client.close()
+    first, second = await broker.receive(2, 0.5)
+    assert (first.id, first.body, first.headers) == ("raw-1", b"", {"order_id": "42"})
+    assert first.unreadable == (
+        "no body field: stepline reads a message from the entry's field 'body' "
+        "(this entry has 'id', 'order_id')"
+    )
+    assert second.unreadable is not None
+    assert second.unreadable.startswith("no body field: ")
+    assert len(second.unreadable) < 200  # the field names are cut
+    await broker.publish(b"", message_id="empty")
+    [empty] = await broker.receive(1, 0.5)
+    assert (empty.body, empty.unreadable) == (b"", None)  # a body, empty: JSON's to refuse
+    await broker.close()
+
+
 async def test_an_entry_deleted_while_pending_is_dropped_from_the_pending_list(
     stream: str,
 ) -> None:

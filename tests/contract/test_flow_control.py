@@ -238,6 +238,38 @@ async def test_a_key_runs_its_instances_in_priority_then_ready_order(
     assert started == ["a1", "b1", "a4", "b2", "a2", "a3"]
 
 
+async def test_a_busy_keys_line_runs_in_priority_then_the_order_it_became_runnable(
+    store: Store, clock: ManualClock
+) -> None:
+    """The line behind a busy key (set aside at once on SQLite) is created over distinct times,
+    so its order by the time each became runnable differs from the order it was stored in: a
+    restarted instance, stored first, goes to the back; two created in one batch share a time
+    and keep their order."""
+    await limit(store, key_concurrency=1)
+    await keyed(store, clock, "a0")
+    await complete(store, (await claim(store))[0])
+    await keyed(store, clock, "a1")
+    (running,) = await claim(store)
+    await keyed(store, clock, "a2", "a3")
+    await make(store, NewInstance("a4", None, key="a", priority=-1))
+    clock.advance(1)
+    await make(store, NewInstance("a5", None, key="a"), NewInstance("a6", None, key="a"))
+    clock.advance(1)
+    await store.control(WF, "a0", "restart")
+    clock.advance(1)
+    await keyed(store, clock, "a7")
+    assert await claim(store) == []
+    started = []
+    for _ in range(7):
+        await complete(store, running)
+        clock.advance(1)
+        (running,) = await claim(store)
+        started.append(running.instance.id)
+    assert started == ["a4", "a2", "a3", "a5", "a6", "a0", "a7"]
+    await complete(store, running)
+    assert await claim(store) == []
+
+
 async def test_a_raised_key_limit_lets_held_instances_run_at_the_next_claim(
     store: Store, clock: ManualClock, open_store: OpenStore
 ) -> None:

@@ -96,6 +96,10 @@ class ShortOfStock(PermanentError):
     pass
 
 
+class CardDeclined(NonRetryableError):
+    """A user's own subclass: fails its step at once, like the class itself."""
+
+
 CONFIGS: dict[str, Any] = {
     "default": None,
     "names": {"retries": {"non_retryable": ["ValueError", "LookupError"]}},
@@ -124,6 +128,7 @@ def _raise(kind: str) -> Any:
         "NonRetryableError": NonRetryableError,
         "PermanentError": PermanentError,
         "ShortOfStock": ShortOfStock,
+        "CardDeclined": CardDeclined,
     }
     raise errors[kind](f"a {kind}")
 
@@ -153,6 +158,8 @@ CASES: list[tuple[str, str, bool]] = [
     ("ValueError", "classes", False),
     ("real TypeError", "retry all", False),
     ("NonRetryableError", "retry all", True),  # always fails at once
+    ("CardDeclined", "default", True),  # a subclass too
+    ("CardDeclined", "retry all", True),
     ("TypeError", "extended", True),
     ("ValueError", "extended", True),
     ("KeyError", "extended", False),

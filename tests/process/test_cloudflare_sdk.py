@@ -19,7 +19,7 @@ import httpx
 import pytest
 from cloudflare import Cloudflare
 
-from stepline import Engine
+from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
 from stepline._project_cloudflare import CloudflareConfig
 from stepline.http import create_app
 
@@ -230,6 +230,52 @@ def test_errors_and_refused_calls(cf: Cloudflare, served: Served) -> None:
         with pytest.raises(cloudflare.APIStatusError, match="stepline does not") as error:
             refused()
         assert error.value.status_code == 405
+
+
+FAILED_ONCE: set[str] = set()
+
+
+@workflow(name="recovers")
+async def recovers(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    def call() -> str:
+        if event.instance_id not in FAILED_ONCE:
+            FAILED_ONCE.add(event.instance_id)
+            raise RuntimeError("not yet")
+        return "done"
+
+    return await step.do("call", {"retries": {"limit": 1, "delay": 0}}, call)
+
+
+def test_a_successful_attempt_is_complete_and_a_short_last_page_counts(tmp_path: Path) -> None:
+    """A step that failed once, then succeeded: its second attempt is ``complete`` (its first
+    ``errored``) where the SDK reads one attempt, and succeeded in describe's attempts; three
+    instances two per page make two pages, the second short (the app served in a thread)."""
+    FAILED_ONCE.clear()
+    engine = Engine(f"sqlite:///{tmp_path}/r.db", [recovers], poll_interval=0.02)
+    with ServerThread(create_app(engine, manage_engine=True)) as server:
+        sdk = Cloudflare(base_url=f"{server.url}/client/v4", api_token="x", max_retries=0)
+        for n in range(3):
+            sdk.workflows.instances.create("recovers", account_id=ACCOUNT, instance_id=f"r{n}")
+        detail = _until(sdk, "r0", "complete", workflow="recovers")
+        (called,) = detail.steps
+        assert [a.success for a in called.attempts] == [False, True]
+        attempts = [
+            sdk.workflows.instances.step(
+                "r0", account_id=ACCOUNT, workflow_name="recovers", name="call-1", type="step",
+                attempt=number,
+            )
+            for number in (1, 2)
+        ]  # fmt: skip
+        assert [(a.status, a.output) for a in attempts] == [("errored", None), ("complete", "done")]
+        assert attempts[0].error.message == "not yet" and attempts[1].error is None
+
+        first = sdk.workflows.instances.list("recovers", account_id=ACCOUNT, per_page=2)
+        info = first.result_info
+        assert (info.page, info.per_page, info.count) == (1, 2, 2)
+        assert (info.total_count, info.total_pages) == (3, 2)
+        last = sdk.workflows.instances.list("recovers", account_id=ACCOUNT, per_page=2, page=2)
+        assert (last.result_info.count, last.result_info.total_pages) == (1, 2)
+        assert len(last.result) == 1
 
 
 def test_account_and_prefix_settings(tmp_path: Path) -> None:

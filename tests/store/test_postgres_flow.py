@@ -303,6 +303,52 @@ async def test_a_claim_sets_a_busy_keys_queued_instances_aside_and_an_end_brings
     assert {found[f"hot{n}"] for n in range(2, BEHIND)} == {(False, True)}
 
 
+async def test_a_busy_keys_line_set_aside_comes_back_by_priority_then_place_in_line(
+    stores: list[PostgresStore], clock: ManualClock
+) -> None:
+    """The line set aside is created over distinct times, so its order by place in line
+    (``held_ready_at``) differs from the order it was stored in: the bring-backs give the
+    lowest priority first, then the earliest place in line (a restarted instance, stored
+    first, goes to the back), then creation order within one batch."""
+    store = stores[0]
+    await store.register_workflows(
+        [WorkflowMeta("k", "K", None, WorkflowLimits(key_concurrency=1))]
+    )
+
+    async def create(*items: NewInstance) -> None:
+        for start in range(0, len(items), 500):
+            await store.create_instances(
+                "k", items[start : start + 500], trigger="api", skip_existing=False
+            )
+        clock.advance(1)
+
+    def hot(instance_id: str, priority: int = 0) -> NewInstance:
+        return NewInstance(instance_id, None, key="hot", priority=priority)
+
+    await create(hot("again"))
+    (again,) = (await store.claim("me", ["k"], 5, LEASE, store.now())).claims
+    await store.finish(again.lease, Finish("complete", output="1"), store.now())
+    await create(hot("first"))
+    (running,) = (await store.claim("me", ["k"], 5, LEASE, store.now())).claims
+    await create(hot("a"))
+    await create(hot("b1"), hot("b2"))
+    await create(hot("urgent", -1))
+    await store.control("k", "again", "restart")
+    clock.advance(1)
+    await create(*(hot(f"hot{n}", 1) for n in range(BEHIND)))
+    await create(hot("c"))
+    await claims_that_step_over(store, FAR_CLAIMS)
+    schema = split_url(store.url)[1]
+    assert set(set_aside(schema).values()) == {(False, True)}
+    started = []
+    for _ in range(8):
+        await store.finish(running.lease, Finish("complete", output="1"), store.now())
+        clock.advance(1)
+        (running,) = (await stores[1].claim("other", ["k"], 5, LEASE, store.now())).claims
+        started.append(running.instance.id)
+    assert started == ["urgent", "a", "b1", "b2", "again", "c", "hot0", "hot1"]
+
+
 async def test_a_claim_does_not_set_aside_behind_a_key_whose_last_instance_is_ending(
     stores: list[PostgresStore], clock: ManualClock
 ) -> None:

@@ -37,13 +37,41 @@ async def test_every_instance_mocks_and_forced_timeouts() -> None:
         assert states == ["StepTimeoutError", "StepTimeoutError", "ok"]
 
 
+@workflow(name="billing")
+async def billing(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    fee = await step.do("charge fee", lambda: "real fee")
+    charge = await step.do("charge", lambda: "real charge")
+    upper = await step.do("Charge", lambda: "real Charge")
+    return [fee, charge, upper]
+
+
+async def test_a_mock_matches_its_step_name_exactly(store_url: str) -> None:
+    """For every instance or for one: a mock of "charge" is not one of "charge fee" or
+    "Charge", nor one of "charge fee" one of "charge"; a mock of "charg" matches nothing."""
+    async with WorkflowTestEnv([billing], store=store_url) as env:
+        env.mock_step("charge", "every charge")
+        every = await env.create(billing, id="every")
+        assert await every.output() == ["real fee", "every charge", "real Charge"]
+        fee = await env.create(billing, id="fee")
+        fee.mock_step("charge fee", "own fee")
+        assert await fee.output() == ["own fee", "every charge", "real Charge"]
+        own = await env.create(billing, id="own")
+        own.mock_step("charge", "own charge")
+        assert await own.output() == ["real fee", "own charge", "real Charge"]
+        short = await env.create(billing, id="short")
+        short.mock_step("charg", "x")
+        with pytest.raises(MockError, match=r"mock_step\('charg'\) matched nothing"):
+            await short.output()
+
+
 async def test_children_stubbed_for_every_instance_or_one() -> None:
     @workflow(name="helper")
     async def helper(event: WorkflowEvent, step: WorkflowStep) -> Any:
         return await step.do("work", lambda: "real")
 
-    async with WorkflowTestEnv([parent]) as env:
-        env.stub_workflow("helper", "stubbed")  # not registered: the stub is
+    env = WorkflowTestEnv([parent])
+    env.stub_workflow("helper", "stubbed")  # not registered: the stub is (before it opens)
+    async with env:
         assert await (await env.create(parent)).output() == "stubbed"
     async with WorkflowTestEnv([parent, helper]) as env:
         real, stubbed = await env.create(parent, id="r"), await env.create(parent, id="s")

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
+import redis
 
 from stepline import Engine, StoreUnavailableError, WorkflowNotFoundError
 from stepline.triggers import QueueTrigger
@@ -113,12 +114,15 @@ async def test_poison_messages_are_dead_lettered_with_their_reason(
             {"workflow": "orders", "params": {"order_id": "good"}},
             [1, 2],
         )
-        assert await drain(consumer, 7) == 7
+        client = redis.Redis.from_url(_redis.URL)
+        client.xadd(stream, {"id": "no-body", "order_id": "a"})  # not written by stepline
+        client.close()
+        assert await drain(consumer, 8) == 8
         assert await ids_of(engine) == ["good"]
         reasons = {
             body: headers["x-stepline-reason"] for body, headers in _redis.dead_letters(stream)
         }
-        assert len(reasons) == 6
+        assert len(reasons) == 7
         assert reasons[b"{not json"].startswith("not valid JSON: ")
         assert reasons[b'{"workflow":"nope","params":{"order_id":"a"}}'] == (
             "unknown workflow 'nope'"
@@ -130,7 +134,11 @@ async def test_poison_messages_are_dead_lettered_with_their_reason(
         wide = next(reason for body, reason in reasons.items() if b'"big"' in body)
         assert wide.startswith("params rejected: ") and "1180591620717411303424" in wide
         assert reasons[b"[1,2]"].startswith("the message must be an object")
-        assert consumer.dead_lettered == 6
+        assert reasons[b""] == (
+            "no body field: stepline reads a message from the entry's field 'body' "
+            "(this entry has 'id', 'order_id')"
+        )
+        assert consumer.dead_lettered == 7
         # Dead-lettered messages are acknowledged: nothing comes back, even after claim_idle.
         await asyncio.sleep(CLAIM_IDLE * 2)
         assert await consumer.run_once(0.1) == 0

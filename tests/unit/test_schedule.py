@@ -1,5 +1,5 @@
 """Schedule: validation on construction, tick maths, and daylight-saving behaviour (cronsim's,
-which follows Debian cron)."""
+which follows Debian cron); each test under several host time zones (``tests/_host_zone``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ import pytest
 
 from stepline import DefinitionError, Schedule
 from stepline.schedule import NAME_MAX, as_schedule, tick_instance_id
+
+from .._host_zone import host_zone
+
+__all__ = ["host_zone"]  # the autouse fixture: every test under each host time zone
 
 PARIS = ZoneInfo("Europe/Paris")
 

@@ -1,5 +1,5 @@
 """Times given to the schedule operations (``parse_moment``), and the tick maths at the end
-of the range they accept."""
+of the range they accept; each test under several host time zones (``tests/_host_zone``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ import pytest
 from stepline import Schedule
 from stepline.triggers.cron import parse_moment
 from stepline.triggers.cron.moments import LATEST
+
+from .._host_zone import host_zone
+
+__all__ = ["host_zone"]  # the autouse fixture: every test under each host time zone
 
 JAN31 = datetime(2024, 1, 31, 9, 0, tzinfo=UTC).timestamp()
 

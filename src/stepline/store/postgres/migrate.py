@@ -20,9 +20,10 @@ async def migrate(
     db: Database,
     schema: str,
     migrations: Sequence[Migration],
-) -> None:
+) -> tuple[int, int]:
     """Create ``schema`` if missing and apply the ``migrations`` it has not had yet, in one
-    transaction, serialised with other stores opening the same schema at once."""
+    transaction, serialised with other stores opening the same schema at once. Returns the
+    schema versions before and after (0: none)."""
     key = int.from_bytes(
         hashlib.blake2b(f"stepline:{schema}".encode(), digest_size=8).digest(),
         "big",
@@ -30,7 +31,7 @@ async def migrate(
     )
     name = sql.Identifier(schema)
 
-    async def body(conn: Conn) -> None:
+    async def body(conn: Conn) -> tuple[int, int]:
         # Serialises stores opening at once: CREATE SCHEMA IF NOT EXISTS alone can race.
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
         await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
@@ -50,5 +51,7 @@ async def migrate(
                 (migration.version, migration.name, time.time()),
             )
             log.info("applied migration %04d_%s to %s", migration.version, migration.name, db.where)
+        latest = max([*done, *(m.version for m in migrations)], default=0)
+        return max(done, default=0), latest
 
-    await db.transaction("migrating the schema", body, pipelined=False)
+    return await db.transaction("migrating the schema", body, pipelined=False)

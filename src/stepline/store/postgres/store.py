@@ -146,7 +146,7 @@ class PostgresStore(ScheduleOperations, FlowOperations):
             return
         await self._db.open()
         try:
-            await migrate(self._db, self.schema, load_migrations("postgres"))
+            self.schema_versions = await migrate(self._db, self.schema, load_migrations("postgres"))
             await self._time.measure()
             await self._listener.start(self.channel, self._dispatch, self._wake_everything)
         except BaseException:
@@ -292,6 +292,16 @@ class PostgresStore(ScheduleOperations, FlowOperations):
         return settle_sleeps(
             [step_from_row(r) for r in steps], instance_from_row(found[0]), self.now()
         )
+
+    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
+        found: dict[int, list[StepRecord]] = {}
+        if not instance_pks:
+            return found
+        pks = list(dict.fromkeys(instance_pks))
+        rows = await self._db.read("reading unfinished steps", self._sql.unfinished_steps, (pks,))
+        for row in rows:
+            found.setdefault(row[0], []).append(step_from_row(row[1:]))
+        return found
 
     async def control(
         self,

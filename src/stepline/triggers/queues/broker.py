@@ -44,6 +44,9 @@ class Message:
     """The broker says it delivered this message before (as far as it can tell)."""
     handle: Any = field(default=None, compare=False, repr=False)
     """The broker's own handle (a delivery, a JetStream message, an entry id) for ack."""
+    unreadable: str | None = None
+    """Why the broker could not read a message out of what it received (a Redis entry without
+    a ``body`` field), or None; the consumer dead-letters such a message with this reason."""
 
 
 class Broker(abc.ABC):

@@ -311,6 +311,8 @@ class Consumer:
         return {}
 
     def _decode(self, message: Message) -> _Item:
+        if message.unreadable is not None:
+            raise _Poison(message.unreadable)
         try:
             body = _json.loads_exact(message.body, what="the message")
         except orjson.JSONDecodeError as exc:

@@ -5,7 +5,8 @@ Each broker object is one consumer of the group, under a name of its own. An ent
 never acknowledged stays in the group's pending list; once it has been idle longer than
 ``claim_idle`` seconds any consumer of the group takes it over with XAUTOCLAIM, which is how
 the entries of a consumer that died are delivered again. Entries carry the fields ``id`` (the
-publisher's message id), ``body`` and any headers, one field each.
+publisher's message id), ``body`` and any headers, one field each; an entry without ``body``
+is received as :attr:`~.broker.Message.unreadable` (the consumer dead-letters it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, TypeVar, cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
+from ..._shown import SHOWN_CHARS
 from .broker import Broker, BrokerError, Message, redact_url
 
 _T = TypeVar("_T")
@@ -39,6 +41,18 @@ def _consumer_name() -> str:
 
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _no_body(fields: Mapping[bytes, bytes]) -> str:
+    # An entry another program added with fields of its own: say so, rather than read its
+    # missing body as an empty (invalid) JSON document.
+    names = ", ".join(repr(_text(name)) for name in fields)
+    if len(names) > SHOWN_CHARS:
+        names = f"{names[: SHOWN_CHARS - 3]}..."
+    return (
+        "no body field: stepline reads a message from the entry's field 'body' "
+        f"(this entry has {names})"
+    )
 
 
 class RedisBroker(Broker):
@@ -137,6 +151,7 @@ class RedisBroker(Broker):
             headers=headers,
             redelivered=redelivered,
             handle=entry_id,
+            unreadable=None if BODY_FIELD in fields else _no_body(fields),
         )
 
     async def receive(self, max_messages: int, timeout: float) -> list[Message]:
