@@ -38,6 +38,7 @@ from .observer import (
     AttemptOutcome,
     CreateEnd,
     Observer,
+    TickOutcome,
     WaitOutcome,
 )
 from .replay import validate_step_name
@@ -57,6 +58,7 @@ __all__ = [
     "Observer",
     "RunningMarks",
     "RuntimeHooks",
+    "TickOutcome",
     "WaitOutcome",
     "error_info",
     "invoke",

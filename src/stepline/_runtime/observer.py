@@ -26,6 +26,10 @@ WaitOutcome = Literal["complete", "received", "timeout", "errored"]
 """How a wait ended: a sleep's end or a child that completed; an event received; a timeout; a
 child that ended errored or terminated."""
 
+TickOutcome = Literal["fired", "missed"]
+"""A tick that created its instance (at once, or later once buffered); one passed over without
+an instance (by its catch-up or overlap policy)."""
+
 CreateEnd = Callable[[int, BaseException | None], None]
 """Called once a create has ended: how many instances it created, and its error if it failed."""
 
@@ -92,7 +96,7 @@ class Observer(Protocol):
         self, workflow: str, trigger: str, items: Sequence[NewInstance]
     ) -> tuple[Sequence[NewInstance], CreateEnd]:
         """Instances of ``workflow`` are about to be created by ``trigger`` (``api``, ``http``,
-        ``schedule``, a queue trigger's label...). Returns the items to create (each with the
+        ``cron``, a queue trigger's label...). Returns the items to create (each with the
         ``traceparent`` its activations continue) and the function to call when the create has
         ended."""
         ...
@@ -100,6 +104,9 @@ class Observer(Protocol):
     def activation(self, claim: Claim) -> ActivationObservation:
         """An activation of ``claim`` starts now, in its own task."""
         ...
+
+    def tick(self, schedule: str, outcome: TickOutcome) -> None:
+        """A cron schedule's tick was handled by this process's scheduler."""
 
     def store_error(self, operation: str, error: BaseException) -> None:
         """A store operation of the worker failed (``claim``, ``activation``)."""

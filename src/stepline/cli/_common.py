@@ -30,6 +30,7 @@ from ..errors import (
 from ..project import ProjectConfig, load_project
 from ..records import InstanceRecord
 from ..store.sqlite import path_from_url
+from ..telemetry import Telemetry
 from ..workflow import validate_name
 
 T = TypeVar("T")
@@ -138,6 +139,8 @@ class State:
         """An engine on the project's database with its named limits (no worker unless asked)."""
         options.setdefault("worker", False)
         options.setdefault("limits", self.project.limits)
+        if "telemetry" not in options:  # traces as [telemetry] says (clients' creates too)
+            options["telemetry"] = Telemetry(traces=self.project.telemetry.traces)
         merged = {**self.project.worker.engine_options(), **options}
         with cli_errors():
             return Engine(self.project.database, workflows, **merged)

@@ -8,11 +8,21 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from .. import _loop
+from .._project_telemetry import LOG_FORMATS
 from ..engine import Engine
 from ..errors import ConfigError
 from ..project import ProjectConfig, load_project, load_workflows
 from ..store.sqlite import path_from_url
-from .server import DEFAULT_HOST, DEFAULT_PORT, ENV_TOKEN, check_bind, is_loopback, serve
+from ..telemetry import Telemetry
+from .server import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ENV_TOKEN,
+    check_bind,
+    is_loopback,
+    json_log_config,
+    serve,
+)
 
 
 class BadInput(click.ClickException):
@@ -86,6 +96,17 @@ def _missing_database(url: str) -> str | None:
     show_default=True,
     help="Also run the configured workflows in this process.",
 )
+@click.option(
+    "--metrics/--no-metrics",
+    default=None,
+    help="Answer GET /metrics in Prometheus' format [[telemetry] metrics, else off].",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    default=None,
+    help="Log lines as text or one JSON object per line [[logging] format, else text].",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -95,6 +116,8 @@ def serve_command(
     insecure: bool,
     database: str | None,
     worker: bool,
+    metrics: bool | None,
+    log_format: str | None,
 ) -> None:
     """Serve the HTTP API (under /api), Cloudflare's Workflows API (under /client/v4) and the
     web dashboard (at /).
@@ -131,6 +154,13 @@ def serve_command(
                 "`stepline db init`, or start `stepline worker` or `stepline serve --worker`"
             )
     options = project.worker.engine_options() if worker else {}
+    configured = project.telemetry
+    json_logs = (log_format or configured.log_format).lower() == "json"
+    telemetry = Telemetry(
+        traces=configured.traces,
+        metrics=configured.metrics if metrics is None else metrics,
+        log_context=json_logs,
+    )
     # Only a server that runs workflows creates a missing SQLite file (as a worker does).
     engine = Engine(
         project.database,
@@ -138,6 +168,7 @@ def serve_command(
         worker=worker,
         create=worker,
         limits=project.limits,
+        telemetry=telemetry,
         **options,
     )
     shown = f"[{host}]" if ":" in host else host
@@ -157,6 +188,8 @@ def serve_command(
         )
     if worker:
         click.echo(f"worker: running {', '.join(sorted(engine.workflows))}", err=True)
+    if telemetry.want_metrics:
+        click.echo(f"Prometheus metrics: http://{shown}:{port}/metrics", err=True)
     serve(
         engine,
         host=host,
@@ -164,4 +197,5 @@ def serve_command(
         token=token,
         insecure=insecure,
         cloudflare_api=project.cloudflare,
+        log_config=json_log_config() if json_logs else None,
     )
