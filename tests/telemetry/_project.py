@@ -44,6 +44,17 @@ if os.environ.get("SPANS_DIR"):
     trace.set_tracer_provider(_provider)
 
 log = logging.getLogger("flows")
+if os.environ.get("MARKS_DIR"):
+    # The application's own handler and format, with stepline's ids through its filter.
+    from stepline.telemetry import LogContextFilter
+
+    _handler = logging.FileHandler(os.path.join(os.environ["MARKS_DIR"], "flows.log"))
+    _handler.setFormatter(
+        logging.Formatter("%(instance_id)s %(step)s %(attempt)s %(trace_id)s %(message)s")
+    )
+    _handler.addFilter(LogContextFilter())
+    log.addHandler(_handler)
+    log.setLevel(logging.INFO)
 
 
 def _block(ctx):
@@ -132,7 +143,8 @@ class Project:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         text: str = proc.log.read_text()  # type: ignore[attr-defined]
-        assert proc.returncode == 0, text
+        # serve ends as uvicorn does: by the signal it caught, once shut down.
+        assert proc.returncode in (0, -signal.SIGTERM), text
         return text
 
     def kill_all(self) -> None:
