@@ -6,6 +6,8 @@ fleet's gauges read the store."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -150,11 +152,8 @@ async def test_every_documented_metric_is_exposed_with_its_labels(
     assert running.instance.id == "l1"
 
 
-async def test_the_plain_engine_imports_neither_library(tmp_path: Path) -> None:
+def test_the_plain_engine_imports_neither_library(tmp_path: Path) -> None:
     """No import of OpenTelemetry or prometheus-client unless turned on (a fresh interpreter)."""
-    import subprocess
-    import sys
-
     code = (
         "import asyncio, sys\n"
         "from stepline import Engine, workflow\n"
@@ -166,8 +165,8 @@ async def test_the_plain_engine_imports_neither_library(tmp_path: Path) -> None:
         "        i = await engine.workflow('w').create()\n"
         "        await i.wait(10)\n"
         "asyncio.run(main())\n"
-        "loaded = [m for m in sys.modules if m.startswith(('opentelemetry', 'prometheus_client'))]\n"
-        "print(loaded)\n"
+        "extras = ('opentelemetry', 'prometheus_client')\n"
+        "print([m for m in sys.modules if m.startswith(extras)])\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
@@ -179,8 +178,6 @@ async def test_the_plain_engine_imports_neither_library(tmp_path: Path) -> None:
 async def test_a_feature_without_its_library_names_the_extra(
     make_engine: EngineFactory, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
-
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
     monkeypatch.delitem(sys.modules, "stepline.telemetry._metrics", raising=False)
     engine = Engine("sqlite:///:memory:", worker=False, telemetry=Telemetry(metrics=True))
