@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
-from uvicorn.config import LOGGING_CONFIG
 from starlette.applications import Starlette
+from uvicorn.config import LOGGING_CONFIG
 
 from .. import _loop
 from .._project_cloudflare import CloudflareConfig
