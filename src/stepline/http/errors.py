@@ -30,7 +30,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "schedule_not_found",
         "not_found",
         "metrics_off",
-    ),  # fmt: skip
+    ),
     405: ("method_not_allowed",),
     409: ("instance_exists", "duplicate_instance", "illegal_state"),
     413: ("payload_too_large",),
