@@ -14,18 +14,23 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol, TypeVar
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from ..errors import ConfigError, StoreUnavailableError
 from ._fleet import FleetReadings
+from ._tally import Counts, Durations
 
 log = logging.getLogger("stepline.telemetry")
-_M = TypeVar("_M", Counter, Histogram)
 
 DURATION_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -60,68 +65,61 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
-        self.created = Counter(
+        self.created = Counts(
             "stepline_instances_created", "Instances created by this process.",
-            ["workflow", "trigger"], registry=r,
+            ["workflow", "trigger"],
         )  # fmt: skip
-        self.finished = Counter(
+        self.finished = Counts(
             "stepline_instances_finished", "Instances that ended in this process's worker.",
-            ["workflow", "outcome"], registry=r,
+            ["workflow", "outcome"],
         )  # fmt: skip
-        self.attempts = Counter(
+        self.attempts = Counts(
             "stepline_step_attempts", "Step attempts that ended, by outcome.",
-            ["workflow", "step", "outcome"], registry=r,
+            ["workflow", "step", "outcome"],
         )  # fmt: skip
-        self.step_seconds = Histogram(
+        self.step_seconds = Durations(
             "stepline_step_duration_seconds", "How long step attempts ran.",
-            ["workflow", "step"], buckets=DURATION_BUCKETS, registry=r,
+            ["workflow", "step"], DURATION_BUCKETS,
         )  # fmt: skip
-        self.activation_seconds = Histogram(
+        self.activation_seconds = Durations(
             "stepline_activation_duration_seconds",
             "How long activations ran, from their claim to their last write.",
-            ["workflow"], buckets=DURATION_BUCKETS, registry=r,
+            ["workflow"], DURATION_BUCKETS,
         )  # fmt: skip
-        self.claim_latency = Histogram(
+        self.claim_latency = Durations(
             "stepline_claim_latency_seconds",
             "From the moment an instance became due (created, woken) to its claim.",
-            ["workflow"], buckets=DURATION_BUCKETS, registry=r,
+            ["workflow"], DURATION_BUCKETS,
         )  # fmt: skip
-        self.takeovers = Counter(
+        self.takeovers = Counts(
             "stepline_lease_takeovers",
             "Claims of an instance whose previous worker stopped while a step ran.",
-            ["workflow"], registry=r,
+            ["workflow"],
         )  # fmt: skip
-        self.store_errors = Counter(
+        self.store_errors = Counts(
             "stepline_store_errors",
             "Failed store operations of this process's worker (kind: unavailable, error).",
-            ["operation", "kind"], registry=r,
+            ["operation", "kind"],
         )  # fmt: skip
-        self.ticks = Counter(
+        self.ticks = Counts(
             "stepline_schedule_ticks", "Cron schedule ticks handled by this process's scheduler.",
-            ["schedule", "outcome"], registry=r,
+            ["schedule", "outcome"],
         )  # fmt: skip
-        self._process = _ProcessCollector()
-        r.register(self._process)
+        self._process = _ProcessCollector(
+            [self.created, self.finished, self.attempts, self.takeovers, self.store_errors,
+             self.ticks],
+            [self.step_seconds, self.activation_seconds, self.claim_latency],
+        )  # fmt: skip
+        self.registry.register(self._process)
         self.fleet: FleetReadings | None = None
         self.content_type = CONTENT_TYPE_LATEST
-        # The labelled children, by their labels: a dict lookup is cheaper than .labels().
-        self._children: dict[tuple[object, ...], Counter | Histogram] = {}
-
-    def child(self, metric: _M, *labels: str) -> _M:
-        """``metric.labels(*labels)``, kept."""
-        key = (id(metric), *labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found  # type: ignore[return-value]
 
     def store_error(self, operation: str, error: BaseException) -> None:
         unavailable = isinstance(error, StoreUnavailableError) or isinstance(
             error.__cause__, StoreUnavailableError
         )
         kind = "unavailable" if unavailable else "error"
-        self.child(self.store_errors, operation, kind).inc()
+        self.store_errors.add((operation, kind))
 
     # -- what is read at scrape time -------------------------------------------------------------
 
@@ -169,9 +167,12 @@ class Metrics:
 
 
 class _ProcessCollector(Collector):
-    """What this process's worker and queue consumers count themselves, read when scraped."""
+    """What this process counted (:mod:`._tally`), and what its worker and queue consumers
+    count themselves, read when scraped."""
 
-    def __init__(self) -> None:
+    def __init__(self, counts: list[Counts], durations: list[Durations]) -> None:
+        self.counts = counts
+        self.durations = durations
         self.worker: tuple[Callable[[], int], int] | None = None
         self.consumers: list[ConsumerView] = []
 
@@ -179,6 +180,13 @@ class _ProcessCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
+        for counts in self.counts:
+            family = CounterMetricFamily(counts.name, counts.description, labels=counts.labels)
+            for key, value in counts.snapshot():
+                family.add_metric(key, value)
+            yield family
+        for durations in self.durations:
+            yield _histogram(durations)
         if self.worker is not None:
             running = GaugeMetricFamily(
                 "stepline_worker_activations", "Activations this process's worker runs now."
@@ -202,6 +210,18 @@ class _ProcessCollector(Collector):
                 messages.add_metric([name, "consumed"], consumed)
                 messages.add_metric([name, "dead_lettered"], consumer.dead_lettered)
             yield messages
+
+
+def _histogram(durations: Durations) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(durations.name, durations.description, labels=durations.labels)
+    bounds = [*(repr(float(b)) for b in durations.bounds), "+Inf"]
+    for key, found in durations.snapshot():
+        cumulative, buckets = 0.0, []
+        for bound, count in zip(bounds, found[:-1], strict=True):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        family.add_metric(key, buckets, found[-1])
+    return family
 
 
 class _FleetCollector(Collector):

@@ -48,7 +48,7 @@ class TelemetryObserver:
 
         def ended(count: int, error: BaseException | None) -> None:
             if metrics is not None and count:
-                metrics.child(metrics.created, workflow, trigger).inc(count)
+                metrics.created.add((workflow, trigger), count)
             if tracing is not None:
                 outcome = "created" if error is None else "failed"
                 for span in spans:
@@ -63,7 +63,7 @@ class TelemetryObserver:
 
     def tick(self, schedule: str, outcome: TickOutcome) -> None:
         if self.metrics is not None:
-            self.metrics.child(self.metrics.ticks, schedule, outcome).inc()
+            self.metrics.ticks.add((schedule, outcome))
 
     def store_error(self, operation: str, error: BaseException) -> None:
         if self.metrics is not None:
@@ -190,7 +190,7 @@ class _Activation:
     def created(self, workflow: str, trigger: str, count: int) -> None:
         metrics = self.owner.metrics
         if metrics is not None and count:
-            metrics.child(metrics.created, workflow, trigger).inc(count)
+            metrics.created.add((workflow, trigger), count)
 
     def ended(self, outcome: str, error: dict[str, str] | None) -> None:
         if self._ended:
@@ -200,9 +200,9 @@ class _Activation:
         metrics = owner.metrics
         if metrics is not None:
             elapsed = time.perf_counter() - self._started
-            metrics.child(metrics.activation_seconds, self.workflow).observe(elapsed)
+            metrics.activation_seconds.observe((self.workflow,), elapsed)
             if outcome in _FINISHED:
-                metrics.child(metrics.finished, self.workflow, outcome).inc()
+                metrics.finished.add((self.workflow, outcome))
         if self._log is not None:
             _logs.leave(self._log)
         tracing = owner.tracing
@@ -230,7 +230,7 @@ def _claimed(metrics: Metrics, claim: Claim) -> None:
     instance, steps = claim.instance, claim.history.steps
     claimed_at = instance.updated_at  # a claim writes its time there
     if any(step.status == "running" for step in steps):
-        metrics.child(metrics.takeovers, instance.workflow).inc()
+        metrics.takeovers.add((instance.workflow,))
         return
     due: float | None = instance.created_at if not steps else None
     for step in steps:
@@ -240,22 +240,15 @@ def _claimed(metrics: Metrics, claim: Claim) -> None:
         due = event.timestamp if due is None else max(due, event.timestamp)
     if due is not None:
         latency = max(0.0, claimed_at - due)
-        metrics.child(metrics.claim_latency, instance.workflow).observe(latency)
+        metrics.claim_latency.observe((instance.workflow,), latency)
 
 
 class _Attempt:
-    """One attempt's observation (:class:`~stepline._runtime.AttemptObservation`)."""
+    """One attempt's observation (:class:`~stepline._runtime.AttemptObservation`). On the path
+    of every step: each attribute of a span costs the SDK microseconds, so a step's span carries
+    only its name and attempt (the activation's span, its parent, has the instance)."""
 
-    __slots__ = (
-        "_activation",
-        "_ended",
-        "_log",
-        "_span",
-        "_started",
-        "_token",
-        "name",
-        "traceparent",
-    )
+    __slots__ = ("_activation", "_ended", "_log", "_span", "_started", "_token", "name")
 
     def __init__(
         self, activation: _Activation, kind: StepKind, name: str, count: int, number: int
@@ -264,22 +257,26 @@ class _Attempt:
         self.name = name
         self._started = time.perf_counter()
         self._ended = False
-        self._span: Span | None = None
-        self._token: object = None
-        self._log: Any = None
-        self.traceparent: str | None = None
         owner = activation.owner
         tracing = owner.tracing
-        ids = None
+        span = None
         if tracing is not None:
-            attributes = activation._step_attributes(kind, name, count)
-            attributes["workflow.step.attempt"] = number
-            self._span = span = tracing.start(f"step {name}", attributes)
+            attributes: dict[str, str | int] = {
+                "workflow.step.name": name,
+                "workflow.step.attempt": number,
+            }
+            span = tracing.start(f"step {name}", attributes)
             self._token = tracing.attach(span)
-            self.traceparent = tracing.traceparent(span)
-            ids = tracing.ids(span)
+        self._span = span
+        self._log = None
         if owner.log_context:
+            ids = None if span is None or tracing is None else tracing.ids(span)
             self._log = _logs.enter_step(f"{name}-{count}", number, ids)
+
+    @property
+    def traceparent(self) -> str | None:
+        tracing = self._activation.owner.tracing
+        return None if self._span is None or tracing is None else tracing.traceparent(self._span)
 
     def ended(self, outcome: AttemptOutcome, error: BaseException | None) -> None:
         if self._ended:
@@ -289,14 +286,12 @@ class _Attempt:
         owner = activation.owner
         metrics = owner.metrics
         if metrics is not None:
-            workflow = activation.workflow
-            elapsed = time.perf_counter() - self._started
-            metrics.child(metrics.step_seconds, workflow, self.name).observe(elapsed)
-            metrics.child(metrics.attempts, workflow, self.name, outcome).inc()
+            key = (activation.workflow, self.name)
+            metrics.step_seconds.observe(key, time.perf_counter() - self._started)
+            metrics.attempts.add((*key, outcome))
         if self._log is not None:
             _logs.leave(self._log)
         tracing = owner.tracing
         if tracing is not None and self._span is not None:
             tracing.detach(self._token)
-            failed = outcome in ("retry", "failed")
-            tracing.end(self._span, outcome, error, failed=failed)
+            tracing.end(self._span, outcome, error, failed=outcome in ("retry", "failed"))
