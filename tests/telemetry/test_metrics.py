@@ -5,6 +5,7 @@ fleet's gauges read the store."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -184,3 +185,15 @@ async def test_a_feature_without_its_library_names_the_extra(
     with pytest.raises(Exception, match=r"pip install 'stepline\[metrics\]'"):
         engine.observer  # noqa: B018
     await engine.close()
+
+
+def test_the_grafana_dashboard_queries_only_documented_metrics() -> None:
+    root = Path(__file__).resolve().parents[2]
+    board = json.loads((root / "docs" / "grafana" / "stepline.json").read_text("utf-8"))
+    exprs = [t["expr"] for panel in board["panels"] for t in panel["targets"]]
+    used = {
+        re.sub(r"_(bucket|sum|count)$", "", m)
+        for e in exprs
+        for m in re.findall(r"stepline_[a-z_]+", e)
+    }
+    assert used == set(documented()), used ^ set(documented())
