@@ -3,7 +3,7 @@
 cd examples
 stepline worker &
 stepline workflows trigger greeting '{"name": "Ada"}' --id ada
-stepline workflows instances describe greeting ada        # 👀 waiting for 'reply'
+stepline workflows instances describe greeting ada        # Waiting For: 👀 a 'reply' event
 stepline workflows instances send-event greeting ada --type reply --payload '{"text": "hello!"}'
 stepline workflows instances describe greeting ada        # ✅ Completed
 """

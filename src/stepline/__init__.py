@@ -38,6 +38,7 @@ from .records import (
     InstancePage,
     InstanceRecord,
     InstanceStatus,
+    PendingRetry,
     StepRecord,
     WorkerInfo,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "ManualClock",
     "NonDeterminismError",
     "NonRetryableError",
+    "PendingRetry",
     "Pipeline",
     "Rate",
     "RetryConfig",

@@ -147,7 +147,7 @@ def node_states(
     ``waiting`` (a child workflow node waiting for the child), ``complete``, ``errored``, and for
     a completed node whose rollback ran: ``rolled back`` or ``rollback failed``.
     """
-    if not definition or definition.get("kind") not in ("dag", "pipeline"):
+    if not definition or definition.get("kind") not in ("dag", "pipeline", "workflow"):
         return {}
     by_name = {(s.name, s.kind): s for s in steps}
     states: dict[str, str] = {}

@@ -16,7 +16,7 @@ from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime.observer import Observer
 from ._shown import shown
 from ._traceparent import valid_traceparent
-from .durations import Duration, parse_duration
+from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .records import (
     FINISHED_STATUSES,
@@ -27,6 +27,7 @@ from .records import (
     InstanceStatus,
     StepRecord,
 )
+from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store
 from .workflow import is_valid_name, validate_name
 
@@ -155,9 +156,12 @@ class Instance:
         return await self._store.get_instance(self.workflow, self.id)
 
     async def status(self) -> InstanceStatus:
-        """``InstanceStatus(status, output, error, rollback)``."""
+        """``InstanceStatus(status, output, error, rollback, retry)``: ``retry``
+        (:class:`~stepline.records.PendingRetry`) names the step an unfinished instance waits to try
+        again, its attempt that failed last, that attempt's error and when the next is due."""
         rec = await self.record()
-        return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback)
+        (retry,) = await read_retries(self._store, [rec])
+        return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback, retry)
 
     async def steps(self) -> list[StepRecord]:
         """The full step history in start order, with every attempt."""
@@ -241,12 +245,17 @@ class Instance:
         encoded = _json.dumps(payload, what=f"payload of event {type!r}", limit=self._max_payload)
         await self._store.send_event(self.workflow, self.id, type, encoded)
 
-    async def wait(self, timeout: float | None = None) -> InstanceStatus:
+    async def wait(self, timeout: Duration | None = None) -> InstanceStatus:
         """Wait until the instance is complete, errored or terminated; return its status.
 
-        Raises :class:`TimeoutError` after ``timeout`` seconds.
+        Raises :class:`TimeoutError` after ``timeout`` (a duration: seconds, a ``timedelta`` or
+        ``"5 minutes"``; 0 looks once; None, the default: no limit).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = (
+            None if timeout is None else parse_duration(timeout, what="timeout", allow_zero=True)
+        )
+        deadline = None if limit is None else time.monotonic() + limit
+        waited = "" if limit is None else format_duration(limit)
         # Stores that notify every end (PostgreSQL) wake this wait at once, so it polls only
         # as a fallback; otherwise poll quickly at first, then back off.
         notified = self._store.pushes_notifications
@@ -255,14 +264,16 @@ class Instance:
         # still wakes the wait at once.
         with self._store.watch_changes(self.workflow, self.id) as changes:
             while True:
-                status = await self.status()
-                if status.status in FINISHED_STATUSES:
-                    return status
+                # The record alone: a finished instance retries nothing, and polling an
+                # unfinished one needs only its status.
+                rec = await self.record()
+                if rec.status in FINISHED_STATUSES:
+                    return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback)
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(
-                        f"instance {self.id!r} of {self.workflow!r} is still {status.status} "
-                        f"after {timeout} seconds"
+                        f"instance {self.id!r} of {self.workflow!r} is still {rec.status} "
+                        f"after {waited}"
                     )
                 pause = interval if remaining is None else min(interval, remaining)
                 await changes.wait(pause)
@@ -482,7 +493,7 @@ class WorkflowBinding:
                 f"purge deletes finished instances only ({', '.join(FINISHED_ORDER)}), "
                 f"got {wrong[0] if wrong else 'no status'!r}"
             )
-        age = parse_duration(older_than, what="older_than")
+        age = parse_duration(older_than, what="older_than", allow_zero=True)
         if not self._possible:
             return 0
         return await self._store.purge_instances(self.name, chosen, self._store.now() - age)

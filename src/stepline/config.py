@@ -48,7 +48,7 @@ def _check_delay(value: object) -> float | DelayFunction:
     if callable(value) and not isinstance(value, type):
         return cast(DelayFunction, value)
     try:
-        return parse_duration(value, what="retries.delay")
+        return parse_duration(value, what="retries.delay", allow_zero=True)
     except ValueError as exc:
         raise _invalid("retries.delay", str(exc)) from None
 
@@ -129,7 +129,9 @@ class RetryConfig:
     def delay_after(self, attempt: int, error: BaseException) -> float:
         """Seconds to wait after failed attempt number ``attempt`` before the next one."""
         if not isinstance(self.delay, int | float):
-            return parse_duration(self.delay(attempt, error), what="retries.delay result")
+            return parse_duration(
+                self.delay(attempt, error), what="retries.delay result", allow_zero=True
+            )
         base = float(self.delay)
         if self.backoff == "constant":
             return base
@@ -198,8 +200,6 @@ class StepConfig:
             seconds = parse_duration(timeout, what="timeout")
         except ValueError as exc:
             raise _invalid("timeout", str(exc)) from None
-        if seconds <= 0:
-            raise _invalid("timeout", f"{timeout!r} (must be greater than zero)")
         object.__setattr__(self, "timeout", seconds)
 
     def to_json(self) -> dict[str, Any]:

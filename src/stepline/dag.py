@@ -211,7 +211,9 @@ class _GraphWorkflow(Workflow):
         what = f"{self._what}: step {node_name!r}"
         try:
             validate_name(workflow, what="workflow name")
-            seconds = parse_duration(timeout, what="timeout")
+            seconds = parse_duration(
+                timeout, what="timeout", allow_zero=True
+            )  # as wait_for_workflow
         except ValueError as exc:
             raise DefinitionError(f"{what}: {exc}") from None
         self._add(

@@ -15,11 +15,12 @@ from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime import Observer, RuntimeHooks
 from .client import Instance, WorkflowBinding, check_listing
 from .clock import SystemClock
-from .durations import Duration, parse_duration
+from .durations import Duration, parse_worker_duration
 from .errors import DefinitionError, WorkflowNotFoundError
 from .limits import Limit, check_limit_names
 from .liveness import unserved_warning
-from .records import InstancePage, InstanceRecord, WorkerInfo, WorkflowInfo
+from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, WorkflowInfo
+from .retrying import read_retries
 from .store import Store, create_store
 from .store.base import WorkflowMeta
 from .telemetry import Activity, ActivityReadings, Telemetry
@@ -95,20 +96,18 @@ class Engine:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if max_payload < 1:
             raise ValueError(f"max_payload must be positive, got {max_payload}")
-        lease_seconds = parse_duration(lease, what="lease")
-        if lease_seconds < 0.1:
-            raise ValueError(f"lease must be at least 0.1 seconds, got {lease!r}")
-        heartbeat_seconds = parse_duration(heartbeat, what="heartbeat")
-        if heartbeat_seconds < 0.05:
-            raise ValueError(f"heartbeat must be at least 0.05 seconds, got {heartbeat!r}")
         self.settings = WorkerSettings(
             concurrency=concurrency,
-            lease=lease_seconds,
-            poll_interval=parse_duration(poll_interval, what="poll_interval"),
-            grace_period=parse_duration(grace_period, what="grace_period"),
+            lease=parse_worker_duration("lease", lease, what="lease"),
+            poll_interval=parse_worker_duration(
+                "poll_interval", poll_interval, what="poll_interval"
+            ),
+            grace_period=parse_worker_duration("grace_period", grace_period, what="grace_period"),
             max_payload=max_payload,
-            retention=None if retention is None else parse_duration(retention, what="retention"),
-            heartbeat=heartbeat_seconds,
+            retention=None
+            if retention is None
+            else parse_worker_duration("retention", retention, what="retention"),
+            heartbeat=parse_worker_duration("heartbeat", heartbeat, what="heartbeat"),
         )
         self.clock = clock or SystemClock()
         # Without a clock of the user's the store keeps real time its own way (PostgreSQL: the
@@ -136,6 +135,9 @@ class Engine:
         """Register a workflow class, ``@workflow`` function, Pipeline or Dag."""
         if self._opened:
             raise DefinitionError("register workflows before the engine is opened")
+        return self._define(workflow)
+
+    def _define(self, workflow: Any) -> WorkflowDefinition:
         definition = definition_of(workflow)
         existing = self._registry.get(definition.name)
         if existing is not None and existing != definition:
@@ -146,6 +148,19 @@ class Engine:
         check_schedule_names(self._registry.values(), definition)
         check_limit_names([(definition.name, definition.limits)], self._limits)
         self._registry[definition.name] = definition
+        return definition
+
+    async def add_workflow(self, workflow: Any) -> WorkflowDefinition:
+        """Register a workflow in an engine that is open already and runs no worker in the
+        background (a test's: ``stepline.testing``); it is stored at once, and the worker, if
+        one was made, claims it from its next claim on."""
+        if not self._opened:
+            return self.register(workflow)
+        if self._worker_task is not None:
+            raise DefinitionError("register workflows before the engine's worker starts")
+        definition = self._define(workflow)
+        await self.store.register_workflows([_meta(definition)], self._limits)
+        self._worker = None  # its claims' workflows were fixed when it was made
         return definition
 
     @property
@@ -366,6 +381,13 @@ class Engine:
         if self._activity is None:
             self._activity = ActivityReadings(self.store, self.telemetry.fleet_ttl)
         return await self._activity.get()
+
+    async def retries(self, records: Sequence[InstanceRecord]) -> list[PendingRetry | None]:
+        """For each record, the retry it waits for (:class:`~stepline.PendingRetry`: the step,
+        its attempt that failed last, that attempt's error, when the next is due), or None.
+        One read for all the records (a page of :meth:`list_instances`), none if all are
+        finished."""
+        return await read_retries(self.store, records)
 
     async def unserved_warnings(self, records: Sequence[InstanceRecord]) -> list[str | None]:
         """For each record, ``"no live worker serves 'name'"`` if it is due to run and no live

@@ -8,6 +8,7 @@ plain ``except Exception`` inside ``Workflow.run`` cannot catch it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -90,11 +91,22 @@ class InstanceNotFoundError(SteplineError, LookupError):
 
 
 class ScheduleNotFoundError(SteplineError, LookupError):
-    """No schedule of that name is stored (none declared by a workflow a scheduler served)."""
+    """No schedule of that name is stored (none declared by a workflow a scheduler served).
+    ``stored``: the names that are, when known, for the message."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no schedule is named {name!r}")
+    def __init__(self, name: str, stored: Sequence[str] | None = None) -> None:
+        message = f"no schedule is named {name!r}"
+        if stored is not None:
+            # Schedules reach the database only when a worker serving them starts: before
+            # that, a schedule the code declares is unknown here.
+            listed = ", ".join(stored[:10]) + (", ..." if len(stored) > 10 else "")
+            where = f"; stored schedules: {listed}" if stored else ": no schedules are stored yet"
+            message += (
+                f"{where} (a worker serving a workflow with schedules stores them when it starts)"
+            )
+        super().__init__(message)
         self.name = name
+        self.stored = None if stored is None else list(stored)
 
 
 class WorkflowNotFoundError(SteplineError, LookupError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._shown import shown
-from .durations import parse_duration
+from .durations import check_duration
 from .errors import DefinitionError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
@@ -87,15 +87,11 @@ def _count(value: object, *, what: str) -> int:
 
 
 def _period(value: object, given: object, what: str) -> float:
-    try:
-        seconds = parse_duration(value, what="period")
-    except ValueError:
+    seconds = check_duration(value)
+    if isinstance(seconds, str):
         raise DefinitionError(
-            f"invalid {what} {shown(given)}: its period is not a duration (units: second, minute, "
-            f"hour, day, week); write it as {_RATE_FORMS}"
-        ) from None
-    if seconds <= 0:
-        raise DefinitionError(f"invalid {what} {shown(given)}: the period must be longer than zero")
+            f"invalid {what} {shown(given)}: its period {seconds}; write it as {_RATE_FORMS}"
+        )
     return seconds
 
 

@@ -63,7 +63,7 @@ from ._project_overrides import (
     workflow_limit_settings,
 )
 from ._project_telemetry import TelemetryConfig, read_telemetry
-from .durations import parse_duration
+from .durations import parse_worker_duration
 from .errors import ConfigError, DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Limit
 from .schedule import Schedule
@@ -236,9 +236,10 @@ def _section(path: Path) -> tuple[dict[str, Any], str]:
 # -- validation ---------------------------------------------------------------------------------
 
 
-def _duration(value: Any, path: Path, key: str) -> float:
+def _duration(value: object, path: Path, key: str) -> float:
+    """The ``[worker]`` duration ``key`` (``worker.lease``) in seconds, by ``Engine``'s rules."""
     try:
-        return parse_duration(value, what=key)
+        return parse_worker_duration(key.rpartition(".")[2], value, what=key)
     except ValueError as exc:
         raise ConfigError(f"{path}: key '{key}': {exc}") from None
 
@@ -257,15 +258,9 @@ def _worker(raw: Any, path: Path, prefix: str) -> WorkerConfig:
             f"{path}: key '{key}.concurrency' must be a whole number of at least 1, "
             f"got {concurrency!r}"
         )
-    lease = _duration(raw.get("lease", defaults.lease), path, f"{key}.lease")
-    if lease < 0.1:
-        raise ConfigError(f"{path}: key '{key}.lease' must be at least 0.1 seconds")
-    heartbeat = _duration(raw.get("heartbeat", defaults.heartbeat), path, f"{key}.heartbeat")
-    if heartbeat < 0.05:
-        raise ConfigError(f"{path}: key '{key}.heartbeat' must be at least 0.05 seconds")
     return WorkerConfig(
         concurrency=concurrency,
-        lease=lease,
+        lease=_duration(raw.get("lease", defaults.lease), path, f"{key}.lease"),
         poll_interval=_duration(
             raw.get("poll_interval", defaults.poll_interval), path, f"{key}.poll_interval"
         ),
@@ -275,7 +270,7 @@ def _worker(raw: Any, path: Path, prefix: str) -> WorkerConfig:
         retention=_duration(raw["retention"], path, f"{key}.retention")
         if "retention" in raw
         else None,
-        heartbeat=heartbeat,
+        heartbeat=_duration(raw.get("heartbeat", defaults.heartbeat), path, f"{key}.heartbeat"),
     )
 
 

@@ -224,13 +224,40 @@ class InstanceRecord:
 
 
 @dataclass(frozen=True)
+class PendingRetry:
+    """A step of an unfinished instance whose last attempt failed and that waits to be tried
+    again (:func:`stepline.retrying.retry_of`): what ``status()``, lists and describe show of
+    a retrying instance, which is otherwise just ``waiting``."""
+
+    step: str
+    """The step, ``name-count``."""
+    attempt: int
+    """The number of its attempt that failed last (1 for the first)."""
+    error: dict[str, str]
+    """That attempt's error, ``{"name", "message"}``."""
+    next_attempt_at: float | None
+    """When the next attempt is due (seconds since the epoch); None while it waits for a slot
+    of a named limit instead."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "attempt": self.attempt,
+            "error": self.error,
+            "next_attempt_at": self.next_attempt_at,
+        }
+
+
+@dataclass(frozen=True)
 class InstanceStatus:
-    """What ``instance.status()`` returns (the fields Cloudflare Workflows reports)."""
+    """What ``instance.status()`` returns: the fields Cloudflare Workflows reports, and the
+    retry an unfinished instance waits for, if any."""
 
     status: InstanceStatusName
     output: Any = None
     error: dict[str, str] | None = None
     rollback: dict[str, Any] | None = None
+    retry: PendingRetry | None = None
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, overload
 
+from ._stepdeps import Adapt, DeclaredSteps, StepHandle
 from .config import StepConfig
 from .durations import Duration
 from .records import EventRecord
@@ -72,14 +73,28 @@ class WorkflowStep:
     Created by the engine for each activation; user code only calls its methods.
     """
 
-    __slots__ = ("_activation",)
+    __slots__ = ("_activation", "_declared")
 
     def __init__(self, activation: StepRunner) -> None:
         self._activation = activation
+        self._declared: DeclaredSteps | None = None
 
     # Every method returns the coroutine of the step (await it, or pass it to asyncio.gather):
     # the activation notes each one, so that a step call run() never awaits ends the instance
     # errored instead of letting it complete as if the step had run.
+
+    @overload
+    def do(
+        self,
+        name: str | None = None,
+        /,
+        *,
+        concurrent: bool = False,
+        config: StepConfig | dict[str, Any] | None = None,
+        depends: Sequence[StepHandle] | None = None,
+        rollback: RollbackCallback | None = None,
+        rollback_config: StepConfig | dict[str, Any] | None = None,
+    ) -> Callable[[StepCallback], StepHandle]: ...
 
     @overload
     def do(
@@ -106,11 +121,14 @@ class WorkflowStep:
 
     def do(
         self,
-        name: str,
+        name: str | None = None,
         *args: Any,
+        concurrent: bool = False,
+        config: StepConfig | dict[str, Any] | None = None,
+        depends: Sequence[StepHandle] | None = None,
         rollback: RollbackCallback | None = None,
         rollback_config: StepConfig | dict[str, Any] | None = None,
-    ) -> Coroutine[Any, Any, Any]:
+    ) -> Any:
         """Run ``callback`` once (with retries) and record its JSON result.
 
         ``step.do(name, callback)`` or ``step.do(name, config, callback)``. The callback is sync
@@ -119,16 +137,57 @@ class WorkflowStep:
         called if a later error ends the instance (saga), as ``rollback(error, output)``,
         ``rollback(error, output, ctx)`` or ``rollback(ctx)`` (``ctx``: the rollback step's
         :class:`StepContext`), after the parameters it declares.
+
+        Without a callback it is a decorator (Cloudflare's Python form): ``@step.do()`` (the
+        step is named after the function), ``@step.do("name", concurrent=..., config=...)``.
+        The function's parameters name earlier decorated steps, whose results it receives (a
+        parameter ``ctx`` receives the :class:`StepContext`); ``await fn()`` resolves them, each
+        once per ``run()`` (all at once with ``concurrent=True``), then runs the step;
+        ``rollback`` as above. ``depends=[...]`` lists the steps in parameter order instead
+        (the SDK's older form).
         """
+        if not args:
+            return self._declared_steps().decorator(
+                name,
+                concurrent=concurrent,
+                config=config,
+                depends=depends,
+                rollback=rollback,
+                rollback_config=rollback_config,
+            )
+        if concurrent or config is not None or depends is not None:
+            raise TypeError(
+                "concurrent=, config= and depends= belong to the @step.do decorator; a step "
+                "with a callback takes its config as step.do(name, config, callback)"
+            )
         if len(args) == 1:
-            config, callback = None, args[0]
+            step_config, callback = None, args[0]
         elif len(args) == 2:
-            config, callback = args
+            step_config, callback = args
         else:
             raise TypeError("use step.do(name, callback) or step.do(name, config, callback)")
+        if not isinstance(name, str):
+            raise TypeError(f"step.do takes the step's name first, got {name!r}")
         activation = self._activation
-        call = activation.do(name, config, callback, rollback, rollback_config)
+        call = activation.do(name, step_config, callback, rollback, rollback_config)
         return activation.track("do", name, call)
+
+    def _declared_steps(
+        self,
+        *,
+        context: Adapt | None = None,
+        result: Adapt | None = None,
+        failure: Callable[[Exception], BaseException] | None = None,
+    ) -> DeclaredSteps:
+        """The decorated steps of this ``run()``; Cloudflare's layer makes its own, with its
+        shapes of the step context, the results and a failed step's error."""
+        if context is not None or result is not None or failure is not None:
+            return DeclaredSteps(
+                self.do, self._activation.track, context=context, result=result, failure=failure
+            )
+        if self._declared is None:
+            self._declared = DeclaredSteps(self.do, self._activation.track)
+        return self._declared
 
     def sleep(self, name: str, duration: Duration) -> Coroutine[Any, Any, None]:
         """Sleep durably: the instance is ``waiting`` and holds no memory, thread or lease."""

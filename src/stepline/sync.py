@@ -30,7 +30,7 @@ from .records import (
     WorkerInfo,
     WorkflowInfo,
 )
-from .triggers.cron import ScheduleClient, ScheduleInfo
+from .triggers.cron import Backfill, ScheduleClient, ScheduleInfo
 from .triggers.cron.client import Moment
 
 T = TypeVar("T")
@@ -103,7 +103,7 @@ class SyncInstance:
     def send_event(self, type: str, payload: Any = None) -> None:
         self._portal.call(self._instance.send_event(type, payload))
 
-    def wait(self, timeout: float | None = None) -> InstanceStatus:
+    def wait(self, timeout: Duration | None = None) -> InstanceStatus:
         return self._portal.call(self._instance.wait(timeout))
 
 
@@ -174,7 +174,7 @@ class SyncScheduleClient:
     def trigger(self, name: str, at: Moment | None = None) -> InstanceRecord:
         return self._portal.call(self._client.trigger(name, at))
 
-    def backfill(self, name: str, start: Moment, end: Moment) -> list[InstanceRecord]:
+    def backfill(self, name: str, start: Moment, end: Moment) -> Backfill:
         return self._portal.call(self._client.backfill(name, start, end))
 
     # Last: within the class body below this, ``list`` would mean this method.

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import ast
 import inspect
 import re
-import textwrap
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
 from ._shown import shown
+from ._source_steps import static_steps, step_graph
 from .durations import Duration
 from .errors import DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Rate, WorkflowLimits, workflow_limits
@@ -94,42 +93,16 @@ class Workflow:
         running it. Steps named at run time are not listed.
         """
         run = getattr(cls, "__wrapped__", None) or cls.run
-        return {
+        steps = static_steps(run)
+        described: dict[str, Any] = {
             "kind": "workflow",
             "doc": (cls.__doc__ or "").strip() or None,
-            "steps": static_steps(run),
+            "steps": steps,
         }
-
-
-_STEP_METHODS = {
-    "do": "do",
-    "sleep": "sleep",
-    "sleep_until": "sleep",
-    "wait_for_event": "wait_for_event",
-    "start_workflow": "start_workflow",
-    "wait_for_workflow": "wait_for_workflow",
-}
-
-
-def static_steps(fn: Callable[..., Any]) -> list[dict[str, str]]:
-    """Steps a function's source calls with a literal name (``step.do("load", ...)``)."""
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError):
-        return []
-    found: list[dict[str, str]] = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        kind = _STEP_METHODS.get(node.func.attr)
-        if kind is None or not node.args:
-            continue
-        first = node.args[0]
-        if isinstance(first, ast.Constant) and isinstance(first.value, str):
-            found.append({"name": first.value, "type": kind, "line": str(node.lineno)})
-    found.sort(key=lambda entry: int(entry["line"]))
-    return [{"name": entry["name"], "type": entry["type"]} for entry in found]
+        graph = step_graph(steps)
+        if graph is not None:
+            described.update(graph)  # decorated steps with dependencies: drawn as a DAG
+        return described
 
 
 RunFunction = Callable[[WorkflowEvent, WorkflowStep], Awaitable[Any]]

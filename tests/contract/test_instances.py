@@ -1,5 +1,6 @@
 """Client-side instance operations: create_instances, create_and_claim, get_instance,
-list_instances, get_steps; and how records read back (encoded JSON decoded, float times)."""
+list_instances, get_steps, unfinished_steps; and how records read back (encoded JSON decoded,
+float times)."""
 
 from __future__ import annotations
 
@@ -281,6 +282,41 @@ async def test_a_step_reads_back_as_written_with_its_json_decoded(
             assert isinstance(value, float)
         for attempt in record.attempts:
             assert isinstance(attempt.started_at, float)
+
+
+async def test_unfinished_steps_reads_the_running_and_waiting_steps_of_many_instances(
+    store: Store,
+) -> None:
+    """One read for a whole page of instances (lists show how each one waits): by instance pk,
+    in start order, as stored; finished steps, instances without any and unknown pks absent."""
+    created = await create(store, "a", "b", "c")
+    pk = {record.id: record.pk for record in created}
+    claims = await store.claim(OWNER, [WF], 3, LEASE, store.now())
+    lease = {c.instance.id: c.lease for c in claims}
+    t = store.now()
+    failed = (Attempt(1, t, t + 1, {"name": "ValueError", "message": "no"}),)
+    retrying = StepWrite("charge", 1, 2, "do", "waiting", attempts=failed, wake_at=t + 10)
+    running = StepWrite("other", 1, 3, "do", "running", info={"running_attempt": 1})
+    sleeping = StepWrite("nap", 1, 1, "sleep", "waiting", wake_at=t - 5, started_at=t - 10)
+    for lease_of, step in (
+        ("a", running),
+        ("a", write("done", 1)),
+        ("a", retrying),
+        ("b", write("done", 1)),
+        ("c", sleeping),
+    ):
+        await store.record_step(lease[lease_of], step, t)
+    found = await store.unfinished_steps([pk["c"], pk["b"], pk["a"], max(pk.values()) + 100])
+    assert found == {
+        pk["a"]: [
+            StepRecord("charge", 1, 2, "do", "waiting", attempts=failed, wake_at=t + 10),
+            StepRecord("other", 1, 3, "do", "running", info={"running_attempt": 1}),
+        ],
+        pk["c"]: [StepRecord("nap", 1, 1, "sleep", "waiting", wake_at=t - 5, started_at=t - 10)],
+    }
+    assert await store.unfinished_steps([]) == {}
+    many = [*range(max(pk.values()) + 1, max(pk.values()) + 1200), pk["c"]]  # several batches
+    assert await store.unfinished_steps(many) == {pk["c"]: found[pk["c"]]}
 
 
 async def test_instance_times_are_float_seconds(store: Store) -> None:

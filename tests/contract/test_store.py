@@ -50,6 +50,17 @@ async def test_open_creates_the_schema_through_every_numbered_migration(
     ]
     assert await store.list_workflows() == []
     assert await store.list_workers() == []
+    assert store.schema_versions == (0, versions[-1])  # created
+
+
+async def test_schema_versions_say_what_open_did(open_store: OpenStore, store_url: str) -> None:
+    unopened = create_store(store_url)
+    assert unopened.schema_versions is None
+    first = await open_store()
+    latest = first.schema_versions[1] if first.schema_versions else None
+    assert first.schema_versions == (0, latest) and latest is not None and latest > 1
+    again = await open_store()
+    assert again.schema_versions == (latest, latest)  # nothing changed
 
 
 async def test_open_upgrades_an_older_schema_and_keeps_its_data(
@@ -83,6 +94,7 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     reopened = await open_store()
     versions = [(m.version,) for m in load_migrations(store_kind)]
     assert raw(store_url, "SELECT version FROM schema_migrations ORDER BY version") == versions
+    assert reopened.schema_versions == (1, versions[-1][0])
     assert await reopened.get_instance(WF, "a") == created
     now = reopened.now()
     await reopened.heartbeat(WorkerInfo("w", "h", 1, now, now, 1.0, (WF,), 1, 0), now)

@@ -111,9 +111,17 @@ async def test_trigger_and_backfill(client: httpx.AsyncClient) -> None:
     assert filled.status_code == 200, filled.text
     body = filled.json()
     assert body["schedule"] == "reports-5" and body["count"] == 4
+    assert (body["created"], body["existing"]) == (3, 1)  # 08:00 was triggered above
     assert [i["id"] for i in body["instances"]] == [
         f"reports-5-20240131T{hm}Z" for hm in ("0750", "0755", "0800", "0805")
     ]
+    again = (
+        await client.post(
+            "/api/schedules/reports-5/backfill",
+            json={"from": "2024-01-31T07:50Z", "to": "2024-01-31T08:05Z"},
+        )
+    ).json()
+    assert (again["count"], again["created"], again["existing"]) == (4, 0, 4)
 
 
 @pytest.mark.parametrize(

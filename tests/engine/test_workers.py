@@ -181,7 +181,7 @@ def test_sync_engine_lists_workers(store_url: str) -> None:
 
 
 def test_heartbeat_must_be_positive() -> None:
-    with pytest.raises(ValueError, match=r"heartbeat must be at least 0\.05 seconds"):
+    with pytest.raises(ValueError, match=r"invalid heartbeat 0: it must be at least 0\.05 seconds"):
         Engine("sqlite:///unused.db", heartbeat=0)
 
 

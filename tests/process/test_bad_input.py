@@ -16,6 +16,7 @@ import asyncio
 import datetime
 import inspect
 import math
+import socket
 import subprocess
 import sys
 import uuid
@@ -29,6 +30,7 @@ import orjson
 import pytest
 
 from stepline import (
+    ConfigError,
     DefinitionError,
     Engine,
     IllegalStateError,
@@ -201,6 +203,15 @@ async def nothing_found(ctx: Ctx) -> list[Instance]:
     return []
 
 
+DIRECTORY = Path(__file__).parent
+"""A directory that a SQLite URL may name by mistake."""
+
+
+async def open_directory(ctx: Ctx, create: bool) -> None:
+    async with Engine(f"sqlite:///{DIRECTORY}", worker=False, create=create):
+        pass
+
+
 async def odd_params(ctx: Ctx) -> list[Instance]:
     instance = await ctx.engine.workflow("greet").create("api-odd", ODD_VALUE)
     assert (await instance.record()).params == ODD_VALUE
@@ -321,7 +332,9 @@ API = [
     Api("timeout-fortnights", lambda c: StepConfig(timeout="5 fortnights"),
         Raises(ValueError, "invalid step config key 'timeout': invalid timeout '5 fortnights'")),
     Api("timeout-negative", lambda c: StepConfig(timeout=-1),
-        Raises(ValueError, "invalid timeout -1: must be a finite, non-negative duration")),
+        Raises(ValueError, "invalid timeout -1: it must be positive")),
+    Api("timeout-zero", lambda c: StepConfig(timeout=0),
+        Raises(ValueError, "invalid timeout 0: it must be positive")),
     Api("timeout-past-float", lambda c: StepConfig(timeout=10**400),
         Raises(ValueError, "invalid timeout 1000")),
     Api("sleep-fortnights", run, Errored("ValueError", "sleep 'nap' '5 fortnights'"),
@@ -330,6 +343,25 @@ API = [
         Raises(ValueError, "invalid lease '5 fortnights'")),
     Api("purge-older-than-negative", lambda c: c.engine.workflow("greet").purge(older_than=-1),
         Raises(ValueError, "invalid older_than -1")),
+    Api("purge-older-than-negative-text",
+        lambda c: c.engine.workflow("greet").purge(older_than="-5 days"),
+        Raises(ValueError, "invalid older_than '-5 days': it must not be negative")),
+    Api("engine-lease-zero", lambda c: Engine(c.engine.url, lease=0),
+        Raises(ValueError, "invalid lease 0: it must be at least 0.1 seconds")),
+    Api("engine-grace-period-negative", lambda c: Engine(c.engine.url, grace_period="-5 seconds"),
+        Raises(ValueError, "invalid grace_period '-5 seconds': it must not be negative")),
+    Api("engine-poll-interval-zero", lambda c: Engine(c.engine.url, poll_interval="0 seconds"),
+        Raises(ValueError, "invalid poll_interval '0 seconds': it must be positive")),
+    Api("wait-timeout-negative", on("waiting", lambda i: i.wait(timeout=-1)),
+        Raises(ValueError, "invalid timeout -1: it must not be negative")),
+    Api("wait-timeout-not-a-duration", on("complete", lambda i: i.wait(timeout="soon")),
+        Raises(ValueError, "invalid timeout 'soon': it is not a duration: expected a number of "
+               "seconds or 'N unit' (units: millisecond, second, minute, hour, day, week)")),
+    Api("wait-timeout-not-a-duration-type", on("complete", lambda i: i.wait(timeout=[1])),
+        Raises(ValueError, "invalid timeout [1]: it is not a duration: expected a number of "
+               "seconds, a timedelta or 'N unit'")),
+    Api("wait-timeout-text-passes", on("waiting", lambda i: i.wait(timeout="10 milliseconds")),
+        Raises(TimeoutError, "is still waiting after 10 milliseconds")),
     Api("retries-limit-negative", lambda c: RetryConfig(limit=-1),
         Raises(ValueError, "'retries.limit': -1")),
     Api("retries-backoff-unknown", lambda c: RetryConfig(backoff="quadratic"),  # type: ignore[arg-type]
@@ -341,6 +373,12 @@ API = [
     Api("retries-non-retryable-not-a-class", lambda c: RetryConfig(non_retryable=[5]),  # type: ignore[list-item]
         Raises(ValueError, "'retries.non_retryable': 5 is neither")),
     Api("step-config-in-run", run, Errored("ValueError", "'retries.limit': -1"), (bad_config,)),
+    # A SQLite URL naming a directory, whether the engine may create the database or not.
+    Api("sqlite-url-directory", lambda c: open_directory(c, create=True),
+        Raises(ConfigError, f"{DIRECTORY} is a directory, not a SQLite database file: name a "
+               f"file in it, e.g. sqlite:///{DIRECTORY}/stepline.db")),
+    Api("sqlite-url-directory-no-create", lambda c: open_directory(c, create=False),
+        Raises(ConfigError, f"{DIRECTORY} is a directory, not a SQLite database file")),
     # Unknown instances, every illegal state change, other refused changes.
     Api("get-unknown-instance", lambda c: c.engine.get_instance("greet", "nope"),
         Raises(InstanceNotFoundError, "workflow 'greet' has no instance 'nope'")),
@@ -588,6 +626,15 @@ FILES = {
     "bad.json": '{"a": ',
     "big.json": orjson.dumps({"x": "y" * MIB}).decode(),
     "odd.json": orjson.dumps(ODD_VALUE).decode(),
+    "hello.py": "from stepline import workflow\n\n\n@workflow(name='hello')\n"
+    "async def hello(event, step):\n    return 1\n",
+    "broken.jsonc": '{"main": "wmain.py", // a comment\n "workflows": [',
+    "noclass.jsonc": '{"main": "wmain.py", "workflows": [{"name": "w", "binding": "W", '
+    '"class_name": "Missing"}]}',
+    "good.jsonc": '{"main": "wmain.py", "workflows": [{"name": "w", "binding": "W", '
+    '"class_name": "Flow"}]}',
+    "wmain.py": "from workers import WorkflowEntrypoint\n\n\nclass Flow(WorkflowEntrypoint):\n"
+    "    async def run(self, event, step):\n        return 1\n",
 }
 
 
@@ -598,6 +645,18 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (root / name).write_text(text, encoding="utf-8")
     (root / "latin1.json").write_bytes(b'{"a": "\xe9"}')
     return root
+
+
+BUSY_PORT = "{busy_port}"
+"""In a row's args: a port something else listens on (the ``busy_port`` fixture)."""
+
+
+@pytest.fixture(scope="module")
+def busy_port() -> Iterator[int]:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -613,6 +672,8 @@ class Cli:
     """A click usage error: the usage line, a hint, then the error."""
     changes: tuple[str, str] | None = None
     """For a command that succeeds: the instance it creates, whose params must be ODD_VALUE."""
+    database: str | None = None
+    """The --database URL instead of the seeded database's (which must stay unchanged)."""
 
 
 BOTH = ("sqlite", "postgres")
@@ -628,6 +689,12 @@ CLI = [
     Cli("config-module-import-fails", ("--config", "broken.toml", "worker"),
         "key 'workflows[0].class_name' (broken:X): cannot import module 'broken'"),
     Cli("run-not-async", ("run", "syncrun.py:Sync"), "run() must be an async function"),
+    Cli("wrangler-not-jsonc", ("worker", "--wrangler", "broken.jsonc"),
+        "broken.jsonc is not valid JSONC"),
+    Cli("wrangler-missing-class", ("worker", "--wrangler", "noclass.jsonc"),
+        "key 'workflows[0].class_name': module 'wmain' has no attribute 'Missing'"),
+    Cli("wrangler-unknown-workflow", ("run", "--wrangler", "good.jsonc", "nope"),
+        "unknown workflow 'nope'; known workflows: w"),
     Cli("params-file-missing", (*TRIGGER, "--params-file", "missing.json"),
         "cannot read --params-file missing.json: No such file or directory"),
     Cli("params-file-directory", (*TRIGGER, "--params-file", "."), "cannot read --params-file .:"),
@@ -656,6 +723,31 @@ CLI = [
         "invalid --lease '5 fortnights'"),
     Cli("older-than-negative", (*INST, "delete", "greet", "--older-than", "-1 days"),
         "invalid --older-than '-1 days'"),
+    Cli("older-than-negative-says-so", (*INST, "delete", "greet", "--older-than", "-5 days"),
+        "invalid --older-than '-5 days': it must not be negative"),
+    Cli("older-than-not-a-duration", (*INST, "delete", "greet", "--older-than", "5 fortnights"),
+        "invalid --older-than '5 fortnights': it is not a duration: expected a number of "
+        "seconds or 'N unit' (units: millisecond, second, minute, hour, day, week)"),
+    Cli("lease-zero", ("worker", "--lease", "0"),
+        "invalid --lease '0': it must be at least 0.1 seconds"),
+    Cli("lease-negative", ("worker", "--lease", "-5 seconds"),
+        "invalid --lease '-5 seconds': it must be at least 0.1 seconds"),
+    Cli("grace-period-negative", ("worker", "--grace-period", "-1"),
+        "invalid --grace-period '-1': it must not be negative"),
+    Cli("schedule-none-stored", ("schedules", "backfill", "nightly", "--from", "0", "--to", "60"),
+        "no schedule is named 'nightly': no schedules are stored yet (a worker serving a "
+        "workflow with schedules stores them when it starts)", stores=BOTH),
+    *[Cli(f"sqlite-url-directory-{name}", args,
+          "is a directory, not a SQLite database file (from --database): name a file in it, "
+          "e.g. sqlite:///", database="sqlite:///.")
+      for name, args in [("client", ("workers", "list")),
+                         ("trigger", ("workflows", "trigger", "hello")),
+                         ("db-init", ("db", "init")),
+                         ("worker", ("worker", "hello.py:hello")),
+                         ("run", ("run", "hello.py:hello")),
+                         ("serve", ("serve", "--port", "0"))]],
+    Cli("serve-port-in-use", ("serve", "--port", BUSY_PORT),
+        "cannot serve on 127.0.0.1:{port}: the port is in use", stores=BOTH),
     Cli("status-unknown", (*INST, "list", "greet", "--status", "done"),
         "Invalid value for '--status': 'done' is not one of", usage=True),
     Cli("restart-step-not-utf8",
@@ -692,11 +784,12 @@ async def _params(url: str, name: str, instance_id: str) -> Any:
 
 
 @pytest.mark.parametrize(("store", "case"), params(CLI, lambda case: case.stores))
-def test_cli(store: str, case: Cli, worlds: Worlds, project: Path) -> None:
+def test_cli(store: str, case: Cli, worlds: Worlds, project: Path, busy_port: int) -> None:
     url = asyncio.run(worlds.url(store))
     before = dump(url)
+    args = [arg.replace(BUSY_PORT, str(busy_port)) for arg in case.args]
     result = subprocess.run(
-        [sys.executable, "-m", "stepline.cli", "--database", url, *case.args],
+        [sys.executable, "-m", "stepline.cli", "--database", case.database or url, *args],
         cwd=project,
         input=case.stdin,
         capture_output=True,
@@ -716,6 +809,6 @@ def test_cli(store: str, case: Cli, worlds: Worlds, project: Path) -> None:
         assert lines[0].startswith("Usage: stepline ") and lines[1].startswith("Try "), lines
         lines = lines[3:]
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert case.names in lines[0], lines[0]
+    assert case.names.replace("{port}", str(busy_port)) in lines[0], lines[0]
     assert len(lines[0]) <= MOST_CHARS, lines[0]
     assert dump(url) == before

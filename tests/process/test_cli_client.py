@@ -9,6 +9,7 @@ payloads from a file or stdin. ``describe`` lists the instance's events. ``stepl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import socket
@@ -16,13 +17,17 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
+from stepline.store.migrations import load_migrations
+from stepline.store.sqlite.db import migrate as apply_migrations
 
+from .._pg import drop_schema, pg_admin_url
 from .test_cli import as_json, cli_env, in_parallel, make_project, ok, stepline, wait_for
 
 pytestmark = pytest.mark.slow
@@ -107,16 +112,61 @@ def test_db_init_creates_the_database_then_clients_use_it(tmp_path: Path) -> Non
     project = make_project(tmp_path / "project")
     nested = tmp_path / "data" / "app.db"
     url = f"sqlite:///{nested}"
+    latest = load_migrations("sqlite")[-1].version
     created = ok(project, "--database", url, "db", "init")
-    assert created.strip() == f"🗄 Created {nested} (from --database)"
+    assert created.strip() == f"🗄 Created {nested}, schema version {latest} (from --database)"
     assert as_json(project, "--database", url, "db", "init") == {
         "database": str(nested),
         "created": False,
+        "version": latest,
+        "previous_version": latest,
     }
     again = ok(project, "--database", url, "db", "init")
-    assert again.strip() == f"🗄 Schema up to date in {nested} (from --database)"
+    assert again.strip() == (f"🗄 Schema up to date in {nested}: version {latest} (from --database)")
     triggered = as_json(project, "--database", url, "workflows", "trigger", "greeting")
     assert triggered["status"] == "queued"
+
+
+def test_db_init_upgrades_an_older_sqlite_schema_and_says_so(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "project")
+    old = tmp_path / "old.db"
+    migrations = load_migrations("sqlite")
+    with contextlib.closing(sqlite3.connect(old, isolation_level=None)) as conn:
+        apply_migrations(conn, migrations[:1])
+    upgraded = ok(project, "--database", f"sqlite:///{old}", "db", "init")
+    assert upgraded.strip() == (
+        f"🗄 Upgraded {old} from schema version 1 to {migrations[-1].version} (from --database)"
+    )
+
+
+@pytest.mark.postgres
+def test_db_init_creates_a_new_postgresql_schema_and_says_so(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "project")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    base = pg_admin_url()
+    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    latest = load_migrations("postgres")[-1].version
+    try:
+        created = ok(project, "--database", url, "db", "init")
+        assert created.strip() == (
+            f'🗄 Created schema "{schema}" of the PostgreSQL database, schema version {latest} '
+            "(from --database)"
+        )
+        again = as_json(project, "--database", url, "db", "init")
+        assert again == {
+            "database": "the PostgreSQL database",
+            "schema": schema,
+            "created": False,
+            "version": latest,
+            "previous_version": latest,
+        }
+        same = ok(project, "--database", url, "db", "init")
+        assert same.strip() == (
+            f'🗄 Schema up to date in schema "{schema}" of the PostgreSQL database: version '
+            f"{latest} (from --database)"
+        )
+    finally:
+        drop_schema(base, schema)
 
 
 def _free_port() -> int:
@@ -294,15 +344,16 @@ def test_worker_lease_and_grace_period_flags(tmp_path: Path) -> None:
         ],
     )
     expected = [
-        "Error: invalid --lease 'soon'",
-        "Error: invalid --grace-period '-1'",
-        "Error: lease must be at least 0.1 seconds",
+        "Error: invalid --lease 'soon': it is not a duration",
+        "Error: invalid --grace-period '-1': it must not be negative",
+        "Error: invalid --lease '10 milliseconds': it must be at least 0.1 seconds",
     ]
     for result, message in zip(bad, expected, strict=True):
         assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
         assert "Traceback" not in result.stderr
     log = tmp_path / "worker.log"
-    proc = _start(project, log, "--lease", "7 seconds", "--grace-period", "3 seconds")
+    # A bare number is seconds, as in stepline.toml.
+    proc = _start(project, log, "--lease", "7", "--grace-period", "3 seconds")
     try:
         wait_for(lambda: "started for" in log.read_text(), "the worker to start")
         assert "lease 7 seconds, grace period 3 seconds" in log.read_text()

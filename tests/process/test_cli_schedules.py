@@ -127,12 +127,20 @@ def test_trigger_and_backfill(project: Path) -> None:
     )  # fmt: skip
     ids = [f"every-5-20240131T09{m:02d}Z" for m in range(0, 21, 5)]
     assert filled["count"] == 5 and [i["id"] for i in filled["instances"]] == ids
+    assert (filled["created"], filled["existing"]) == (4, 1)  # 09:00 was triggered above
     text = ok(project, "schedules", "backfill", "every-5", "--from", "2024-01-31T09:00Z",
               "--to", "2024-01-31T09:10Z")  # fmt: skip
     assert text.strip() == (
-        '⏰ Backfilled 3 instances of schedule "every-5" (workflow "nightly"): '
-        + ", ".join(ids[:3])
+        '⏰ Backfilled schedule "every-5" (workflow "nightly"): 0 instances created, 3 existed '
+        "already: " + ", ".join(ids[:3])
     )
+    text = ok(project, "schedules", "backfill", "every-5", "--from", "2024-01-31T09:20Z",
+              "--to", "2024-01-31T09:25Z")  # fmt: skip
+    assert text.strip() == (
+        '⏰ Backfilled schedule "every-5" (workflow "nightly"): 1 instance created, 1 existed '
+        "already: every-5-20240131T0920Z, every-5-20240131T0925Z"
+    )
+    ids.append("every-5-20240131T0925Z")
     listed = as_json(project, "workflows", "instances", "list", "nightly", "--per-page", "100")
     assert sorted(r["id"] for r in listed) == sorted([*ids, "nightly-3am-20240131T0900Z"])
     # The schedule's own state is not changed by triggers and backfills.

@@ -140,3 +140,80 @@ def test_stepline_serve_with_a_project_and_a_worker(tmp_path: Path) -> None:
     assert "worker: running hello" in output
     assert "Application shutdown complete" in output
     assert (tmp_path / "served.db").exists()
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "flows.py").write_text(PROJECT_FLOWS, encoding="utf-8")
+    config = tmp_path / "stepline.toml"
+    config.write_text(
+        'database = "sqlite:///served.db"\n\n[[workflows]]\nname = "hello"\n'
+        'class_name = "flows:hello"\n',
+        encoding="utf-8",
+    )
+    return config
+
+
+def _serve_env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for name in ("STEPLINE_DATABASE_URL", "STEPLINE_API_TOKEN"):
+        env.pop(name, None)
+    return env
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line(tmp_path: Path) -> None:
+    """The port is taken: one line and exit code 2, before any banner, and nothing started
+    (the worker's database is not even created)."""
+    config = _project(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "stepline.cli", "--config", str(config), "serve",
+             "--port", str(port), "--worker"],
+            cwd=tmp_path, env=_serve_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert not result.stdout
+    assert result.stderr.splitlines() == [
+        f"Error: cannot serve on 127.0.0.1:{port}: the port is in use (by another "
+        "`stepline serve`?); stop what listens there, or choose another --port"
+    ]
+    assert not (tmp_path / "served.db").exists()
+
+
+def test_serve_prints_its_banner_once_listening(tmp_path: Path) -> None:
+    """When the banner names the URL, a connection to it succeeds at once (no retry)."""
+    config = _project(tmp_path)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepline.cli", "--config", str(config), "serve",
+         "--port", str(port), "--worker"],
+        cwd=tmp_path, env=_serve_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith(f"stepline dashboard: http://127.0.0.1:{port}/"), line
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        assert httpx.get(f"http://127.0.0.1:{port}/api/workflows", timeout=30).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, output
+
+
+def test_serve_with_a_worker_on_a_directory_says_so_in_one_line(tmp_path: Path) -> None:
+    config = _project(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "stepline.cli", "--config", str(config), "--database",
+         f"sqlite:///{tmp_path}", "serve", "--port", "0", "--worker"],
+        cwd=tmp_path, env=_serve_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"Error: {tmp_path} is a directory, not a SQLite database file (from --database): name "
+        f"a file in it, e.g. sqlite:///{tmp_path}/stepline.db"
+    ]

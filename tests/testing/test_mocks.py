@@ -69,8 +69,9 @@ async def test_children_stubbed_for_every_instance_or_one() -> None:
     async def helper(event: WorkflowEvent, step: WorkflowStep) -> Any:
         return await step.do("work", lambda: "real")
 
-    async with WorkflowTestEnv([parent]) as env:
-        env.stub_workflow("helper", "stubbed")  # not registered: the stub is
+    env = WorkflowTestEnv([parent])
+    env.stub_workflow("helper", "stubbed")  # not registered: the stub is (before it opens)
+    async with env:
         assert await (await env.create(parent)).output() == "stubbed"
     async with WorkflowTestEnv([parent, helper]) as env:
         real, stubbed = await env.create(parent, id="r"), await env.create(parent, id="s")

@@ -250,14 +250,46 @@ async def test_client_list_trigger_and_backfill(
     assert [r.id for r in filled] == [f"every-minute-20231231T{m}Z" for m in ("2358", "2359")] + [
         f"every-minute-20240101T{m}Z" for m in ("0000", "0001")
     ]
+    assert (filled.created, filled.existing) == (4, 0)
     again = await client.backfill("every-minute", start, end)
     assert [r.pk for r in again] == [r.pk for r in filled]
+    assert (again.created, again.existing) == (0, 4)
+    wider = await client.backfill("every-minute", start, end.timestamp() + 120)
+    assert (len(wider), wider.created, wider.existing) == (6, 2, 4)
+    assert wider[:4] == again[:] and wider[-1].id == "every-minute-20240101T0003Z"
     with pytest.raises(ValueError, match="more than"):
         await client.backfill("every-minute", T0 - 86400 * 30, T0)
     with pytest.raises(ValueError, match="timezone-aware"):
         await client.trigger("every-minute", at=datetime(2024, 1, 1))
     await engine.worker.run_once()
     assert SEEN[0]["schedule"]["scheduled_time"] == datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
+
+
+async def test_an_unknown_schedule_says_where_schedules_come_from(store_url: str) -> None:
+    async with Engine(store_url, [Every], worker=False) as engine:
+        client = engine.schedules()
+        calls: list[Callable[[], Awaitable[Any]]] = [
+            lambda: client.get("every-minute"),
+            lambda: client.pause("every-minute"),
+            lambda: client.resume("every-minute"),
+            lambda: client.trigger("every-minute"),
+            lambda: client.backfill("every-minute", T0, T0 + 60),
+        ]
+        for call in calls:
+            with pytest.raises(ScheduleNotFoundError) as info:
+                await call()
+            assert str(info.value) == (
+                "no schedule is named 'every-minute': no schedules are stored yet (a worker "
+                "serving a workflow with schedules stores them when it starts)"
+            )
+        await engine.scheduler.sync()
+        with pytest.raises(ScheduleNotFoundError) as info:
+            await client.trigger("every-minut")
+        assert str(info.value) == (
+            "no schedule is named 'every-minut'; stored schedules: every-minute (a worker "
+            "serving a workflow with schedules stores them when it starts)"
+        )
+        assert info.value.name == "every-minut"
 
 
 async def test_a_schedule_removed_from_code_stops_firing(

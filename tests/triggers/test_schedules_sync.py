@@ -36,5 +36,6 @@ def test_the_sync_facade_operates_schedules(store_url: str) -> None:
         assert record.id == "hourly-sync-20240131T0800Z" and record.trigger == "cron"
         made = client.backfill("hourly-sync", T0 - 3 * 3600, T0)
         assert [r.id for r in made] == [f"hourly-sync-20240131T0{h}00Z" for h in (7, 8, 9)]
+        assert (made.created, made.existing) == (2, 1)  # 8:00 was triggered above
         with pytest.raises(ScheduleNotFoundError):
             client.pause("nope")

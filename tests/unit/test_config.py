@@ -211,7 +211,41 @@ def test_worker_defaults(tmp_path: Path) -> None:
         ("workflows = 'a'\n", r"key 'workflows' must be an array of tables"),
         ("[worker]\nconcurrency = 0\n", r"key 'worker\.concurrency' must be a whole number"),
         ("[worker]\nlease = 'soon'\n", r"key 'worker\.lease': invalid worker\.lease 'soon'"),
-        ("[worker]\nlease = 0.01\n", r"key 'worker\.lease' must be at least 0\.1 seconds"),
+        (
+            "[worker]\nlease = 0.01\n",
+            r"key 'worker\.lease': invalid worker\.lease 0\.01: it "
+            r"must be at least 0\.1 seconds",
+        ),
+        (
+            "[worker]\nlease = '-5 seconds'\n",
+            r"key 'worker\.lease': invalid worker\.lease "
+            r"'-5 seconds': it must be at least 0\.1 seconds",
+        ),
+        (
+            "[worker]\nlease = 'soon'\n",
+            r"'soon': it is not a duration: expected a number of "
+            r"seconds or 'N unit' \(units: millisecond, second, minute, hour, day, week\)",
+        ),
+        (
+            "[worker]\nlease = '30'\nheartbeat = 0\n",
+            r"key 'worker\.heartbeat': invalid "
+            r"worker\.heartbeat 0: it must be at least 0\.05 seconds",
+        ),
+        (
+            "[worker]\npoll_interval = '0 seconds'\n",
+            r"invalid worker\.poll_interval '0 seconds': "
+            r"it must be positive",
+        ),
+        (
+            "[worker]\ngrace_period = '-1'\n",
+            r"invalid worker\.grace_period '-1': it must not "
+            r"be negative",
+        ),
+        (
+            "[worker]\nretention = '-1 days'\n",
+            r"invalid worker\.retention '-1 days': it must "
+            r"not be negative",
+        ),
         ("[worker]\nthreads = 4\n", r"unknown key 'worker\.threads'"),
         ("cloudflare = 1\n", r"key 'cloudflare' must be a table"),
         ("[cloudflare]\nport = 1\n", r"unknown key 'cloudflare\.port'; allowed keys there: prefix"),

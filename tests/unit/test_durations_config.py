@@ -1,8 +1,10 @@
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from stepline import RetryConfig, StepConfig, parse_duration
+from stepline._shown import shown
 from stepline.config import parse_step_config
 from stepline.durations import format_duration
 
@@ -27,6 +29,9 @@ from stepline.durations import format_duration
         ("2 weeks", 1209600.0),
         ("1.5 hours", 5400.0),
         ("5 Seconds", 5.0),
+        ("5", 5.0),
+        ("0.5", 0.5),
+        (" 30 ", 30.0),
     ],
 )
 def test_durations(value: object, seconds: float) -> None:
@@ -37,7 +42,6 @@ def test_durations(value: object, seconds: float) -> None:
     "value",
     [
         "",
-        "5",
         "five seconds",
         "5 fortnights",
         "-1 second",
@@ -55,6 +59,56 @@ def test_invalid_durations_quote_the_input(value: object) -> None:
     with pytest.raises(ValueError) as info:
         parse_duration(value)
     assert repr(value) in str(info.value)
+
+
+UNITS = "(units: millisecond, second, minute, hour, day, week)"
+
+
+@pytest.mark.parametrize(
+    ("value", "options", "message"),
+    [
+        ("5 fortnights", {}, f"invalid --lease '5 fortnights': it is not a duration: expected a "
+         f"number of seconds or 'N unit' {UNITS}"),
+        ("5s", {}, "invalid --lease '5s': it is not a duration: expected a number of seconds"),
+        ([1], {}, "invalid --lease [1]: it is not a duration: expected a number of seconds, a "
+         "timedelta or 'N unit'"),
+        (0, {}, "invalid --lease 0: it must be positive"),
+        ("0 seconds", {}, "invalid --lease '0 seconds': it must be positive"),
+        ("-5 days", {}, "invalid --lease '-5 days': it must be positive"),
+        ("-5", {}, "invalid --lease '-5': it must be positive"),
+        (timedelta(seconds=-1), {}, "invalid --lease datetime.timedelta(days=-1, seconds=86399): "
+         "it must be positive"),
+        ("-5 days", {"allow_zero": True}, "invalid --lease '-5 days': it must not be negative"),
+        (-0.5, {"allow_zero": True}, "invalid --lease -0.5: it must not be negative"),
+        ("0", {"at_least": 0.1}, "invalid --lease '0': it must be at least 0.1 seconds"),
+        ("50 milliseconds", {"at_least": 0.1},
+         "invalid --lease '50 milliseconds': it must be at least 0.1 seconds"),
+        (float("inf"), {}, "invalid --lease inf: it must be a finite duration"),
+        (float("nan"), {"allow_zero": True}, "invalid --lease nan: it must be a finite duration"),
+        ("9" * 400 + " weeks", {}, "it must be a finite duration"),
+    ],
+)  # fmt: skip
+def test_what_is_wrong_is_said(value: object, options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_duration(value, what="--lease", **options)
+    assert message in str(info.value)
+    assert str(info.value).startswith(f"invalid --lease {shown(value)}: ")
+
+
+def test_zero_only_where_allowed() -> None:
+    assert parse_duration(0, allow_zero=True) == 0.0
+    assert parse_duration("0 seconds", allow_zero=True) == 0.0
+    assert parse_duration("0", allow_zero=True) == 0.0
+    assert parse_duration("0.1", at_least=0.1) == 0.1
+    with pytest.raises(ValueError, match="it must be positive"):
+        parse_duration(timedelta(0))
+
+
+def test_a_long_value_is_cut() -> None:
+    with pytest.raises(ValueError) as info:
+        parse_duration("x" * 5000, what="--older-than")
+    assert len(str(info.value)) < 250
+    assert shown("x" * 5000) in str(info.value)
 
 
 def test_format_duration() -> None:

@@ -24,6 +24,7 @@ EXPECTED = {
     "ManualClock",
     "NonDeterminismError",
     "NonRetryableError",
+    "PendingRetry",
     "Pipeline",
     "Rate",
     "RetryConfig",

@@ -67,7 +67,7 @@ async def start_workflow(
 async def wait_for_workflow(
     state: ActivationState, workflow: str, child_id: str, timeout: Duration
 ) -> Any:
-    seconds = parse_duration(timeout, what="timeout of wait_for_workflow")
+    seconds = parse_duration(timeout, what="timeout of wait_for_workflow", allow_zero=True)
     name = f"wait {workflow} {child_id}"
     replay, quiet, writer = state.replay, state.quiet, state.writer
     quiet.progress += 1

@@ -20,7 +20,7 @@ from .writer import StepRef
 
 
 async def sleep(state: ActivationState, name: str, duration: Duration) -> None:
-    seconds = parse_duration(duration, what=f"duration of sleep {name!r}")
+    seconds = parse_duration(duration, what=f"duration of sleep {name!r}", allow_zero=True)
     await _sleep(state, name, lambda now: now + seconds)
 
 
@@ -74,7 +74,7 @@ async def wait_for_event(
 ) -> EventRecord:
     validate_step_name(name)
     validate_name(event_type, what="event type")
-    seconds = parse_duration(timeout, what=f"timeout of wait_for_event {name!r}")
+    seconds = parse_duration(timeout, what=f"timeout of wait_for_event {name!r}", allow_zero=True)
     replay, quiet, writer = state.replay, state.quiet, state.writer
     quiet.progress += 1
     key, record = replay.find(name, "wait_for_event")

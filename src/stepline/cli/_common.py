@@ -15,6 +15,7 @@ from rich.console import Console
 
 from .. import _loop
 from .._json import parse_json_argument
+from ..cloudflare import WranglerProject, load_wrangler
 from ..engine import Engine
 from ..errors import (
     ConfigError,
@@ -29,7 +30,7 @@ from ..errors import (
 )
 from ..project import ProjectConfig, load_project
 from ..records import InstanceRecord
-from ..store.sqlite import path_from_url
+from ..store.sqlite import directory_message, path_from_url
 from ..telemetry import Telemetry
 from ..workflow import validate_name
 
@@ -124,26 +125,52 @@ class State:
 
     database: str | None = None
     config_path: Path | None = None
+    wrangler: Path | None = None
+    """``--wrangler``: the project is this wrangler file's (worker, run, serve)."""
     _project: ProjectConfig | None = None
+    _wrangler_project: WranglerProject | None = None
     out: Console = field(default_factory=make_console)
     err: Console = field(default_factory=lambda: make_console(stderr=True))
 
     @property
     def project(self) -> ProjectConfig:
         if self._project is None:
+            if self.wrangler is not None:
+                self._project = self.wrangler_project.config
+                return self._project
             with cli_errors():
                 self._project = load_project(config_path=self.config_path, database=self.database)
         return self._project
 
+    @property
+    def wrangler_project(self) -> WranglerProject:
+        """The ``--wrangler`` project, loaded once (its ignored keys are listed then)."""
+        if self.wrangler is None:
+            raise CliError("this command needs --wrangler wrangler.jsonc")
+        if self._wrangler_project is None:
+            if self.config_path is not None:
+                fail("give --config or --wrangler, not both")
+            with cli_errors():
+                self._wrangler_project = load_wrangler(self.wrangler, database=self.database)
+            warning = self._wrangler_project.ignored_warning()
+            if warning is not None:
+                click.echo(f"warning: {warning}", err=True)
+        return self._wrangler_project
+
     def engine(self, workflows: Iterable[Any] = (), **options: Any) -> Engine:
-        """An engine on the project's database with its named limits (no worker unless asked)."""
+        """An engine on the project's database with its named limits (no worker unless asked).
+        A SQLite URL naming a directory stops here, before a command prints or starts anything."""
+        self.check_not_directory()
         options.setdefault("worker", False)
         options.setdefault("limits", self.project.limits)
         if "telemetry" not in options:  # traces as [telemetry] says (clients' creates too)
             options["telemetry"] = Telemetry(traces=self.project.telemetry.traces)
         merged = {**self.project.worker.engine_options(), **options}
         with cli_errors():
-            return Engine(self.project.database, workflows, **merged)
+            engine = Engine(self.project.database, workflows, **merged)
+        if self._wrangler_project is not None:
+            self._wrangler_project.env.attach(engine)  # self.env's bindings act through it
+        return engine
 
     @contextlib.asynccontextmanager
     async def client(self, workflows: Iterable[Any] = ()) -> AsyncIterator[Engine]:
@@ -171,6 +198,15 @@ class State:
             return None
         path = path_from_url(self.project.database)
         return f"no stepline database at {path} ({self.database_source()})"
+
+    def check_not_directory(self) -> None:
+        """Stop with exit code 2 if the SQLite URL names a directory."""
+        url = self.project.database
+        if url.startswith("sqlite:"):
+            with cli_errors():
+                problem = directory_message(path_from_url(url), self.database_source())
+            if problem is not None:
+                raise CliError(problem)
 
     def database_exists(self) -> bool:
         """False only for a SQLite file that does not exist yet (servers always exist)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.text import Text
@@ -16,9 +18,18 @@ def db() -> None:
     """Create the database. Client commands never create one; workers and `run` do too."""
 
 
-async def _init(state: State) -> None:
-    async with state.engine():
-        pass  # opening creates the file and applies the migrations
+async def _init(state: State) -> tuple[int, int]:
+    async with state.engine() as engine:
+        # Opening created the file or schema and applied the migrations it lacked.
+        versions = engine.store.schema_versions
+    assert versions is not None  # set by every store's open
+    return versions
+
+
+def _postgres_schema(url: str) -> str:
+    # Imported here: only a PostgreSQL URL needs the PostgreSQL store (and psycopg).
+    split_url = importlib.import_module("stepline.store.postgres").split_url
+    return str(split_url(url)[1])
 
 
 @db.command("init")
@@ -28,18 +39,28 @@ def init(state: State, as_json: bool) -> None:
     """Create the project's database, or apply pending migrations to an existing one.
 
     A SQLite file is created with its directories; a PostgreSQL database must exist (its
-    schema is created). Idempotent.
+    schema is created). Idempotent: it says whether it created the schema, upgraded it or
+    found it up to date, and its version.
     """
-    existed = state.database_exists()
     url = state.project.database
-    run_async(_init(state))
-    where = (
-        str(Path(path_from_url(url)).absolute())
-        if url.startswith("sqlite:")
-        else "the PostgreSQL database"
-    )
+    before, after = run_async(_init(state))
+    shown: dict[str, Any] = {}
+    if url.startswith("sqlite:"):
+        where = str(Path(path_from_url(url)).absolute())
+        shown["database"] = where
+    else:
+        schema = _postgres_schema(url)
+        shown["database"] = "the PostgreSQL database"
+        shown["schema"] = schema
+        where = f'schema "{schema}" of the PostgreSQL database'
     if as_json:
-        print_json({"database": where, "created": not existed})
+        print_json({**shown, "created": before == 0, "version": after, "previous_version": before})
         return
-    what = "Created" if not existed else "Schema up to date in"
-    state.out.print(Text(f"🗄 {what} {where} ({state.database_source()})"))
+    source = state.database_source()
+    if before == 0:
+        said = f"🗄 Created {where}, schema version {after} ({source})"
+    elif before < after:
+        said = f"🗄 Upgraded {where} from schema version {before} to {after} ({source})"
+    else:
+        said = f"🗄 Schema up to date in {where}: version {after} ({source})"
+    state.out.print(Text(said))

@@ -19,8 +19,10 @@ from ..records import (
     INSTANCE_STATUSES,
     InstanceEvent,
     InstanceRecord,
+    PendingRetry,
     StepRecord,
 )
+from ..retrying import retry_of
 from ..workflow import validate_name
 from ._common import (
     State,
@@ -61,7 +63,7 @@ def instances() -> None:
 
 async def _list(
     state: State, name: str, status: str | None, reverse: bool, page: int, per_page: int
-) -> tuple[list[InstanceRecord], bool]:
+) -> tuple[list[InstanceRecord], list[PendingRetry | None], bool]:
     async with state.client() as engine:
         await check_workflow(engine, state, name)
         cursor: str | None = None
@@ -72,11 +74,12 @@ async def _list(
             )
             cursor = skipped.cursor
             if cursor is None:
-                return [], False
+                return [], [], False
         found = await binding.list(
             status=status, limit=per_page, cursor=cursor, oldest_first=reverse
         )
-        return found.instances, found.cursor is not None
+        retries = await engine.retries(found.instances)
+        return found.instances, retries, found.cursor is not None
 
 
 @instances.command("list", short_help="List the instances of a workflow.")
@@ -105,9 +108,14 @@ def list_instances(
     as_json: bool,
 ) -> None:
     """List the instances of workflow NAME: id, created, modified, status."""
-    records, more = run_async(_list(state, name, status, reverse, page, per_page))
+    records, retries, more = run_async(_list(state, name, status, reverse, page, per_page))
     if as_json:
-        print_json([record.to_json() for record in records])
+        print_json(
+            [
+                {**record.to_json(), "retry": retry.to_json() if retry else None}
+                for record, retry in zip(records, retries, strict=True)
+            ]
+        )
         return
     if not records:
         which = f" with status {status}" if status else ""
@@ -115,7 +123,7 @@ def list_instances(
         state.out.print(Text(f'There are no instances{which} in workflow "{name}"{where}'))
         return
     state.out.print(Text(f"Showing {plural(len(records), 'instance')} from page {page}:"))
-    state.out.print(instances_table(records))
+    state.out.print(instances_table(records, retries))
     if more:
         state.out.print(Text(f"More instances: --page {page + 1}"))
 
@@ -136,6 +144,8 @@ class Described:
     events: list[InstanceEvent] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
     """The full limits holding a due instance back (:func:`stepline.held.held_reasons`)."""
+    retry: PendingRetry | None = None
+    """The failed step it waits to try again (:func:`stepline.retrying.retry_of`), if any."""
 
 
 async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
@@ -149,7 +159,8 @@ async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
     )
     (warning,) = await engine.unserved_warnings([record])
     held = await read_held_reasons(engine.store, record)
-    return Described(record, steps, engine.now(), definition, warning, events, held)
+    retry = None if record.status in FINISHED_STATUSES else retry_of(steps)
+    return Described(record, steps, engine.now(), definition, warning, events, held, retry)
 
 
 def show_instance(
@@ -162,6 +173,7 @@ def show_instance(
                 **describe_json(described.record, described.steps),
                 "warning": described.warning,
                 "held": described.held,
+                "retry": described.retry.to_json() if described.retry else None,
                 "events": [event.to_json() for event in described.events],
             }
         )
@@ -177,6 +189,7 @@ def show_instance(
             warning=described.warning,
             events=described.events,
             held=described.held,
+            retry=described.retry,
         )
     )
 
@@ -477,7 +490,11 @@ def delete(
         what = ""
     else:
         with cli_errors():
-            age = parse_duration(older_than, what="--older-than") if older_than else 0.0
+            age = (
+                parse_duration(older_than, what="--older-than", allow_zero=True)
+                if older_than
+                else 0.0
+            )
         chosen = statuses or FINISHED
         count = run_async(_purge(state, name, chosen, age))
         what = f" ({'/'.join(chosen)}"

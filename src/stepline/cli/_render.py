@@ -7,7 +7,8 @@ The layout follows ``wrangler workflows instances describe``: labelled instance 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,9 +21,18 @@ from rich.text import Text
 from .._graph import format_graph, node_states
 from ..durations import format_duration
 from ..limits import WorkflowLimits
-from ..records import InstanceEvent, InstanceRecord, StepRecord, WorkflowInfo
+from ..records import (
+    FINISHED_STATUSES,
+    InstanceEvent,
+    InstanceRecord,
+    PendingRetry,
+    StepRecord,
+    WorkflowInfo,
+)
 
 DEFAULT_TRUNCATE = 5000
+LIST_ERROR_CUT = 60
+"""How much of a retried attempt's error an instance list shows (describe shows it whole)."""
 GRAPH_KINDS = ("dag", "pipeline")
 
 # status -> (icon, label, style)
@@ -91,9 +101,21 @@ def fmt_span(start: float | None, end: float | None) -> str:
     return format_duration(max(end - start, 0.0))
 
 
-def status_text(status: str) -> Text:
-    icon, label, style = STATUS_LABELS.get(status, ("❓", status, ""))
+RETRYING = ("🔁", "Retrying", "yellow")
+"""A waiting instance whose wake-up is a failed step's next attempt."""
+
+
+def status_text(status: str, retry: PendingRetry | None = None) -> Text:
+    """The status's icon and label; ``🔁 Retrying`` for one waiting for a ``retry``."""
+    retrying = retry is not None and status == "waiting"
+    icon, label, style = RETRYING if retrying else STATUS_LABELS.get(status, ("❓", status, ""))
     return Text(f"{icon} {label}", style=style)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters, an ellipsis where it was cut."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else f"{flat[: limit - 1]}…"
 
 
 def trigger_text(trigger: str) -> str:
@@ -149,6 +171,9 @@ def labelled(fields: Sequence[Field], indent: int = 0) -> Text:
         if index:
             out.append("\n")
         out.append(" " * indent + f"{label}:".ljust(width))
+        if isinstance(value, str):
+            # a value of several lines keeps its lines under the first one
+            value = value.replace("\n", "\n" + " " * (indent + width))
         out.append(value if isinstance(value, Text) else Text(value))
     return out
 
@@ -213,16 +238,52 @@ def _indent(text: str, by: int) -> str:
 # -- instances ----------------------------------------------------------------------------------
 
 
-def instances_table(records: Iterable[InstanceRecord]) -> Table:
+def instances_table(
+    records: Sequence[InstanceRecord], retries: Sequence[PendingRetry | None] = ()
+) -> Table:
+    """The instances list; one waiting for a retry (``retries``, by position) says which step,
+    which attempt failed and how."""
     table = simple_table(["Instance ID", "Created", "Modified", "Status"])
-    for record in records:
-        table.add_row(
-            record.id,
-            fmt_time(record.created_at),
-            fmt_time(record.updated_at),
-            status_text(record.status),
-        )
+    for record, retry in itertools.zip_longest(records, retries[: len(records)]):
+        status = status_text(record.status, retry)
+        if retry is not None and record.status == "waiting":
+            error = cut(error_text(retry.error), LIST_ERROR_CUT)
+            status.append(f" {retry.step}: attempt {retry.attempt} failed, {error}")
+        table.add_row(record.id, fmt_time(record.created_at), fmt_time(record.updated_at), status)
     return table
+
+
+def waits_for(steps: Sequence[StepRecord]) -> str | None:
+    """What an unfinished instance's waiting steps wait for, a line each, or None: an event
+    (and its deadline), a sleep's end, a failed step's next attempt, a child instance, a slot
+    of a named limit."""
+    lines = [line for line in (wait_line(step) for step in steps) if line is not None]
+    return "\n".join(lines) if lines else None
+
+
+def wait_line(step: StepRecord) -> str | None:
+    """What one waiting step waits for (:func:`waits_for`), or None if it is not waiting."""
+    if step.status != "waiting":
+        return None
+    info = step.info or {}
+    name = step.display_name
+    until = f", until {fmt_time(step.wake_at)}" if step.wake_at is not None else ""
+    if step.kind == "sleep":
+        return f"💤 sleep {name!r} until {fmt_time(step.wake_at)}"
+    if step.kind == "wait_for_event":
+        return f"👀 a {str(info.get('type'))!r} event{until}"
+    if step.kind == "wait_for_workflow":
+        child, workflow = str(info.get("id")), str(info.get("workflow"))
+        return f"🔗 instance {child!r} of workflow {workflow!r} to end{until}"
+    if step.kind not in ("do", "rollback"):
+        return None
+    if info.get("limit"):
+        return f"🎯 a slot of limit {str(info['limit'])!r} for step {name!r}"
+    failed = step.attempts[-1] if step.attempts else None
+    line = f"🔁 attempt {len(step.attempts) + 1} of step {name!r} at {fmt_time(step.wake_at)}"
+    if failed is not None and failed.error is not None:
+        line += f"; attempt {failed.number} failed: {error_text(failed.error)}"
+    return line
 
 
 def last_successful_step(steps: Sequence[StepRecord]) -> StepRecord | None:
@@ -241,26 +302,24 @@ def describe_json(record: InstanceRecord, steps: Sequence[StepRecord]) -> dict[s
     }
 
 
-def describe_instance(
+def instance_fields(
     record: InstanceRecord,
     steps: Sequence[StepRecord],
     *,
     now: float,
-    step_output: bool = True,
-    limit: int | None = DEFAULT_TRUNCATE,
-    definition: dict[str, Any] | None = None,
+    value: Callable[[Any], str],
     warning: str | None = None,
-    events: Sequence[InstanceEvent] = (),
     held: Sequence[str] = (),
-) -> RenderableType:
-    """The ``instances describe`` layout; a DAG or pipeline also gets its graph with the state
-    of every node. ``warning`` (no live worker serves the workflow) and ``held`` (the full
-    limits holding it back) follow the status; the ``events`` sent to the instance, pending or
-    consumed, come last."""
+    retry: PendingRetry | None = None,
+) -> list[Field]:
+    """The instance's labelled fields, those that apply, ``value`` showing its output.
+    ``warning`` (no live worker serves the workflow) and ``held`` (the full limits holding it
+    back) follow the status, ``🔁 Retrying`` while it waits for a ``retry``; ``Waiting For``
+    says what its waiting steps wait for."""
     fields: list[Field] = [
         ("Workflow Name", record.workflow),
         ("Instance Id", record.id),
-        ("Status", status_text(record.status)),
+        ("Status", status_text(record.status, retry)),
     ]
     if warning:
         hint = "start `stepline worker`; `stepline workers list` shows the workers"
@@ -285,6 +344,9 @@ def describe_instance(
         fields.append(("Duration", fmt_span(record.started_at, record.ended_at or now)))
     if record.status == "waiting" and record.ready_at is not None:
         fields.append(("Wakes", fmt_time(record.ready_at)))
+    waiting = None if record.status in FINISHED_STATUSES else waits_for(steps)
+    if waiting is not None:
+        fields.append(("Waiting For", waiting))
     last = last_successful_step(steps)
     if last is not None:
         fields.append(("Last Successful Step", last.display_name))
@@ -292,11 +354,39 @@ def describe_instance(
         parent = record.parent
         fields.append(("Parent", f"{parent.get('workflow')} {parent.get('id')}"))
     if record.status == "complete" or record.output is not None:
-        fields.append(("Output", truncate(json_text(record.output), limit)))
+        fields.append(("Output", value(record.output)))
     if record.error:
         fields.append(("Error", Text(error_text(record.error), style="red")))
     if record.rollback:
         fields.append(("Rollback", _rollback_text(record.rollback)))
+    return fields
+
+
+def describe_instance(
+    record: InstanceRecord,
+    steps: Sequence[StepRecord],
+    *,
+    now: float,
+    step_output: bool = True,
+    limit: int | None = DEFAULT_TRUNCATE,
+    definition: dict[str, Any] | None = None,
+    warning: str | None = None,
+    events: Sequence[InstanceEvent] = (),
+    held: Sequence[str] = (),
+    retry: PendingRetry | None = None,
+) -> RenderableType:
+    """The ``instances describe`` layout: the :func:`instance_fields`; a DAG or pipeline's
+    graph with the state of every node; every step with its attempts; last, the ``events``
+    sent to the instance, pending or consumed."""
+    fields = instance_fields(
+        record,
+        steps,
+        now=now,
+        value=lambda output: truncate(json_text(output), limit),
+        warning=warning,
+        held=held,
+        retry=retry,
+    )
     parts: list[RenderableType] = [labelled(fields)]
     if definition and definition.get("kind") in GRAPH_KINDS:
         states = node_states(definition, steps, record.id)

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from .. import _loop
 from ..client import Instance
-from ..durations import format_duration, parse_duration
+from ..durations import format_duration, parse_worker_duration
 from ..engine import Engine
 from ..errors import ConfigError, WorkflowNotFoundError
 from ..project import as_workflow, attribute, import_file, import_module, load_workflow
@@ -43,6 +43,7 @@ from ._common import (
 )
 from ._instances import Described, load_instance, show_instance, step_output_options
 from ._progress import EventLog, RunProgress
+from ._summary import summarise_instance
 from ._telemetry import (
     json_handler,
     log_format,
@@ -96,7 +97,18 @@ def load_target(state: State, target: str) -> Any:
     if entry is None:
         known = state.project.workflow_names
         raise WorkflowNotFoundError(target, known)
+    if state.wrangler is not None:
+        return state.wrangler_project.workflows[entry.name]
     return load_workflow(state.project, entry)
+
+
+def wrangler_option(fn: Any) -> Any:
+    return click.option(
+        "--wrangler",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Serve this wrangler project (wrangler.jsonc, wrangler.json or wrangler.toml): its "
+        "main module's workflows, as Cloudflare runs them.",
+    )(fn)
 
 
 def _target_error(target: str, exc: WorkflowNotFoundError) -> str:
@@ -254,6 +266,7 @@ def _threads_done(executor: ThreadPoolExecutor, timeout: float) -> bool:
 )
 @log_format_option
 @metrics_options
+@wrangler_option
 @pass_state
 def worker(
     state: State,
@@ -265,13 +278,16 @@ def worker(
     log_format: str | None,
     metrics_port: int | None,
     metrics_host: str | None,
+    wrangler: Path | None,
 ) -> None:
     """Run a worker for the configured workflows (or the TARGETs given) until SIGINT/SIGTERM.
 
     Shutdown is graceful: no new step starts, running steps get the grace period to finish,
     leases are released so another worker continues at once. A signal during start-up
-    (importing the workflows, opening the database) exits at once with code 0.
+    (importing the workflows, opening the database) exits at once with code 0. With
+    --wrangler, the workflows are those of the wrangler file (TARGETs may name some of them).
     """
+    state.wrangler = wrangler
     startup_signals()
     try:
         telemetry = (log_format, metrics_port, metrics_host)
@@ -300,11 +316,18 @@ def _worker_command(
         if concurrency is not None:
             options["concurrency"] = concurrency
         if lease is not None:
-            options["lease"] = parse_duration(lease, what="--lease")
+            options["lease"] = parse_worker_duration("lease", lease, what="--lease")
         if grace_period is not None:
-            options["grace_period"] = parse_duration(grace_period, what="--grace-period")
+            options["grace_period"] = parse_worker_duration(
+                "grace_period", grace_period, what="--grace-period"
+            )
         if targets:
             workflows = [load_target(state, target) for target in targets]
+        elif state.wrangler is not None:
+            workflows = list(state.wrangler_project.workflows.values())
+            if not workflows:
+                fail(f"{state.wrangler}: no workflow to serve here (each names another Worker "
+                     "with script_name)")  # fmt: skip
         else:
             if not state.project.workflows:
                 where = state.project.path or "no stepline.toml found"
@@ -314,7 +337,7 @@ def _worker_command(
                 )
             from_config = state.project
             workflows = [load_workflow(from_config, entry) for entry in from_config.workflows]
-        triggers = [] if targets else configured_triggers(state)
+        triggers = [] if targets or state.wrangler else configured_triggers(state)
     setup_logging(state, log_level, formatted)
     run_async(_worker(state, workflows, options, triggers, metrics))
 
@@ -374,7 +397,13 @@ async def _run(
 @json_file_option("--params-file", "Read the params (JSON) from FILE; '-' reads stdin.")
 @click.option("--id", "instance_id", help="Instance id (default: a random UUID).")
 @step_output_options(RUN_TRUNCATE)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Print the whole describe output (every field, every attempt) instead of a summary.",
+)
 @json_option
+@wrangler_option
 @pass_state
 def run(
     state: State,
@@ -384,15 +413,21 @@ def run(
     instance_id: str | None,
     step_output: bool,
     truncate_output_limit: int,
+    full: bool,
     as_json: bool,
+    wrangler: Path | None,
 ) -> None:
-    """Run one instance of TARGET to its end in this process, showing its steps live.
+    """Run one instance of TARGET to its end in this process, showing its steps live, then a
+    summary: one line per step, attempts only where a step was retried (--full: the whole
+    describe output).
 
     TARGET is path/to/file.py:ClassName (a Workflow subclass, @workflow function, Pipeline or
     Dag), module:attribute, or a workflow name from stepline.toml. The instance is stored in the
     project's database; while it runs, this process is a worker for TARGET's workflow only.
-    Exit code 0 when it completes, 1 when it errors or is terminated.
+    Exit code 0 when it completes, 1 when it errors or is terminated. With --wrangler,
+    TARGET is a workflow name of the wrangler file.
     """
+    state.wrangler = wrangler
     with cli_errors():
         params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
         instance_id = (
@@ -408,9 +443,26 @@ def run(
         described, interrupted = await _run(
             state, workflow, params, instance_id or str(uuid.uuid4()), show_progress=not as_json
         )
-        show_instance(
-            state, described, as_json=as_json, step_output=step_output, limit=truncate_output_limit
-        )
+        if as_json or full:
+            show_instance(
+                state,
+                described,
+                as_json=as_json,
+                step_output=step_output,
+                limit=truncate_output_limit,
+            )
+        else:
+            state.out.print(
+                summarise_instance(
+                    described.record,
+                    described.steps,
+                    now=described.now,
+                    step_output=step_output,
+                    warning=described.warning,
+                    held=described.held,
+                    retry=described.retry,
+                )
+            )
         record = described.record
         if record.status == "complete":
             code = EXIT_OK

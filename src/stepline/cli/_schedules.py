@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..records import InstanceRecord
-from ..triggers.cron import ScheduleInfo, parse_moment
+from ..triggers.cron import Backfill, ScheduleInfo, parse_moment
 from ._common import (
     State,
     check_workflow,
@@ -171,7 +171,7 @@ def trigger(state: State, name: str, at: str | None, as_json: bool) -> None:
     state.out.print(text)
 
 
-async def _backfill(state: State, name: str, start: float, end: float) -> list[InstanceRecord]:
+async def _backfill(state: State, name: str, start: float, end: float) -> Backfill:
     async with state.client() as engine:
         return await engine.schedules().backfill(name, start, end)
 
@@ -191,22 +191,25 @@ def backfill(state: State, name: str, start: str, end: str, as_json: bool) -> No
     changed.
     """
     first, last = _moment(start, "--from"), _moment(end, "--to")
-    records = run_async(_backfill(state, name, first, last))
+    done = run_async(_backfill(state, name, first, last))
     if as_json:
         print_json(
             {
                 "schedule": name,
-                "count": len(records),
-                "instances": [{"id": r.id, "status": r.status} for r in records],
+                "count": len(done),
+                "created": done.created,
+                "existing": done.existing,
+                "instances": [{"id": r.id, "status": r.status} for r in done],
             }
         )
         return
-    if not records:
+    if not done:
         state.out.print(Text(f'⏰ No ticks of schedule "{name}" fall in that range'))
         return
     state.out.print(
         Text(
-            f'⏰ Backfilled {plural(len(records), "instance")} of schedule "{name}" '
-            f'(workflow "{records[0].workflow}"): ' + ", ".join(r.id for r in records)
+            f'⏰ Backfilled schedule "{name}" (workflow "{done[0].workflow}"): '
+            f"{plural(done.created, 'instance')} created, {done.existing} existed already: "
+            + ", ".join(r.id for r in done)
         )
     )

@@ -61,9 +61,10 @@ class InstanceEndpoints:
         with client_errors():
             page = await self.engine.list_instances(workflow, status, limit, cursor)
             warnings = await self.engine.unserved_warnings(page.instances)
+            retries = await self.engine.retries(page.instances)
         summaries = [
-            {**instance_summary(r), "warning": warning}
-            for r, warning in zip(page.instances, warnings, strict=True)
+            {**instance_summary(r), "warning": warning, "retry": retry and retry.to_json()}
+            for r, warning, retry in zip(page.instances, warnings, retries, strict=True)
         ]
         return JsonResponse({"instances": summaries, "cursor": page.cursor})
 

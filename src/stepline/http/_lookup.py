@@ -12,7 +12,8 @@ from ..dag import node_states
 from ..engine import Engine
 from ..errors import InstanceNotFoundError, WorkflowNotFoundError
 from ..held import read_held_reasons
-from ..records import InstanceRecord, StepRecord, WorkflowInfo
+from ..records import FINISHED_STATUSES, InstanceRecord, StepRecord, WorkflowInfo
+from ..retrying import retry_of
 from .errors import ApiError, client_errors
 
 DEFINITION_TTL = 30.0
@@ -108,11 +109,17 @@ class Lookup:
         async with self.instance_errors():
             (warning,) = await self.engine.unserved_warnings([record])
             held = await read_held_reasons(self.engine.store, record)
+        retry = None if record.status in FINISHED_STATUSES else retry_of(steps)
         graph = graph_of(await self.definition(workflow))
         if graph is not None:
             graph["states"] = _node_states(graph, steps, instance_id)
         return {
-            "workflow": {**record.to_json(), "warning": warning, "held": held},
+            "workflow": {
+                **record.to_json(),
+                "warning": warning,
+                "held": held,
+                "retry": retry and retry.to_json(),
+            },
             "steps": [s.to_json() for s in steps],
             "graph": graph,
         }

@@ -92,10 +92,20 @@ def schedule_schemas() -> dict[str, Any]:
         },
         "Backfilled": {
             "type": "object",
-            "required": ["schedule", "count", "instances"],
+            "required": ["schedule", "count", "created", "existing", "instances"],
             "properties": {
                 "schedule": {"type": "string"},
-                "count": {"type": "integer", "minimum": 0},
+                "count": {"type": "integer", "minimum": 0, "description": "Ticks in the range."},
+                "created": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Instances this request created.",
+                },
+                "existing": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Instances that existed already (left as they were).",
+                },
                 "instances": {"type": "array", "items": created},
             },
         },

@@ -101,11 +101,13 @@ class ScheduleEndpoints:
                            f"like {example}")  # fmt: skip
         start, end = _moment(body, "from"), _moment(body, "to")
         with client_errors():
-            records = await self.engine.schedules().backfill(name, start, end)
+            done = await self.engine.schedules().backfill(name, start, end)
         return JsonResponse(
             {
                 "schedule": name,
-                "count": len(records),
-                "instances": [_instance(record) for record in records],
+                "count": len(done),
+                "created": done.created,
+                "existing": done.existing,
+                "instances": [_instance(record) for record in done],
             }
         )

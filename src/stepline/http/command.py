@@ -9,10 +9,11 @@ import click
 
 from .. import _loop
 from .._project_telemetry import LOG_FORMATS
+from ..cloudflare import WranglerProject, load_wrangler
 from ..engine import Engine
 from ..errors import ConfigError
 from ..project import ProjectConfig, load_project, load_workflows
-from ..store.sqlite import path_from_url
+from ..store.sqlite import directory_message, path_from_url
 from ..telemetry import Telemetry
 from .server import (
     DEFAULT_HOST,
@@ -21,6 +22,7 @@ from .server import (
     check_bind,
     is_loopback,
     json_log_config,
+    listen,
     serve,
 )
 
@@ -51,14 +53,19 @@ def _source(project: ProjectConfig) -> str:
     return "the default"
 
 
-def _missing_database(url: str) -> str | None:
-    """The absolute path of a SQLite file that does not exist, else None."""
+def _missing_database(project: ProjectConfig) -> str | None:
+    """The absolute path of a SQLite file that does not exist, else None; a path naming a
+    directory stops the command."""
+    url = project.database
     if not url.startswith("sqlite:"):
         return None
     try:
         path = path_from_url(url)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
+    directory = directory_message(path, _source(project))
+    if directory is not None:
+        raise BadInput(directory)
     if path == ":memory:" or Path(path).exists():
         return None
     return str(Path(path).absolute())
@@ -107,6 +114,12 @@ def _missing_database(url: str) -> str | None:
     default=None,
     help="Log lines as text or one JSON object per line [[logging] format, else text].",
 )
+@click.option(
+    "--wrangler",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Take the workflows (and the default database) from this wrangler project instead of "
+    "stepline.toml.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -118,6 +131,7 @@ def serve_command(
     worker: bool,
     metrics: bool | None,
     log_format: str | None,
+    wrangler: Path | None,
 ) -> None:
     """Serve the HTTP API (under /api), Cloudflare's Workflows API (under /client/v4) and the
     web dashboard (at /).
@@ -131,13 +145,23 @@ def serve_command(
     root = ctx.find_root().params if ctx.parent is not None else {}
     database = database or root.get("database")
     config_path = root.get("config_path")
+    loaded: WranglerProject | None = None
     try:
         check_bind(host, token, insecure)
         _loop.loop_name()  # a bad $STEPLINE_EVENT_LOOP stops here, before anything starts
-        project = load_project(
-            database=database, config_path=Path(config_path) if config_path else None
-        )
-        workflows = load_workflows(project)
+        if wrangler is not None:
+            if config_path:
+                raise BadInput("give --config or --wrangler, not both")
+            loaded = load_wrangler(wrangler, database=database)
+            project, workflows = loaded.config, list(loaded.workflows.values())
+            warning = loaded.ignored_warning()
+            if warning is not None:
+                click.echo(f"warning: {warning}", err=True)
+        else:
+            project = load_project(
+                database=database, config_path=Path(config_path) if config_path else None
+            )
+            workflows = load_workflows(project)
     except ConfigError as exc:
         raise BadInput(str(exc)) from None
     if worker and not workflows:
@@ -145,14 +169,13 @@ def serve_command(
             f"--worker needs workflows to run, and {project.describe_source()} configures none; "
             "add [[workflows]] entries to stepline.toml or drop --worker"
         )
-    if not worker:
-        missing = _missing_database(project.database)
-        if missing is not None:
-            raise BadInput(
-                f"no stepline database at {missing} ({_source(project)}); serving "
-                "without --worker only reads and changes an existing one: create it with "
-                "`stepline db init`, or start `stepline worker` or `stepline serve --worker`"
-            )
+    missing = _missing_database(project)
+    if not worker and missing is not None:
+        raise BadInput(
+            f"no stepline database at {missing} ({_source(project)}); serving "
+            "without --worker only reads and changes an existing one: create it with "
+            "`stepline db init`, or start `stepline worker` or `stepline serve --worker`"
+        )
     options = project.worker.engine_options() if worker else {}
     configured = project.telemetry
     json_logs = (log_format or configured.log_format).lower() == "json"
@@ -171,6 +194,14 @@ def serve_command(
         telemetry=telemetry,
         **options,
     )
+    if loaded is not None:
+        loaded.env.attach(engine)
+    # Listening before the banner: a port in use is one line, and the URL printed answers.
+    try:
+        sockets = listen(host, port)
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+    port = sockets[0].getsockname()[1]  # the one chosen, for --port 0
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"stepline dashboard: http://{shown}:{port}/  (API under /api)", err=True)
     if project.cloudflare.enabled:
@@ -198,4 +229,5 @@ def serve_command(
         insecure=insecure,
         cloudflare_api=project.cloudflare,
         log_config=json_log_config() if json_logs else None,
+        sockets=sockets,
     )

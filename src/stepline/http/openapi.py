@@ -82,6 +82,29 @@ def _schemas(max_payload: int) -> dict[str, Any]:
             "type": ["string", "null"],
             "description": "No other unfinished instance of the workflow has this key.",
         },
+        "retry": {
+            "type": ["object", "null"],
+            "required": ["step", "attempt", "error", "next_attempt_at"],
+            "properties": {
+                "step": {"type": "string", "description": "The step, `name-count`."},
+                "attempt": {
+                    "type": "integer",
+                    "description": "The number of its attempt that failed last (1: the first).",
+                },
+                "error": _ERROR_OBJECT,
+                "next_attempt_at": {
+                    **_NUMBER_OR_NULL,
+                    "description": (
+                        "When the next attempt is due; null while it waits for a slot of a "
+                        "named limit."
+                    ),
+                },
+            },
+            "description": (
+                "While the instance waits to try a failed step again: that step, its attempt "
+                "that failed last, the error and when the next attempt is due; else null."
+            ),
+        },
         "warning": {
             "type": ["string", "null"],
             "description": (

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +49,50 @@ def check_bind(host: str, token: str | None, insecure: bool) -> None:
         f"stop and delete instances. Set {ENV_TOKEN} (or pass --token), bind to 127.0.0.1, "
         "or pass --insecure if the network is trusted"
     )
+
+
+BACKLOG = 2048
+"""Connections the kernel queues for the server (uvicorn's default)."""
+
+
+def listen(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[socket.socket]:
+    """Listening sockets on ``host`` (each of its addresses) and ``port``, bound before anything
+    else starts, so that a port in use is one :class:`~stepline.ConfigError` naming it, and the
+    server is reachable once this returns (connections queue until the app has started)."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot serve on {where}: unknown host ({exc.strerror})") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                # Each address family gets its own socket, as asyncio's create_server does.
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(BACKLOG)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise ConfigError(f"cannot serve on {where}: {_bind_problem(exc)}") from None
+    return sockets
+
+
+def _bind_problem(exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            "the port is in use (by another `stepline serve`?); stop what listens there, or "
+            "choose another --port"
+        )
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges); choose another --port"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "the address is not one of this machine's; check --host"
+    return exc.strerror or str(exc)
 
 
 HEAD_LIMIT = 128 * 1024
@@ -125,6 +171,7 @@ def serve(
     log_level: str = "info",
     cloudflare_api: CloudflareConfig | None = None,
     log_config: dict[str, Any] | None = None,
+    sockets: list[socket.socket] | None = None,
 ) -> None:
     """Serve the APIs and the dashboard until SIGINT/SIGTERM (blocking).
 
@@ -133,11 +180,15 @@ def serve(
     ``$STEPLINE_DATABASE_URL``) for an engine that only serves. ``token`` defaults to
     ``$STEPLINE_API_TOKEN``. Binding to an address other than loopback without a token raises
     :class:`~stepline.ConfigError` unless ``insecure`` is true. ``cloudflare_api`` says where
-    Cloudflare's Workflows API is served (:func:`~stepline.http.create_app`). ``log_config``:
-    uvicorn's logging configuration (:func:`json_log_config` for JSON lines).
+    Cloudflare's Workflows API is served (:func:`~stepline.http.create_app`). ``sockets``: those
+    :func:`listen` returned, else it listens on ``host`` and ``port`` first: a port in use
+    raises :class:`~stepline.ConfigError` before the engine opens. ``log_config``: uvicorn's
+    logging configuration (:func:`json_log_config` for JSON lines).
     """
     token = token or os.environ.get(ENV_TOKEN) or None
     check_bind(host, token, insecure)
+    if sockets is None:
+        sockets = listen(host, port)
     app = create_app(
         _engine(engine),
         token=token,
@@ -149,4 +200,4 @@ def serve(
     # uvicorn shuts down gracefully, then re-raises the signal it caught: SIGINT arrives here as
     # KeyboardInterrupt (Ctrl-C is a normal way to stop), SIGTERM ends the process as usual.
     with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+        server.run(sockets=sockets)

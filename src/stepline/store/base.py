@@ -72,6 +72,9 @@ class Store(ScheduleStore, FlowStore, StatsStore):
     """Abstract store. Subclasses: :class:`~stepline.store.sqlite.SqliteStore`, PostgreSQL."""
 
     url: str
+    schema_versions: tuple[int, int] | None = None
+    """Set by :meth:`open`: the schema version it found (0: none, so it created the schema) and
+    the version it left (the latest migration); None before."""
     pushes_notifications: bool = False
     """True when the store tells this process about work that other processes made runnable
     (PostgreSQL LISTEN/NOTIFY); then workers need not poll quickly to notice it."""
@@ -131,7 +134,8 @@ class Store(ScheduleStore, FlowStore, StatsStore):
 
     @abc.abstractmethod
     async def open(self) -> None:
-        """Connect, then create or upgrade the schema through the numbered migrations."""
+        """Connect, then create or upgrade the schema through the numbered migrations, saying
+        what it did in :attr:`schema_versions`."""
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -224,6 +228,14 @@ class Store(ScheduleStore, FlowStore, StatsStore):
         A sleep whose wake time has passed reads ``complete``, ended at its wake time (unless the
         instance ended first); :attr:`Claim.history` has the raw record.
         """
+
+    @abc.abstractmethod
+    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
+        """The steps of the instances ``instance_pks`` whose status is ``running`` or
+        ``waiting``, by instance pk, each list in start order (``seq``); instances without one,
+        and pks of no instance, are absent. One read however many instances (what a list reads
+        to show what each instance waits for). Records as stored: a sleep past its wake time
+        still reads ``waiting`` here."""
 
     @abc.abstractmethod
     async def control(

@@ -82,18 +82,21 @@ class WorkflowTestEnv(Mocking):
     # -- life ------------------------------------------------------------------------------------
 
     def register(self, *workflows: Any) -> None:
-        """Add workflows (before the first instance: the engine registers them when it opens)."""
+        """Add workflows before the engine opens (it registers them then): before entering
+        ``async with``, or without it before the first call that runs anything."""
         if self._opened:
             raise MockError(
-                "register workflows before the env's first instance: pass them to "
-                "WorkflowTestEnv([...]) or call env.register(...) first"
+                "register workflows before entering `async with WorkflowTestEnv(...)` (the "
+                "engine opens there), or without it before the env's first instance: pass them "
+                "to WorkflowTestEnv([...]) or call env.register(...) first"
             )
         for wf in workflows:
             self.engine.register(wf)
 
     @tracked("env")
     async def open(self) -> None:
-        """Open the engine (done by the first call that needs it)."""
+        """Open the engine (done on entering ``async with``, else by the first call that needs
+        it)."""
         await self._open()
 
     async def _open(self) -> None:
@@ -120,6 +123,13 @@ class WorkflowTestEnv(Mocking):
                 await self._database.remove()
 
     async def __aenter__(self) -> WorkflowTestEnv:
+        # Open at once, so that ``env.engine`` is usable inside the block like the env's own
+        # calls; workflows are registered before it (or passed to the constructor).
+        try:
+            await self._open()
+        except BaseException:
+            await self.close(check=False)
+            raise
         return self
 
     async def __aexit__(
@@ -142,7 +152,7 @@ class WorkflowTestEnv(Mocking):
         instance at each timer on the way; return how many activations ran. Awaited in a step's
         callback, it makes the step take that long: the attempt times out if that passes its
         ``timeout``."""
-        seconds = parse_duration(duration, what="advance")
+        seconds = parse_duration(duration, what="advance", allow_zero=True)
         if not self._driver.in_callback():
             await self._open()
         return await self._driver.advance(seconds)
@@ -161,13 +171,14 @@ class WorkflowTestEnv(Mocking):
         self, workflow: Any, /, id: str | None = None, params: Any = None, **options: Any
     ) -> TestInstance:
         """Create an instance of ``workflow`` (a name, class, Pipeline or Dag; one not yet
-        registered is, if the env has not opened yet). It runs when the test runs the env: set
-        its mocks first."""
-        if not isinstance(workflow, str) and not self._opened:
-            name = definition_of(workflow).name
-            if name not in self.engine.workflows:
-                self.engine.register(workflow)
+        registered is registered first). It runs when the test runs the env: set its mocks
+        first."""
         await self._open()
+        if (
+            not isinstance(workflow, str)
+            and definition_of(workflow).name not in self.engine.workflows
+        ):
+            await self.engine.add_workflow(workflow)
         return self._wrap(await self.engine.workflow(workflow).create(id, params, **options))
 
     @tracked("env")
@@ -195,7 +206,7 @@ class WorkflowTestEnv(Mocking):
     def stub_workflow(self, name: str, output: Any = None, *, error: str | None = None) -> None:
         """Run every instance of workflow ``name`` (children, typically) as a stub that ends at
         once: complete with ``output``, or errored with ``error``. A workflow not registered is
-        registered as the stub (before the env's first instance)."""
+        registered as the stub (before the engine opens, as :meth:`register`)."""
         stub(self.hooks.every, name, output, error)
         if name not in self.engine.workflows:
             self.register(_placeholder(name))

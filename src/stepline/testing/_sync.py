@@ -112,6 +112,12 @@ class WorkflowTestEnvSync(Mocking):
             self._portal.close()
 
     def __enter__(self) -> WorkflowTestEnvSync:
+        # Opens the engine, as ``async with WorkflowTestEnv(...)`` does.
+        try:
+            self._portal.call(self.env.__aenter__())
+        except BaseException:
+            self.close(check=False)
+            raise
         return self
 
     def __exit__(

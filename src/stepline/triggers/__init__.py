@@ -7,8 +7,8 @@ operations; it never reaches into the runtime or the worker. Broker clients are 
 uses them.
 """
 
-from .cron import ScheduleClient, ScheduleInfo, Scheduler
+from .cron import Backfill, ScheduleClient, ScheduleInfo, Scheduler
 from .publish import publish
 from .queues import QueueTrigger
 
-__all__ = ["QueueTrigger", "ScheduleClient", "ScheduleInfo", "Scheduler", "publish"]
+__all__ = ["Backfill", "QueueTrigger", "ScheduleClient", "ScheduleInfo", "Scheduler", "publish"]

@@ -21,11 +21,12 @@ async def migrate(
     schema: str,
     migrations: Sequence[Migration],
     functions: Sequence[tuple[str, str]] = (),
-) -> None:
+) -> tuple[int, int]:
     """Create ``schema`` if missing and apply the ``migrations`` it has not had yet, then create
     the ``functions`` (name, CREATE statement) it lacks, in one transaction, serialised with
     other stores opening the same schema at once. A function's name carries a hash of its text,
-    so one that exists is the one this code would create."""
+    so one that exists is the one this code would create. Returns the schema versions before
+    and after (0: none)."""
     key = int.from_bytes(
         hashlib.blake2b(f"stepline:{schema}".encode(), digest_size=8).digest(),
         "big",
@@ -33,7 +34,7 @@ async def migrate(
     )
     name = sql.Identifier(schema)
 
-    async def body(conn: Conn) -> None:
+    async def body(conn: Conn) -> tuple[int, int]:
         # Serialises stores opening at once: CREATE SCHEMA IF NOT EXISTS alone can race.
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
         await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
@@ -61,5 +62,7 @@ async def migrate(
             )
             if await cur.fetchone() is None:
                 await conn.execute(create.encode())  # a script: not in pipeline mode
+        latest = max([*done, *(m.version for m in migrations)], default=0)
+        return max(done, default=0), latest
 
-    await db.transaction("migrating the schema", body, pipelined=False)
+    return await db.transaction("migrating the schema", body, pipelined=False)

@@ -177,6 +177,14 @@ _TEMPLATES: dict[str, str] = {
         ) AS s
         ORDER BY p.pk, s.seq
     """,
+    "unfinished_steps": """
+        SELECT p.pk, s.* FROM unnest(%s::bigint[]) AS p(pk)
+        CROSS JOIN LATERAL (
+            SELECT {scols} FROM {s}.steps
+            WHERE instance_pk = p.pk AND status IN ('running', 'waiting') ORDER BY seq
+        ) AS s
+        ORDER BY p.pk, s.seq
+    """,
     "history_events": """
         SELECT instance_pk, pk, type, payload, created_at FROM {s}.events
         WHERE instance_pk = ANY(%s::bigint[]) AND consumed_by IS NULL ORDER BY instance_pk, pk
@@ -470,6 +478,7 @@ class Statements:
     get_instance: str
     get_instance_by_pk: str
     history_steps: str
+    unfinished_steps: str
     history_events: str
     steps_of_instance: str
     lock_instance: str

@@ -147,7 +147,7 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations):
         await self._db.open()
         try:
             function = self._claims.function
-            await migrate(
+            self.schema_versions = await migrate(
                 self._db,
                 self.schema,
                 load_migrations("postgres"),
@@ -302,6 +302,16 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations):
         return settle_sleeps(
             [step_from_row(r) for r in steps], instance_from_row(found[0]), self.now()
         )
+
+    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
+        found: dict[int, list[StepRecord]] = {}
+        if not instance_pks:
+            return found
+        pks = list(dict.fromkeys(instance_pks))
+        rows = await self._db.read("reading unfinished steps", self._sql.unfinished_steps, (pks,))
+        for row in rows:
+            found.setdefault(row[0], []).append(step_from_row(row[1:]))
+        return found
 
     async def control(
         self,

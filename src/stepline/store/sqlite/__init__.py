@@ -3,6 +3,7 @@ writes), ``sql`` (every statement) and ``db`` (the connection and the group comm
 
 from __future__ import annotations
 
+from .db import directory_message
 from .store import SqliteStore, path_from_url
 
-__all__ = ["SqliteStore", "path_from_url"]
+__all__ = ["SqliteStore", "directory_message", "path_from_url"]

@@ -112,7 +112,9 @@ def split_statements(script: str) -> list[str]:
     return statements
 
 
-def _migrate(c: sqlite3.Connection, migrations: Sequence[Migration]) -> None:
+def migrate(c: sqlite3.Connection, migrations: Sequence[Migration]) -> tuple[int, int]:
+    """Apply the ``migrations`` not applied yet; the schema versions before and after (0:
+    none)."""
     c.execute(sql.CREATE_MIGRATIONS_TABLE)
     done = {version for (version,) in c.execute(sql.APPLIED_MIGRATIONS)}
     for migration in migrations:
@@ -121,6 +123,7 @@ def _migrate(c: sqlite3.Connection, migrations: Sequence[Migration]) -> None:
         for statement in split_statements(migration.sql):
             c.execute(statement)
         c.execute(sql.RECORD_MIGRATION, (migration.version, migration.name, time.time()))
+    return max(done, default=0), max([*done, *(m.version for m in migrations)], default=0)
 
 
 def missing_message(path: str) -> str:
@@ -128,6 +131,20 @@ def missing_message(path: str) -> str:
     return (
         f"no stepline database at {Path(path).absolute()}: check the path, or create "
         "the database first (a worker creates it, or an engine opened with create=True)"
+    )
+
+
+def directory_message(path: str, source: str = "") -> str | None:
+    """The error for a database path that names a directory (``source``: where the URL came
+    from, for the command line); None for any other path. SQLite itself says only "unable to
+    open database file"."""
+    if path == ":memory:" or not Path(path).is_dir():
+        return None
+    where = Path(path).absolute()
+    source = f" ({source})" if source else ""
+    return (
+        f"{where} is a directory, not a SQLite database file{source}: name a file in it, "
+        f"e.g. sqlite:///{where / 'stepline.db'}"
     )
 
 
@@ -141,6 +158,8 @@ class Database:
     def __init__(self, path: str, *, create: bool) -> None:
         self.path = path
         self.create = create
+        self.schema_versions: tuple[int, int] | None = None
+        """What :meth:`open` did: the schema versions before and after (0: none)."""
         self.retry_seconds = LOCK_GIVE_UP_SECONDS
         """How long a call waits for another connection's lock before it fails with
         StoreUnavailableError."""
@@ -177,10 +196,13 @@ class Database:
             raise StoreError(f"cannot switch {self.path!r} to WAL mode (got {mode!r})")
         conn.execute(sql.SYNCHRONOUS_NORMAL)
         migrations = load_migrations("sqlite")
-        await self.write(lambda c: _migrate(c, migrations), durable=True)
+        self.schema_versions = await self.write(lambda c: migrate(c, migrations), durable=True)
 
     def _connect(self) -> sqlite3.Connection:
         target = self.path
+        directory = directory_message(self.path)
+        if directory is not None:
+            raise ConfigError(directory)
         if self.path != ":memory:" and self.create:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         elif self.path != ":memory:":

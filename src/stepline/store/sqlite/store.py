@@ -51,6 +51,10 @@ from .flow import FlowOperations
 from .schedules import ScheduleOperations
 from .stats import StatsOperations
 
+UNFINISHED_STEPS_BATCH = 500
+"""Instances per read of :meth:`SqliteStore.unfinished_steps` (SQLite caps the parameters of
+one statement)."""
+
 
 def path_from_url(url: str) -> str:
     """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite://:memory:``."""
@@ -105,6 +109,7 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations):
 
     async def open(self) -> None:
         await self._db.open()
+        self.schema_versions = self._db.schema_versions
 
     async def close(self) -> None:
         await self._db.close()
@@ -205,6 +210,15 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations):
         instance = await self.get_instance(workflow, instance_id)
         rows = await self._db.read(sql.STEPS_OF, (instance.pk,))
         return settle_sleeps([step_from_row(row) for row in rows], instance, self.now())
+
+    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
+        found: dict[int, list[StepRecord]] = {}
+        pks = list(dict.fromkeys(instance_pks))
+        for start in range(0, len(pks), UNFINISHED_STEPS_BATCH):
+            chunk = pks[start : start + UNFINISHED_STEPS_BATCH]
+            for row in await self._db.read(sql.unfinished_steps(len(chunk)), chunk):
+                found.setdefault(row[0], []).append(step_from_row(row[1:]))
+        return found
 
     async def control(
         self,

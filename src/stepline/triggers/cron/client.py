@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, overload
 
+from ...errors import ScheduleNotFoundError
 from ...records import InstanceRecord, ScheduleRecord
 from ...schedule import MAX_TICKS, Schedule
 from ...store.base import Store
 from ._ticks import Served
+
+T = TypeVar("T")
 
 Moment = float | datetime
 """A time: seconds since the epoch, or a timezone-aware datetime."""
@@ -34,6 +38,31 @@ class ScheduleInfo:
 
     def to_json(self) -> dict[str, Any]:
         return {**self.record.to_json(), "next_run": self.next_run, "last_run": self.last_run}
+
+
+@dataclass(frozen=True)
+class Backfill(Sequence[InstanceRecord]):
+    """What :meth:`ScheduleClient.backfill` did: the instance of every tick in the range, oldest
+    first (this is a sequence of them), of which it ``created`` some; the others existed and
+    were left as they were."""
+
+    instances: tuple[InstanceRecord, ...]
+    created: int
+
+    @property
+    def existing(self) -> int:
+        """How many of the ticks' instances existed already."""
+        return len(self.instances) - self.created
+
+    def __len__(self) -> int:
+        return len(self.instances)
+
+    @overload
+    def __getitem__(self, index: int) -> InstanceRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[InstanceRecord, ...]: ...
+    def __getitem__(self, index: int | slice) -> InstanceRecord | tuple[InstanceRecord, ...]:
+        return self.instances[index]
 
 
 def _seconds(value: Moment, what: str) -> float:
@@ -62,7 +91,8 @@ def _served(record: ScheduleRecord) -> Served:
 class ScheduleClient:
     """Operations on the schedules stored in ``store`` (those a running scheduler synced).
 
-    Unknown names raise :class:`~stepline.errors.ScheduleNotFoundError`. Instances made by
+    Unknown names raise :class:`~stepline.errors.ScheduleNotFoundError`, naming the stored
+    schedules (or saying there are none yet: a worker stores them as it starts). Instances made by
     :meth:`trigger` and :meth:`backfill` are the ticks' own (same ids, trigger ``cron``,
     ``event.schedule`` set), so a tick never runs twice whichever way it was made.
     """
@@ -75,18 +105,29 @@ class ScheduleClient:
         next_run = None if record.paused else _served(record).schedule.next_tick(now)
         return ScheduleInfo(record, next_run, record.last_tick)
 
+    async def _found(self, name: str, operation: Callable[[], Awaitable[T]]) -> T:
+        """``operation()``, an unknown ``name`` named with the schedules that are stored."""
+        try:
+            return await operation()
+        except ScheduleNotFoundError:
+            stored = [record.name for record in await self.store.list_schedules(None)]
+            raise ScheduleNotFoundError(name, stored) from None
+
+    async def _record(self, name: str) -> ScheduleRecord:
+        return await self._found(name, lambda: self.store.get_schedule(name))
+
     async def get(self, name: str) -> ScheduleInfo:
-        return self._info(await self.store.get_schedule(name), self.store.now())
+        return self._info(await self._record(name), self.store.now())
 
     async def pause(self, name: str) -> ScheduleInfo:
         """Stop firing its ticks until :meth:`resume`."""
-        record = await self.store.set_schedule_paused(name, True)
+        record = await self._found(name, lambda: self.store.set_schedule_paused(name, True))
         return self._info(record, self.store.now())
 
     async def resume(self, name: str) -> ScheduleInfo:
         """Fire its ticks again from now on: the ticks due while it was paused are skipped
         (whatever its catch-up policy), so resuming never fires a burst of old ticks."""
-        record = await self.store.get_schedule(name)
+        record = await self._record(name)
         if record.paused:
             now = self.store.now()
             after = record.last_tick if record.last_tick is not None else record.created_at
@@ -105,15 +146,16 @@ class ScheduleClient:
         """Create the instance of the tick at ``at`` (default now), truncated to its minute, as
         the scheduler would; if it exists already, return it unchanged. Paused schedules can be
         triggered; the schedule's state is not changed."""
-        record = await self.store.get_schedule(name)
+        record = await self._record(name)
         moment = self.store.now() if at is None else _seconds(at, "at")
         return (await self._create(record, [math.floor(moment / 60) * 60]))[0]
 
-    async def backfill(self, name: str, start: Moment, end: Moment) -> list[InstanceRecord]:
+    async def backfill(self, name: str, start: Moment, end: Moment) -> Backfill:
         """Create the instances of every tick in ``[start, end]``, oldest first, and return
-        them all (those that existed unchanged). More than ``max_ticks`` ticks in the range
-        raise ``ValueError`` and create nothing. The schedule's state is not changed."""
-        record = await self.store.get_schedule(name)
+        them all (those that existed unchanged) with how many were created. More than
+        ``max_ticks`` ticks in the range raise ``ValueError`` and create nothing. The
+        schedule's state is not changed."""
+        record = await self._record(name)
         first, last = _seconds(start, "start"), _seconds(end, "end")
         if last < first:
             raise ValueError("backfill: end is before start")
@@ -126,11 +168,11 @@ class ScheduleClient:
             )
         return await self._create(record, ticks)
 
-    async def _create(self, record: ScheduleRecord, ticks: list[float]) -> list[InstanceRecord]:
+    async def _create(self, record: ScheduleRecord, ticks: list[float]) -> Backfill:
         served = _served(record)
         items = [served.instance(tick) for tick in ticks]
         if not items:
-            return []
+            return Backfill((), 0)
         created = await self.store.create_instances(
             record.workflow, items, trigger="cron", skip_existing=True
         )
@@ -138,7 +180,7 @@ class ScheduleClient:
         for item in items:
             if item.id not in by_id:
                 by_id[item.id] = await self.store.get_instance(record.workflow, item.id)
-        return [by_id[item.id] for item in items]
+        return Backfill(tuple(by_id[item.id] for item in items), len(created))
 
     # Last: within the class body below this, ``list`` would mean this method.
     async def list(self, workflow: str | None = None) -> builtins.list[ScheduleInfo]:

@@ -86,6 +86,30 @@ export function statusBadge(status, extra) {
   );
 }
 
+/** Whether the instance waits to try a failed step again (the API's `retry`): its status is
+ * `waiting`, but "retrying" says why. */
+export function isRetrying(inst) {
+  return Boolean(inst.retry) && inst.status === "waiting";
+}
+
+/** The instance's status badge: "retrying" (its status is still `waiting`) while a failed step
+ * waits for its next attempt. */
+export function instanceBadge(inst, extra) {
+  if (!isRetrying(inst)) return statusBadge(inst.status, extra);
+  return h(
+    "span",
+    { class: ["badge", "s-retrying", extra], "data-status": inst.status, title: "waiting to retry a failed step" },
+    h("span", { class: "dot" }),
+    "retrying",
+  );
+}
+
+/** "charge-1: attempt 2 failed, ValueError: declined" (the error cut to `limit` characters). */
+export function retrySummary(retry, limit = 80) {
+  const error = `${retry.error.name}: ${retry.error.message}`;
+  return `${retry.step}: attempt ${retry.attempt} failed, ${truncate(error, limit)}`;
+}
+
 // -- formatting ----------------------------------------------------------------------------------
 
 export function formatDuration(seconds) {

@@ -6,10 +6,12 @@ import {
   formatDuration,
   formatTime,
   h,
+  instanceBadge,
+  isRetrying,
   jsonBlock,
   pretty,
   replace,
-  statusBadge,
+  retrySummary,
   timeCell,
   toast,
 } from "./dom.js";
@@ -23,6 +25,15 @@ function heldBanner(inst) {
   if (!inst.held || !inst.held.length) return null;
   return h("div", { class: "unserved", role: "status", "data-testid": "held" },
     `⏸ Held back by flow control: ${inst.held.join("; ")}`);
+}
+
+/** Which failed step a retrying instance will try again, and when (the API's `retry`). */
+function retryBanner(inst) {
+  if (!isRetrying(inst)) return null;
+  const next = inst.retry.next_attempt_at;
+  return h("div", { class: "unserved", role: "status", "data-testid": "retry" },
+    `↻ Retrying ${retrySummary(inst.retry, 300)}`,
+    next ? ["; next attempt ", timeCell(next)] : null);
 }
 
 function stepDuration(step) {
@@ -104,13 +115,14 @@ export function render(root, params) {
   const live = h("span", { class: "live", "data-testid": "live" });
   const facts = h("dl", { class: "facts", "data-testid": "facts" });
   const paramsBox = h("div", {});
-  const resultBox = h("div", {});
+  const resultBox = h("section", { class: "card" });
   const graphCard = h("section", { class: "card", hidden: true, "data-testid": "graph" },
     h("h3", {}, "Graph"), h("div", {}));
   const timelineBox = h("div", {});
   const stepsBox = h("div", { class: "table-scroll" });
   const warningBox = h("div", {});
   const heldBox = h("div", {});
+  const retryBox = h("div", {});
 
   const button = (label, testid, cls, onclick) =>
     h("button", { type: "button", class: cls, "data-testid": testid, onclick }, label);
@@ -145,11 +157,14 @@ export function render(root, params) {
   const eventType = h("input", { type: "text", placeholder: "event type", required: true, "data-testid": "event-type", "aria-label": "event type" });
   const eventPayload = h("textarea", { class: "code", rows: "2", spellcheck: "false", placeholder: "payload (JSON, optional)", "data-testid": "event-payload", "aria-label": "event payload" });
   const eventError = h("div", { class: "form-error", role: "alert" });
+  // What the instance waits for, under the field: a placeholder that long would be cut off.
+  const eventHint = h("p", { class: "event-hint muted small", "data-testid": "event-hint", hidden: true });
   const eventBtn = h("button", { type: "submit", class: "primary", "data-testid": "send-event" }, "Send event");
   const eventForm = h(
     "form",
     { class: "event-form", "data-testid": "event-form" },
     h("div", { class: "row" }, eventType, eventBtn),
+    eventHint,
     eventPayload,
     eventError,
   );
@@ -197,6 +212,7 @@ export function render(root, params) {
     ),
     warningBox,
     heldBox,
+    retryBox,
     h(
       "div",
       { class: "grid-2" },
@@ -222,7 +238,7 @@ export function render(root, params) {
       "div",
       { class: "grid-2" },
       h("section", { class: "card" }, h("h3", {}, "Params"), paramsBox),
-      h("section", { class: "card" }, resultBox),
+      resultBox,
     ),
     graphCard,
     h("section", { class: "card" }, h("h3", {}, "Timeline"), timelineBox),
@@ -236,9 +252,10 @@ export function render(root, params) {
   function update(detail) {
     current = detail;
     const inst = detail.workflow;
-    replace(badge, statusBadge(inst.status, "badge-lg"));
+    replace(badge, instanceBadge(inst, "badge-lg"));
     replace(warningBox, unservedBanner(inst));
     replace(heldBox, heldBanner(inst));
+    replace(retryBox, retryBanner(inst));
     const finished = FINISHED.has(inst.status);
     live.textContent = finished ? "" : "● live";
     pauseBtn.disabled = !["queued", "running", "waiting"].includes(inst.status);
@@ -250,9 +267,9 @@ export function render(root, params) {
     deleteBtn.disabled = !finished;
     deleteBtn.title = finished ? "" : "terminate the instance before deleting it";
     const awaited = detail.steps.find((s) => s.type === "wait_for_event" && s.status === "waiting");
-    eventType.placeholder = awaited && awaited.info && awaited.info.type
-      ? `event type (it waits for "${awaited.info.type}")`
-      : "event type";
+    const awaitedType = awaited && awaited.info && awaited.info.type;
+    eventHint.hidden = !awaitedType || finished;
+    eventHint.textContent = awaitedType ? `It waits for an event of type "${awaitedType}".` : "";
     const end = inst.ended_at ?? (inst.started_at ? Date.now() / 1000 : null);
     replace(
       facts,
@@ -275,9 +292,12 @@ export function render(root, params) {
         h("div", { class: "error-box", "data-testid": "error" }, h("strong", {}, inst.error.name), ": ", inst.error.message),
         inst.rollback ? h("details", {}, h("summary", {}, "Rollback"), jsonBlock(inst.rollback)) : null,
       );
-    } else {
+    } else if (finished) {
       replace(resultBox, h("h3", {}, "Output"), jsonBlock(inst.output, "output"));
+    } else {
+      replace(resultBox); // no output before the instance ends: no card (it would show null)
     }
+    resultBox.hidden = !inst.error && !finished;
     const chosen = restartFrom.value;
     replace(
       restartFrom,

@@ -5,8 +5,10 @@ import {
   STATUSES,
   formatDuration,
   h,
+  instanceBadge,
+  isRetrying,
   replace,
-  statusBadge,
+  retrySummary,
   timeCell,
   toast,
   truncate,
@@ -32,7 +34,7 @@ function row(inst) {
     } },
     h("td", { class: "mono id-cell" }, h("a", { href: link, title: inst.id }, inst.id)),
     h("td", {}, inst.workflow),
-    h("td", {}, statusBadge(inst.status)),
+    h("td", {}, instanceBadge(inst)),
     h("td", {}, timeCell(inst.created_at)),
     h("td", { class: "num-cell" }, formatDuration(duration(inst))),
     h(
@@ -43,6 +45,13 @@ function row(inst) {
           truncate(`${inst.error.name}: ${inst.error.message}`, 80))
         : inst.warning
           ? h("span", { class: "unserved-text", "data-testid": "unserved" }, `⚠ ${inst.warning}`)
+          : isRetrying(inst)
+          ? h(
+            "span",
+            { class: "retry-text", "data-testid": "retry", title: `${inst.retry.error.name}: ${inst.retry.error.message}` },
+            retrySummary(inst.retry),
+            inst.retry.next_attempt_at ? [" · next ", timeCell(inst.retry.next_attempt_at)] : null,
+          )
           : inst.status === "waiting" && inst.wake_at
           ? h("span", { class: "muted" }, "wakes ", timeCell(inst.wake_at))
           : null,
