@@ -20,6 +20,7 @@ from . import (
     recovery,
     sequential,
     spread,
+    telemetry,
     throughput,
     triggers,
     virtual_time,
@@ -30,6 +31,7 @@ from ._run import Benchmark, execute
 BENCHMARKS: dict[str, Benchmark] = {
     sequential.NAME: sequential.run,
     throughput.NAME: throughput.run,
+    telemetry.NAME: telemetry.run,
     spread.NAME: spread.run,
     held.NAME: held.run,
     create.NAME: create.run,

@@ -35,6 +35,8 @@ class WorkerOptions:
     """Wait for :meth:`WorkerProcess.go` before claiming."""
     pgoptions: str | None = None
     """``PGOPTIONS`` for the worker (libpq session settings, e.g. ``-c synchronous_commit=off``)."""
+    telemetry: str = "off"
+    """What the worker reports (``benchmarks._worker --telemetry``): off, metrics, traces, both."""
 
 
 class WorkerProcess:
@@ -73,6 +75,8 @@ class WorkerProcess:
         ]
         if options.gate:
             args.append("--gate")
+        if options.telemetry != "off":
+            args += ["--telemetry", options.telemetry]
         env = dict(os.environ)
         if options.pgoptions is not None:
             env["PGOPTIONS"] = options.pgoptions

@@ -16,8 +16,12 @@ import sys
 from collections.abc import Sequence
 
 from stepline import Engine, _loop
+from stepline.telemetry import Telemetry
 
+from ._spans import sdk_provider
 from ._workflows import WORKFLOWS
+
+TELEMETRY = ("off", "metrics", "traces", "both")
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -29,6 +33,7 @@ async def _serve(args: argparse.Namespace) -> None:
         lease=args.lease,
         poll_interval=args.poll,
         worker_id=args.worker_id,
+        telemetry=telemetry(args.telemetry),
     )
     try:
         await engine.open()
@@ -40,6 +45,17 @@ async def _serve(args: argparse.Namespace) -> None:
         await engine.close()
 
 
+def telemetry(mode: str) -> Telemetry:
+    """Off; Prometheus metrics (recorded, not scraped); traces sampled at 100% on the SDK with
+    a batch processor whose exporter drops the spans (:mod:`benchmarks._spans`); or both."""
+    traces = mode in ("traces", "both")
+    return Telemetry(
+        traces=traces,
+        metrics=mode in ("metrics", "both"),
+        tracer_provider=sdk_provider() if traces else None,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="a stepline worker for the benchmarks")
     p.add_argument("--url", required=True, help="database URL")
@@ -48,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--poll", type=float, default=0.5, help="longest idle poll interval, seconds")
     p.add_argument("--worker-id", default=None, help="worker id (default: host:pid:random)")
     p.add_argument("--gate", action="store_true", help="wait for a line on stdin before claiming")
+    p.add_argument("--telemetry", choices=TELEMETRY, default="off", help="what it reports")
     args = p.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING,

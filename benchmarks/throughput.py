@@ -118,6 +118,7 @@ async def measure(
     keys: int = 0,
     concurrency: int = 100,
     burn: float = 0.0,
+    telemetry: str = "off",
 ) -> dict[str, float]:
     """One run on a fresh database ``url``: steps/s, seconds, CPU µs per step (workers and, for
     a local PostgreSQL, the server processes serving them), bytes stored per instance.
@@ -125,7 +126,8 @@ async def measure(
     ``async_commit`` (PostgreSQL): the workers' connections run with ``synchronous_commit=off``
     (set through ``PGOPTIONS`` in their environment; the client's creates stay synchronous).
     ``workflow``: which trivial workflow; ``keys``: give instance i the key ``k{i % keys}``;
-    ``concurrency``: each worker's; ``burn``: seconds of CPU each step takes."""
+    ``concurrency``: each worker's; ``burn``: seconds of CPU each step takes; ``telemetry``:
+    what the workers report (``benchmarks._worker --telemetry``)."""
     async with client(url) as engine:
         created = await create_in_batches(
             engine,
@@ -146,6 +148,7 @@ async def measure(
         concurrency=concurrency,
         gate=True,
         pgoptions="-c synchronous_commit=off" if async_commit else None,
+        telemetry=telemetry,
     )
     async with worker_pool(worker_url, logs, processes, options) as pool:
         backends = await backend_pids(url, tag) if postgres else []

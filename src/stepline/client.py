@@ -13,7 +13,9 @@ from typing import Any, Literal, Protocol
 
 from . import _json
 from ._json import DEFAULT_MAX_PAYLOAD
+from ._runtime.observer import Observer
 from ._shown import shown
+from ._traceparent import valid_traceparent
 from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .records import (
@@ -288,12 +290,14 @@ class WorkflowBinding:
         check: CheckWorkflow,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         reserve: ReserveSlots | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self.name = name
         self._check_known = check
         self._reserve = reserve
+        self._observer = observer
         self._possible = is_valid_name(name)
         """False for a name no workflow can have: an unknown workflow, and no store query (text
         PostgreSQL cannot hold, such as a NUL, would fail there)."""
@@ -308,6 +312,20 @@ class WorkflowBinding:
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
     ) -> list[InstanceRecord]:
         """Create ``items``; a worker in this process takes what it has room for at once."""
+        if self._observer is None:
+            return await self._create_observed(items, trigger, skip_existing)
+        items, ended = self._observer.creating(self.name, trigger, items)
+        try:
+            created = await self._create_observed(items, trigger, skip_existing)
+        except BaseException as exc:
+            ended(0, exc)
+            raise
+        ended(len(created), None)
+        return created
+
+    async def _create_observed(
+        self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
+    ) -> list[InstanceRecord]:
         reservation = self._reserve(self.name, len(items)) if self._reserve is not None else None
         if reservation is None:
             return await self._store.create_instances(
@@ -340,6 +358,7 @@ class WorkflowBinding:
         priority: int = 0,
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
+        traceparent: str | None = None,
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
         engine's own worker has room for it.
@@ -353,6 +372,10 @@ class WorkflowBinding:
         the workflow holds it, no other is created, and ``on_duplicate`` says what happens
         instead: ``"return"`` a handle on that instance, ``"raise"``
         :class:`~stepline.DuplicateInstanceError` (its ``instance_id`` names it).
+
+        ``traceparent``: a W3C trace context for the instance's trace to continue (what an HTTP
+        server received); by default, while stepline traces, the caller's current span's. An
+        invalid one is ignored (docs/observability.md).
         """
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
@@ -363,6 +386,7 @@ class WorkflowBinding:
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
+            traceparent=valid_traceparent(traceparent),
         )
         try:
             await self._create([new], trigger, skip_existing=False)
@@ -376,7 +400,8 @@ class WorkflowBinding:
         self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
     ) -> list[Instance]:
         """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...,
-        "key"?: ..., "priority"?: ...}, ...]`` (``key`` and ``priority`` as in :meth:`create`).
+        "key"?: ..., "priority"?: ..., "traceparent"?: ...}, ...]`` (``key``, ``priority`` and
+        ``traceparent`` as in :meth:`create`).
 
         Idempotent: ids that already exist are skipped. Returns a handle for every item, in order.
         Items take no ``dedup_key``: a duplicate would be skipped, and its handle would name an
@@ -390,11 +415,11 @@ class WorkflowBinding:
                     f"create_batch item {index} must be a dict like {{'id': ..., 'params': ...}}, "
                     f"got {type(item).__name__}"
                 )
-            unknown = set(item) - {"id", "params", "key", "priority"}
+            unknown = set(item) - {"id", "params", "key", "priority", "traceparent"}
             if unknown:
                 raise ValueError(
                     f"create_batch item {index}: unknown key {sorted(unknown)[0]!r} (items take "
-                    "id, params, key and priority)"
+                    "id, params, key, priority and traceparent)"
                 )
             raw_id = item.get("id")
             instance_id = (
@@ -412,6 +437,7 @@ class WorkflowBinding:
                     priority=_check_priority(
                         item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
+                    traceparent=valid_traceparent(item.get("traceparent")),
                 )
             )
         await self._create(new, trigger, skip_existing=True)

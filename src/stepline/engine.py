@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from ._json import DEFAULT_MAX_PAYLOAD
-from ._runtime import RuntimeHooks
+from ._runtime import Observer, RuntimeHooks
 from .client import Instance, WorkflowBinding, check_listing
 from .clock import SystemClock
 from .durations import Duration, parse_worker_duration
@@ -23,6 +23,7 @@ from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, Wor
 from .retrying import read_retries
 from .store import Store, create_store
 from .store.base import WorkflowMeta
+from .telemetry import Activity, ActivityReadings, Telemetry
 from .triggers.cron import ScheduleClient, Scheduler
 from .worker import Reservation, Worker, WorkerSettings
 from .workflow import WorkflowDefinition, check_schedule_names, definition_of, is_valid_name
@@ -63,6 +64,10 @@ class Engine:
 
     ``hooks``: the runtime's seam for :mod:`stepline.testing` (mocked steps, a virtual attempt
     clock); applications leave it out.
+
+    ``telemetry``: traces, metrics and the log context (:class:`stepline.telemetry.Telemetry`);
+    by default traces are on when an OpenTelemetry tracer provider is configured, and nothing
+    else is (docs/observability.md).
     """
 
     def __init__(
@@ -84,6 +89,7 @@ class Engine:
         create: bool = True,
         limits: Iterable[Limit] = (),
         hooks: RuntimeHooks | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.url = url or os.environ.get("STEPLINE_DATABASE_URL") or DEFAULT_URL
         if concurrency < 1:
@@ -116,6 +122,8 @@ class Engine:
         self._worker_id = worker_id
         self._listeners = tuple(listeners)
         self._hooks = hooks
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        self._activity: ActivityReadings | None = None
         self._worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
         self._scheduler: Scheduler | None = None
@@ -171,6 +179,7 @@ class Engine:
         """Open the store and register the workflows in it. Idempotent."""
         if self._opened:
             return
+        self.observer  # noqa: B018 - wired now: whether a tracer provider is configured
         await self.store.open()
         self._opened = True
         if self._registry:
@@ -211,15 +220,25 @@ class Engine:
         """This engine's worker (created on first use; started by ``async with`` or
         :meth:`run_worker`, or driven step by step with ``worker.run_once()``)."""
         if self._worker is None:
-            self._worker = Worker(
+            worker = self._worker = Worker(
                 self.store,
                 self._registry,
                 self.settings,
                 worker_id=self._worker_id,
                 listeners=self._listeners,
                 hooks=self._hooks,
+                observer=self.observer,
             )
+            metrics = self.telemetry.metrics
+            if metrics is not None:
+                metrics.watch_worker(lambda: worker.active_count, self.settings.concurrency)
         return self._worker
+
+    @property
+    def observer(self) -> Observer | None:
+        """What observes this engine (:attr:`telemetry`'s observer), None when nothing does;
+        wired the first time it is asked for."""
+        return self.telemetry.observer(self.store)
 
     async def run_worker(self, *, handle_signals: bool = True) -> None:
         """Run a worker until SIGINT/SIGTERM (or ``engine.worker.stop()``), then shut down
@@ -284,7 +303,7 @@ class Engine:
         """This engine's scheduler for the registered workflows' schedules (created on first
         use; started next to the worker, or driven with ``sync()`` and ``run_once(now)``)."""
         if self._scheduler is None:
-            self._scheduler = Scheduler(self.store, self._registry.values())
+            self._scheduler = Scheduler(self.store, self._registry.values(), observer=self.observer)
         return self._scheduler
 
     def schedules(self) -> ScheduleClient:
@@ -297,7 +316,12 @@ class Engine:
         """A binding to create and look up instances: by name, class, Pipeline or Dag."""
         name = workflow if isinstance(workflow, str) else definition_of(workflow).name
         return WorkflowBinding(
-            self.store, name, self._check_workflow, self.settings.max_payload, self._reserve
+            self.store,
+            name,
+            self._check_workflow,
+            self.settings.max_payload,
+            self._reserve,
+            self.observer,
         )
 
     def _reserve(self, workflow: str, count: int) -> Reservation | None:
@@ -349,6 +373,14 @@ class Engine:
         oldest first. A worker registers when it starts, beats every ``heartbeat`` seconds,
         deregisters when it stops gracefully; the row of one that died expires."""
         return await self.store.list_workers()
+
+    async def activity(self) -> Activity:
+        """The fleet's activity: instances ended per minute over the last hour by status, and
+        now the backlog, what limits hold, instances by status, live workers (bounded reads,
+        kept a few seconds; the dashboard's chart)."""
+        if self._activity is None:
+            self._activity = ActivityReadings(self.store, self.telemetry.fleet_ttl)
+        return await self._activity.get()
 
     async def retries(self, records: Sequence[InstanceRecord]) -> list[PendingRetry | None]:
         """For each record, the retry it waits for (:class:`~stepline.PendingRetry`: the step,

@@ -30,6 +30,9 @@ The configuration is found by walking up from the current directory, like ``wran
     [cloudflare]                              # stepline serve's Cloudflare API: _project_cloudflare
     account_id = "0123abcd"
 
+    [telemetry]                               # traces and metrics, [logging]: _project_telemetry
+    metrics_port = 9464
+
 The database URL is taken, first match wins, from the ``--database`` option, the
 ``STEPLINE_DATABASE_URL`` environment variable, the ``database`` key, and finally
 ``sqlite:///stepline.db`` next to the configuration file (in the current directory when there is
@@ -59,6 +62,7 @@ from ._project_overrides import (
     with_schedules,
     workflow_limit_settings,
 )
+from ._project_telemetry import TelemetryConfig, read_telemetry
 from .durations import parse_worker_duration
 from .errors import ConfigError, DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Limit
@@ -70,7 +74,10 @@ PYPROJECT_FILE = "pyproject.toml"
 ENV_DATABASE = "STEPLINE_DATABASE_URL"
 DEFAULT_DATABASE_FILE = "stepline.db"
 
-_TOP_KEYS = ("database", "workflows", "worker", "triggers", "schedules", "limits", "cloudflare")
+_TOP_KEYS = (
+    "database", "workflows", "worker", "triggers", "schedules", "limits", "cloudflare",
+    "telemetry", "logging",
+)  # fmt: skip
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
 _WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS)
@@ -158,6 +165,8 @@ class ProjectConfig:
     limits: tuple[Limit, ...] = ()
     """The ``[[limits]]`` tables: named limits, for ``Engine(limits=...)``."""
     cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    """The ``[telemetry]`` and ``[logging]`` tables."""
 
     @property
     def workflow_names(self) -> list[str]:
@@ -395,6 +404,7 @@ class _FileConfig:
     schedules: tuple[ScheduleEntry, ...]
     limits: tuple[Limit, ...] = ()
     cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 def read_config(path: Path) -> _FileConfig:
@@ -426,7 +436,10 @@ def read_config(path: Path) -> _FileConfig:
                 f"{entry.workflow!r} (configured: {', '.join(sorted(known)) or 'none'})"
             )
     cloudflare = read_cloudflare(data.get("cloudflare"), path, prefix)
-    return _FileConfig(database, workflows, worker, triggers, schedules, limits, cloudflare)
+    telemetry = read_telemetry(data.get("telemetry"), data.get("logging"), path, prefix)
+    return _FileConfig(
+        database, workflows, worker, triggers, schedules, limits, cloudflare, telemetry
+    )
 
 
 def load_project(
@@ -474,6 +487,7 @@ def load_project(
         read.schedules,
         read.limits,
         read.cloudflare,
+        read.telemetry,
     )
 
 

@@ -190,6 +190,10 @@ class InstanceRecord:
     became runnable."""
     dedup_key: str | None = None
     """While this instance is unfinished, no other instance of its workflow has this key."""
+    traceparent: str | None = None
+    """The W3C ``traceparent`` of the span that created it (its creator's, a queue message's,
+    its parent workflow's), stored so that every activation continues one trace; None when its
+    creator traced nothing (docs/observability.md)."""
 
     def due(self, now: float) -> bool:
         """Whether its time to run has come at ``now`` (queued, its wake-up time, or the expiry

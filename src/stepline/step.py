@@ -28,6 +28,9 @@ class StepContext:
     config: StepConfig
     instance_id: str
     workflow_name: str
+    traceparent: str | None = None
+    """The W3C ``traceparent`` of this attempt's span while stepline traces (docs/observability.md),
+    to carry the trace on to what the step calls; None otherwise."""
 
 
 class StepRunner(Protocol):

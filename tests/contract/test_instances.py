@@ -331,3 +331,22 @@ async def test_instance_times_are_float_seconds(store: Store) -> None:
     await store.finish(claim.lease, Finish("complete", output='{"ok": true}'), store.now())
     finished = await store.get_instance(WF, "a")
     assert isinstance(finished.ended_at, float) and finished.output == {"ok": True}
+
+
+async def test_the_traceparent_given_at_creation_is_kept_for_every_reader(store: Store) -> None:
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    created = await store.create_instances(
+        WF, [NewInstance("a", None, traceparent=trace), NewInstance("b", None)],
+        trigger="api", skip_existing=False,
+    )  # fmt: skip
+    assert [c.traceparent for c in created] == [trace, None]
+    assert (await store.get_instance(WF, "a")).traceparent == trace
+    claims = (await store.claim(OWNER, [WF], 10, LEASE, store.now())).claims
+    assert {c.instance.id: c.instance.traceparent for c in claims} == {"a": trace, "b": None}
+    new, leased = await store.create_and_claim(
+        WF, [NewInstance("c", None, traceparent=trace)], trigger="api", skip_existing=False,
+        owner=OWNER, lease_seconds=LEASE, limit=1,
+    )  # fmt: skip
+    assert new[0].traceparent == leased[0].instance.traceparent == trace
+    page = await store.list_instances(WF, None, 10, None)
+    assert {r.id: r.traceparent for r in page.instances} == {"a": trace, "b": None, "c": trace}

@@ -23,7 +23,8 @@ the settings a worker gives), ``replay`` (step names and history lookup), ``dive
 replay that left its history), ``quiesce`` (parking, holding, suspension), ``writer`` (step
 records), ``marks`` (the attempt clock), ``do``, ``waits``, ``children``, ``rollback`` (the
 step kinds), ``calls`` (step calls never awaited), ``signals`` (the runtime's own exceptions,
-stored errors), ``hooks`` (the seam a test harness overrides).
+stored errors), ``hooks`` (the seam a test harness overrides), ``observer`` (the seam
+telemetry observes through).
 """
 
 from .._callbacks import invoke
@@ -31,6 +32,15 @@ from .activation import Activation
 from .do import INTERRUPTED_ATTEMPT, timeout_error
 from .hooks import RuntimeHooks
 from .marks import RECORD_RUNNING_AFTER, RunningMarks
+from .observer import (
+    ActivationObservation,
+    AttemptObservation,
+    AttemptOutcome,
+    CreateEnd,
+    Observer,
+    TickOutcome,
+    WaitOutcome,
+)
 from .replay import validate_step_name
 from .signals import ActivationAborted, error_info
 from .state import ActivationSettings
@@ -40,9 +50,16 @@ __all__ = [
     "RECORD_RUNNING_AFTER",
     "Activation",
     "ActivationAborted",
+    "ActivationObservation",
     "ActivationSettings",
+    "AttemptObservation",
+    "AttemptOutcome",
+    "CreateEnd",
+    "Observer",
     "RunningMarks",
     "RuntimeHooks",
+    "TickOutcome",
+    "WaitOutcome",
     "error_info",
     "invoke",
     "timeout_error",

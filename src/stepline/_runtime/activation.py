@@ -24,6 +24,7 @@ from ..store.base import Claim, Finish, History, Store
 from ..workflow import Workflow, WorkflowEvent
 from . import children, do, waits
 from .calls import StepCalls
+from .observer import ActivationObservation
 from .rollback import run_rollbacks
 from .signals import ActivationAborted, Terminating, error_info
 from .state import ActivationSettings, ActivationState
@@ -43,10 +44,11 @@ class Activation:
         history: History,
         workflow: Workflow,
         settings: ActivationSettings,
+        observed: ActivationObservation | None = None,
     ) -> None:
         self.claim = claim
         self.workflow = workflow
-        self._state = ActivationState(store, claim, history, settings)
+        self._state = ActivationState(store, claim, history, settings, observed)
         self._calls = StepCalls(f"{claim.instance.workflow}/{claim.instance.id}")
         self.step = WorkflowStep(self)
 

@@ -42,14 +42,18 @@ async def start_workflow(
     parent = {"workflow": instance.workflow, "id": instance.id, "step": step.label}
     await writer.committed()  # earlier steps' records, before the child can run
     step.started_at = state.store.now()
+    observed = state.observed
+    traceparent = None if observed is None else observed.child_traceparent()
     quiet.begin()  # nothing suspends between the child's creation and its record
     try:
-        await state.store.create_instances(
-            workflow,
-            [NewInstance(child_id, encoded, _json.dumps(parent, what="parent"))],
-            trigger="workflow",
-            skip_existing=True,
+        child = NewInstance(
+            child_id, encoded, _json.dumps(parent, what="parent"), traceparent=traceparent
         )
+        created = await state.store.create_instances(
+            workflow, [child], trigger="workflow", skip_existing=True
+        )
+        if observed is not None:
+            observed.created(workflow, "workflow", len(created))
         await writer.write(
             step, "complete",
             output=_json.dumps(child_id, what="id"), ended_at=state.store.now(),
@@ -89,15 +93,20 @@ async def wait_for_workflow(
     quiet.begin()  # nothing suspends between reading the child and recording what was read
     try:
         child = await state.store.get_instance(workflow, child_id)
+        observed = state.observed
         if child.status == "complete":
             output = state.encode(child.output, "child output")
             await writer.write(step, "complete", output=output, ended_at=now, info=info)
+            if observed is not None:
+                observed.waited("wait_for_workflow", name, key[1], step.started_at, now, "complete")
             return child.output
         if child.status in ("errored", "terminated"):
             message = f"{workflow} {child_id} ended {child.status}"
             failed = {**info, "status": child.status, "child_error": child.error}
             error = {"name": "WorkflowFailedError", "message": message}
             await writer.write(step, "errored", error=error, ended_at=now, info=failed)
+            if observed is not None:
+                observed.waited("wait_for_workflow", name, key[1], step.started_at, now, "errored")
             raise WorkflowFailedError(workflow, child_id, child.status, child.error)
         if now >= deadline:
             message = f"{workflow} {child_id} did not end within {seconds:g} seconds"
@@ -105,6 +114,8 @@ async def wait_for_workflow(
             await writer.write(
                 step, "errored", error=error, wake_at=deadline, ended_at=now, info=info
             )
+            if observed is not None:
+                observed.waited("wait_for_workflow", name, key[1], step.started_at, now, "timeout")
             raise StepTimeoutError(message)
         if record is None:
             await writer.write(step, "waiting", wake_at=deadline, info=info)

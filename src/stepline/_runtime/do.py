@@ -27,6 +27,7 @@ from ..records import Attempt, StepRecord
 from ..step import StepCallback, StepContext
 from . import slots
 from .calls import IN_CALLBACK
+from .observer import AttemptObservation
 from .replay import validate_step_name
 from .signals import error_info
 from .state import ActivationState, Rollback
@@ -123,16 +124,18 @@ async def run_attempts(
         mark = state.settings.marks.add(
             functools.partial(writer.record_running, step, number, now), cfg.timeout, state.loop
         )
+        observed = state.observed
+        seen = None if observed is None else observed.attempt(step.kind, *step.key, number)
         try:
             if state.settings.listeners:
                 state.emit("step_start", {"step": label, "attempt": number})
             hooks = state.settings.hooks
             context = None
             if undoing is not None:
-                context = _context(state, step, number, cfg)
+                context = _context(state, step, number, cfg, seen)
                 args = rollback_arguments(shape.arity, *undoing, context)
             elif shape.arity or hooks is not None:
-                context = _context(state, step, number, cfg)
+                context = _context(state, step, number, cfg, seen)
                 args = (context,) if shape.arity else ()
             else:
                 args = ()
@@ -151,6 +154,8 @@ async def run_attempts(
                 IN_CALLBACK.reset(inside)
                 mark.disarm()
         except (_EngineSignal, asyncio.CancelledError):
+            if seen is not None:
+                seen.ended("interrupted", None)
             mark.cancel()
             quiet.end()
             if limit is not None:
@@ -163,8 +168,10 @@ async def run_attempts(
                     await running  # the final record must not race the `running` one
                 if limit is not None:
                     await slots.give_back(state, step, limit)  # before the retry's delay
-                wake_at = await _failed(state, step, cfg, number, now, number - cut_off, exc)
+                wake_at = await _failed(state, step, cfg, number, now, number - cut_off, exc, seen)
             finally:
+                if seen is not None:  # ended by _failed, unless a write failed before
+                    seen.ended("interrupted", None)
                 quiet.end()
             if wake_at is not None:
                 await quiet.gate(wake_at)
@@ -185,16 +192,22 @@ async def run_attempts(
                     limit=state.settings.max_payload,
                 )
             except InvalidPayloadError as exc:
+                if seen is not None:
+                    seen.ended("failed", exc)
                 info = {"name": "InvalidPayloadError", "message": str(exc)}
                 await writer.write(step, "errored", error=info, ended_at=ended)
                 raise InstanceFatalError("InvalidPayloadError", str(exc)) from exc
             writer.send(step, "complete", output=encoded, ended_at=ended)
+            if seen is not None:
+                seen.ended("success", None)
             if state.settings.listeners:
                 state.emit("step_complete", {"step": label, "attempt": number})
             # The step returns what a replay will: its result as decoded from the record (equal
             # to it, but a tuple comes back a list).
             return decoded, ended
         finally:
+            if seen is not None:  # ended above, unless its records failed (a lost lease)
+                seen.ended("interrupted", None)
             quiet.end()
 
 
@@ -206,6 +219,7 @@ async def _failed(
     started: float,
     failed: int,
     exc: Exception,
+    seen: AttemptObservation | None,
 ) -> float | None:
     """Record a failed attempt: the step fails for good (raise), or waits for its retry (return
     when the retry is due, None if at once). ``failed``: attempts failed so far."""
@@ -213,9 +227,13 @@ async def _failed(
     info = error_info(exc)
     step.attempts.append(Attempt(number, started, ended, info))
     if failed > cfg.retries.limit or not cfg.retries.retryable(exc):
+        if seen is not None:
+            seen.ended("failed", exc)
         state.emit("step_failed", {"step": step.label, "attempt": number, **info})
         await state.writer.write(step, "errored", error=info, ended_at=ended)
         raise StepFailedError(step.label, info["name"], info["message"]) from exc
+    if seen is not None:
+        seen.ended("retry", exc)
     delay = cfg.retries.delay_after(failed, exc)
     wake_at = ended + delay
     state.emit("step_retry", {"step": step.label, "attempt": number, "delay": delay, **info})
@@ -223,9 +241,17 @@ async def _failed(
     return wake_at if delay > 0 else None
 
 
-def _context(state: ActivationState, step: StepRef, number: int, cfg: StepConfig) -> StepContext:
+def _context(
+    state: ActivationState,
+    step: StepRef,
+    number: int,
+    cfg: StepConfig,
+    seen: AttemptObservation | None,
+) -> StepContext:
     name, count = step.key
-    return StepContext(name, count, number, cfg, state.instance.id, state.instance.workflow)
+    instance = state.instance
+    traceparent = None if seen is None else seen.traceparent
+    return StepContext(name, count, number, cfg, instance.id, instance.workflow, traceparent)
 
 
 def _interrupted(record: StepRecord, number: int, now: float) -> Attempt:

@@ -27,6 +27,27 @@ async def run_rollbacks(
     if not state.rollbacks:
         return None
     state.quiet.terminating = False  # rollbacks themselves must be allowed to run
+    ended = None if state.observed is None else state.observed.rollbacks()
+    try:
+        failures = await _run_each(state, error)
+    except BaseException:
+        if ended is not None:
+            ended("interrupted")
+        raise
+    if ended is not None:
+        ended("failed" if failures else "complete")
+    if failures:
+        first = failures[0]
+        return {
+            "outcome": "failed",
+            "error": {"name": first["name"], "message": first["message"]},
+            "failed": failures,
+        }
+    return {"outcome": "complete", "error": None}
+
+
+async def _run_each(state: ActivationState, error: BaseException | None) -> list[dict[str, str]]:
+    """Run each rollback not yet recorded complete; the failures (step, name, message)."""
     replay = state.replay
     failures: list[dict[str, str]] = []
     for rb in sorted(state.rollbacks, key=lambda r: (r.ended_at, r.seq), reverse=True):
@@ -41,11 +62,4 @@ async def run_rollbacks(
             await run_attempts(state, step, record, rb.config, rb.fn, shape, (error, rb.output))
         except StepFailedError as exc:
             failures.append({"step": f"{name}-{count}", **error_info(exc)})
-    if failures:
-        first = failures[0]
-        return {
-            "outcome": "failed",
-            "error": {"name": first["name"], "message": first["message"]},
-            "failed": failures,
-        }
-    return {"outcome": "complete", "error": None}
+    return failures

@@ -15,6 +15,7 @@ from ..records import PendingEvent
 from ..store.base import Claim, History, Store
 from .hooks import RuntimeHooks
 from .marks import RunningMarks
+from .observer import ActivationObservation, Observer
 from .quiesce import Quiescence
 from .replay import Replay, StepKey
 from .writer import StepWriter
@@ -30,6 +31,8 @@ class ActivationSettings:
     shapes: ShapeMemo = field(default_factory=ShapeMemo)
     hooks: RuntimeHooks | None = None
     """A test harness's seam (:mod:`.hooks`); None in production."""
+    observer: Observer | None = None
+    """The engine's observers (:mod:`.observer`); None when nothing observes."""
 
 
 @dataclass(slots=True)
@@ -54,6 +57,7 @@ class ActivationState:
         "instance",
         "lease",
         "loop",
+        "observed",
         "quiet",
         "replay",
         "rollbacks",
@@ -63,9 +67,16 @@ class ActivationState:
     )
 
     def __init__(
-        self, store: Store, claim: Claim, history: History, settings: ActivationSettings
+        self,
+        store: Store,
+        claim: Claim,
+        history: History,
+        settings: ActivationSettings,
+        observed: ActivationObservation | None = None,
     ) -> None:
         self.store = store
+        self.observed = observed
+        """This activation's observation (:mod:`.observer`); None when nothing observes."""
         self.instance = claim.instance
         self.lease = claim.lease
         self.settings = settings

@@ -54,6 +54,8 @@ async def _sleep(state: ActivationState, name: str, wake: Callable[[float], floa
         if hooks is not None:
             wake_at = hooks.timer(state.instance, "sleep", name, key[1], wake_at, now)
     step.started_at = record.started_at if record is not None else now
+    if record is None and state.observed is not None:
+        state.observed.waited("sleep", name, key[1], now, max(now, wake_at), "complete")
     if now >= wake_at:
         # A sleep is recorded once, when it starts, with its wake time: from then on it is over
         # by the clock, for replay here and for readers (the store shows it complete), so
@@ -105,12 +107,18 @@ async def wait_for_event(
                 step, "complete",
                 output=output, wake_at=deadline, ended_at=now, info=info, consume_event=pending.pk,
             )  # fmt: skip
+            if state.observed is not None:
+                state.observed.waited(
+                    "wait_for_event", name, key[1], step.started_at, now, "received"
+                )
             state.emit("event_received", {"step": label, "type": event_type})
             return event
     if now >= deadline:
         message = f"no {event_type!r} event within {seconds:g} seconds"
         error = {"name": "StepTimeoutError", "message": message}
         await writer.write(step, "errored", error=error, wake_at=deadline, ended_at=now, info=info)
+        if state.observed is not None:
+            state.observed.waited("wait_for_event", name, key[1], step.started_at, now, "timeout")
         raise StepTimeoutError(f"wait_for_event {label!r} timed out waiting for {event_type!r}")
     if record is None:
         state.emit("step_wait", {"step": label, "type": event_type, "until": deadline})

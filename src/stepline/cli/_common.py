@@ -31,6 +31,7 @@ from ..errors import (
 from ..project import ProjectConfig, load_project
 from ..records import InstanceRecord
 from ..store.sqlite import directory_message, path_from_url
+from ..telemetry import Telemetry
 from ..workflow import validate_name
 
 T = TypeVar("T")
@@ -162,6 +163,8 @@ class State:
         self.check_not_directory()
         options.setdefault("worker", False)
         options.setdefault("limits", self.project.limits)
+        if "telemetry" not in options:  # traces as [telemetry] says (clients' creates too)
+            options["telemetry"] = Telemetry(traces=self.project.telemetry.traces)
         merged = {**self.project.worker.engine_options(), **options}
         with cli_errors():
             engine = Engine(self.project.database, workflows, **merged)

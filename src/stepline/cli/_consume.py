@@ -12,18 +12,36 @@ from typing import Any
 import click
 
 from ..project import load_workflow
+from ..telemetry import Telemetry
 from ..triggers import QueueTrigger
 from ._common import EXIT_OK, State, cli_errors, fail, pass_state, run_async
 from ._run import StartupSignal, setup_logging, startup_signals
+from ._telemetry import log_format as chosen_format
+from ._telemetry import (
+    log_format_option,
+    metrics_address,
+    metrics_options,
+    serve_metrics,
+    telemetry,
+)
 from ._triggers import configured_triggers, start_consumers
 
 log = logging.getLogger("stepline.cli")
 
 
-async def _consume(state: State, workflows: list[Any], triggers: list[QueueTrigger]) -> None:
-    engine = state.engine(workflows)
+async def _consume(
+    state: State,
+    workflows: list[Any],
+    triggers: list[QueueTrigger],
+    telemetry: Telemetry,
+    metrics: tuple[str, int] | None,
+) -> None:
+    engine = state.engine(workflows, telemetry=telemetry)
     async with engine:
         consumers, tasks = await start_consumers(engine, triggers)
+        if engine.telemetry.metrics is not None:
+            engine.telemetry.metrics.watch_consumers(consumers)
+        stop_metrics = serve_metrics(engine, metrics)
         loop = asyncio.get_running_loop()
         signals = 0
 
@@ -53,6 +71,7 @@ async def _consume(state: State, workflows: list[Any], triggers: list[QueueTrigg
         try:
             results = await asyncio.gather(*tasks, return_exceptions=True)
         finally:
+            stop_metrics()
             for sig in installed:
                 loop.remove_signal_handler(sig)
         for result in results:
@@ -74,8 +93,17 @@ async def _consume(state: State, workflows: list[Any], triggers: list[QueueTrigg
     default="info",
     show_default=True,
 )
+@log_format_option
+@metrics_options
 @pass_state
-def consume(state: State, names: tuple[str, ...], log_level: str) -> None:
+def consume(
+    state: State,
+    names: tuple[str, ...],
+    log_level: str,
+    log_format: str | None,
+    metrics_port: int | None,
+    metrics_host: str | None,
+) -> None:
     """Consume the queues of stepline.toml's [[triggers.queue]] tables into instances, without
     running any workflow (a `stepline worker` does that; it consumes the queues too).
 
@@ -94,8 +122,11 @@ def consume(state: State, names: tuple[str, ...], log_level: str) -> None:
                 )
             project = state.project
             workflows = [load_workflow(project, entry) for entry in project.workflows]
-        setup_logging(state, log_level)
-        run_async(_consume(state, workflows, triggers))
+        formatted = chosen_format(state, log_format)
+        metrics = metrics_address(state, metrics_port, metrics_host)
+        observing = telemetry(state, json_logs=formatted == "json", metrics=metrics is not None)
+        setup_logging(state, log_level, formatted)
+        run_async(_consume(state, workflows, triggers, observing, metrics))
     except StartupSignal as stopped:
         click.echo(f"stopped by {stopped} before consuming (nothing received)", err=True)
         sys.exit(EXIT_OK)

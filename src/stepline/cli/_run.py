@@ -44,6 +44,15 @@ from ._common import (
 from ._instances import Described, load_instance, show_instance, step_output_options
 from ._progress import EventLog, RunProgress
 from ._summary import summarise_instance
+from ._telemetry import (
+    json_handler,
+    log_format,
+    log_format_option,
+    metrics_address,
+    metrics_options,
+    serve_metrics,
+)
+from ._telemetry import telemetry as telemetry_for
 from ._triggers import configured_triggers, start_consumers
 
 RUN_TRUNCATE = 300
@@ -109,10 +118,13 @@ def _target_error(target: str, exc: WorkflowNotFoundError) -> str:
 # -- logging ------------------------------------------------------------------------------------
 
 
-def setup_logging(state: State, level: str) -> None:
-    """Log to stderr: rich (coloured) on a terminal, plain timestamped lines otherwise."""
+def setup_logging(state: State, level: str, log_format: str = "text") -> None:
+    """Log to stderr: rich (coloured) on a terminal, plain timestamped lines otherwise; one
+    JSON object per line with ``log_format`` json."""
     handler: logging.Handler
-    if state.err.is_terminal:
+    if log_format == "json":
+        handler = json_handler()
+    elif state.err.is_terminal:
         handler = RichHandler(
             console=state.err, show_path=False, markup=False, rich_tracebacks=False
         )
@@ -150,7 +162,11 @@ def startup_signals() -> None:
 
 
 async def _worker(
-    state: State, workflows: list[Any], options: dict[str, Any], triggers: list[QueueTrigger]
+    state: State,
+    workflows: list[Any],
+    options: dict[str, Any],
+    triggers: list[QueueTrigger],
+    metrics: tuple[str, int] | None = None,
 ) -> None:
     options = {"listeners": [EventLog()], **options}
     engine = state.engine(workflows, **options)
@@ -168,12 +184,18 @@ async def _worker(
     steps = _step_threads()
     consumers: list[Consumer] = []
     consuming: list[asyncio.Task[None]] = []
+    stop_metrics = serve_metrics(engine, None)
     try:
-        if triggers:
+        if triggers or metrics:
             # Opened first so the consumers create through it (the worker's open is then a
             # no-op); a consumer that fails stops the worker, and the error ends the command.
             await engine.open()
+            engine.worker  # noqa: B018 - made now, for the metrics to read
+            stop_metrics = serve_metrics(engine, metrics)
+        if triggers:
             consumers, consuming = await start_consumers(engine, triggers)
+            if engine.telemetry.metrics is not None:
+                engine.telemetry.metrics.watch_consumers(consumers)
             for task in consuming:
                 task.add_done_callback(lambda _: engine.worker.stop())
         await engine.run_worker()
@@ -181,6 +203,7 @@ async def _worker(
         for consumer in consumers:
             consumer.stop()
         results = await asyncio.gather(*consuming, return_exceptions=True)
+        stop_metrics()
         await engine.close()
     for result in results:
         if isinstance(result, Exception):
@@ -241,6 +264,8 @@ def _threads_done(executor: ThreadPoolExecutor, timeout: float) -> bool:
     default="info",
     show_default=True,
 )
+@log_format_option
+@metrics_options
 @wrangler_option
 @pass_state
 def worker(
@@ -250,6 +275,9 @@ def worker(
     lease: str | None,
     grace_period: str | None,
     log_level: str,
+    log_format: str | None,
+    metrics_port: int | None,
+    metrics_host: str | None,
     wrangler: Path | None,
 ) -> None:
     """Run a worker for the configured workflows (or the TARGETs given) until SIGINT/SIGTERM.
@@ -262,7 +290,8 @@ def worker(
     state.wrangler = wrangler
     startup_signals()
     try:
-        _worker_command(state, targets, concurrency, lease, grace_period, log_level)
+        telemetry = (log_format, metrics_port, metrics_host)
+        _worker_command(state, targets, concurrency, lease, grace_period, log_level, telemetry)
     except StartupSignal as stopped:
         click.echo(f"stopped by {stopped} before the worker started (nothing claimed)", err=True)
         sys.exit(EXIT_OK)
@@ -275,8 +304,14 @@ def _worker_command(
     lease: str | None,
     grace_period: str | None,
     log_level: str,
+    telemetry: tuple[str | None, int | None, str | None],
 ) -> None:
     options: dict[str, Any] = {}
+    formatted = log_format(state, telemetry[0])
+    metrics = metrics_address(state, telemetry[1], telemetry[2])
+    options["telemetry"] = telemetry_for(
+        state, json_logs=formatted == "json", metrics=metrics is not None
+    )
     with cli_errors():
         if concurrency is not None:
             options["concurrency"] = concurrency
@@ -303,8 +338,8 @@ def _worker_command(
             from_config = state.project
             workflows = [load_workflow(from_config, entry) for entry in from_config.workflows]
         triggers = [] if targets or state.wrangler else configured_triggers(state)
-    setup_logging(state, log_level)
-    run_async(_worker(state, workflows, options, triggers))
+    setup_logging(state, log_level, formatted)
+    run_async(_worker(state, workflows, options, triggers, metrics))
 
 
 # -- run ----------------------------------------------------------------------------------------

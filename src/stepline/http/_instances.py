@@ -84,8 +84,9 @@ class InstanceEndpoints:
         with client_errors():
             try:
                 instance = await binding.create(
-                    item["id"], item["params"], trigger="http", on_duplicate="raise", **options
-                )
+                    item["id"], item["params"], trigger="http", on_duplicate="raise",
+                    traceparent=request.headers.get("traceparent"), **options,
+                )  # fmt: skip
             except DuplicateInstanceError as exc:
                 if on_duplicate != "return":
                     raise
@@ -100,6 +101,9 @@ class InstanceEndpoints:
     async def create_batch(self, request: Request) -> Response:
         name = request.path_params["name"]
         items = self.reader.new_instances(await self.reader.json(request))
+        traceparent = request.headers.get("traceparent")
+        if traceparent is not None:  # the caller's trace, for every instance of the batch
+            items = [{"traceparent": traceparent, **item} for item in items]
         with client_errors():
             created = await self.engine.workflow(name).create_batch(items, trigger="http")
             result = [{"id": inst.id, "status": (await inst.status()).status} for inst in created]

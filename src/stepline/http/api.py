@@ -6,7 +6,7 @@ worker or the runtime. Bad input never produces a 500: it is answered with
 ``{"error": {"code", "message"}}`` and 400, 404, 409, 413 or 422 (see :mod:`.errors`).
 
 The endpoints are grouped by resource: :mod:`._workflows`, :mod:`._instances`, :mod:`._stream`,
-:mod:`._schedules`; this module holds the workers and OpenAPI endpoints and the routes.
+:mod:`._schedules`; this module holds the workers, activity and OpenAPI endpoints and the routes.
 """
 
 from __future__ import annotations
@@ -53,6 +53,11 @@ class Api:
     async def openapi(self, request: Request) -> Response:
         return JsonResponse(openapi_document(self.max_body, self.max_payload, secured=self.secured))
 
+    async def activity(self, request: Request) -> Response:
+        with client_errors():
+            activity = await self.engine.activity()
+        return JsonResponse(activity.to_json())
+
     async def list_workers(self, request: Request) -> Response:
         with client_errors():
             workers = await self.engine.list_workers()
@@ -80,6 +85,7 @@ def api_routes(api: Api) -> list[Route]:
     paths: dict[str, dict[str, Endpoint]] = {
         "/openapi.json": {"GET": api.openapi},
         "/workers": {"GET": api.list_workers},
+        "/activity": {"GET": api.activity},
         "/workflows": {"GET": workflows.list_workflows},
         "/workflows/{name}": {"GET": workflows.get_workflow},
         "/instances": {"GET": instances.list_all_instances},

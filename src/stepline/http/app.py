@@ -14,12 +14,13 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._project_cloudflare import CloudflareConfig
 from ..engine import Engine
+from ..errors import ConfigError
 from . import cloudflare
 from .api import Api, api_routes
 from .errors import ApiError, error_response
@@ -157,6 +158,16 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _metrics(request: Request) -> Response:
+    """``GET /metrics``: the Prometheus text format, when the engine keeps metrics."""
+    engine: Engine = request.app.state.engine
+    try:
+        body, content_type = await engine.telemetry.exposition()
+    except ConfigError as exc:
+        raise ApiError(404, "metrics_off", str(exc)) from None
+    return Response(body, media_type=content_type)
+
+
 def create_app(
     engine: Engine,
     *,
@@ -167,8 +178,9 @@ def create_app(
     cloudflare_api: CloudflareConfig | None = None,
 ) -> Starlette:
     """The ASGI app: the API under ``/api``, Cloudflare's Workflows API under
-    ``cloudflare_api.prefix`` (default ``/client/v4``; ``enabled=False`` leaves it out) and the
-    dashboard at ``/``.
+    ``cloudflare_api.prefix`` (default ``/client/v4``; ``enabled=False`` leaves it out), the
+    Prometheus metrics at ``/metrics`` (when the engine keeps metrics) and the dashboard at
+    ``/``.
 
     ``token``: when set, every call of either API needs ``Authorization: Bearer <token>``.
     ``max_body``: largest request body in bytes (default: 4 x the engine's payload limit);
@@ -182,7 +194,10 @@ def create_app(
     api = Api(engine, max_body=limit, secured=bool(token), stream_interval=stream_interval)
     dashboard = StaticFiles(packages=[("stepline.http", "static")], html=True)
     mounts = [Mount("/api", routes=api_routes(api))]
-    areas: list[tuple[str, ErrorRenderer]] = [("/api", error_response)]
+    areas: list[tuple[str, ErrorRenderer]] = [
+        ("/api", error_response),
+        ("/metrics", error_response),
+    ]
     config = cloudflare_api or CloudflareConfig()
     if config.enabled:
         speaker = cloudflare.CloudflareApi(
@@ -200,7 +215,7 @@ def create_app(
             yield
 
     app = Starlette(
-        routes=[*mounts, Mount("/", dashboard, name="dashboard")],
+        routes=[*mounts, Route("/metrics", _metrics), Mount("/", dashboard, name="dashboard")],
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,

@@ -8,12 +8,23 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from .. import _loop
+from .._project_telemetry import LOG_FORMATS
 from ..cloudflare import WranglerProject, load_wrangler
 from ..engine import Engine
 from ..errors import ConfigError
 from ..project import ProjectConfig, load_project, load_workflows
 from ..store.sqlite import directory_message, path_from_url
-from .server import DEFAULT_HOST, DEFAULT_PORT, ENV_TOKEN, check_bind, is_loopback, listen, serve
+from ..telemetry import Telemetry
+from .server import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ENV_TOKEN,
+    check_bind,
+    is_loopback,
+    json_log_config,
+    listen,
+    serve,
+)
 
 
 class BadInput(click.ClickException):
@@ -93,6 +104,17 @@ def _missing_database(project: ProjectConfig) -> str | None:
     help="Also run the configured workflows in this process.",
 )
 @click.option(
+    "--metrics/--no-metrics",
+    default=None,
+    help="Answer GET /metrics in Prometheus' format [[telemetry] metrics, else off].",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    default=None,
+    help="Log lines as text or one JSON object per line [[logging] format, else text].",
+)
+@click.option(
     "--wrangler",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Take the workflows (and the default database) from this wrangler project instead of "
@@ -107,6 +129,8 @@ def serve_command(
     insecure: bool,
     database: str | None,
     worker: bool,
+    metrics: bool | None,
+    log_format: str | None,
     wrangler: Path | None,
 ) -> None:
     """Serve the HTTP API (under /api), Cloudflare's Workflows API (under /client/v4) and the
@@ -153,6 +177,13 @@ def serve_command(
             "`stepline db init`, or start `stepline worker` or `stepline serve --worker`"
         )
     options = project.worker.engine_options() if worker else {}
+    configured = project.telemetry
+    json_logs = (log_format or configured.log_format).lower() == "json"
+    telemetry = Telemetry(
+        traces=configured.traces,
+        metrics=configured.metrics if metrics is None else metrics,
+        log_context=json_logs,
+    )
     # Only a server that runs workflows creates a missing SQLite file (as a worker does).
     engine = Engine(
         project.database,
@@ -160,6 +191,7 @@ def serve_command(
         worker=worker,
         create=worker,
         limits=project.limits,
+        telemetry=telemetry,
         **options,
     )
     if loaded is not None:
@@ -187,6 +219,8 @@ def serve_command(
         )
     if worker:
         click.echo(f"worker: running {', '.join(sorted(engine.workflows))}", err=True)
+    if telemetry.want_metrics:
+        click.echo(f"Prometheus metrics: http://{shown}:{port}/metrics", err=True)
     serve(
         engine,
         host=host,
@@ -194,5 +228,6 @@ def serve_command(
         token=token,
         insecure=insecure,
         cloudflare_api=project.cloudflare,
+        log_config=json_log_config() if json_logs else None,
         sockets=sockets,
     )

@@ -24,7 +24,13 @@ from ..errors import (
 ERROR_CODES: dict[int, tuple[str, ...]] = {
     400: ("invalid_input",),
     401: ("unauthorized",),
-    404: ("workflow_not_found", "instance_not_found", "schedule_not_found", "not_found"),
+    404: (
+        "workflow_not_found",
+        "instance_not_found",
+        "schedule_not_found",
+        "not_found",
+        "metrics_off",
+    ),
     405: ("method_not_allowed",),
     409: ("instance_exists", "duplicate_instance", "illegal_state"),
     413: ("payload_too_large",),

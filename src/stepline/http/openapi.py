@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import INSTANCE_STATUSES, WORKER_EXPIRE_BEATS, WORKER_LIVE_BEATS
+from ._openapi_activity import TRACEPARENT, activity_paths, activity_schemas
 from ._openapi_common import ERROR_OBJECT as _ERROR_OBJECT
 from ._openapi_common import NAME_PATTERN
 from ._openapi_common import NUMBER_OR_NULL as _NUMBER_OR_NULL
@@ -429,7 +430,7 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "operationId": "createInstance",
                 "summary": "Create an instance (queued; durable when this answers).",
-                "parameters": [_NAME],
+                "parameters": [_NAME, TRACEPARENT],
                 "requestBody": {"content": _json_content(_ref("NewInstance"))},
                 "responses": _responses(
                     {
@@ -449,7 +450,7 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "operationId": "createBatch",
                 "summary": "Create up to 100 instances at once; existing ids are skipped.",
-                "parameters": [_NAME],
+                "parameters": [_NAME, TRACEPARENT],
                 "requestBody": {
                     "required": True,
                     "content": _json_content(
@@ -576,12 +577,13 @@ def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[
                 f"{max_body:,} bytes; params and event payloads to {max_payload:,} bytes."
             ),
         },
-        "paths": {**_paths(), **schedule_paths()},
+        "paths": {**_paths(), **schedule_paths(), **activity_paths()},
         "components": {
             "schemas": {
                 **_schemas(max_payload),
                 **create_schemas(max_payload, status_enum=_STATUS_ENUM),
                 **schedule_schemas(),
+                **activity_schemas(),
             }
         },
     }

@@ -8,14 +8,17 @@ import ipaddress
 import os
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from uvicorn.config import LOGGING_CONFIG
 
 from .. import _loop
 from .._project_cloudflare import CloudflareConfig
 from ..engine import Engine
 from ..errors import ConfigError
+from ..telemetry import JsonFormatter, LogContextFilter
 from .app import create_app
 
 DEFAULT_HOST = "127.0.0.1"
@@ -97,6 +100,28 @@ HEAD_LIMIT = 128 * 1024
 with 414; a longer head closes the connection."""
 
 
+def json_log_config() -> dict[str, Any]:
+    """uvicorn's logging (and stepline's) as one JSON object per line on stderr, with the log
+    context's ids (:class:`stepline.telemetry.JsonFormatter`)."""
+    handler = {
+        "class": "logging.StreamHandler",
+        "formatter": "json",
+        "filters": ["context"],
+        "stream": "ext://sys.stderr",
+    }
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter}},
+        "filters": {"context": {"()": LogContextFilter}},
+        "handlers": {"json": handler},
+        "loggers": {
+            name: {"handlers": ["json"], "level": "INFO", "propagate": False}
+            for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "stepline")
+        },
+    }
+
+
 def build_server(
     app: Starlette,
     *,
@@ -104,6 +129,7 @@ def build_server(
     port: int = DEFAULT_PORT,
     log_level: str = "info",
     access_log: bool = True,
+    log_config: dict[str, Any] | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server for ``app`` (HTTP/1.1 via h11, no websockets, lifespan on)."""
     config = uvicorn.Config(
@@ -121,6 +147,7 @@ def build_server(
         access_log=access_log,
         server_header=False,
         timeout_graceful_shutdown=5,
+        log_config=LOGGING_CONFIG if log_config is None else log_config,
     )
     return uvicorn.Server(config)
 
@@ -143,6 +170,7 @@ def serve(
     max_body: int | None = None,
     log_level: str = "info",
     cloudflare_api: CloudflareConfig | None = None,
+    log_config: dict[str, Any] | None = None,
     sockets: list[socket.socket] | None = None,
 ) -> None:
     """Serve the APIs and the dashboard until SIGINT/SIGTERM (blocking).
@@ -154,7 +182,8 @@ def serve(
     :class:`~stepline.ConfigError` unless ``insecure`` is true. ``cloudflare_api`` says where
     Cloudflare's Workflows API is served (:func:`~stepline.http.create_app`). ``sockets``: those
     :func:`listen` returned, else it listens on ``host`` and ``port`` first: a port in use
-    raises :class:`~stepline.ConfigError` before the engine opens.
+    raises :class:`~stepline.ConfigError` before the engine opens. ``log_config``: uvicorn's
+    logging configuration (:func:`json_log_config` for JSON lines).
     """
     token = token or os.environ.get(ENV_TOKEN) or None
     check_bind(host, token, insecure)
@@ -167,7 +196,7 @@ def serve(
         manage_engine=True,
         cloudflare_api=cloudflare_api,
     )
-    server = build_server(app, host=host, port=port, log_level=log_level)
+    server = build_server(app, host=host, port=port, log_level=log_level, log_config=log_config)
     # uvicorn shuts down gracefully, then re-raises the signal it caught: SIGINT arrives here as
     # KeyboardInterrupt (Ctrl-C is a normal way to stop), SIGTERM ends the process as usual.
     with contextlib.suppress(KeyboardInterrupt):

@@ -57,6 +57,7 @@ class InstanceRow(NamedTuple):
     key: str | None
     priority: int
     dedup_key: str | None
+    traceparent: str | None
 
 
 class ScheduleRow(NamedTuple):
@@ -144,7 +145,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
     (
         pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
         updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule, key,
-        priority, dedup_key,
+        priority, dedup_key, traceparent,
     ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
         pk=pk,
@@ -167,6 +168,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
         key=key,
         priority=priority,
         dedup_key=dedup_key,
+        traceparent=traceparent,
     )
 
 

@@ -1,9 +1,10 @@
 """The store interface: every domain operation the engine needs from a database.
 
 One narrow abstract class, :class:`Store`, with its cron schedule operations
-(:class:`ScheduleStore`, ``schedules.py``) and its flow control ones (:class:`FlowStore`,
-``flow.py``) as bases, and the values they pass in ``types.py`` (re-exported here); SQLite and
-PostgreSQL implement it (one package each) and both pass the same contract test suite. Every
+(:class:`ScheduleStore`, ``schedules.py``), its flow control ones (:class:`FlowStore`,
+``flow.py``) and its fleet-wide figures (:class:`StatsStore`, ``stats.py``) as bases, and the
+values they pass in ``types.py`` (re-exported here); SQLite and PostgreSQL implement it (one
+package each) and both pass the same contract test suite. Every
 operation documents its contract. Driver errors never escape: an implementation translates them
 into stepline's exceptions at this boundary, chained with ``from``.
 
@@ -31,6 +32,7 @@ from ..records import (
 )
 from .flow import FlowStore
 from .schedules import ScheduleStore
+from .stats import EndedCount, FleetCounts, StatsStore
 from .types import (
     ChangeWatch,
     Claim,
@@ -51,21 +53,24 @@ __all__ = [
     "Claim",
     "Claimed",
     "ControlAction",
+    "EndedCount",
     "Finish",
     "FinishStatus",
+    "FleetCounts",
     "FlowStore",
     "History",
     "Lease",
     "NewInstance",
     "ScheduleDefinition",
     "ScheduleStore",
+    "StatsStore",
     "StepWrite",
     "Store",
     "WorkflowMeta",
 ]
 
 
-class Store(ScheduleStore, FlowStore):
+class Store(ScheduleStore, FlowStore, StatsStore):
     """Abstract store. Subclasses: :class:`~stepline.store.sqlite.SqliteStore`, PostgreSQL."""
 
     url: str

@@ -90,6 +90,8 @@ class NewInstance:
     """Lower is claimed first (see :meth:`Store.claim`)."""
     dedup_key: str | None = None
     """No two unfinished instances of a workflow share one (see :meth:`Store.create_instances`)."""
+    traceparent: str | None = None
+    """The W3C trace context its activations continue (see :attr:`InstanceRecord.traceparent`)."""
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,13 @@ async def publish(
     ``[[triggers.queue]]`` table in stepline.toml (its broker and queue; ``queue`` may be None),
     or a :class:`~stepline.triggers.queues.Broker` the caller opened and closes (its own queue).
     A connection is opened and closed per call otherwise. Publish several messages from one
-    step with a different ``key`` each.
+    step with a different ``key`` each. While stepline traces, the message carries the step's
+    W3C ``traceparent`` header (:attr:`StepContext.traceparent`), and the instance a consumer
+    makes of it continues the trace.
     """
     body = message if isinstance(message, bytes) else _json.dumps(message, what="message").encode()
+    if ctx.traceparent is not None:
+        headers = {"traceparent": ctx.traceparent, **(headers or {})}
     if isinstance(broker, Broker):
         ident = message_id(ctx, broker.queue, key)
         await broker.publish(body, message_id=ident, headers=headers)

@@ -29,11 +29,14 @@ async def activate(
     claim = slot.claim
     record = claim.instance
     lease = claim.lease
+    observer = settings.observer
+    observed = None if observer is None else observer.activation(claim)
+    ended, error = "failed", None  # what the observation is told if nothing else is
     try:
         workflow = registry[record.workflow].make()
         if settings.hooks is not None:
             workflow = settings.hooks.workflow(record, workflow)
-        activation = Activation(store, claim, claim.history, workflow, settings)
+        activation = Activation(store, claim, claim.history, workflow, settings, observed)
         slot.activation = activation
         if slot.stop_reason is not None:
             activation.request_stop(slot.stop_reason)
@@ -42,8 +45,10 @@ async def activate(
         freed()  # claim more while its final write is in flight
         if finish.status == "waiting" and activation.stop_reason == "shutdown":
             await store.release(lease, store.now())
+            ended = "released"
             return
         status = await store.finish(lease, finish, store.now())
+        ended, error = status, finish.error
         log.log(
             logging.INFO if status in ("complete", "errored", "terminated") else logging.DEBUG,
             "instance %s/%s -> %s",
@@ -52,6 +57,7 @@ async def activate(
             status,
         )
     except (ActivationAborted, LeaseLostError) as exc:
+        ended = "abandoned"
         log.log(
             outage_level(exc, logging.WARNING),
             "instance %s/%s abandoned: %s",
@@ -60,10 +66,13 @@ async def activate(
             exc,
         )
     except asyncio.CancelledError:
+        ended = "released"
         with contextlib.suppress(Exception):
             await asyncio.shield(store.release(lease, store.now()))
         raise
     except Exception as exc:
+        if observer is not None:
+            observer.store_error("activation", exc)
         # A store failure (or a bug) must not leave the instance stuck until its lease
         # expires: give it back so that this or another worker retries it.
         log.log(
@@ -76,3 +85,6 @@ async def activate(
         )
         with contextlib.suppress(Exception):
             await store.release(lease, store.now())
+    finally:
+        if observed is not None:
+            observed.ended(ended, error)

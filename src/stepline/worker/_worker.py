@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._runtime import ActivationSettings, RunningMarks, RuntimeHooks
+from .._runtime import ActivationSettings, Observer, RunningMarks, RuntimeHooks
 from ..errors import StoreError
 from ..store.base import Claim, Claimed, Store
 from ..workflow import WorkflowDefinition
@@ -41,6 +41,7 @@ class Worker:
         worker_id: str | None = None,
         listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = (),
         hooks: RuntimeHooks | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -48,8 +49,9 @@ class Worker:
         self.id = worker_id or default_worker_id()
         marks = hooks.marks if hooks is not None and hooks.marks is not None else RunningMarks()
         self._activation_settings = ActivationSettings(
-            self.settings.max_payload, listeners, marks=marks, hooks=hooks
+            self.settings.max_payload, listeners, marks=marks, hooks=hooks, observer=observer
         )
+        self._observer = observer
         self._slots = Slots(self.settings.concurrency)
         self._active = self._slots.active  # the same dict: the hot path reads it directly
         self._caps = WorkflowCaps(registry)
@@ -244,6 +246,8 @@ class Worker:
                 try:
                     claimed = await self._claim(plan)
                 except StoreError as exc:
+                    if self._observer is not None:
+                        self._observer.store_error("claim", exc)
                     log.log(outage_level(exc, logging.WARNING), "claim failed, retrying: %s", exc)
                     claimed = Claimed([])
                     await self._idle(1.0)

@@ -40,6 +40,7 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
             "key": i.key,
             "priority": i.priority,
             "dedup_key": i.dedup_key,
+            "traceparent": i.traceparent,
         }
         for n, i in items
     )

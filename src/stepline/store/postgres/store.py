@@ -53,6 +53,7 @@ from .parking import ParkingStatements
 from .schedules import ScheduleOperations, ScheduleWrites
 from .slots import Slots
 from .sql import Statements
+from .stats import StatsOperations
 from .url import describe, parse_url
 from .workers import WorkerRegistry
 from .writes import (
@@ -74,7 +75,7 @@ def _limits_json(meta: WorkflowMeta) -> str | None:
     return None if data is None else dumps(data, what=f"limits of workflow {meta.name!r}")
 
 
-class PostgresStore(ScheduleOperations, FlowOperations):
+class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations):
     """The shared store. ``url`` is
     ``postgresql://user:password@host:port/db[?schema=name][&max_connections=N]``.
 

@@ -4,7 +4,8 @@ Each operation of the contract reads through the database (``db.Database``) or s
 the write transactions (``transactions``) to its group commit; how writes are grouped,
 committed and retried is the database's business (see ``db``). Flow control (the limits a
 claim applies, the next wake-up under them, their use, step slots) is ``flow``'s, the cron
-schedule operations ``schedules``'s: each adds its operations as a base of ``SqliteStore``.
+schedule operations ``schedules``'s, the fleet-wide figures ``stats``'s: each adds its
+operations as a base of ``SqliteStore``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from . import transactions as tx
 from .db import Database, missing_message
 from .flow import FlowOperations
 from .schedules import ScheduleOperations
+from .stats import StatsOperations
 
 UNFINISHED_STEPS_BATCH = 500
 """Instances per read of :meth:`SqliteStore.unfinished_steps` (SQLite caps the parameters of
@@ -69,7 +71,7 @@ def path_from_url(url: str) -> str:
     return rest[1:]
 
 
-class SqliteStore(ScheduleOperations, FlowOperations):
+class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations):
     """The embedded store. ``url`` is ``sqlite:///path/to/file.db``; ``clock`` is the time to
     follow, by default (None) this machine's clock.
 

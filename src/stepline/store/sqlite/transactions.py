@@ -108,7 +108,7 @@ def create(
                 (
                     workflow, item.id, status, item.params, trigger, item.parent, ready, now,
                     now, leased_to, token, expires, started, item.schedule, item.key,
-                    item.priority, item.dedup_key,
+                    item.priority, item.dedup_key, item.traceparent,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError:
@@ -137,6 +137,7 @@ def create(
             key=item.key,
             priority=item.priority,
             dedup_key=item.dedup_key,
+            traceparent=item.traceparent,
         )
         created.append(instance_from_row(row))
     return created

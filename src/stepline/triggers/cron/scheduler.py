@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
+from ..._runtime.observer import Observer
 from ...errors import InstanceNotFoundError, SteplineError
 from ...records import FINISHED_STATUSES, ScheduleRecord
 from ...store.base import NewInstance, Store
@@ -48,8 +49,10 @@ class Scheduler:
         *,
         grace: float = GRACE,
         max_wait: float = MAX_WAIT,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
+        self._observer = observer
         given = list(definitions)
         self._workflows = [d.name for d in given]
         self._served = served(given)
@@ -125,10 +128,9 @@ class Scheduler:
         last_instance = record.last_instance
         if buffered is not None and not await self._unfinished(entry.workflow, last_instance):
             buffered_new = entry.instance(buffered)
-            if not await self.store.advance_schedule(
-                entry.name, expected_last_tick=last, expected_buffered_tick=buffered,
-                last_tick=last, buffered_tick=None, create=buffered_new,
-            ):  # fmt: skip
+            if not await self._advance(
+                entry, last, buffered, last_tick=last, buffered_tick=None, create=buffered_new
+            ):
                 return created  # another scheduler moved it on: it decides
             created.append(buffered_new.id)
             buffered, last_instance = None, buffered_new.id
@@ -145,16 +147,50 @@ class Scheduler:
                     new = None
                 elif overlap == "buffer_one":
                     new, next_buffered = None, tick
-            if not await self.store.advance_schedule(
-                entry.name, expected_last_tick=last, expected_buffered_tick=buffered,
-                last_tick=tick, buffered_tick=next_buffered, create=new,
-            ):  # fmt: skip
+            if not await self._advance(
+                entry, last, buffered, last_tick=tick, buffered_tick=next_buffered, create=new
+            ):
                 break
             last, buffered = tick, next_buffered
             if new is not None:
                 created.append(new.id)
                 last_instance = new.id
         return created
+
+    async def _advance(
+        self,
+        entry: Served,
+        last: float | None,
+        buffered: float | None,
+        *,
+        last_tick: float | None,
+        buffered_tick: float | None,
+        create: NewInstance | None,
+    ) -> bool:
+        """Claim a tick (:meth:`~stepline.store.base.Store.advance_schedule`), creating its
+        instance if it fires; whether this scheduler claimed it. Observers see the create and
+        the tick."""
+        observer = self._observer
+        ended = None
+        if observer is not None and create is not None:
+            (create,), ended = observer.creating(entry.workflow, "cron", [create])
+        try:
+            claimed = await self.store.advance_schedule(
+                entry.name, expected_last_tick=last, expected_buffered_tick=buffered,
+                last_tick=last_tick, buffered_tick=buffered_tick, create=create,
+            )  # fmt: skip
+        except BaseException as exc:
+            if ended is not None:
+                ended(0, exc)
+            raise
+        if ended is not None:
+            ended(1 if claimed else 0, None)
+        if observer is not None and claimed:
+            if create is not None:
+                observer.tick(entry.name, "fired")
+            elif buffered_tick is None or buffered_tick != last_tick:  # not held for later
+                observer.tick(entry.name, "missed")
+        return claimed
 
     def _due(self, entry: Served, record: ScheduleRecord, now: float) -> list[tuple[float, bool]]:
         """The ticks to claim, oldest first, each with whether it fires: the latest due ticks

@@ -291,7 +291,10 @@ class Consumer:
         created, with the reason. Any other failure propagates: nothing is acknowledged."""
         binding = self.bindings.workflow(workflow)
         unique = {item.instance_id: item for item in reversed(items)}
-        batch = [{"id": i.instance_id, "params": i.params} for i in reversed(unique.values())]
+        batch = [
+            {"id": i.instance_id, "params": i.params, "traceparent": _traceparent(i.message)}
+            for i in reversed(unique.values())
+        ]
         label = self.trigger.trigger_label
         try:
             await binding.create_batch(batch, trigger=label)
@@ -368,6 +371,12 @@ class Consumer:
         if not is_valid_name(instance_id):
             raise _Poison(f"invalid instance id {instance_id!r} from {source}: use {_NAME_RULE}")
         return instance_id
+
+
+def _traceparent(message: Message) -> str | None:
+    """The W3C trace context the message carries (``traceparent`` header), for its instance's
+    trace to continue the publisher's; an invalid one is ignored where the instance is made."""
+    return message.headers.get("traceparent")
 
 
 def _json_type(value: Any) -> str:

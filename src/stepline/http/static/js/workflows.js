@@ -1,5 +1,6 @@
 // Workflows page: every workflow with its counts by status and a trigger form.
 
+import { activityPanel } from "./activity.js";
 import { api, enc } from "./api.js";
 import { STATUSES, clear, h, relativeTime, replace, toast } from "./dom.js";
 import { go } from "./router.js";
@@ -155,8 +156,9 @@ export function render(root) {
       h("div", {}, h("h1", {}, "Workflows"), summary),
       h("a", { class: "button", href: "#/instances" }, "All instances →"),
     ),
-    grid,
   );
+  const activity = activityPanel();
+  root.append(activity.el, grid);
   const schedules = schedulesPanel();
   const workers = workersPanel();
   root.append(schedules.el, workers.el);
@@ -227,5 +229,6 @@ export function render(root) {
     clearTimeout(timer);
     schedules.stop();
     workers.stop();
+    activity.stop();
   };
 }
