@@ -115,7 +115,7 @@ async def parked_on_api(store: Store, clock: ManualClock) -> tuple[Claim, Claim]
     now = store.now()
     park = Finish("waiting", wake_at=now + 3600, parked_on="api")
     await store.finish(claims["p"].lease, park, now)
-    assert await store.acquire_limit(claims["h"].lease, "api", "call-1", now) is None
+    assert await store.flow.acquire_limit(claims["h"].lease, "api", "call-1", now) is None
     await make(store, LISTED, NewInstance("x", None))
     (x,) = await claim(store, LISTED)
     clock.advance(1)
@@ -130,7 +130,7 @@ async def test_a_write_that_frees_a_slot_of_a_named_limit_wakes_the_step_parked_
 ) -> None:
     x, h = await parked_on_api(store, clock)
     if how == "slot":  # a step gives its slot back
-        await store.release_limit(h.lease, "api", "call-1", store.now())
+        await store.flow.release_limit(h.lease, "api", "call-1", store.now())
     else:
         await stop(store, clock, x, how)
     assert (await store.get_instance(WF, "p")).ready_at == store.now()

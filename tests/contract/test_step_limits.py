@@ -37,11 +37,11 @@ async def running(store: Store, *ids: str, workflow: str = WF) -> dict[str, Clai
 
 
 async def take(store: Store, claim: Claim, step: str = "call-1") -> float | None:
-    return await store.acquire_limit(claim.lease, "api", step, store.now())
+    return await store.flow.acquire_limit(claim.lease, "api", step, store.now())
 
 
 async def give(store: Store, claim: Claim, step: str = "call-1") -> None:
-    await store.release_limit(claim.lease, "api", step, store.now())
+    await store.flow.release_limit(claim.lease, "api", step, store.now())
 
 
 async def test_slots_up_to_the_concurrency_and_a_release_frees_one(store: Store) -> None:
@@ -118,7 +118,7 @@ async def test_a_claim_counts_the_slots_of_steps(store: Store) -> None:
     assert await take(store, held["b"]) is None
     await create(store, "x", workflow=LISTED)
     assert (await store.claim(OWNER, [LISTED], 5, LEASE, store.now())).claims == []
-    states = await store.limit_states(LISTED, None)
+    states = await store.flow.limit_states(LISTED, None)
     assert [(s.name, s.running, s.concurrency) for s in states] == [("api", 2, 2)]
     await give(store, held["a"])
     assert [
@@ -244,11 +244,11 @@ async def test_a_finish_that_wakes_a_parked_instance_signals_that_it_is_runnable
     )
     listed = await running(store, "x", workflow=LISTED)
     here: list[bool] = []
-    store.add_ready_listener(lambda: here.append(True))
+    store.signals.add_ready_listener(lambda: here.append(True))
     elsewhere = asyncio.Event()
     if store.pushes_notifications:
         other = await open_store()
-        other.add_ready_listener(elsewhere.set)
+        other.signals.add_ready_listener(elsewhere.set)
     await store.finish(listed["x"].lease, Finish("complete", output="1"), store.now())
     assert here
     if store.pushes_notifications:
@@ -259,4 +259,4 @@ async def test_an_unknown_limit_raises_lookup_error_naming_it(store: Store) -> N
     await define(store, Limit("api", concurrency=1))
     held = await running(store, "a")
     with pytest.raises(LookupError, match="'nope'"):
-        await store.acquire_limit(held["a"].lease, "nope", "call-1", store.now())
+        await store.flow.acquire_limit(held["a"].lease, "nope", "call-1", store.now())

@@ -171,6 +171,14 @@ class _Fleet:
     def now(self) -> float:
         return time.time()
 
+    @property
+    def workers(self) -> _Fleet:  # the store's record of workers
+        return self
+
+    @property
+    def flow(self) -> _Fleet:  # the store's flow operations (running_by_worker)
+        return self
+
     def shares(self) -> tuple[_shares.FleetShares, WorkflowCaps]:
         """``FleetShares`` of worker "me" (10 slots, ``keyed`` registered) on this fleet."""
         registry = {"keyed": definition_of(keyed)}

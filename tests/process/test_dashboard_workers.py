@@ -74,7 +74,7 @@ def test_workers_panel_shows_live_and_dead_workers(page: Page, site: Site, db: P
         # A worker last seen a minute ago that beat every 10 s: dead, but not yet expired.
         now = time.time()
         info = WorkerInfo("dead-one", "elsewhere", 999, now - 3600, 0.0, 10.0, ("quick",), 4, 2)
-        await engine.store.heartbeat(info, now - 60)
+        await engine.store.workers.heartbeat(info, now - 60)
 
     client_call(db, add_dead_worker)
     page.goto(f"{site.url}/#/workflows")

@@ -23,7 +23,7 @@ from stepline.limits import WorkflowLimits
 from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite, WorkflowMeta
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, parse_url, split_url
-from stepline.store.postgres.db import StoreConnection
+from stepline.store.postgres.pools import StoreConnection
 from stepline.store.postgres.sql import CLAIM_IN_ORDER
 from stepline.worker import Worker, WorkerSettings
 
@@ -358,7 +358,7 @@ async def test_a_finish_in_another_process_ends_a_wait_at_once(schemas: list[str
     await worker_store.open()
     await client_store.open()
     woken: list[bool] = []
-    client_store.add_ready_listener(lambda: woken.append(True))
+    client_store.signals.add_ready_listener(lambda: woken.append(True))
     try:
         await worker_store.create_instances(
             "w", [NewInstance("a", None)], trigger="api", skip_existing=False
@@ -366,7 +366,7 @@ async def test_a_finish_in_another_process_ends_a_wait_at_once(schemas: list[str
         (claim,) = (await worker_store.claim("me", ["w"], 1, 30.0, 1000.0)).claims
         await asyncio.sleep(0.2)  # the create's notification has reached the client's store
         woken.clear()
-        with client_store.watch_changes("w", "a") as changes:
+        with client_store.signals.watch_changes("w", "a") as changes:
             waiting = asyncio.create_task(changes.wait(30.0))
             await asyncio.sleep(0.05)
             started = time.monotonic()
@@ -414,7 +414,9 @@ async def test_instances_ended_together_are_announced_a_few_dozen_per_notificati
         payloads.clear()
         watched = [ids[0], ids[150], ids[-1]]
         with contextlib.ExitStack() as stack:
-            watches = [stack.enter_context(client_store.watch_changes("w", i)) for i in watched]
+            watches = [
+                stack.enter_context(client_store.signals.watch_changes("w", i)) for i in watched
+            ]
             waits = [asyncio.create_task(w.wait(30.0)) for w in watches]
             started = time.monotonic()
             await asyncio.gather(
@@ -687,7 +689,7 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
             "token": 1,
             "expires": 2030.0,
         }  # one priority in use: the claim reads its range of the index in order
-        pool = store._db._priority_pool
+        pool = store._db._pools._priority_pool
         assert pool is not None
         async with pool.connection() as conn, conn.transaction():
             await conn.execute(CLAIM_IN_ORDER)
@@ -722,7 +724,7 @@ async def test_histories_load_through_the_primary_key_whatever_the_statistics(
                 " FROM generate_series(0, 99999) AS i RETURNING 1"
             ).format(sql.Identifier(store.schema))
         )
-        async with store._db._require().connection() as conn:
+        async with store._db._pools.require().connection() as conn:
             cur = await conn.execute("EXPLAIN " + store._sql.history_steps, (list(range(50)),))
             plan = "\n".join(row[0] for row in await cur.fetchall())
         assert "Seq Scan on steps" not in plan, plan
@@ -841,7 +843,7 @@ async def test_operations_one_at_a_time_share_the_spare_connection(schemas: list
     store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
     await store.open()
     db = store._db
-    pool = db._pool
+    pool = db._pools._pool
     assert pool is not None
     try:
         checkouts = pool.get_stats()["requests_num"]
@@ -902,13 +904,13 @@ async def test_step_writes_one_at_a_time_reuse_one_cursor_even_after_a_failed_on
             return StepWrite(name, count, count, "do", "complete", "1", ended_at=1000.0)
 
         assert await store.record_step(claim.lease, write("one", 1), 1000.0) == "running"
-        spare = store._db._spare
+        spare = store._db._pools._spare
         assert spare is not None
         cursor = spare.kept_cursor()
         with pytest.raises(StoreError):
             await store.record_step(claim.lease, write("nul\x00", 2), 1000.0)
         assert await store.record_step(claim.lease, write("two", 3), 1000.0) == "running"
-        assert store._db._spare is spare and spare.kept_cursor() is cursor
+        assert store._db._pools._spare is spare and spare.kept_cursor() is cursor
         names = [s.name for s in await store.get_steps("w", "a")]
         assert names == ["one", "two"]
     finally:
@@ -932,7 +934,7 @@ async def test_a_spare_in_use_when_the_store_closes_is_closed_when_it_is_done(
     await store.close()
     await running
     assert len(used) == 1 and used[0].closed
-    assert db._spare is None
+    assert db._pools._spare is None
 
 
 async def test_a_transaction_whose_connection_dies_before_commit_runs_once(

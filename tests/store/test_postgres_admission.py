@@ -103,7 +103,7 @@ async def _both(
             index = rng.randrange(len(held[0]))
             name = rng.choice(NAMED)
             got = [
-                await store.acquire_limit(leases[index].lease, name, f"s{step}-1", now)
+                await store.flow.acquire_limit(leases[index].lease, name, f"s{step}-1", now)
                 for store, leases in zip(stores, held, strict=True)
                 for now in [store.now()]
             ]

@@ -23,9 +23,9 @@ from stepline.flow.parking import RECHECK
 from stepline.limits import Limit, WorkflowLimits
 from stepline.store.base import Claim, Finish, NewInstance, WorkflowMeta
 from stepline.store.postgres import PostgresStore, split_url
-from stepline.store.postgres.db import StoreConnection
 from stepline.store.postgres.notes import Notes
 from stepline.store.postgres.parking import ParkingStatements, freed_params
+from stepline.store.postgres.pools import StoreConnection
 
 from .._pg import connect, pg_admin_url
 from ..conftest import STORES

@@ -183,7 +183,7 @@ ControlAction = Literal["pause", "resume", "terminate", "restart"]
 
 class ChangeWatch:
     """Changes of one instance since the watch began or since its last :meth:`wait` returned
-    (see :meth:`Store.watch_changes`)."""
+    (see ``Signals.watch_changes``)."""
 
     def __init__(self) -> None:
         self._changed = False

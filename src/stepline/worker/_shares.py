@@ -66,7 +66,7 @@ class FleetShares:
 
     async def refresh(self) -> None:
         """Read the worker list (and, with peers, what each runs) and set the shares it gives."""
-        workers = await self._store.list_workers()
+        workers = await self._store.workers.list_workers()
         now = self._store.now()
         found = shares(self.limits, workers, self._worker_id, now)
         balanced = tuple(self._balance.workflows)
@@ -74,7 +74,7 @@ class FleetShares:
         self._peers = any(w.id != self._worker_id and w.live(now) for w in workers)
         if balanced:
             # Alone, there is nothing to even out (and no read to make).
-            running = await self._store.running_by_worker(balanced, now) if self._peers else {}
+            running = await self._store.flow.running_by_worker(balanced, now) if self._peers else {}
             found.update(self._balance.caps(running, workers, now))
             if self._store.pushes_notifications:
                 # A worker that polls quickly (SQLite) finds the keys a capped peer leaves at

@@ -30,11 +30,12 @@ from .._rows import (
 from ..base import Claim, Claimed, History, Lease
 from ..types import new_lease_token
 from .claim_sql import ClaimStatements
-from .db import Conn, Database
+from .db import Database
 from .limited import READ_ONLY, Leased, LimitedClaim, read_rules, read_usage
 from .limited import next_wakeup as limited_wakeup
 from .notes import Notes
 from .parking import ParkingStatements, freed_params
+from .pools import Conn
 from .sql import CLAIM_IN_ORDER, NO_JIT, Statements
 
 # The columns of a ``claim`` (and ``claimed_by``) row after the instance's own.

@@ -17,9 +17,10 @@ from ...errors import (
 from ...records import FINISHED_STATUSES, InstanceRecord
 from .._rows import INTERRUPTED, control_assignments, control_transition, instance_from_row
 from ..base import ControlAction, NewInstance
-from .db import Conn, Database
+from .db import Database
 from .notes import Notes
 from .parking import ParkingStatements, freed_params
+from .pools import Conn
 from .sql import Statements, control_update, json_rows
 
 _INTERRUPTED = dumps(INTERRUPTED, what="error")

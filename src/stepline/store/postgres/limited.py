@@ -37,8 +37,8 @@ from ...flow.parking import SetAside
 from ...flow.rules import Rules, Usage, UsagePlan, rules_from_rows
 from .._rows import N_INSTANCE_COLUMNS
 from .claim_sql import ClaimStatements
-from .db import Conn
 from .parking import ParkingStatements
+from .pools import Conn
 from .sql import CLAIM_IN_ORDER, NO_JIT
 
 GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"

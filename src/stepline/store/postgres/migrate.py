@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from psycopg import sql
 
 from ..migrations import Migration
-from .db import Conn, Database
+from .db import Database
+from .pools import Conn
 
 log = logging.getLogger("stepline.store.postgres")
 

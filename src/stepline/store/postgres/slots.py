@@ -18,8 +18,9 @@ from ...errors import LeaseLostError, UnknownLimitError
 from ...flow.slots import SlotUse, slot_wait
 from ...limits import Limit, Rate
 from ..base import Lease
-from .db import Conn, Database
+from .db import Database
 from .notes import Notes
+from .pools import Conn
 from .sql import render
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_prefix)s || 'l:' || %(limit)s, 0))"

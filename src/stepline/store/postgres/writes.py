@@ -13,9 +13,10 @@ import psycopg
 from ..._json import dumps
 from ...errors import LeaseLostError
 from ..base import Finish, Lease, StepWrite
-from .db import Conn, Database
+from .db import Database
 from .notes import Notes
 from .parking import ParkingStatements, freed_params
+from .pools import Conn
 from .sql import Statements, indexed_rows, json_rows
 
 

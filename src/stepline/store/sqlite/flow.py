@@ -26,7 +26,7 @@ together exceed a limit.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ...errors import LeaseLostError, UnknownLimitError
@@ -38,7 +38,8 @@ from ...flow.slots import SlotUse, slot_wait
 from ...limits import Limit, Rate
 from ...records import LimitState
 from .._rows import N_INSTANCE_COLUMNS, InstanceRow
-from ..base import Lease, Store
+from ..base import Lease
+from ..flow import FlowStore
 from . import sql
 from .db import Database
 
@@ -408,11 +409,15 @@ def release_limit(c: sqlite3.Connection, lease: Lease, limit: str, step: str, no
     return True
 
 
-class FlowOperations(Store):
-    """The store contract's flow control operations (:class:`~stepline.store.flow.FlowStore`)
-    on SQLite: a base of :class:`~stepline.store.sqlite.SqliteStore`, which sets ``_db``."""
+class SqliteFlow(FlowStore):
+    """The flow control operations beyond the claim on SQLite (``Store.flow``)."""
 
-    _db: Database
+    def __init__(
+        self, db: Database, now: Callable[[], float], notify_ready: Callable[[], None]
+    ) -> None:
+        self._db = db
+        self._now = now
+        self._notify_ready = notify_ready
 
     async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
         retry_at: float | None = await self._db.write(
@@ -426,7 +431,7 @@ class FlowOperations(Store):
             self._notify_ready()
 
     async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
-        now = self.now()
+        now = self._now()
         states: list[LimitState] = await self._db.read_with(
             lambda c: limit_states(c, workflow, key, now)
         )
