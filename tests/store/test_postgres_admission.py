@@ -1,7 +1,8 @@
-"""The PostgreSQL claim function applies the rules of ``store/_admission`` as the SQLite store
-does: random workflows, limits, instances and claims, run on both stores side by side with one
-manual clock, must take the same instances in the same order at every claim, and steps' slots
-of named limits and finishes must come out alike."""
+"""Both stores execute the rules of ``stepline.flow`` alike, though each reads and writes its own
+way (SQLite row by row in its write lock, PostgreSQL in pipelined round trips under advisory
+locks): random workflows, limits, instances and claims, run on both stores side by side with
+one manual clock, must take the same instances in the same order at every claim, and steps'
+slots of named limits and finishes must come out alike."""
 
 from __future__ import annotations
 
