@@ -94,7 +94,7 @@ async def test_create_and_claim_stores_the_first_instances_claimed(
         for record in created:
             assert await store.get_instance("quick", record.id) == record
         # the leases are real: others cannot claim them, their owner can write under them
-        others = await store.claim("other", ["quick"], 10, 30, store.now())
+        others = (await store.claim("other", ["quick"], 10, 30, store.now())).claims
         assert sorted(c.instance.id for c in others) == ["c", "old"]
         write = StepWrite("only", 1, 1, "do", "complete", "1")
         assert await store.record_step(claims[0].lease, write, store.now()) == "running"

@@ -103,8 +103,8 @@ async def test_a_step_waiting_for_a_slot_holds_no_worker_slot_and_a_release_wake
         await store.create_instances(
             "holder", [NewInstance("h", None)], trigger="api", skip_existing=False
         )
-        (holder,) = await store.claim("elsewhere", ["holder"], 1, 300, store.now())
-        assert await store.acquire_limit(holder.lease, "api", "call-1", store.now()) is None
+        (holder,) = (await store.claim("elsewhere", ["holder"], 1, 300, store.now())).claims
+        assert await store.flow.acquire_limit(holder.lease, "api", "call-1", store.now()) is None
         waiting = await engine.workflow("limited").create("w", {"limit": "api"})
         other = await engine.workflow("free").create("f")
         await drain(engine)
@@ -122,7 +122,7 @@ async def test_a_step_waiting_for_a_slot_holds_no_worker_slot_and_a_release_wake
             console.print(part)
         assert "a slot of limit api" in console.export_text()
         clock.advance(1)
-        await store.release_limit(holder.lease, "api", "call-1", store.now())
+        await store.flow.release_limit(holder.lease, "api", "call-1", store.now())
         await drain(engine)
         assert (await waiting.status()).status == "complete"
         (step,) = await waiting.steps()
@@ -148,7 +148,7 @@ async def test_an_instance_of_a_listing_workflow_that_stops_running_wakes_a_wait
         await store.create_instances(
             "listing", [NewInstance("h", None)], trigger="api", skip_existing=False
         )
-        (holder,) = await store.claim("elsewhere", ["listing"], 1, 300, store.now())
+        (holder,) = (await store.claim("elsewhere", ["listing"], 1, 300, store.now())).claims
         waiting = await engine.workflow("limited").create("w", {"limit": "api"})
         await drain(engine)
         assert (await waiting.status()).status == "waiting"
