@@ -173,7 +173,7 @@ async def test_reservations_respect_concurrency_and_a_backlog(store_url: str) ->
     async with Engine(store_url, [quick], worker=False) as client:
         inst = await client.workflow("quick").create()
         assert (await inst.status()).status == "queued"
-        assert client._worker is None, "a client-only engine made a worker"
+        assert client._local._worker is None, "a client-only engine made a worker"
         assert client.worker.reserve("quick", 1) is None
 
 
