@@ -207,7 +207,7 @@ async def test_every_attempt_takes_a_slot_and_gives_it_back_before_the_next(
     calls: list[str] = []
     async with make_engine([flaky], clock=clock, limits=[Limit("api", concurrency=1)]) as engine:
         store = engine.store
-        acquire, release = store.acquire_limit, store.release_limit
+        acquire, release = store.flow.acquire_limit, store.flow.release_limit
 
         async def spied_acquire(*args: Any) -> Any:
             calls.append("acquire")
@@ -217,8 +217,8 @@ async def test_every_attempt_takes_a_slot_and_gives_it_back_before_the_next(
             calls.append("release")
             return await release(*args)
 
-        store.acquire_limit = spied_acquire  # type: ignore[method-assign]
-        store.release_limit = spied_release  # type: ignore[method-assign]
+        store.flow.acquire_limit = spied_acquire  # type: ignore[method-assign]
+        store.flow.release_limit = spied_release  # type: ignore[method-assign]
         instance = await engine.workflow("flaky").create("x")
         await drain(engine)
         assert (await instance.status()).status == "complete"
@@ -234,8 +234,8 @@ async def test_steps_without_a_limit_make_no_store_call_for_one(
         async def refused(*args: Any) -> Any:
             raise AssertionError("a step without a limit took a slot")
 
-        store.acquire_limit = refused  # type: ignore[method-assign]
-        store.release_limit = refused  # type: ignore[method-assign]
+        store.flow.acquire_limit = refused  # type: ignore[method-assign]
+        store.flow.release_limit = refused  # type: ignore[method-assign]
         instance = await engine.workflow("free").create("x")
         await drain(engine)
         assert (await instance.status()).status == "complete"
