@@ -43,7 +43,7 @@ class Worker:
     ) -> None:
         self.store = store
         self.registry = registry
-        self.settings = settings or WorkerSettings()
+        self._settings = settings or WorkerSettings()
         self.id = worker_id or default_worker_id()
         marks = hooks.marks if hooks is not None and hooks.marks is not None else RunningMarks()
         self._activation_settings = ActivationSettings(
@@ -77,6 +77,17 @@ class Worker:
         )
 
     # -- public ----------------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> WorkerSettings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: WorkerSettings) -> None:
+        """New settings take effect where they are read at each turn: the claim loop's polls,
+        claim sizes and grace period (a test makes a worker that never polls this way)."""
+        self._settings = value
+        self._loop.settings = value
 
     @property
     def active_count(self) -> int:
