@@ -2,7 +2,8 @@
 
 One narrow abstract class, :class:`Store`, with its cron schedule operations
 (:class:`ScheduleStore`, ``schedules.py``), its flow control ones (:class:`FlowStore`,
-``flow.py``) and its fleet-wide figures (:class:`StatsStore`, ``stats.py``) as bases, and the
+``flow.py``), its fleet-wide figures (:class:`StatsStore`, ``stats.py``) and its messaging
+(:class:`MessageStore`, ``messages.py``) as bases, and the
 values they pass in ``types.py`` (re-exported here); SQLite and PostgreSQL implement it (one
 package each) and both pass the same contract test suite. Every
 operation documents its contract. Driver errors never escape: an implementation translates them
@@ -31,6 +32,7 @@ from ..records import (
     WorkflowInfo,
 )
 from .flow import FlowStore
+from .messages import MessageStore
 from .schedules import ScheduleStore
 from .stats import EndedCount, FleetCounts, StatsStore
 from .types import (
@@ -42,8 +44,14 @@ from .types import (
     History,
     Lease,
     NewInstance,
+    NewStreamItem,
+    QueryAnswer,
+    QueryRequest,
     ScheduleDefinition,
     StepWrite,
+    StreamItem,
+    StreamRead,
+    UpdateRecord,
     WorkflowMeta,
 )
 
@@ -58,17 +66,24 @@ __all__ = [
     "FlowStore",
     "History",
     "Lease",
+    "MessageStore",
     "NewInstance",
+    "NewStreamItem",
+    "QueryAnswer",
+    "QueryRequest",
     "ScheduleDefinition",
     "ScheduleStore",
     "StatsStore",
     "StepWrite",
     "Store",
+    "StreamItem",
+    "StreamRead",
+    "UpdateRecord",
     "WorkflowMeta",
 ]
 
 
-class Store(ScheduleStore, FlowStore, StatsStore):
+class Store(ScheduleStore, FlowStore, StatsStore, MessageStore):
     """Abstract store. Subclasses: :class:`~stepline.store.sqlite.SqliteStore`, PostgreSQL."""
 
     url: str
@@ -116,8 +131,9 @@ class Store(ScheduleStore, FlowStore, StatsStore):
         :meth:`ChangeWatch.wait` return at once). What signals a watch: status changes made
         through :meth:`control` and :meth:`finish` (the changes a wait for an instance's end is
         after), by this process always, by other processes only on stores that are notified of
-        them (PostgreSQL); so callers also poll, through the wait's timeout. Claims, releases,
-        events and step records do not signal.
+        them (PostgreSQL); so callers also poll, through the wait's timeout. So do an update's
+        reply, a stream item and a routed query's answer (:class:`MessageStore`). Claims,
+        releases, events and other step records do not signal.
         """
         key = (workflow, instance_id)
         watch = ChangeWatch()
@@ -279,15 +295,16 @@ class Store(ScheduleStore, FlowStore, StatsStore):
     @abc.abstractmethod
     async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
         """Every event sent to the instance and still stored, pending or consumed, in send
-        order, each with the step that consumed it (``name-count``, None while pending); or
-        ``InstanceNotFoundError``. A restart that removes the consuming step makes its event
-        pending again."""
+        order (those carrying updates left out), each with the step that consumed it
+        (``name-count``, None while pending); or ``InstanceNotFoundError``. A restart that
+        removes the consuming step makes its event pending again."""
 
     @abc.abstractmethod
     async def delete_instances(
         self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
     ) -> int:
-        """Delete instances with their steps and events; return how many existed.
+        """Delete instances with their steps, events, updates and streams; return how many
+        existed.
 
         Ids that do not exist are skipped. With ``finished_only`` the statuses are checked in
         the deleting transaction, under the lock that status changes take: if any of the
@@ -300,7 +317,8 @@ class Store(ScheduleStore, FlowStore, StatsStore):
     async def purge_instances(
         self, workflow: str | None, statuses: Sequence[str], older_than: float
     ) -> int:
-        """Delete finished instances in ``statuses`` that ended before ``older_than``."""
+        """Delete finished instances in ``statuses`` that ended before ``older_than`` (with what
+        :meth:`delete_instances` deletes)."""
 
     # -- activations (worker side) ---------------------------------------------------------------
 

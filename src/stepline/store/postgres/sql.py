@@ -250,6 +250,7 @@ _TEMPLATES: dict[str, str] = {
     "events_of_instance": """
         SELECT type, payload, created_at, consumed_by FROM {s}.events WHERE instance_pk =
             (SELECT pk FROM {s}.instances WHERE workflow = %s AND id = %s)
+            AND type <> '@update'
         ORDER BY pk
     """,
     "lock_finished": """
@@ -265,6 +266,12 @@ _TEMPLATES: dict[str, str] = {
             DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
         ), de AS (
             DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
+        ), du AS (
+            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
+        ), dst AS (
+            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
+        ), dsi AS (
+            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
         )
         SELECT count(*) FROM d
     """,
@@ -278,6 +285,12 @@ _TEMPLATES: dict[str, str] = {
             DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
         ), de AS (
             DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
+        ), du AS (
+            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
+        ), dst AS (
+            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
+        ), dsi AS (
+            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
         )
         SELECT count(*) FROM d
     """,

@@ -1,7 +1,8 @@
 """PostgresStore: the store contract's operations on PostgreSQL. The parts with a job of their own
 are modules beside it: the claim (``claim``), activation writes (``writes``), the slots of named
 limits that steps take (``slots``), the client's writes (``instances``), the server clock
-(``clock``), notifications (``notes``), the connections (``db``) and the SQL (``sql``)."""
+(``clock``), notifications (``notes``), messaging (``messages``), the connections (``db``) and
+the SQL (``sql``)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from .db import Database
 from .flow import FlowOperations
 from .instances import InstanceWrites, Leased
 from .listen import Listener
+from .messages import MessageOperations
 from .migrate import migrate
 from .notes import Notes
 from .parking import ParkingStatements
@@ -74,7 +76,7 @@ def _limits_json(meta: WorkflowMeta) -> str | None:
     return None if data is None else dumps(data, what=f"limits of workflow {meta.name!r}")
 
 
-class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations):
+class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOperations):
     """The shared store. ``url`` is
     ``postgresql://user:password@host:port/db[?schema=name][&max_connections=N]``.
 
@@ -376,6 +378,8 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations):
         return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+        if write.update is not None or write.publish is not None:
+            return await self.record_message_step(lease, write)
         return await self._step_writes.submit(step_row(lease, write))
 
     async def renew(

@@ -4,7 +4,8 @@ Each operation of the contract reads through the database (``db.Database``) or s
 the write transactions (``transactions``) to its group commit; how writes are grouped,
 committed and retried is the database's business (see ``db``). Flow control (the limits a
 claim applies, the next wake-up under them, their use, step slots) is ``flow``'s, the cron
-schedule operations ``schedules``'s, the fleet-wide figures ``stats``'s: each adds its
+schedule operations ``schedules``'s, the fleet-wide figures ``stats``'s, messaging
+``messages``'s: each adds its
 operations as a base of ``SqliteStore``.
 """
 
@@ -48,6 +49,7 @@ from . import flow, sql
 from . import transactions as tx
 from .db import Database, missing_message
 from .flow import FlowOperations
+from .messages import MessageOperations
 from .schedules import ScheduleOperations
 from .stats import StatsOperations
 
@@ -70,7 +72,7 @@ def path_from_url(url: str) -> str:
     return rest[1:]
 
 
-class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations):
+class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOperations):
     """The embedded store. ``url`` is ``sqlite:///path/to/file.db``; ``clock`` is the time to
     follow, by default (None) this machine's clock.
 
@@ -306,6 +308,8 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations):
         return claims
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+        if write.update is not None or write.publish is not None:
+            return await self.record_message_step(lease, write)
         status: str = await self._db.write(lambda c: tx.record_step(c, lease, write))
         return status
 
