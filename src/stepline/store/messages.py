@@ -99,7 +99,8 @@ class MessageStore(abc.ABC):
     ) -> int:
         """Leave a query request for a worker of ``workflow`` (``args``: JSON text, a list);
         return its number. Not durable: a request lost in a crash leaves its caller waiting
-        until it gives up. Wakes the workers (as a create does)."""
+        until it gives up. Wakes the workers (as a create does). Requests created more than
+        :data:`QUERY_EXPIRY` seconds before ``now`` are deleted in the same write."""
 
     @abc.abstractmethod
     async def take_queries(
@@ -108,8 +109,7 @@ class MessageStore(abc.ABC):
         """Take up to ``limit`` unanswered requests of ``workflows`` for ``owner``, oldest
         first, until ``now + lease_seconds``: those never taken, and those whose taker's time
         ran out (a worker that died answering). Two concurrent calls never take the same
-        request. Requests of ``workflows`` created more than :data:`QUERY_EXPIRY` seconds before
-        ``now`` are deleted instead."""
+        request."""
 
     @abc.abstractmethod
     async def answer_query(self, pk: int, answer: QueryAnswer, now: float) -> None:

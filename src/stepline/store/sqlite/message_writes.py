@@ -84,10 +84,6 @@ def _in(n: int) -> str:
     return ",".join("?" * n)
 
 
-def expire_queries(n: int) -> str:
-    return f"DELETE FROM query_requests WHERE workflow IN ({_in(n)}) AND created_at < ?"
-
-
 def open_queries(n: int) -> str:
     return (
         "SELECT pk, workflow, instance_id, name, args FROM query_requests"
@@ -105,6 +101,7 @@ ANSWER_QUERY = (
     " RETURNING workflow, instance_id"
 )
 QUERY_ANSWER = "SELECT answered, answer, error FROM query_requests WHERE pk = ?"
+EXPIRE_QUERIES = "DELETE FROM query_requests WHERE created_at < ?"
 DELETE_QUERY = "DELETE FROM query_requests WHERE pk = ?"
 
 DELETE_OF_INSTANCE = (
@@ -218,7 +215,6 @@ def take_queries(
     until: float,
     now: float,
 ) -> list[QueryRequest]:
-    c.execute(expire_queries(len(workflows)), (*workflows, now - QUERY_EXPIRY))
     rows = c.execute(open_queries(len(workflows)), (*workflows, now, limit)).fetchall()
     if rows:
         c.execute(take_query(len(rows)), (owner, until, *(row[0] for row in rows)))
@@ -231,12 +227,9 @@ def answer_query(c: sqlite3.Connection, pk: int, answer: QueryAnswer) -> tuple[s
     return None if row is None else (row[0], row[1])
 
 
-def query_answer(c: sqlite3.Connection, pk: int) -> QueryAnswer | None:
-    row = c.execute(QUERY_ANSWER, (pk,)).fetchone()
-    if row is None:
-        raise LookupError(f"no query request {pk}: it was answered and read, or it expired")
-    answered, answer, error = row
-    if not answered:
-        return None
-    c.execute(DELETE_QUERY, (pk,))
-    return QueryAnswer(answer, loads(error))
+def ask_query(
+    c: sqlite3.Connection, workflow: str, instance_id: str, name: str, args: str, now: float
+) -> int:
+    c.execute(EXPIRE_QUERIES, (now - QUERY_EXPIRY,))
+    pk = c.execute(INSERT_QUERY, (workflow, instance_id, name, args, now)).lastrowid
+    return int(pk or 0)

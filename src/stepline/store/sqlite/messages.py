@@ -98,7 +98,7 @@ class MessageOperations(Store):
         self, workflow: str, instance_id: str, name: str, args: str, now: float
     ) -> int:
         pk: int = await self._db.write(
-            lambda c: c.execute(mw.INSERT_QUERY, (workflow, instance_id, name, args, now)).lastrowid
+            lambda c: mw.ask_query(c, workflow, instance_id, name, args, now)
         )
         self._notify_ready()
         return pk
@@ -124,8 +124,15 @@ class MessageOperations(Store):
             self._notify_changed(*asked)
 
     async def query_answer(self, pk: int) -> QueryAnswer | None:
-        answer: QueryAnswer | None = await self._db.write(lambda c: mw.query_answer(c, pk))
-        return answer
+        rows = await self._db.read(mw.QUERY_ANSWER, (pk,))
+        if not rows:
+            raise LookupError(f"no query request {pk}: it was answered and read, or it expired")
+        answered, answer, error = rows[0]
+        if not answered:
+            return None
+        # Only this request's caller reads its answer: nobody deletes it meanwhile.
+        await self._db.write(lambda c: c.execute(mw.DELETE_QUERY, (pk,)))
+        return QueryAnswer(answer, loads(error))
 
     async def forget_query(self, pk: int) -> None:
         await self._db.write(lambda c: c.execute(mw.DELETE_QUERY, (pk,)))

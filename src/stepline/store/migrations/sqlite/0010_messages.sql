@@ -35,9 +35,10 @@ CREATE TABLE stream_items (
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX stream_items_origin ON stream_items (instance_pk, stream, origin);
 
--- Queries that a client without a workflow's code leaves for a worker that has it.
+-- Queries that a client without a workflow's code leaves for a worker that has it (numbers
+-- never reused: a caller holding one that expired must not read another's answer).
 CREATE TABLE query_requests (
-    pk          INTEGER PRIMARY KEY,
+    pk          INTEGER PRIMARY KEY AUTOINCREMENT,
     workflow    TEXT NOT NULL,
     instance_id TEXT NOT NULL,
     name        TEXT NOT NULL,
