@@ -15,10 +15,12 @@ from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime import Observer, RuntimeHooks
 from .client import Instance, WorkflowBinding, check_listing
 from .clock import SystemClock
-from .durations import Duration, parse_worker_duration
+from .durations import Duration, parse_duration, parse_worker_duration
 from .errors import DefinitionError, WorkflowNotFoundError
+from .handlers import handlers_of
 from .limits import Limit, check_limit_names
 from .liveness import unserved_warning
+from .messages import Messaging
 from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, WorkflowInfo
 from .retrying import read_retries
 from .store import Store, create_store
@@ -48,7 +50,9 @@ class Engine:
     shutdown), ``max_payload`` (bytes, for params, results and event payloads), ``retention``
     (finished instances are deleted this long after they ended; default: kept forever),
     ``heartbeat`` (how often the worker writes its row in the worker list, which shows it live
-    while its last heartbeat is at most three intervals old).
+    while its last heartbeat is at most three intervals old), ``stream_keep`` and
+    ``stream_keep_for`` (what each stream an instance publishes to keeps: its last items, for
+    how long; None: no age limit; docs/messaging.md).
 
     ``clock``: a clock to follow instead of real time (tests: :class:`~stepline.ManualClock`),
     used as it is; without one the store keeps real time, on PostgreSQL the server's clock.
@@ -83,6 +87,8 @@ class Engine:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         retention: Duration | None = None,
         heartbeat: Duration = 5,
+        stream_keep: int = 1000,
+        stream_keep_for: Duration | None = "7 days",
         clock: Callable[[], float] | None = None,
         worker_id: str | None = None,
         listeners: Iterable[Listener] = (),
@@ -108,6 +114,10 @@ class Engine:
             if retention is None
             else parse_worker_duration("retention", retention, what="retention"),
             heartbeat=parse_worker_duration("heartbeat", heartbeat, what="heartbeat"),
+            stream_keep=_stream_keep(stream_keep),
+            stream_keep_for=None
+            if stream_keep_for is None
+            else parse_duration(stream_keep_for, what="stream_keep_for"),
         )
         self.clock = clock or SystemClock()
         # Without a clock of the user's the store keeps real time its own way (PostgreSQL: the
@@ -128,6 +138,7 @@ class Engine:
         self._worker_task: asyncio.Task[None] | None = None
         self._scheduler: Scheduler | None = None
         self._db_workflows: set[str] = set()
+        self._messaging = Messaging(self.store, max_payload, self._registry)
 
     # -- registry --------------------------------------------------------------------------------
 
@@ -139,6 +150,7 @@ class Engine:
 
     def _define(self, workflow: Any) -> WorkflowDefinition:
         definition = definition_of(workflow)
+        handlers_of(definition.cls)  # two handlers under one name: refused now
         existing = self._registry.get(definition.name)
         if existing is not None and existing != definition:
             raise DefinitionError(
@@ -322,6 +334,7 @@ class Engine:
             self.settings.max_payload,
             self._reserve,
             self.observer,
+            self._messaging,
         )
 
     def _reserve(self, workflow: str, count: int) -> Reservation | None:
@@ -405,6 +418,12 @@ def _meta(definition: WorkflowDefinition) -> WorkflowMeta:
     return WorkflowMeta(
         definition.name, definition.class_name, definition.describe(), limits=definition.limits
     )
+
+
+def _stream_keep(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"stream_keep must be a whole number of items, at least 1, got {value!r}")
+    return value
 
 
 def _named_limits(limits: Iterable[Limit]) -> tuple[Limit, ...]:

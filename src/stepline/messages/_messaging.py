@@ -1,0 +1,109 @@
+"""What an instance handle uses for messages: :class:`Messaging`, made by the engine with the
+workflows whose code it has."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from .. import _json
+from .._runtime import ActivationSettings
+from ..durations import Duration
+from ..errors import UpdateRejectedError
+from ..handlers import handlers_of
+from ..store.base import Store, StreamItem, UpdateRecord
+from ..workflow import WorkflowDefinition
+from . import _queries, _streams, _updates
+
+
+class Messaging:
+    """Queries, updates and streams for the instances of one engine. ``code``: the workflows
+    whose code this process has (answered here; the others' queries go to a worker)."""
+
+    def __init__(
+        self,
+        store: Store,
+        max_payload: int,
+        code: Mapping[str, WorkflowDefinition] | None = None,
+    ) -> None:
+        self._store = store
+        self._max_payload = max_payload
+        self._code: Mapping[str, WorkflowDefinition] = code if code is not None else {}
+        self._settings = ActivationSettings(max_payload)
+
+    async def query(
+        self,
+        workflow: str,
+        instance_id: str,
+        name: str,
+        args: Sequence[Any],
+        timeout: Duration | None,
+    ) -> Any:
+        encoded = _queries.query_args(name, args, self._max_payload)
+        definition = self._code.get(workflow)
+        if definition is None:
+            return await _queries.ask_a_worker(
+                self._store, workflow, instance_id, name, encoded, timeout
+            )
+        text = await _queries.answer_here(
+            self._store, definition, instance_id, name, _json.loads(encoded), self._settings
+        )
+        return _json.loads(text)
+
+    async def send_update(
+        self,
+        workflow: str,
+        instance_id: str,
+        name: str,
+        args: Sequence[Any],
+        update_id: str | None,
+    ) -> UpdateRecord:
+        """Record the update (checked against the handler when this process has the code: an
+        unknown name or arguments it does not take are refused here, recording nothing)."""
+        chosen = _updates.check_update_id(update_id)
+        payload = _updates.update_payload(chosen, name, args, self._max_payload)
+        definition = self._code.get(workflow)
+        if definition is not None:
+            self._check(definition, instance_id, name, args)
+        return await self._store.send_update(workflow, instance_id, chosen, name, payload)
+
+    def _check(
+        self, definition: WorkflowDefinition, instance_id: str, name: str, args: Sequence[Any]
+    ) -> None:
+        what = f"update {name!r} of {definition.name}/{instance_id}"
+        updates = handlers_of(definition.cls).updates
+        handler = updates.get(name)
+        if handler is None:
+            known = ", ".join(sorted(updates)) or "none"
+            raise UpdateRejectedError(
+                what,
+                "UnknownUpdateError",
+                f"workflow {definition.name!r} has no update {name!r} (its updates: {known})",
+            )
+        problem = handler.check_arguments(tuple(args), 2)
+        if problem is not None:
+            raise UpdateRejectedError(what, "InvalidArgumentsError", problem)
+
+    async def update(
+        self,
+        workflow: str,
+        instance_id: str,
+        name: str,
+        args: Sequence[Any],
+        update_id: str | None,
+        timeout: Duration | None,
+    ) -> Any:
+        record = await self.send_update(workflow, instance_id, name, args, update_id)
+        if record.answered:
+            return _updates.outcome(record, f"update {name!r} of {workflow}/{instance_id}")
+        return await self.reply(workflow, instance_id, record.update_id, timeout)
+
+    async def reply(
+        self, workflow: str, instance_id: str, update_id: str, timeout: Duration | None
+    ) -> Any:
+        return await _updates.wait_for_reply(self._store, workflow, instance_id, update_id, timeout)
+
+    def subscribe(
+        self, workflow: str, instance_id: str, stream: str, after: int, follow: bool
+    ) -> AsyncIterator[StreamItem]:
+        return _streams.subscribe(self._store, workflow, instance_id, stream, after, follow=follow)
