@@ -268,3 +268,23 @@ async def test_create_and_update_creates_once_and_runs_the_update_once(
             assert await task == {"total": 5}
         assert LEDGER == [4]
         assert (await engine.list_instances("order")).instances[0].id == "o9"
+
+
+async def test_a_client_without_the_code_asks_a_live_worker(
+    make_engine: EngineFactory, store_url: str
+) -> None:
+    async with make_engine([Order], worker=True) as engine:
+        inst = await engine.workflow("order").create(id="o1", params={"steps": 2})
+        while (await inst.status()).status != "waiting":
+            await asyncio.sleep(0.01)
+        async with stepline.Engine(store_url, worker=False) as client:
+            remote = await client.workflow("order").get("o1")
+            assert await remote.query("total", timeout=10) == 3
+            assert await remote.query("over", 1, timeout=10) == [2]
+            with pytest.raises(QueryError, match="UnknownQueryError"):
+                await remote.query("nope", timeout=10)
+    assert RUNS == [0, 1]
+    async with stepline.Engine(store_url, worker=False) as client:
+        remote = await client.workflow("order").get("o1")
+        with pytest.raises(QueryError, match="no live worker serves it"):
+            await remote.query("total")
