@@ -275,7 +275,9 @@ async def test_a_client_without_the_code_asks_a_live_worker(
 ) -> None:
     async with make_engine([Order], worker=True) as engine:
         inst = await engine.workflow("order").create(id="o1", params={"steps": 2})
-        while (await inst.status()).status != "waiting":
+        for _ in range(500):
+            if (await inst.status()).status == "waiting":
+                break
             await asyncio.sleep(0.01)
         async with stepline.Engine(store_url, worker=False) as client:
             remote = await client.workflow("order").get("o1")
