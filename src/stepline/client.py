@@ -37,7 +37,7 @@ from .records import (
     StepRecord,
 )
 from .retrying import read_retries
-from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem
+from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
 from .workflow import is_valid_name, validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
@@ -313,6 +313,11 @@ class Instance:
         With ``follow`` it waits for more until the instance has ended and every item is read.
         Come back with the last ``seq`` read to miss nothing (of what the stream still keeps)."""
         return self._messaging.subscribe(self.workflow, self.id, stream, after, follow)
+
+    async def read_stream(self, stream: str, *, after: int = 0, limit: int = 100) -> StreamRead:
+        """Up to ``limit`` items of ``stream`` after the cursor ``after``, and the instance's
+        status (one read; :meth:`subscribe` follows a stream with it)."""
+        return await self._messaging.read_stream(self.workflow, self.id, stream, after, limit)
 
     async def streams(self) -> list[StreamItem]:
         """The last item of each of the instance's streams, by stream name."""

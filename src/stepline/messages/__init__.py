@@ -6,7 +6,7 @@ sent and their replies awaited, streams read after a cursor. The handlers are de
 
 from ._messaging import Messaging
 from ._queries import DEFAULT_QUERY_TIMEOUT, answer_request
-from ._streams import check_cursor
+from ._streams import check_cursor, check_stream
 from ._updates import check_update_id
 
 __all__ = [
@@ -14,5 +14,6 @@ __all__ = [
     "Messaging",
     "answer_request",
     "check_cursor",
+    "check_stream",
     "check_update_id",
 ]

@@ -11,7 +11,7 @@ from .._runtime import ActivationSettings
 from ..durations import Duration
 from ..errors import UpdateRejectedError
 from ..handlers import handlers_of
-from ..store.base import Store, StreamItem, UpdateRecord
+from ..store.base import Store, StreamItem, StreamRead, UpdateRecord
 from ..workflow import WorkflowDefinition
 from . import _queries, _streams, _updates
 
@@ -102,6 +102,15 @@ class Messaging:
         self, workflow: str, instance_id: str, update_id: str, timeout: Duration | None
     ) -> Any:
         return await _updates.wait_for_reply(self._store, workflow, instance_id, update_id, timeout)
+
+    async def read_stream(
+        self, workflow: str, instance_id: str, stream: str, after: int, limit: int
+    ) -> StreamRead:
+        _streams.check_stream(stream)
+        cursor = _streams.check_cursor(after)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"invalid limit {limit!r}: a whole number of items, at least 1")
+        return await self._store.read_stream(workflow, instance_id, stream, cursor, limit)
 
     def subscribe(
         self, workflow: str, instance_id: str, stream: str, after: int, follow: bool

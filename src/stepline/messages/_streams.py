@@ -14,6 +14,11 @@ PAGE = 100
 """Items read at a time."""
 
 
+def check_stream(name: object) -> str:
+    """A stream name: the pattern of workflow names."""
+    return check_handler_name(name, what="stream")
+
+
 def check_cursor(after: object) -> int:
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
         raise ValueError(f"invalid stream cursor {after!r}: the seq of the last item read, or 0")
@@ -33,7 +38,7 @@ async def subscribe(
     ones until the instance has ended and every item is read, else it stops at the last one
     stored. A reader that stops and comes back with its last ``seq`` misses nothing the stream
     still keeps."""
-    check_handler_name(stream, what="stream")
+    check_stream(stream)
     cursor = check_cursor(after)
     async for _ in changes(store, workflow, instance_id, None):
         while True:
