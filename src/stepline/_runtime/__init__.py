@@ -44,7 +44,7 @@ from .observer import (
     TickOutcome,
     WaitOutcome,
 )
-from .query import answer_query
+from .query import answer_query, check_update
 from .replay import validate_step_name
 from .signals import ActivationAborted, error_info
 from .state import ActivationSettings
@@ -65,6 +65,7 @@ __all__ = [
     "TickOutcome",
     "WaitOutcome",
     "answer_query",
+    "check_update",
     "error_info",
     "invoke",
     "timeout_error",

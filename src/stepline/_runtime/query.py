@@ -1,5 +1,6 @@
-"""Answering a query: replay the instance's recorded history on a fresh workflow object, as far
-as it goes, then call the query's handler on that object (docs/messaging.md).
+"""Answering a query (and checking an update with its validator before it is sent): replay the
+instance's recorded history on a fresh workflow object, as far as it goes, then call the query's
+handler (the validator) on that object (docs/messaging.md).
 
 The replay is an activation that stops at the frontier (:mod:`.turns`): every step with a final
 record returns it, every other one parks, the recorded updates' handlers replay in their
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import QueryError
+from ..errors import InstanceFatalError, QueryError, UpdateRejectedError
 from ..handlers import handlers_of
 from ..records import InstanceRecord, StepRecord
 from ..store.base import Claim, History, Lease, Store
@@ -52,14 +53,49 @@ async def answer_query(
     problem = handler.check_arguments(tuple(args), 1)
     if problem is not None:
         raise QueryError(what, "InvalidArgumentsError", problem)
-    lease = Lease(record.pk, QUERY_LEASE_TOKEN, QUERY_OWNER)
-    history = History(steps, [])
-    claim = Claim(record, lease, None, 0, history)
-    activation = Activation(store, claim, history, workflow, settings, replay_only=True)
-    diverged = await activation.replay_to_frontier()
+    diverged = await _replay(store, record, steps, workflow, settings)
     if diverged is not None:
         raise QueryError(what, diverged.name, diverged.message)
     try:
         return await read_only_call(workflow, handler.fn, args, f"query {name!r}")
     except Exception as exc:
         raise QueryError(what, type(exc).__name__, str(exc)) from exc
+
+
+async def check_update(
+    store: Store,
+    record: InstanceRecord,
+    steps: list[StepRecord],
+    workflow: Workflow,
+    name: str,
+    args: Sequence[Any],
+    settings: ActivationSettings,
+) -> None:
+    """Run update ``name``'s validator (it has one) on the instance's state, replayed as for a
+    query: raises :class:`UpdateRejectedError` with the validator's error, if it raises."""
+    what = f"update {name!r} of {record.workflow}/{record.id}"
+    handler = handlers_of(type(workflow)).updates[name]
+    assert handler.validator_fn is not None  # the caller checks it has one
+    diverged = await _replay(store, record, steps, workflow, settings)
+    if diverged is not None:
+        raise UpdateRejectedError(what, diverged.name, diverged.message)
+    try:
+        where = f"the validator of update {name!r}"
+        await read_only_call(workflow, handler.validator_fn, args, where)
+    except Exception as exc:
+        raise UpdateRejectedError(what, type(exc).__name__, str(exc)) from exc
+
+
+async def _replay(
+    store: Store,
+    record: InstanceRecord,
+    steps: list[StepRecord],
+    workflow: Workflow,
+    settings: ActivationSettings,
+) -> InstanceFatalError | None:
+    """Replay ``record`` on ``workflow`` to the frontier; the divergence, if it diverged."""
+    lease = Lease(record.pk, QUERY_LEASE_TOKEN, QUERY_OWNER)
+    history = History(steps, [])
+    claim = Claim(record, lease, None, 0, history)
+    activation = Activation(store, claim, history, workflow, settings, replay_only=True)
+    return await activation.replay_to_frontier()

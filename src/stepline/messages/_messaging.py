@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from .. import _json
-from .._runtime import ActivationSettings
+from .._runtime import ActivationSettings, check_update
 from ..durations import Duration
 from ..errors import UpdateRejectedError
-from ..handlers import handlers_of
+from ..handlers import UpdateHandler, handlers_of
+from ..records import FINISHED_STATUSES
 from ..store.base import Store, StreamItem, StreamRead, UpdateRecord
 from ..workflow import WorkflowDefinition
 from . import _queries, _streams, _updates
@@ -64,12 +65,35 @@ class Messaging:
         payload = _updates.update_payload(chosen, name, args, self._max_payload)
         definition = self._code.get(workflow)
         if definition is not None:
-            self._check(definition, instance_id, name, args)
+            handler = self._check(definition, instance_id, name, args)
+            if handler.validator_fn is not None:
+                await self._validate(definition, instance_id, chosen, name, args)
         return await self._store.send_update(workflow, instance_id, chosen, name, payload)
+
+    async def _validate(
+        self,
+        definition: WorkflowDefinition,
+        instance_id: str,
+        update_id: str,
+        name: str,
+        args: Sequence[Any],
+    ) -> None:
+        """The validator, here, on the state replayed as for a query: a refused update is never
+        recorded. Not for an update id already sent (its answer stands) nor a finished instance
+        (the store refuses it)."""
+        store = self._store
+        if await store.get_update(definition.name, instance_id, update_id) is not None:
+            return
+        record = await store.get_instance(definition.name, instance_id)
+        if record.status in FINISHED_STATUSES:
+            return
+        steps = await store.get_steps(definition.name, instance_id)
+        workflow = definition.make()
+        await check_update(store, record, steps, workflow, name, args, self._settings)
 
     def _check(
         self, definition: WorkflowDefinition, instance_id: str, name: str, args: Sequence[Any]
-    ) -> None:
+    ) -> UpdateHandler[Any]:
         what = f"update {name!r} of {definition.name}/{instance_id}"
         updates = handlers_of(definition.cls).updates
         handler = updates.get(name)
@@ -83,6 +107,7 @@ class Messaging:
         problem = handler.check_arguments(tuple(args), 2)
         if problem is not None:
             raise UpdateRejectedError(what, "InvalidArgumentsError", problem)
+        return handler
 
     async def update(
         self,

@@ -64,8 +64,11 @@ class QueryService:
                 if answered:
                     interval = fastest
                     continue
+                # asyncio.timeout, not wait_for: a wake that lands with the task's cancellation
+                # must not swallow the cancellation (the worker's shutdown waits for it).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), interval)
+                    async with asyncio.timeout(interval):
+                        await self._wake.wait()
                 interval = (
                     fastest if self._wake.is_set() else min(interval * 2, settings.poll_interval)
                 )
