@@ -87,7 +87,8 @@ class _Handler(Generic[F]):
 
 
 def _params(sig: inspect.Signature) -> str:
-    return ", ".join(str(p) for p in sig.parameters.values())
+    """The parameters as a caller passes them: names and defaults, no annotations."""
+    return ", ".join(str(p.replace(annotation=p.empty)) for p in sig.parameters.values())
 
 
 class QueryHandler(_Handler[F]):
