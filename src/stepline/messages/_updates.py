@@ -76,7 +76,10 @@ async def wait_for_reply(
     async for _ in changes(store, workflow, instance_id, deadline):
         record = await store.get_update(workflow, instance_id, update_id)
         if record is None:
-            raise LookupError(f"instance {instance_id!r} of {workflow!r} has no {label}")
+            raise LookupError(
+                f"instance {instance_id!r} of {workflow!r} has no update {update_id!r}: none was "
+                "sent with that id (or it was turned down before it was recorded)"
+            )
         what = f"update {record.name!r} ({update_id}) of {workflow}/{instance_id}"
         if record.answered:
             return outcome(record, what)
