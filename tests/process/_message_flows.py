@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +62,11 @@ class Account(Workflow):
             note(ledger, f"record,{tag}")
             return tag
 
-        async def settle() -> str:
+        def settle() -> str:  # in the thread pool: it may block
             note(ledger, f"settle,{tag}")
             if hold:  # until the test lets it go (it kills this worker meanwhile)
                 while not os.path.exists(os.path.join(ledger, "go")):
-                    await asyncio.sleep(0.02)
+                    time.sleep(0.02)
             return "settled"
 
         await step.do("record", record)
