@@ -405,3 +405,30 @@ async def test_an_update_of_a_waiting_instance_is_counted_as_an_event(
         claim.lease, Finish("waiting", wake_at=now + HOUR, event_seq=claim.event_seq), now
     )
     assert (await store.get_instance(WF, "a")).ready_at == now
+
+
+async def test_a_finish_carrying_a_handlers_end_records_its_reply(
+    open_store: OpenStore, store_kind: str
+) -> None:
+    worker = await open_store()
+    watching = await open_store() if store_kind == "postgres" else worker
+    await waiting(worker, "a")
+    await worker.send_update(WF, "a", "u1", "decide", "[]")
+    claim = await claim_one(worker, "a")
+    [event] = claim.history.events
+    now = worker.now()
+    await worker.record_step(claim.lease, marker("running", "u1", consume_event=event.pk), now)
+    with watching.watch_changes(WF, "a") as watch:
+        done = marker("complete", "u1", output='{"n": 1}', ended_at=now)
+        finish = Finish("waiting", event_seq=claim.event_seq, steps=(done,))
+        assert await worker.finish(claim.lease, finish, now) == "waiting"
+        await asyncio.wait_for(watch.wait(5), 10)
+    update = await watching.get_update(WF, "a", "u1")
+    assert update is not None
+    assert (update.status, update.reply, update.instance_status) == (
+        "complete",
+        {"n": 1},
+        "waiting",
+    )
+    [step] = await worker.get_steps(WF, "a")
+    assert (step.kind, step.status, step.output) == ("update", "complete", {"n": 1})

@@ -320,7 +320,9 @@ class Updates:
         if (record is not None and record.status in FINAL) or self._replay_only:
             return  # replayed: how it ended is recorded (or, for a query, not to be written)
         status: StepStatus = "complete" if error is None else "errored"
-        await state.writer.write(
+        # Write-behind: the activation's finish (or the next write) carries the reply, in one
+        # commit with the handler's last step records.
+        state.writer.send(
             marker, status, output=output, error=error, ended_at=state.store.now(), info=info,
             update=request.update_id,
         )  # fmt: skip

@@ -104,8 +104,8 @@ class StepWrite:
     update: str | None = None
     """The id of the update whose handler this record (kind ``update``) is: written
     ``running`` it marks the update running; ``complete`` or ``errored`` it records the
-    record's output or error as the update's reply, unless the update has one already. Only
-    :meth:`Store.record_step` writes it (a finish never carries it)."""
+    record's output or error as the update's reply, unless the update has one already (a
+    finish may carry such an ending record, see :attr:`Finish.steps`)."""
     publish: NewStreamItem | None = None
     """An item this record (kind ``publish``) appends to a stream of its instance, atomically
     with the write (see :meth:`MessageStore.publish`). Only :meth:`Store.record_step` writes it."""
@@ -235,9 +235,10 @@ class Finish:
     steps: tuple[StepWrite, ...] = ()
     """Step records not yet written, written by :meth:`Store.finish` in its own transaction,
     fenced on the same lease and before the status change: all of them with the end, or
-    (lease lost) none. Each is its step's latest record, one per step (``name``, ``count``), and
-    none sets ``consume_event``; a store must insert or replace them as :meth:`Store.record_step`
-    would."""
+    (lease lost) none. Each is its step's latest record, one per step (``name``, ``count``);
+    none sets ``consume_event`` or ``publish``, and one that sets ``update`` ends its handler
+    (complete or errored); a store must write them, and record such a reply, as
+    :meth:`Store.record_step` would (its waiters told, as of a finish)."""
     parked_on: str | None = None
     """With ``waiting``: the named limit a step waits for a slot of (see
     :meth:`Store.release_limit`, which wakes the instance parked longest on it). A claim clears

@@ -76,6 +76,19 @@ _APPEND = """
     )
 """
 
+_RECORDED = (
+    """
+        INSERT INTO {s}.steps (instance_pk, name, count, seq, kind, status, output, error,
+            attempts, wake_at, started_at, ended_at, info)
+        SELECT %(pk)s::bigint, %(name)s::text, %(count)s::int, %(seq)s::int, %(kind)s::text,
+            %(status)s::text, %(output)s::text, %(error)s::text, %(attempts)s::text,
+            %(wake_at)s::float8, %(started_at)s::float8, %(ended_at)s::float8, %(info)s::text
+        FROM fence
+    """
+    + _STEP_UPSERT
+)
+"""The step record itself (insert or replace, fenced), in each statement below."""
+
 _TEMPLATES = {
     "lock_instance": """
         SELECT pk FROM {s}.instances WHERE workflow = %(workflow)s AND id = %(id)s FOR UPDATE
@@ -128,20 +141,12 @@ _TEMPLATES = {
         SELECT workflow, id, """
     + _CHANGED
     + " FROM fence",
-    # A step record with its effects: an event consumed, an update marked running or
-    # answered, an item appended (each when its parameter is given).
-    "record_message_step": "WITH"
+    # A step record with its effects. Accepting an update: its event consumed, the update
+    # marked running (nobody waits on that: no notification).
+    "accept_update": "WITH"
     + _FENCE
-    + """, recorded AS (
-            INSERT INTO {s}.steps (instance_pk, name, count, seq, kind, status, output, error,
-                attempts, wake_at, started_at, ended_at, info)
-            SELECT %(pk)s::bigint, %(name)s::text, %(count)s::int, %(seq)s::int,
-                %(kind)s::text, %(status)s::text, %(output)s::text, %(error)s::text,
-                %(attempts)s::text, %(wake_at)s::float8, %(started_at)s::float8,
-                %(ended_at)s::float8, %(info)s::text
-            FROM fence
-    """
-    + _STEP_UPSERT
+    + """, recorded AS ("""
+    + _RECORDED
     + """
         ), consumed AS (
             UPDATE {s}.events SET consumed_by = %(name)s::text || '-' || %(count)s::int
@@ -149,15 +154,35 @@ _TEMPLATES = {
         ), running AS (
             UPDATE {s}.updates SET status = 'running'
             WHERE instance_pk = %(pk)s::bigint AND update_id = %(update)s::text
-                AND %(status)s::text = 'running' AND status = 'pending'
-                AND EXISTS (SELECT 1 FROM fence)
+                AND status = 'pending' AND EXISTS (SELECT 1 FROM fence)
+        )
+        SELECT status, workflow, id, 0 FROM fence
+    """,
+    # Answering an update: its reply (the record's output or error), once.
+    "answer_update": "WITH"
+    + _FENCE
+    + """, recorded AS ("""
+    + _RECORDED
+    + """
+        ), consumed AS (
+            UPDATE {s}.events SET consumed_by = %(name)s::text || '-' || %(count)s::int
+            WHERE pk = %(event)s::bigint AND EXISTS (SELECT 1 FROM fence)
         ), answered AS (
             UPDATE {s}.updates SET status = %(status)s::text,
                 reply = CASE WHEN %(status)s::text = 'complete' THEN %(output)s::text END,
                 error = %(error)s::text, ended_at = %(ended_at)s::float8
             WHERE instance_pk = %(pk)s::bigint AND update_id = %(update)s::text
-                AND %(status)s::text IN ('complete', 'errored')
                 AND status IN ('pending', 'running') AND EXISTS (SELECT 1 FROM fence)
+        )
+        SELECT status, workflow, id, """
+    + _CHANGED
+    + " FROM fence",
+    # A publish from run(): the record and its item.
+    "publish_step": "WITH"
+    + _FENCE
+    + """, recorded AS ("""
+    + _RECORDED
+    + """
         ),"""
     + _APPEND
     + """
@@ -368,7 +393,13 @@ class MessageOperations(Store):
             }
             | _item_params(write.publish, at)
         )
-        statement = _statements(self.schema)["record_message_step"]
+        if write.publish is not None:
+            name = "publish_step"
+        elif write.status == "running":
+            name = "accept_update"
+        else:
+            name = "answer_update"
+        statement = _statements(self.schema)[name]
 
         async def attempt(conn: Conn) -> list[Any]:
             cur = await conn.execute(statement, params)

@@ -334,6 +334,8 @@ _TEMPLATES: dict[str, str] = {
     # the 8,000-byte payload limit. An instance that stops running frees its slot of each named
     # limit its workflow lists (but the one it parks on now): as many instances parked on each
     # as the batch freed are made ready (``freed``, ``parked``, ``unparked``), and announced.
+    # A record that ends an update's handler records its reply (``answered``), announced to
+    # the instance's waiters.
     "finish": """
         WITH f AS (
             SELECT * FROM json_to_recordset(%(rows)s::json) AS f(idx int, pk bigint,
@@ -356,6 +358,20 @@ _TEMPLATES: dict[str, str] = {
     """
     + _STEP_UPSERT
     + """
+        ), answered AS (
+            UPDATE {s}.updates a SET status = w.status,
+                reply = CASE WHEN w.status = 'complete' THEN w.output END, error = w.error,
+                ended_at = w.ended_at
+            FROM json_to_recordset(%(steps)s::json) AS w(idx int, pk bigint, upd text,
+                status text, output text, error text, ended_at float8)
+            JOIN held ON h_idx = w.idx
+            WHERE w.upd IS NOT NULL AND a.instance_pk = w.pk AND a.update_id = w.upd
+                AND a.status IN ('pending', 'running')
+            RETURNING a.instance_pk
+        ), answered_note AS (
+            SELECT pg_notify(%(channel)s, json_build_object('s', %(source)s::text,
+                'w', i.workflow, 'i', i.id, 'e', true)::text)
+            FROM {s}.instances i WHERE i.pk IN (SELECT DISTINCT instance_pk FROM answered)
         ), kids AS (
             SELECT h_parent::json ->> 'workflow' AS k_workflow, h_parent::json ->> 'id' AS k_id,
                 f.fnow AS k_now
@@ -421,7 +437,8 @@ _TEMPLATES: dict[str, str] = {
         SELECT idx, status, workflow, id,
             parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated')
                 OR EXISTS (SELECT 1 FROM unparked),
-            key IS NOT NULL, (SELECT count(*) FROM notes), (SELECT count(*) FROM unparked_note)
+            key IS NOT NULL, (SELECT count(*) FROM notes), (SELECT count(*) FROM unparked_note),
+            (SELECT count(*) FROM answered_note)
         FROM u
     """,
     "wake_parent_of": """
