@@ -159,6 +159,9 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         "instance's end seen by wait() (event); one call at a time, 50 ms apart",
         "'update minus event': the difference of the medians in acknowledged-write commits",
         "SQLite workers in another process find new work by polling (2 ms doubling to 0.5 s)",
+        "same process: after an update the instance waits again, and the finish of a waiting "
+        "instance wakes the worker of its process, whose next claim runs while the caller "
+        "reads the reply; the event's instance ends, which wakes no worker",
     ]
     return report
 

@@ -409,7 +409,8 @@ class MessageOperations(Store):
         if not rows:
             raise _lease_lost(lease)
         status, workflow, instance_id, _note = rows[0]
-        self._notify_changed(workflow, instance_id)
+        if name != "accept_update":  # nobody waits for an acceptance
+            self._notify_changed(workflow, instance_id)
         return str(status)
 
     # -- streams ---------------------------------------------------------------------------------

@@ -65,7 +65,8 @@ class MessageOperations(Store):
         status, workflow, instance_id = await self._db.write(
             lambda c: tx.record_message_step(c, lease, write)
         )
-        self._notify_changed(workflow, instance_id)
+        if write.status != "running":  # nobody waits for an update's acceptance
+            self._notify_changed(workflow, instance_id)
         return str(status)
 
     async def publish(self, lease: Lease, item: NewStreamItem, now: float) -> int | None:
