@@ -5,6 +5,7 @@ their replies recorded, their steps namespaced, their effect on ``self`` replaye
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -293,3 +294,19 @@ async def test_a_client_without_the_code_asks_a_live_worker(
         remote = await client.workflow("order").get("o1")
         with pytest.raises(QueryError, match="no live worker serves it"):
             await remote.query("total")
+
+
+def test_the_sync_facade_queries_and_updates(store_url: str) -> None:
+    with stepline.SyncEngine(store_url, [Order], worker=True, poll_interval=0.05) as engine:
+        instance = engine.workflow("order").create("s1", {"steps": 1})
+        for _ in range(500):
+            if instance.status().status == "waiting":
+                break
+            time.sleep(0.01)
+        assert instance.query("total") == 1
+        assert instance.update("add", 4, update_id="s-u1", timeout=30) == {"total": 5}
+        update_id = instance.send_update("add", 1)
+        assert instance.update_result(update_id, timeout=30) == {"total": 6}
+        assert instance.read_stream("none").items == []
+        reply = engine.workflow("order").create_and_update("s2", "add", 2, timeout=30)
+        assert reply == {"total": 2}
