@@ -134,3 +134,18 @@ async def test_updates_run_one_at_a_time_in_the_order_they_came(
         await inst.send_event("end")
         await drain(engine)
         assert (await inst.status()).output == {"seen": [True], "approved": True}
+
+
+async def test_a_termination_with_rollback_ends_an_instance_that_took_updates(
+    make_engine: EngineFactory,
+) -> None:
+    async with make_engine([Gate]) as engine:
+        inst = await engine.workflow("gate").create(id="g")
+        await drain(engine)
+        assert await _until_done(engine, asyncio.create_task(inst.update("approve", True)))
+        pending = await inst.send_update("approve", False)
+        await inst.terminate(rollback=True)
+        await drain(engine)
+        assert (await inst.status()).status == "terminated"
+        with pytest.raises(stepline.UpdateFailedError, match="ended terminated before it ran"):
+            await inst.update_result(pending, timeout=5)

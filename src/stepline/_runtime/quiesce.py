@@ -204,6 +204,7 @@ class Quiescence:
                     if (
                         on_idle is not None
                         and self.stop_reason is None
+                        and not self.terminating
                         and not check.held
                         and on_idle()
                     ):

@@ -43,7 +43,7 @@ class Turns:
         """Called by step ``key`` with its record, before anything else: returns once it may go
         on; raises :class:`~stepline.errors.SuspendInstance` if the activation suspends first."""
         holds = self._holds.get(key)
-        if holds:
+        if holds and not self._quiet.terminating:  # a termination rolls back, not replays
             for until in holds:
                 if not until.done():
                     await self._quiet.wait_for(until, key)
