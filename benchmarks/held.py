@@ -73,7 +73,7 @@ async def measure(
             item = NewInstance(f"b{n}", None)
             await store.create_instances("b", [item], trigger="api", skip_existing=False)
             start = time.perf_counter()
-            claims = await store.claim("bench", ["a", "b"], 10, LEASE, store.now())
+            claims = (await store.claim("bench", ["a", "b"], 10, LEASE, store.now())).claims
             times.append(time.perf_counter() - start)
             if [c.instance.id for c in claims] != [item.id]:
                 raise RuntimeError(f"the claim took {[c.instance.id for c in claims]}")

@@ -82,7 +82,7 @@ async def seed(url: str) -> None:
         await engine.workflow("greet").create("q1")
         await engine.workflow("blocker").create_batch([{"id": "r1"}, {"id": "r2"}])
         # Held by a worker that never runs them: running, with a lease that outlasts the tests.
-        claims = await engine.store.claim("seed", ["blocker"], 2, 86400.0, engine.now())
+        claims = (await engine.store.claim("seed", ["blocker"], 2, 86400.0, engine.now())).claims
         assert len(claims) == 2
         await (await engine.get_instance("blocker", "r2")).pause()
         for status, (name, instance_id) in STATES.items():

@@ -202,9 +202,9 @@ class Instance:
     @contextlib.contextmanager
     def watch_changes(self) -> Iterator[ChangeWatch]:
         """Watch the instance for changes while the block runs (see
-        :meth:`stepline.store.base.Store.watch_changes`): changes made in this process always
+        :meth:`stepline.store.signals.Signals.watch_changes`): changes made in this process always
         wake ``await watch.wait(timeout)``; other processes' only on PostgreSQL, so poll too."""
-        with self._store.watch_changes(self.workflow, self.id) as watch:
+        with self._store.signals.watch_changes(self.workflow, self.id) as watch:
             yield watch
 
     async def pause(self) -> None:
@@ -321,7 +321,7 @@ class Instance:
 
     async def streams(self) -> list[StreamItem]:
         """The last item of each of the instance's streams, by stream name."""
-        return await self._store.latest_stream_items(self.workflow, self.id)
+        return await self._store.messages.latest_stream_items(self.workflow, self.id)
 
     async def wait(self, timeout: Duration | None = None) -> InstanceStatus:
         """Wait until the instance is complete, errored or terminated; return its status.
@@ -340,7 +340,7 @@ class Instance:
         interval, longest = (1.0, 1.0) if notified else (0.005, 0.25)
         # Watching from before the first read: an end that lands while a read is in flight
         # still wakes the wait at once.
-        with self._store.watch_changes(self.workflow, self.id) as changes:
+        with self._store.signals.watch_changes(self.workflow, self.id) as changes:
             while True:
                 # The record alone: a finished instance retries nothing, and polling an
                 # unfinished one needs only its status.

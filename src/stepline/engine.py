@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
-import signal
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
@@ -16,19 +13,19 @@ from ._runtime import Observer, RuntimeHooks
 from .client import Instance, WorkflowBinding, check_listing
 from .clock import SystemClock
 from .durations import Duration, parse_duration, parse_worker_duration
-from .errors import DefinitionError, WorkflowNotFoundError
-from .handlers import handlers_of
-from .limits import Limit, check_limit_names
+from .errors import DefinitionError
+from .limits import Limit
 from .liveness import unserved_warning
+from .local import LocalWorker
 from .messages import Messaging
 from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, WorkflowInfo
+from .registry import Registry
 from .retrying import read_retries
 from .store import Store, create_store
-from .store.base import WorkflowMeta
 from .telemetry import Activity, ActivityReadings, Telemetry
 from .triggers.cron import ScheduleClient, Scheduler
-from .worker import Reservation, Worker, WorkerSettings
-from .workflow import WorkflowDefinition, check_schedule_names, definition_of, is_valid_name
+from .worker import Worker, WorkerSettings
+from .workflow import WorkflowDefinition, definition_of, is_valid_name
 
 log = logging.getLogger("stepline")
 
@@ -123,21 +120,23 @@ class Engine:
         # Without a clock of the user's the store keeps real time its own way (PostgreSQL: the
         # server's clock), so it is given none.
         self.store: Store = create_store(self.url, clock, create=create)
-        self._registry: dict[str, WorkflowDefinition] = {}
-        self._limits = _named_limits(limits)
+        self.registry = Registry(limits)
+        self._registry = self.registry.definitions  # the dict the worker and scheduler read
         self._opened = False
         for wf in workflows:
             self.register(wf)
         self._run_worker = worker
-        self._worker_id = worker_id
-        self._listeners = tuple(listeners)
-        self._hooks = hooks
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self._activity: ActivityReadings | None = None
-        self._worker: Worker | None = None
-        self._worker_task: asyncio.Task[None] | None = None
-        self._scheduler: Scheduler | None = None
-        self._db_workflows: set[str] = set()
+        self._local = LocalWorker(
+            self.store,
+            self._registry,
+            self.settings,
+            self.telemetry,
+            worker_id=worker_id,
+            listeners=tuple(listeners),
+            hooks=hooks,
+        )
         self._messaging = Messaging(self.store, max_payload, self._registry)
 
     # -- registry --------------------------------------------------------------------------------
@@ -146,21 +145,7 @@ class Engine:
         """Register a workflow class, ``@workflow`` function, Pipeline or Dag."""
         if self._opened:
             raise DefinitionError("register workflows before the engine is opened")
-        return self._define(workflow)
-
-    def _define(self, workflow: Any) -> WorkflowDefinition:
-        definition = definition_of(workflow)
-        handlers_of(definition.cls)  # two handlers under one name: refused now
-        existing = self._registry.get(definition.name)
-        if existing is not None and existing != definition:
-            raise DefinitionError(
-                f"two workflows are named {definition.name!r}: {existing.class_name} and "
-                f"{definition.class_name}; give one of them another name"
-            )
-        check_schedule_names(self._registry.values(), definition)
-        check_limit_names([(definition.name, definition.limits)], self._limits)
-        self._registry[definition.name] = definition
-        return definition
+        return self.registry.add(workflow)
 
     async def add_workflow(self, workflow: Any) -> WorkflowDefinition:
         """Register a workflow in an engine that is open already and runs no worker in the
@@ -168,11 +153,11 @@ class Engine:
         one was made, claims it from its next claim on."""
         if not self._opened:
             return self.register(workflow)
-        if self._worker_task is not None:
+        if self._local.running:
             raise DefinitionError("register workflows before the engine's worker starts")
-        definition = self._define(workflow)
-        await self.store.register_workflows([_meta(definition)], self._limits)
-        self._worker = None  # its claims' workflows were fixed when it was made
+        definition = self.registry.add(workflow)
+        await self.store.register_workflows(self.registry.metas([definition]), self.limits)
+        self._local.forget_worker()
         return definition
 
     @property
@@ -183,7 +168,7 @@ class Engine:
     @property
     def limits(self) -> tuple[Limit, ...]:
         """The named limits given (each once)."""
-        return self._limits
+        return self.registry.limits
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -195,19 +180,11 @@ class Engine:
         await self.store.open()
         self._opened = True
         if self._registry:
-            metas = [_meta(definition) for definition in self._registry.values()]
-            await self.store.register_workflows(metas, self._limits)
+            await self.store.register_workflows(self.registry.metas(), self.limits)
 
     async def close(self) -> None:
         """Stop the scheduler and the in-process worker (gracefully) and close the store."""
-        if self._scheduler is not None:
-            await self._scheduler.close()
-        if self._worker_task is not None:
-            assert self._worker is not None
-            self._worker.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker_task
-            self._worker_task = None
+        await self._local.stop()
         if self._opened:
             await self.store.close()
             self._opened = False
@@ -215,8 +192,7 @@ class Engine:
     async def __aenter__(self) -> Engine:
         await self.open()
         if self._run_worker and self._registry:
-            await self.scheduler.start()
-            self._worker_task = asyncio.create_task(self.worker.run(), name="stepline-worker")
+            await self._local.start()
         return self
 
     async def __aexit__(
@@ -231,26 +207,13 @@ class Engine:
     def worker(self) -> Worker:
         """This engine's worker (created on first use; started by ``async with`` or
         :meth:`run_worker`, or driven step by step with ``worker.run_once()``)."""
-        if self._worker is None:
-            worker = self._worker = Worker(
-                self.store,
-                self._registry,
-                self.settings,
-                worker_id=self._worker_id,
-                listeners=self._listeners,
-                hooks=self._hooks,
-                observer=self.observer,
-            )
-            metrics = self.telemetry.metrics
-            if metrics is not None:
-                metrics.watch_worker(lambda: worker.active_count, self.settings.concurrency)
-        return self._worker
+        return self._local.worker
 
     @property
     def observer(self) -> Observer | None:
         """What observes this engine (:attr:`telemetry`'s observer), None when nothing does;
         wired the first time it is asked for."""
-        return self.telemetry.observer(self.store)
+        return self._local.observer
 
     async def run_worker(self, *, handle_signals: bool = True) -> None:
         """Run a worker until SIGINT/SIGTERM (or ``engine.worker.stop()``), then shut down
@@ -261,52 +224,7 @@ class Engine:
         The signals are handled from the start: one that comes while the store opens (and
         migrates) returns once the open is done, without claiming anything; a second one
         abandons the open at once."""
-        worker = self.worker
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        signals = 0
-        opening: asyncio.Future[None] | None = None
-
-        def on_signal() -> None:
-            # The first signal stops gracefully; another one (an impatient Ctrl-C) at once.
-            nonlocal signals
-            signals += 1
-            if opening is None or not opening.done():
-                if signals == 1:
-                    log.info("stopping before the worker started; signal again to stop at once")
-                elif opening is not None:
-                    opening.cancel()
-                return
-            if signals == 1:
-                log.info(
-                    "stopping: running steps have %g s to finish; signal again to stop at once",
-                    self.settings.grace_period,
-                )
-            worker.stop(at_once=signals > 1)
-
-        if handle_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(sig, on_signal)
-                    installed.append(sig)
-        try:
-            opening = asyncio.ensure_future(self.open())
-            try:
-                await opening
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if signals < 2 or (task is not None and task.cancelling()):
-                    raise
-                return  # abandoned by a second signal: nothing was claimed
-            if signals:
-                return
-            await self.scheduler.start()
-            await worker.run()
-        finally:
-            if self._scheduler is not None:
-                await self._scheduler.close()
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+        await self._local.run_until_signalled(self.open, handle_signals=handle_signals)
 
     # -- cron schedules --------------------------------------------------------------------------
 
@@ -314,9 +232,7 @@ class Engine:
     def scheduler(self) -> Scheduler:
         """This engine's scheduler for the registered workflows' schedules (created on first
         use; started next to the worker, or driven with ``sync()`` and ``run_once(now)``)."""
-        if self._scheduler is None:
-            self._scheduler = Scheduler(self.store, self._registry.values(), observer=self.observer)
-        return self._scheduler
+        return self._local.scheduler
 
     def schedules(self) -> ScheduleClient:
         """List, pause, resume, trigger and backfill the schedules stored in the database."""
@@ -332,23 +248,13 @@ class Engine:
             name,
             self._check_workflow,
             self.settings.max_payload,
-            self._reserve,
+            self._local.reserve,
             self.observer,
             self._messaging,
         )
 
-    def _reserve(self, workflow: str, count: int) -> Reservation | None:
-        # This engine's worker, if one exists and runs, takes new instances straight from
-        # create() (looked up at each create: the worker may start after the binding is made).
-        return None if self._worker is None else self._worker.reserve(workflow, count)
-
     async def _check_workflow(self, name: str) -> None:
-        if name in self._registry or name in self._db_workflows:
-            return
-        known = {info.name for info in await self.store.list_workflows()}
-        self._db_workflows = known
-        if name not in known:
-            raise WorkflowNotFoundError(name, sorted(known | set(self._registry)))
+        await self.registry.check_known(self.store, name)
 
     async def get_instance(self, workflow: str, instance_id: str) -> Instance:
         """A handle on an existing instance of ``workflow``."""
@@ -385,7 +291,7 @@ class Engine:
         """Workers registered in the database, live or not (``info.live(engine.store.now())``),
         oldest first. A worker registers when it starts, beats every ``heartbeat`` seconds,
         deregisters when it stops gracefully; the row of one that died expires."""
-        return await self.store.list_workers()
+        return await self.store.workers.list_workers()
 
     async def activity(self) -> Activity:
         """The fleet's activity: instances ended per minute over the last hour by status, and
@@ -409,28 +315,11 @@ class Engine:
         now = self.store.now()
         if not any(r.due(now) for r in records):
             return [None] * len(records)
-        workers = await self.store.list_workers()
+        workers = await self.store.workers.list_workers()
         return [unserved_warning(record, workers, now) for record in records]
-
-
-def _meta(definition: WorkflowDefinition) -> WorkflowMeta:
-    """What the store keeps of a workflow: its code's name, description and limits."""
-    return WorkflowMeta(
-        definition.name, definition.class_name, definition.describe(), limits=definition.limits
-    )
 
 
 def _stream_keep(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"stream_keep must be a whole number of items, at least 1, got {value!r}")
     return value
-
-
-def _named_limits(limits: Iterable[Limit]) -> tuple[Limit, ...]:
-    """The named limits, each once; one name defined twice differently raises."""
-    given = tuple(limits)
-    for limit in given:
-        if not isinstance(limit, Limit):
-            raise DefinitionError(f"Engine limits are stepline.Limit objects, not {limit!r}")
-    check_limit_names((), given)
-    return tuple({limit.name: limit for limit in given}.values())

@@ -20,7 +20,7 @@ async def read_held_reasons(store: Store, record: InstanceRecord) -> list[str]:
     now = store.now()
     if not record.due(now):
         return []
-    return held_reasons(record, await store.limit_states(record.workflow, record.key), now)
+    return held_reasons(record, await store.flow.limit_states(record.workflow, record.key), now)
 
 
 def held_reasons(record: InstanceRecord, states: Sequence[LimitState], now: float) -> list[str]:

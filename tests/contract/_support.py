@@ -45,7 +45,7 @@ async def claim_one(
     store: Store, instance_id: str, *, owner: str = OWNER, workflow: str = WF
 ) -> Claim:
     """Claim the one runnable instance of ``workflow``, which must be ``instance_id``."""
-    claims = await store.claim(owner, [workflow], 10, LEASE, store.now())
+    claims = (await store.claim(owner, [workflow], 10, LEASE, store.now())).claims
     assert [c.instance.id for c in claims] == [instance_id]
     return claims[0]
 
@@ -117,7 +117,7 @@ async def lease_lost(call: Awaitable[Any]) -> bool:
 async def claimed_ids(store: Store, workflow: str = WF, *, at: float | None = None) -> list[str]:
     """The ids a claim by another worker takes now (or at ``at``), sorted. They stay claimed."""
     now = store.now() if at is None else at
-    claims = await store.claim("probe", [workflow], 100, LEASE, now)
+    claims = (await store.claim("probe", [workflow], 100, LEASE, now)).claims
     return sorted(c.instance.id for c in claims)
 
 

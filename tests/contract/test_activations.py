@@ -139,7 +139,9 @@ async def test_renew_extends_the_leases_still_held_and_returns_their_status(
     store: Store, clock: ManualClock
 ) -> None:
     await create(store, "a", "b")
-    claims = {c.instance.id: c for c in await store.claim(OWNER, [WF], 2, LEASE, store.now())}
+    claims = {
+        c.instance.id: c for c in (await store.claim(OWNER, [WF], 2, LEASE, store.now())).claims
+    }
     leases = [claims["a"].lease, claims["b"].lease]
     assert await store.renew([], LEASE, store.now()) == {}
     clock.advance(LEASE - 10)
@@ -148,10 +150,10 @@ async def test_renew_extends_the_leases_still_held_and_returns_their_status(
     assert held == {leases[0].pk: "running", leases[1].pk: "waitingForPause"}
     assert (await store.get_instance(WF, "a")).ready_at == store.now() + LEASE
     clock.advance(LEASE - 1)  # past the first expiry, not the renewed one
-    assert await store.claim("worker-2", [WF], 10, LEASE, store.now()) == []
+    assert (await store.claim("worker-2", [WF], 10, LEASE, store.now())).claims == []
     await store.renew([leases[1]], LEASE, store.now())
     clock.advance(2)
-    (taken,) = await store.claim("worker-2", [WF], 10, LEASE, store.now())
+    (taken,) = (await store.claim("worker-2", [WF], 10, LEASE, store.now())).claims
     assert taken.instance.id == "a"
     assert await store.renew(leases, LEASE, store.now()) == {leases[1].pk: "waitingForPause"}
 
@@ -217,7 +219,7 @@ async def test_finish_waiting_without_wake_at_waits_for_an_event(
     assert (record.status, record.ready_at) == ("waiting", None)
     assert await store.next_wakeup([WF]) is None
     clock.advance(HOUR)
-    assert await store.claim(OWNER, [WF], 10, LEASE, store.now()) == []
+    assert (await store.claim(OWNER, [WF], 10, LEASE, store.now())).claims == []
     await store.send_event(WF, "a", "go", None)
     assert await claimed_ids(store) == ["a"]
 
@@ -253,7 +255,7 @@ async def test_a_pause_requested_meanwhile_turns_waiting_into_paused(
     record = await store.get_instance(WF, "a")
     assert (record.status, record.ready_at, record.lease_owner) == ("paused", None, None)
     clock.advance(HOUR)
-    assert await store.claim(OWNER, [WF], 10, LEASE, store.now()) == []
+    assert (await store.claim(OWNER, [WF], 10, LEASE, store.now())).claims == []
     assert (await store.control(WF, "a", "resume")).status == "queued"
     assert await claimed_ids(store) == ["a"]
 

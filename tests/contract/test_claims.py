@@ -35,22 +35,24 @@ async def test_claim_takes_runnable_instances_earliest_ready_first(
     clock.advance(1)
     await store.control(WF, "a", "pause")
     await store.control(WF, "a", "resume")  # a is ready again, latest of all
-    claims = await store.claim(OWNER, [WF], 2, LEASE, store.now())
+    claims = (await store.claim(OWNER, [WF], 2, LEASE, store.now())).claims
     assert [c.instance.id for c in claims] == ["b", "c"]
-    assert [c.instance.id for c in await store.claim(OWNER, [WF], 2, LEASE, store.now())] == ["a"]
+    assert [
+        c.instance.id for c in (await store.claim(OWNER, [WF], 2, LEASE, store.now())).claims
+    ] == ["a"]
 
 
 async def test_claim_takes_at_most_limit_instances_of_the_given_workflows(store: Store) -> None:
     await create(store, "a", "b", "c")
     await create(store, "x", workflow="other")
     await create(store, "y", workflow="third")
-    assert len(await store.claim(OWNER, [WF], 2, LEASE, store.now())) == 2
-    claims = await store.claim(OWNER, [WF, "other"], 10, LEASE, store.now())
+    assert len((await store.claim(OWNER, [WF], 2, LEASE, store.now())).claims) == 2
+    claims = (await store.claim(OWNER, [WF, "other"], 10, LEASE, store.now())).claims
     assert sorted((c.instance.workflow, c.instance.id) for c in claims)[0] == ("other", "x")
     assert len(claims) == 2  # x and the third of WF
-    assert await store.claim(OWNER, [WF, "other"], 10, LEASE, store.now()) == []
-    assert await store.claim(OWNER, ["third"], 0, LEASE, store.now()) == []
-    assert await store.claim(OWNER, [], 10, LEASE, store.now()) == []
+    assert (await store.claim(OWNER, [WF, "other"], 10, LEASE, store.now())).claims == []
+    assert (await store.claim(OWNER, ["third"], 0, LEASE, store.now())).claims == []
+    assert (await store.claim(OWNER, [], 10, LEASE, store.now())).claims == []
 
 
 async def test_claim_takes_only_instances_ready_at_the_now_it_is_given(store: Store) -> None:
@@ -58,8 +60,8 @@ async def test_claim_takes_only_instances_ready_at_the_now_it_is_given(store: St
     claim = await claim_one(store, "a")
     wake = store.now() + 100
     await store.finish(claim.lease, Finish("waiting", wake_at=wake, event_seq=0), store.now())
-    assert await store.claim(OWNER, [WF], 10, LEASE, wake - 0.5) == []
-    (woken,) = await store.claim(OWNER, [WF], 10, LEASE, wake)
+    assert (await store.claim(OWNER, [WF], 10, LEASE, wake - 0.5)).claims == []
+    (woken,) = (await store.claim(OWNER, [WF], 10, LEASE, wake)).claims
     assert woken.instance.id == "a" and woken.instance.ready_at == wake + LEASE
 
 
@@ -89,7 +91,7 @@ async def test_claim_skips_a_live_lease_and_takes_an_expired_one(
     await create(store, "a")
     first = await claim_one(store, "a")
     clock.advance(LEASE - 1)
-    assert await store.claim("worker-2", [WF], 10, LEASE, store.now()) == []
+    assert (await store.claim("worker-2", [WF], 10, LEASE, store.now())).claims == []
     clock.advance(2)
     taken = await claim_one(store, "a", owner="worker-2")
     assert taken.instance.status == "running" and taken.instance.lease_owner == "worker-2"
@@ -142,9 +144,9 @@ async def test_claim_never_returns_the_same_instance_twice_to_concurrent_claims(
         results = await asyncio.gather(
             *(s.claim(f"worker-{n}", [WF], 12, LEASE, s.now()) for n, s in enumerate(stores))
         )
-        taken = [c.instance.id for claims in results for c in claims]
+        taken = [c.instance.id for claimed in results for c in claimed.claims]
         assert len(taken) == len(set(taken)), f"an instance was claimed twice: {sorted(taken)}"
-        pks = [c.lease.pk for claims in results for c in claims]
+        pks = [c.lease.pk for claimed in results for c in claimed.claims]
         assert len(pks) == len(set(pks))
         clock.advance(LEASE + 1)
 
@@ -193,13 +195,14 @@ async def test_a_claim_history_holds_every_event_its_event_seq_counts(
     sender = await open_store()
     await create(store, "a")
     for n in range(6):
-        sent, claims = await asyncio.gather(
+        sent, claimed = await asyncio.gather(
             sender.send_event(WF, "a", "go", str(n)),
             store.claim(OWNER, [WF], 1, LEASE, store.now()),
         )
         assert sent is None
+        claims = claimed.claims
         if not claims:  # the claim skipped the row the event's transaction held
-            claims = await store.claim(OWNER, [WF], 1, LEASE, store.now())
+            claims = (await store.claim(OWNER, [WF], 1, LEASE, store.now())).claims
         (claim,) = claims
         assert len(claim.history.events) >= claim.event_seq, (n, claim.event_seq)
         await store.release(claim.lease, store.now())

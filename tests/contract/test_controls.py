@@ -138,7 +138,7 @@ async def test_terminate_with_rollback_marks_an_unfinished_instance_and_makes_it
         assert (record.ready_at, record.lease_owner, record.ended_at) == (store.now(), None, None)
     assert await _fenced_out(store, claims["running"])
     assert await _fenced_out(store, claims["waitingForPause"])
-    taken = await store.claim("worker-2", [WF], 10, LEASE, store.now())
+    taken = (await store.claim("worker-2", [WF], 10, LEASE, store.now())).claims
     assert sorted(c.instance.id for c in taken) == sorted(UNFINISHED)
     assert {c.control for c in taken} == {"terminate_rollback"}
     assert {c.instance.status for c in taken} == {"running"}
@@ -157,7 +157,9 @@ async def test_terminate_with_rollback_marks_an_unfinished_instance_and_makes_it
 async def test_a_claim_without_a_termination_pending_has_no_control(store: Store) -> None:
     claims = await all_states(store)
     assert all(c.control is None for c in claims.values() if c is not None)
-    assert {c.control for c in await store.claim("w", [WF], 10, LEASE, store.now())} == {None}
+    assert {c.control for c in (await store.claim("w", [WF], 10, LEASE, store.now())).claims} == {
+        None
+    }
 
 
 async def test_restart_queues_any_instance_without_its_steps_output_or_error(

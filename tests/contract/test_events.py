@@ -131,7 +131,7 @@ async def test_a_restart_that_removes_the_consuming_step_makes_its_event_pending
     await store.finish(claim.lease, Finish("complete"), now)
     await store.control(WF, "a", "restart", from_step=("x", 1))
     assert [e.consumed_by for e in await store.get_events(WF, "a")] == ["w-1", None]
-    again = await store.claim("worker-2", [WF], 1, LEASE, store.now())
+    again = (await store.claim("worker-2", [WF], 1, LEASE, store.now())).claims
     assert [e.pk for e in again[0].history.events] == [second.pk]
     await store.control(WF, "a", "restart")
     assert [e.consumed_by for e in await store.get_events(WF, "a")] == [None, None]

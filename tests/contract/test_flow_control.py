@@ -36,7 +36,7 @@ async def make(store: Store, *items: NewInstance, workflow: str = WF) -> None:
 async def claim(
     store: Store, workflows: tuple[str, ...] = (WF,), n: int = 10, **options: Any
 ) -> list[Claim]:
-    return await store.claim(OWNER, list(workflows), n, LEASE, store.now(), **options)
+    return (await store.claim(OWNER, list(workflows), n, LEASE, store.now(), **options)).claims
 
 
 def ids(claims: list[Claim]) -> list[str]:
@@ -355,7 +355,7 @@ async def test_a_rate_limits_starts_per_period_and_reopens_when_told(
     t0 = store.now()
     first, second = sorted(await claim(store), key=lambda c: c.instance.id)
     assert (first.instance.id, second.instance.id) == ("a", "b")
-    (state,) = await store.limit_states(WF, None)
+    (state,) = await store.flow.limit_states(WF, None)
     assert (state.started, state.rate_count, state.next_start, state.full) == (
         2,
         2,
@@ -487,20 +487,20 @@ async def test_limit_states_tell_each_limit_and_its_use(store: Store) -> None:
     await make(store, NewInstance("a", None, key="k"), NewInstance("b", None, key="k"))
     await create(store, "x", workflow=OTHER)
     assert ids(await claim(store, (WF, OTHER))) == ["a", "x"]
-    assert await store.limit_states(WF, "k") == [
+    assert await store.flow.limit_states(WF, "k") == [
         LimitState("workflow", WF, 1, 2, 1, 5, MINUTE, None),
         LimitState("key", "k", 1, 1, 0),
         LimitState("limit", "shared", 2, 3, 2, 10, 3600.0, None),
         LimitState("limit", "alone", 1, 4, 0),
     ]
-    states = await store.limit_states(WF, None)
+    states = await store.flow.limit_states(WF, None)
     assert [s.scope for s in states] == ["workflow", "limit", "limit"]
-    assert [s.full for s in await store.limit_states(WF, "other-key")] == [False] * 4
+    assert [s.full for s in await store.flow.limit_states(WF, "other-key")] == [False] * 4
     await limit(store, "plain")
-    assert await store.limit_states("plain", "k") == []
-    assert await store.limit_states("unknown", None) == []
+    assert await store.flow.limit_states("plain", "k") == []
+    assert await store.flow.limit_states("unknown", None) == []
     await limit(store, "local", worker_concurrency=2)
-    assert await store.limit_states("local", None) == []
+    assert await store.flow.limit_states("local", None) == []
 
 
 # -- running_by_worker -------------------------------------------------------------------------
@@ -512,15 +512,15 @@ async def test_running_by_worker_counts_live_leases_per_worker_and_workflow(
     await create(store, "a", "b", "c", "d")
     await create(store, "x", "y", workflow=OTHER)
     await create(store, "z", workflow="unasked")
-    first = await store.claim("first", [WF, OTHER, "unasked"], 4, LEASE, store.now())
-    second = await store.claim("second", [WF, OTHER, "unasked"], 10, LEASE, store.now())
+    first = (await store.claim("first", [WF, OTHER, "unasked"], 4, LEASE, store.now())).claims
+    second = (await store.claim("second", [WF, OTHER, "unasked"], 10, LEASE, store.now())).claims
     assert len(first) + len(second) == 7
     expected = Counter(
         (c.lease.owner, c.instance.workflow)
         for c in [*first, *second]
         if c.instance.workflow != "unasked"
     )
-    assert await store.running_by_worker([WF, OTHER], store.now()) == expected
+    assert await store.flow.running_by_worker([WF, OTHER], store.now()) == expected
     # An instance that ends or sleeps runs nowhere; one asked to pause runs until it stops.
     ended, asleep, pausing = [c for c in [*first, *second] if c.instance.workflow == WF][:3]
     await complete(store, ended)
@@ -528,15 +528,15 @@ async def test_running_by_worker_counts_live_leases_per_worker_and_workflow(
     await store.finish(asleep.lease, Finish("waiting", wake_at=wake, event_seq=0), store.now())
     await store.control(WF, pausing.instance.id, "pause")
     expected.subtract([(ended.lease.owner, WF), (asleep.lease.owner, WF)])
-    assert await store.running_by_worker([WF, OTHER], store.now()) == {
+    assert await store.flow.running_by_worker([WF, OTHER], store.now()) == {
         k: v for k, v in expected.items() if v
     }
-    assert await store.running_by_worker([OTHER], store.now()) == {
+    assert await store.flow.running_by_worker([OTHER], store.now()) == {
         k: v for k, v in expected.items() if k[1] == OTHER
     }
-    assert await store.running_by_worker([], store.now()) == {}
+    assert await store.flow.running_by_worker([], store.now()) == {}
     # An expired lease runs nowhere either: its worker is presumed dead.
-    assert await store.running_by_worker([WF, OTHER], store.now() + LEASE + 1) == {}
+    assert await store.flow.running_by_worker([WF, OTHER], store.now() + LEASE + 1) == {}
 
 
 # -- deduplication -----------------------------------------------------------------------------

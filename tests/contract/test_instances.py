@@ -158,7 +158,10 @@ async def test_create_and_claim_leases_as_if_claim_had_taken_them(
     clock.advance(LEASE - 1)
     assert await claimed_ids(store) == []
     clock.advance(2)
-    taken = {c.instance.id: c for c in await store.claim("worker-2", [WF], 10, LEASE, store.now())}
+    taken = {
+        c.instance.id: c
+        for c in (await store.claim("worker-2", [WF], 10, LEASE, store.now())).claims
+    }
     assert set(taken) == {"a", "b"}  # both leases expired
     assert taken["a"].lease.token != claim.lease.token
     assert [s.name for s in taken["a"].history.steps] == ["s"]
@@ -238,7 +241,7 @@ async def test_list_instances_filters_by_workflow_and_status(store: Store) -> No
 
 async def test_get_steps_returns_the_history_in_start_order(store: Store) -> None:
     await create(store, "a", "b")
-    claims = await store.claim(OWNER, [WF], 2, LEASE, store.now())
+    claims = (await store.claim(OWNER, [WF], 2, LEASE, store.now())).claims
     lease = {c.instance.id: c.lease for c in claims}
     for name, seq in (("third", 3), ("first", 1), ("second", 2)):
         await store.record_step(lease["a"], write(name, seq), store.now())
@@ -291,7 +294,7 @@ async def test_unfinished_steps_reads_the_running_and_waiting_steps_of_many_inst
     in start order, as stored; finished steps, instances without any and unknown pks absent."""
     created = await create(store, "a", "b", "c")
     pk = {record.id: record.pk for record in created}
-    claims = await store.claim(OWNER, [WF], 3, LEASE, store.now())
+    claims = (await store.claim(OWNER, [WF], 3, LEASE, store.now())).claims
     lease = {c.instance.id: c.lease for c in claims}
     t = store.now()
     failed = (Attempt(1, t, t + 1, {"name": "ValueError", "message": "no"}),)
@@ -338,7 +341,7 @@ async def test_the_traceparent_given_at_creation_is_kept_for_every_reader(store:
     )  # fmt: skip
     assert [c.traceparent for c in created] == [trace, None]
     assert (await store.get_instance(WF, "a")).traceparent == trace
-    claims = await store.claim(OWNER, [WF], 10, LEASE, store.now())
+    claims = (await store.claim(OWNER, [WF], 10, LEASE, store.now())).claims
     assert {c.instance.id: c.instance.traceparent for c in claims} == {"a": trace, "b": None}
     new, leased = await store.create_and_claim(
         WF, [NewInstance("c", None, traceparent=trace)], trigger="api", skip_existing=False,

@@ -38,7 +38,7 @@ async def test_ready_listeners_are_called_whenever_an_instance_may_have_become_r
     store: Store, clock: ManualClock
 ) -> None:
     calls = Calls()
-    store.add_ready_listener(calls)
+    store.signals.add_ready_listener(calls)
 
     def signalled(what: str, before: int) -> None:
         assert calls.count > before, f"no ready signal after {what}"
@@ -80,8 +80,8 @@ async def test_ready_listeners_are_called_whenever_an_instance_may_have_become_r
     seen = calls.count
     await store.finish(child.lease, Finish("complete"), store.now())
     signalled("a child's end", seen)
-    store.remove_ready_listener(calls)
-    store.remove_ready_listener(calls)  # removing twice is harmless
+    store.signals.remove_ready_listener(calls)
+    store.signals.remove_ready_listener(calls)  # removing twice is harmless
     seen = calls.count
     await create(store, "b")
     assert calls.count == seen
@@ -91,7 +91,10 @@ async def test_a_change_watch_sees_this_process_s_control_actions_and_finishes(
     store: Store,
 ) -> None:
     await create(store, "a", "other")
-    with store.watch_changes(WF, "a") as watch, store.watch_changes(WF, "a") as second:
+    with (
+        store.signals.watch_changes(WF, "a") as watch,
+        store.signals.watch_changes(WF, "a") as second,
+    ):
         assert not await changed(watch)
         await store.control(WF, "a", "pause")
         assert await changed(watch) and await changed(second)
@@ -111,7 +114,7 @@ async def test_a_change_watch_sees_this_process_s_control_actions_and_finishes(
 async def test_a_change_that_lands_before_the_wait_is_kept(store: Store) -> None:
     """Watching starts before the read: a change made while the caller reads is not lost."""
     await create(store, "a")
-    with store.watch_changes(WF, "a") as watch:
+    with store.signals.watch_changes(WF, "a") as watch:
         await store.get_instance(WF, "a")  # the caller's read
         await store.control(WF, "a", "pause")  # lands before the caller waits
         await asyncio.wait_for(watch.wait(HOUR), 5)  # returns at once
@@ -121,7 +124,7 @@ async def test_a_change_watch_wait_returns_after_its_timeout_without_a_change(
     store: Store,
 ) -> None:
     await create(store, "a")
-    with store.watch_changes(WF, "a") as watch:
+    with store.signals.watch_changes(WF, "a") as watch:
         await asyncio.wait_for(watch.wait(0), 5)
         first = asyncio.ensure_future(watch.wait(HOUR))
         await asyncio.sleep(0)
@@ -138,8 +141,8 @@ async def test_a_store_that_pushes_notifications_signals_other_stores_changes(
     other = await open_store()
     await create(store, "a")
     ready = asyncio.Event()
-    store.add_ready_listener(ready.set)
-    with store.watch_changes(WF, "a") as watch:
+    store.signals.add_ready_listener(ready.set)
+    with store.signals.watch_changes(WF, "a") as watch:
         await other.control(WF, "a", "pause")
         await asyncio.wait_for(watch.wait(HOUR), 10)
         await other.control(WF, "a", "resume")  # runnable again

@@ -13,7 +13,7 @@ from ._support import HOUR, LEASE, WF, all_states, claim_one, create, raw
 
 
 async def _counts(store: Store, cap: int = 100) -> dict[str, FleetCounts]:
-    return {c.workflow: c for c in await store.fleet_counts(store.now(), cap)}
+    return {c.workflow: c for c in await store.stats.fleet_counts(store.now(), cap)}
 
 
 async def test_fleet_counts_every_registered_workflow_by_unfinished_status(store: Store) -> None:
@@ -26,7 +26,7 @@ async def test_fleet_counts_every_registered_workflow_by_unfinished_status(store
     )
     await all_states(store)  # one instance in each status, of WF
     await create(store, "x", workflow="unregistered")
-    counts = await store.fleet_counts(store.now(), 100)
+    counts = await store.stats.fleet_counts(store.now(), 100)
     assert [c.workflow for c in counts] == ["idle", "limited", WF]
     wf = counts[2]
     assert wf.statuses == dict.fromkeys(UNFINISHED_STATUSES, 1)
@@ -81,7 +81,7 @@ async def test_every_count_stops_at_the_cap(store: Store, store_url: str) -> Non
     counts = (await _counts(store, cap=1000))[WF]
     assert (counts.statuses["queued"], counts.due, counts.set_aside) == (13, 6, 7)
     with pytest.raises(ValueError, match="cap must be at least 1"):
-        await store.fleet_counts(store.now(), 0)
+        await store.stats.fleet_counts(store.now(), 0)
 
 
 async def test_ended_counts_by_bucket_and_status(store: Store, clock: ManualClock) -> None:
@@ -105,13 +105,13 @@ async def test_ended_counts_by_bucket_and_status(store: Store, clock: ManualCloc
         await store.finish(claim.lease, finish, store.now())
     await create(store, "unfinished")
     await store.control(WF, "unfinished", "terminate")  # ended at since + 75, terminated
-    counts = await store.ended_counts(since, 60.0, 3, 100)
+    counts = await store.stats.ended_counts(since, 60.0, 3, 100)
     assert [(c.start - since, c.status, c.count) for c in counts] == [
         (0.0, "complete", 1),
         (0.0, "errored", 1),
         (60.0, "complete", 2),
         (60.0, "terminated", 1),
     ]
-    capped = await store.ended_counts(since, 60.0, 2, 2)
+    capped = await store.stats.ended_counts(since, 60.0, 2, 2)
     assert sum(c.count for c in capped if c.start == since + 60) == 2
-    assert await store.ended_counts(since + 120, 60.0, 5, 100) == []
+    assert await store.stats.ended_counts(since + 120, 60.0, 5, 100) == []

@@ -31,17 +31,17 @@ async def define(store: Store, api: Limit, *, listed: bool = False) -> None:
 async def running(store: Store, *ids: str, workflow: str = WF) -> dict[str, Claim]:
     """Create and claim instances; their claims by id."""
     await create(store, *ids, workflow=workflow)
-    claims = await store.claim(OWNER, [workflow], len(ids), LEASE, store.now())
+    claims = (await store.claim(OWNER, [workflow], len(ids), LEASE, store.now())).claims
     assert sorted(c.instance.id for c in claims) == sorted(ids)
     return {c.instance.id: c for c in claims}
 
 
 async def take(store: Store, claim: Claim, step: str = "call-1") -> float | None:
-    return await store.acquire_limit(claim.lease, "api", step, store.now())
+    return await store.flow.acquire_limit(claim.lease, "api", step, store.now())
 
 
 async def give(store: Store, claim: Claim, step: str = "call-1") -> None:
-    await store.release_limit(claim.lease, "api", step, store.now())
+    await store.flow.release_limit(claim.lease, "api", step, store.now())
 
 
 async def test_slots_up_to_the_concurrency_and_a_release_frees_one(store: Store) -> None:
@@ -117,13 +117,13 @@ async def test_a_claim_counts_the_slots_of_steps(store: Store) -> None:
     assert await take(store, held["a"]) is None
     assert await take(store, held["b"]) is None
     await create(store, "x", workflow=LISTED)
-    assert await store.claim(OWNER, [LISTED], 5, LEASE, store.now()) == []
-    states = await store.limit_states(LISTED, None)
+    assert (await store.claim(OWNER, [LISTED], 5, LEASE, store.now())).claims == []
+    states = await store.flow.limit_states(LISTED, None)
     assert [(s.name, s.running, s.concurrency) for s in states] == [("api", 2, 2)]
     await give(store, held["a"])
-    assert [c.instance.id for c in await store.claim(OWNER, [LISTED], 5, LEASE, store.now())] == [
-        "x"
-    ]
+    assert [
+        c.instance.id for c in (await store.claim(OWNER, [LISTED], 5, LEASE, store.now())).claims
+    ] == ["x"]
 
 
 async def test_a_claim_counts_the_starts_of_steps_toward_the_rate(
@@ -134,10 +134,10 @@ async def test_a_claim_counts_the_starts_of_steps_toward_the_rate(
     t0 = store.now()
     assert await take(store, held["a"]) is None
     await create(store, "x", workflow=LISTED)
-    assert await store.claim(OWNER, [LISTED], 5, LEASE, store.now()) == []
+    assert (await store.claim(OWNER, [LISTED], 5, LEASE, store.now())).claims == []
     assert await store.next_wakeup([LISTED]) == t0 + MINUTE
     clock.advance(MINUTE)
-    assert len(await store.claim(OWNER, [LISTED], 5, LEASE, store.now())) == 1
+    assert len((await store.claim(OWNER, [LISTED], 5, LEASE, store.now())).claims) == 1
 
 
 async def test_acquire_counts_running_instances_of_workflows_listing_the_limit(
@@ -170,7 +170,7 @@ async def test_a_release_wakes_the_instance_parked_longest_on_the_limit(
     ready = {i: (await store.get_instance(WF, i)).ready_at for i in ("p1", "p2", "p3")}
     assert ready == {"p1": now + 30, "p2": now + 1, "p3": now + 10}
     # p2 runs, and waits again for something else: a claim cleared what it was parked on
-    (again,) = await store.claim(OWNER, [WF], 5, LEASE, store.now())
+    (again,) = (await store.claim(OWNER, [WF], 5, LEASE, store.now())).claims
     assert again.instance.id == "p2"
     await store.finish(again.lease, Finish("waiting", wake_at=now + 5), store.now())
     assert await take(store, holder["h"]) is None
@@ -202,7 +202,7 @@ async def test_an_instance_of_a_listing_workflow_that_stops_running_wakes_a_park
     ready = {i: (await store.get_instance(WF, i)).ready_at for i in ("p1", "p2")}
     assert ready == {"p1": now + 30, "p2": now + 1}
     # An instance of a workflow that lists no limit frees no slot of one: it wakes nobody.
-    (p2,) = await store.claim(OWNER, [WF], 5, LEASE, store.now())
+    (p2,) = (await store.claim(OWNER, [WF], 5, LEASE, store.now())).claims
     await store.finish(p2.lease, Finish("complete", output="1"), store.now())
     assert (await store.get_instance(WF, "p1")).ready_at == now + 30
 
@@ -244,11 +244,11 @@ async def test_a_finish_that_wakes_a_parked_instance_signals_that_it_is_runnable
     )
     listed = await running(store, "x", workflow=LISTED)
     here: list[bool] = []
-    store.add_ready_listener(lambda: here.append(True))
+    store.signals.add_ready_listener(lambda: here.append(True))
     elsewhere = asyncio.Event()
     if store.pushes_notifications:
         other = await open_store()
-        other.add_ready_listener(elsewhere.set)
+        other.signals.add_ready_listener(elsewhere.set)
     await store.finish(listed["x"].lease, Finish("complete", output="1"), store.now())
     assert here
     if store.pushes_notifications:
@@ -259,4 +259,4 @@ async def test_an_unknown_limit_raises_lookup_error_naming_it(store: Store) -> N
     await define(store, Limit("api", concurrency=1))
     held = await running(store, "a")
     with pytest.raises(LookupError, match="'nope'"):
-        await store.acquire_limit(held["a"].lease, "nope", "call-1", store.now())
+        await store.flow.acquire_limit(held["a"].lease, "nope", "call-1", store.now())

@@ -49,7 +49,7 @@ async def test_open_creates_the_schema_through_every_numbered_migration(
         (v,) for v in versions
     ]
     assert await store.list_workflows() == []
-    assert await store.list_workers() == []
+    assert await store.workers.list_workers() == []
     assert store.schema_versions == (0, versions[-1])  # created
 
 
@@ -99,10 +99,10 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     assert reopened.schema_versions == (1, versions[-1][0])
     assert await reopened.get_instance(WF, "a") == created
     now = reopened.now()
-    await reopened.heartbeat(WorkerInfo("w", "h", 1, now, now, 1.0, (WF,), 1, 0), now)
-    assert [w.id for w in await reopened.list_workers()] == ["w"]
-    assert await reopened.list_schedules() == []
-    assert (await reopened.read_stream(WF, "a", "progress", 0, 10)).items == []
+    await reopened.workers.heartbeat(WorkerInfo("w", "h", 1, now, now, 1.0, (WF,), 1, 0), now)
+    assert [w.id for w in await reopened.workers.list_workers()] == ["w"]
+    assert await reopened.schedules.list_schedules() == []
+    assert (await reopened.messages.read_stream(WF, "a", "progress", 0, 10)).items == []
 
 
 async def test_close_finishes_pending_writes_and_is_idempotent(
@@ -110,8 +110,8 @@ async def test_close_finishes_pending_writes_and_is_idempotent(
 ) -> None:
     writer = await open_store()
     await create(writer, "a", "b")
-    (claim_a,) = await writer.claim("w", [WF], 1, 30.0, writer.now())
-    (claim_b,) = await writer.claim("w", [WF], 1, 30.0, writer.now())
+    (claim_a,) = (await writer.claim("w", [WF], 1, 30.0, writer.now())).claims
+    (claim_b,) = (await writer.claim("w", [WF], 1, 30.0, writer.now())).claims
     now = writer.now()
     pending = [
         asyncio.ensure_future(writer.record_step(claim_a.lease, write(f"s{n}", n), now))

@@ -132,7 +132,7 @@ async def test_crash_between_create_and_record_does_not_duplicate_the_child(
         inst = await engine.workflow("parent").create(
             id="p1", params={"child": {"n": 5}, "child_id": child_id}
         )
-        (claim,) = await store.claim("crashed", ["parent"], 1, 30, store.now())
+        (claim,) = (await store.claim("crashed", ["parent"], 1, 30, store.now())).claims
         step = "start child-1" if child_id is None else f"start child {child_id}-1"
         parent_json = f'{{"workflow":"parent","id":"p1","step":"{step}"}}'
         await store.create_instances(
@@ -240,7 +240,7 @@ async def test_child_ending_while_the_parent_runs_is_not_missed(
             trigger="workflow",
             skip_existing=False,
         )
-        claims = await store.claim("w", ["parent", "child"], 10, 30, store.now())
+        claims = (await store.claim("w", ["parent", "child"], 10, 30, store.now())).claims
         by_id = {c.instance.id: c for c in claims}
         await store.finish(by_id["c1"].lease, Finish("complete", output="1"), store.now())
         status = await store.finish(

@@ -497,7 +497,7 @@ async def test_pipeline_resumes_from_the_last_completed_step(
     async with make_engine([pipe], clock=clock, lease=30) as engine:
         store = engine.store
         inst = await engine.workflow(pipe).create(params={})
-        (claim,) = await store.claim("crashed", ["resume"], 1, 30, store.now())
+        (claim,) = (await store.claim("crashed", ["resume"], 1, 30, store.now())).claims
         await store.record_step(claim.lease, _complete("one", 1, {"one": "recorded"}), store.now())
         clock.advance(31)
         await drain(engine)
@@ -765,7 +765,7 @@ async def test_replay_after_crash_uses_recorded_outputs(
     async with make_engine([dag], clock=clock, lease=30) as engine:
         store = engine.store
         inst = await engine.workflow(dag).create(params={"p": 0})
-        (claim,) = await store.claim("crashed", ["replayed"], 1, 30, store.now())
+        (claim,) = (await store.claim("crashed", ["replayed"], 1, 30, store.now())).claims
         await store.record_step(claim.lease, _complete("a", 1, {"a": 10}), store.now())
         await store.record_step(claim.lease, _complete("c", 2, {"c": "recorded"}), store.now())
         clock.advance(31)

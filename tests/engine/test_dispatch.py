@@ -94,7 +94,7 @@ async def test_create_and_claim_stores_the_first_instances_claimed(
         for record in created:
             assert await store.get_instance("quick", record.id) == record
         # the leases are real: others cannot claim them, their owner can write under them
-        others = await store.claim("other", ["quick"], 10, 30, store.now())
+        others = (await store.claim("other", ["quick"], 10, 30, store.now())).claims
         assert sorted(c.instance.id for c in others) == ["c", "old"]
         write = StepWrite("only", 1, 1, "do", "complete", "1")
         assert await store.record_step(claims[0].lease, write, store.now()) == "running"
@@ -173,7 +173,7 @@ async def test_reservations_respect_concurrency_and_a_backlog(store_url: str) ->
     async with Engine(store_url, [quick], worker=False) as client:
         inst = await client.workflow("quick").create()
         assert (await inst.status()).status == "queued"
-        assert client._worker is None, "a client-only engine made a worker"
+        assert client._local._worker is None, "a client-only engine made a worker"
         assert client.worker.reserve("quick", 1) is None
 
 

@@ -1,6 +1,6 @@
 """Key-limited work spreads over the workers that run it: while a peer with room runs fewer of
 a workflow's instances than an even split, a worker takes no more than that split, leaving the
-keys its instances free to the peer (``worker._balance``)."""
+keys its instances free to the peer (``worker._planning``)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
 from stepline.errors import StoreUnavailableError
 from stepline.records import WorkerInfo
 from stepline.worker import _shares
-from stepline.worker._balance import Balance
-from stepline.worker._caps import WorkflowCaps
+from stepline.worker._planning import Balance, WorkflowCaps
 from stepline.worker._slots import Slots
 from stepline.workflow import definition_of
 
@@ -171,6 +170,14 @@ class _Fleet:
 
     def now(self) -> float:
         return time.time()
+
+    @property
+    def workers(self) -> _Fleet:  # the store's record of workers
+        return self
+
+    @property
+    def flow(self) -> _Fleet:  # the store's flow operations (running_by_worker)
+        return self
 
     def shares(self) -> tuple[_shares.FleetShares, WorkflowCaps]:
         """``FleetShares`` of worker "me" (10 slots, ``keyed`` registered) on this fleet."""

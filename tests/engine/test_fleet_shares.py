@@ -12,7 +12,7 @@ from typing import Any
 
 from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
 from stepline.records import WorkerInfo
-from stepline.worker._shares import shares
+from stepline.worker._planning import shares
 
 from .test_worker_caps import until
 
@@ -93,7 +93,7 @@ async def test_two_workers_split_a_fleet_wide_limit_and_one_alone_takes_it_all(
 
 async def until_listed(engine: Engine, ids: set[str]) -> None:
     for _ in range(500):
-        workers = await engine.store.list_workers()
+        workers = await engine.store.workers.list_workers()
         if {w.id for w in workers} >= ids:
             return
         await asyncio.sleep(0.01)
@@ -113,7 +113,7 @@ async def test_a_stopping_worker_leaves_the_worker_list_before_it_drains(tmp_pat
             await until_listed(e, {"w"})
             e.worker.stop()
             for _ in range(500):
-                if "w" not in {w.id for w in await e.store.list_workers()}:
+                if "w" not in {w.id for w in await e.store.workers.list_workers()}:
                     break
                 await asyncio.sleep(0.01)
             else:

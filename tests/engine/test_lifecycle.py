@@ -290,7 +290,7 @@ async def test_an_end_that_lands_while_wait_reads_wakes_it_at_once(
         store = engine.store
         read = store.get_instance
         reads = 0
-        watch_changes = store.watch_changes
+        watch_changes = store.signals.watch_changes
 
         @contextlib.contextmanager
         def slow_polling(workflow: str, instance_id: str) -> Iterator[ChangeWatch]:
@@ -299,7 +299,7 @@ async def test_an_end_that_lands_while_wait_reads_wakes_it_at_once(
                 changes.wait = lambda timeout: wait(60.0)  # type: ignore[method-assign]
                 yield changes
 
-        store.watch_changes = slow_polling  # type: ignore[method-assign]
+        store.signals.watch_changes = slow_polling  # type: ignore[method-assign]
 
         async def read_then_end(workflow: str, instance_id: str) -> Any:
             nonlocal reads
@@ -321,7 +321,7 @@ async def test_a_change_before_the_wait_is_kept_by_the_watch(make_engine: Engine
     """A watch sees changes from the moment it starts, not from the moment one waits on it."""
     async with make_engine([noop]) as engine:
         inst = await engine.workflow("noop").create()
-        with engine.store.watch_changes("noop", inst.id) as changes:
+        with engine.store.signals.watch_changes("noop", inst.id) as changes:
             await drain(engine)  # the instance changes before anyone waits
             started = time.monotonic()
             await changes.wait(30.0)

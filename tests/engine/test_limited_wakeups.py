@@ -78,11 +78,11 @@ async def test_a_worker_makes_no_claim_that_the_limit_must_refuse(
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
             nonlocal unclaimed
-            claims = await claim(*args, **kwargs)
-            if not claims and unclaimed:
+            claimed = await claim(*args, **kwargs)
+            if not claimed.claims and unclaimed:
                 refused.append(unclaimed)
-            unclaimed -= len(claims)
-            return claims
+            unclaimed -= len(claimed.claims)
+            return claimed
 
         async def slow_finish(*args: Any, **kwargs: Any) -> Any:
             await asyncio.sleep(0.05)  # a loaded server: the finish is long in flight
@@ -111,9 +111,9 @@ async def test_a_claim_that_answers_its_own_ends_asks_for_as_many_as_ended(
         asked: list[tuple[int, int] | str] = []
 
         async def counted(owner: str, workflows: Any, limit: int, *args: Any, **kw: Any) -> Any:
-            claims = await claim(owner, workflows, limit, *args, **kw)
-            asked.append((limit, len(claims)))
-            return claims
+            claimed = await claim(owner, workflows, limit, *args, **kw)
+            asked.append((limit, len(claimed.claims)))
+            return claimed
 
         async def looked(workflows: Any) -> Any:
             found = await next_wakeup(workflows)
@@ -181,9 +181,9 @@ async def test_an_answer_waits_for_the_finishes_of_its_own_in_flight(
         asked: list[tuple[int, int]] = []
 
         async def counted(owner: str, workflows: Any, limit: int, *args: Any, **kw: Any) -> Any:
-            claims = await claim(owner, workflows, limit, *args, **kw)
-            asked.append((limit, len(claims)))
-            return claims
+            claimed = await claim(owner, workflows, limit, *args, **kw)
+            asked.append((limit, len(claimed.claims)))
+            return claimed
 
         store.claim = counted  # type: ignore[method-assign]
         await drain_without_polling(

@@ -4,7 +4,7 @@ and if it takes fewer, the next polls are quick."""
 
 from __future__ import annotations
 
-from stepline.worker._pacing import Pacing
+from stepline.worker._planning import Pacing
 
 
 def _pacing() -> Pacing:

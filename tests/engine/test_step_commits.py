@@ -128,9 +128,9 @@ async def test_a_fenced_out_finish_writes_none_of_its_records(
     async with make_engine([chain], clock=clock, lease=30) as engine:
         store = engine.store
         inst = await engine.workflow("chain").create()
-        (claim,) = await store.claim("w1", ["chain"], 1, 30, store.now())
+        (claim,) = (await store.claim("w1", ["chain"], 1, 30, store.now())).claims
         clock.advance(31)
-        (taken,) = await store.claim("w2", ["chain"], 1, 30, store.now())
+        (taken,) = (await store.claim("w2", ["chain"], 1, 30, store.now())).claims
         assert taken.lease.token != claim.lease.token
         last = StepWrite("first", 1, 1, "do", "complete", "1", ended_at=store.now())
         with pytest.raises(LeaseLostError):

@@ -103,8 +103,8 @@ async def test_a_step_waiting_for_a_slot_holds_no_worker_slot_and_a_release_wake
         await store.create_instances(
             "holder", [NewInstance("h", None)], trigger="api", skip_existing=False
         )
-        (holder,) = await store.claim("elsewhere", ["holder"], 1, 300, store.now())
-        assert await store.acquire_limit(holder.lease, "api", "call-1", store.now()) is None
+        (holder,) = (await store.claim("elsewhere", ["holder"], 1, 300, store.now())).claims
+        assert await store.flow.acquire_limit(holder.lease, "api", "call-1", store.now()) is None
         waiting = await engine.workflow("limited").create("w", {"limit": "api"})
         other = await engine.workflow("free").create("f")
         await drain(engine)
@@ -122,7 +122,7 @@ async def test_a_step_waiting_for_a_slot_holds_no_worker_slot_and_a_release_wake
             console.print(part)
         assert "a slot of limit api" in console.export_text()
         clock.advance(1)
-        await store.release_limit(holder.lease, "api", "call-1", store.now())
+        await store.flow.release_limit(holder.lease, "api", "call-1", store.now())
         await drain(engine)
         assert (await waiting.status()).status == "complete"
         (step,) = await waiting.steps()
@@ -148,7 +148,7 @@ async def test_an_instance_of_a_listing_workflow_that_stops_running_wakes_a_wait
         await store.create_instances(
             "listing", [NewInstance("h", None)], trigger="api", skip_existing=False
         )
-        (holder,) = await store.claim("elsewhere", ["listing"], 1, 300, store.now())
+        (holder,) = (await store.claim("elsewhere", ["listing"], 1, 300, store.now())).claims
         waiting = await engine.workflow("limited").create("w", {"limit": "api"})
         await drain(engine)
         assert (await waiting.status()).status == "waiting"
@@ -207,7 +207,7 @@ async def test_every_attempt_takes_a_slot_and_gives_it_back_before_the_next(
     calls: list[str] = []
     async with make_engine([flaky], clock=clock, limits=[Limit("api", concurrency=1)]) as engine:
         store = engine.store
-        acquire, release = store.acquire_limit, store.release_limit
+        acquire, release = store.flow.acquire_limit, store.flow.release_limit
 
         async def spied_acquire(*args: Any) -> Any:
             calls.append("acquire")
@@ -217,8 +217,8 @@ async def test_every_attempt_takes_a_slot_and_gives_it_back_before_the_next(
             calls.append("release")
             return await release(*args)
 
-        store.acquire_limit = spied_acquire  # type: ignore[method-assign]
-        store.release_limit = spied_release  # type: ignore[method-assign]
+        store.flow.acquire_limit = spied_acquire  # type: ignore[method-assign]
+        store.flow.release_limit = spied_release  # type: ignore[method-assign]
         instance = await engine.workflow("flaky").create("x")
         await drain(engine)
         assert (await instance.status()).status == "complete"
@@ -234,8 +234,8 @@ async def test_steps_without_a_limit_make_no_store_call_for_one(
         async def refused(*args: Any) -> Any:
             raise AssertionError("a step without a limit took a slot")
 
-        store.acquire_limit = refused  # type: ignore[method-assign]
-        store.release_limit = refused  # type: ignore[method-assign]
+        store.flow.acquire_limit = refused  # type: ignore[method-assign]
+        store.flow.release_limit = refused  # type: ignore[method-assign]
         instance = await engine.workflow("free").create("x")
         await drain(engine)
         assert (await instance.status()).status == "complete"

@@ -25,7 +25,7 @@ async def test_a_superseded_activation_is_reported_as_abandoned_only_if_it_was(
         await store.create_instances(
             "wf", [NewInstance("a", None)], trigger="api", skip_existing=False
         )
-        (claim,) = await store.claim("me", ["wf"], 1, 30.0, store.now())
+        (claim,) = (await store.claim("me", ["wf"], 1, 30.0, store.now())).claims
         old = Slot(claim)
         old.ending = ending
         old.task = asyncio.get_running_loop().create_task(asyncio.sleep(3600))

@@ -79,7 +79,7 @@ class Spy:
             call = (tuple(workflows), limit, None if caps is None else dict(caps))
             self.claims.append(call)
             claimed = await claim(owner, workflows, limit, *args, **kwargs)
-            self.took.update((c.instance.id, call) for c in claimed)
+            self.took.update((c.instance.id, call) for c in claimed.claims)
             return claimed
 
         async def spied_next_wakeup(workflows: Sequence[str]) -> Any:

@@ -49,19 +49,19 @@ async def test_heartbeat_inserts_then_replaces_the_row(
 ) -> None:
     async with make_engine(clock=clock) as engine:
         store = engine.store
-        assert await store.list_workers() == []
+        assert await store.workers.list_workers() == []
         now = store.now()
-        await store.heartbeat(info("w1", now, last_seen=123.0), now)
-        (row,) = await store.list_workers()
+        await store.workers.heartbeat(info("w1", now, last_seen=123.0), now)
+        (row,) = await store.workers.list_workers()
         # last_seen is the heartbeat's time, whatever the record carried
         assert row == info("w1", now, last_seen=now)
         assert isinstance(row.workflows, tuple) and isinstance(row.pid, int)
         clock.advance(2)
         later = store.now()
-        await store.heartbeat(
+        await store.workers.heartbeat(
             info("w1", now, running=5, workflows=("a", "served"), concurrency=9), later
         )
-        (row,) = await store.list_workers()
+        (row,) = await store.workers.list_workers()
         assert (row.last_seen, row.running, row.workflows, row.concurrency) == (
             later,
             5,
@@ -78,8 +78,8 @@ async def test_list_workers_oldest_start_first(
         store = engine.store
         now = store.now()
         for worker_id, started in (("b", now - 1), ("c", now - 5), ("a", now - 1)):
-            await store.heartbeat(info(worker_id, now, started_at=started), now)
-        assert [w.id for w in await store.list_workers()] == ["c", "a", "b"]
+            await store.workers.heartbeat(info(worker_id, now, started_at=started), now)
+        assert [w.id for w in await store.workers.list_workers()] == ["c", "a", "b"]
 
 
 async def test_forget_worker_deletes_only_that_row(
@@ -88,11 +88,11 @@ async def test_forget_worker_deletes_only_that_row(
     async with make_engine(clock=clock) as engine:
         store = engine.store
         now = store.now()
-        await store.heartbeat(info("keep", now), now)
-        await store.heartbeat(info("gone", now), now)
-        await store.forget_worker("gone")
-        await store.forget_worker("never-registered")
-        assert [w.id for w in await store.list_workers()] == ["keep"]
+        await store.workers.heartbeat(info("keep", now), now)
+        await store.workers.heartbeat(info("gone", now), now)
+        await store.workers.forget_worker("gone")
+        await store.workers.forget_worker("never-registered")
+        assert [w.id for w in await store.workers.list_workers()] == ["keep"]
 
 
 async def test_a_heartbeat_expires_rows_by_their_own_interval(
@@ -101,20 +101,20 @@ async def test_a_heartbeat_expires_rows_by_their_own_interval(
     async with make_engine(clock=clock) as engine:
         store = engine.store
         t0 = store.now()
-        await store.heartbeat(info("fast", t0, heartbeat=1.0), t0)
-        await store.heartbeat(info("slow", t0, heartbeat=10.0), t0)
+        await store.workers.heartbeat(info("fast", t0, heartbeat=1.0), t0)
+        await store.workers.heartbeat(info("slow", t0, heartbeat=10.0), t0)
         # Just inside the fast one's expiry bound: nothing goes.
         clock.advance(WORKER_EXPIRE_BEATS * 1.0 - 0.5)
-        await store.heartbeat(info("beater", t0, heartbeat=1.0), store.now())
-        assert {w.id for w in await store.list_workers()} == {"fast", "slow", "beater"}
+        await store.workers.heartbeat(info("beater", t0, heartbeat=1.0), store.now())
+        assert {w.id for w in await store.workers.list_workers()} == {"fast", "slow", "beater"}
         # Past it: the fast one's row goes, the slow one (a longer interval) stays.
         clock.advance(1.0)
-        await store.heartbeat(info("beater", t0, heartbeat=1.0), store.now())
-        assert {w.id for w in await store.list_workers()} == {"slow", "beater"}
+        await store.workers.heartbeat(info("beater", t0, heartbeat=1.0), store.now())
+        assert {w.id for w in await store.workers.list_workers()} == {"slow", "beater"}
         # Much later the slow one beats again: the beater, silent since, has expired in turn.
         clock.advance(WORKER_EXPIRE_BEATS * 10.0 + 1)
-        await store.heartbeat(info("slow", t0, heartbeat=10.0), store.now())
-        assert {w.id for w in await store.list_workers()} == {"slow"}
+        await store.workers.heartbeat(info("slow", t0, heartbeat=10.0), store.now())
+        assert {w.id for w in await store.workers.list_workers()} == {"slow"}
 
 
 def test_live_means_within_a_few_of_its_own_intervals() -> None:
@@ -200,7 +200,7 @@ async def test_unserved_warnings(make_engine: EngineFactory, clock: ManualClock)
         ]
         # A live worker for "served" only.
         now = engine.store.now()
-        await engine.store.heartbeat(info("w", now, workflows=("served",)), now)
+        await engine.store.workers.heartbeat(info("w", now, workflows=("served",)), now)
         records = [await queued.record(), await other.record()]
         assert await engine.unserved_warnings(records) == [
             None,
@@ -251,7 +251,7 @@ async def test_api_lists_workers(client: Any) -> None:
     engine, http = client
     assert (await http.get("/api/workers")).json() == {"workers": []}
     now = engine.store.now()
-    await engine.store.heartbeat(info("w1", now, workflows=("served",)), now)
+    await engine.store.workers.heartbeat(info("w1", now, workflows=("served",)), now)
     resp = await http.get("/api/workers")
     assert resp.status_code == 200
     (row,) = resp.json()["workers"]
@@ -275,7 +275,7 @@ async def test_api_flags_instances_no_live_worker_serves(client: Any) -> None:
         resp = await http.post(f"/api/workflows/{name}/instances", json={"id": "i"})
         assert resp.status_code == 201, resp.text
     now = engine.store.now()
-    await engine.store.heartbeat(info("w1", now, workflows=("served",)), now)
+    await engine.store.workers.heartbeat(info("w1", now, workflows=("served",)), now)
     detail = (await http.get("/api/workflows/orphan/instances/i")).json()
     assert detail["workflow"]["warning"] == "no live worker serves 'orphan'"
     detail = (await http.get("/api/workflows/served/instances/i")).json()

@@ -61,7 +61,7 @@ async def http(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
 
 async def take_one(engine: Engine, workflow: str) -> None:
     """Claim one instance of ``workflow`` as a worker would, and keep it running."""
-    claims = await engine.store.claim("elsewhere", [workflow], 1, 30, engine.store.now())
+    claims = (await engine.store.claim("elsewhere", [workflow], 1, 30, engine.store.now())).claims
     assert len(claims) == 1
 
 

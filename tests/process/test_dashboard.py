@@ -101,7 +101,27 @@ etl.add_step(
 )
 etl.add_step(lambda ctx: {"loaded": ctx["clean"]}, name="load", depends_on=["clean", "enrich"])
 
-WORKFLOWS = [quick, napper, approval, broken, etl]
+
+@workflow(name="decorated")
+async def decorated(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    """Steps declared as functions, their dependencies by parameter name."""
+
+    @step.do()
+    async def fetch() -> int:
+        return 2
+
+    @step.do("double")
+    async def doubled(fetch: int) -> int:
+        return fetch * 2
+
+    @step.do(concurrent=True)
+    async def report(fetch: int, double: int) -> str:
+        return f"{fetch} -> {double}"
+
+    return await report()
+
+
+WORKFLOWS = [quick, napper, approval, broken, etl, decorated]
 
 
 @dataclass
@@ -408,6 +428,16 @@ def test_dag_graph_nodes_coloured_by_state(page: Page, site: Site) -> None:
     expect(enrich.locator("[data-kind=delay]")).to_have_count(2)
     expect(enrich.locator("[data-kind=ok]")).to_have_count(1)
     assert axis_labels_apart(page) == 5  # a desktop-wide axis has room for all its labels
+
+
+def test_decorated_steps_are_drawn_as_a_graph_like_a_dags(page: Page, site: Site) -> None:
+    site.post("/api/workflows/decorated/instances", {"id": "dec-1"})
+    page.goto(instance_url(site, "decorated", "dec-1"))
+    expect(status_badge(page)).to_have_attribute("data-status", "complete")
+    graph = page.locator("[data-testid=dag]")
+    for name in ("fetch", "double", "report"):
+        expect(graph.locator(f"[data-node={name}]")).to_have_attribute("data-state", "complete")
+    expect(page.locator("[data-testid=step-row]")).to_have_count(3)
 
 
 def test_token_dialog_enter_saves_and_cancel_explains(browser: Browser, tmp_path: Path) -> None:

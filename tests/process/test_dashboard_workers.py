@@ -74,7 +74,7 @@ def test_workers_panel_shows_live_and_dead_workers(page: Page, site: Site, db: P
         # A worker last seen a minute ago that beat every 10 s: dead, but not yet expired.
         now = time.time()
         info = WorkerInfo("dead-one", "elsewhere", 999, now - 3600, 0.0, 10.0, ("quick",), 4, 2)
-        await engine.store.heartbeat(info, now - 60)
+        await engine.store.workers.heartbeat(info, now - 60)
 
     client_call(db, add_dead_worker)
     page.goto(f"{site.url}/#/workflows")
@@ -121,7 +121,9 @@ def test_an_instance_nobody_serves_is_flagged(page: Page, site: Site, db: Path) 
 def test_an_instance_held_back_by_a_limit_says_which(page: Page, site: Site, db: Path) -> None:
     async def fill_the_limit(engine: Engine) -> None:
         await engine.workflow("capped").create("running")
-        claims = await engine.store.claim("elsewhere", ["capped"], 1, 300, engine.store.now())
+        claims = (
+            await engine.store.claim("elsewhere", ["capped"], 1, 300, engine.store.now())
+        ).claims
         assert [c.instance.id for c in claims] == ["running"]
         await engine.workflow("capped").create("held", key="customer-42", priority=2)
 

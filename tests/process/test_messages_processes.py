@@ -87,7 +87,7 @@ async def test_an_update_whose_worker_is_killed_gets_exactly_one_reply(
         settles = [row[2] for row in rows if row[0] == "settle"]
         assert settles == [str(first.pid), str(second.pid)]  # the step that ran: again
         assert await account.query("balance_now", timeout=30) == 5
-        update = await client.store.get_update("account", "a1", "u1")
+        update = await client.store.messages.get_update("account", "a1", "u1")
         assert update is not None and update.status == "complete"
         markers = [s for s in await account.steps() if s.kind == "update"]
         assert [(s.display_name, s.status) for s in markers] == [("@update:deposit-1", "complete")]

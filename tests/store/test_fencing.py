@@ -78,13 +78,14 @@ async def reclaimed(
     await store.create_instances(
         "fenced", [NewInstance(f"i{k}", None) for k in range(n)], trigger="api", skip_existing=False
     )
-    first = await store.claim(OWNER, ["fenced"], n, LEASE, store.now())
+    first = (await store.claim(OWNER, ["fenced"], n, LEASE, store.now())).claims
     clock.advance(LEASE + 1)
     if events:
         for k in range(n):
             await store.send_event("fenced", f"i{k}", "go", '"payload"')
     second = sorted(
-        await store.claim(OWNER, ["fenced"], n, LEASE, store.now()), key=lambda c: c.lease.pk
+        (await store.claim(OWNER, ["fenced"], n, LEASE, store.now())).claims,
+        key=lambda c: c.lease.pk,
     )
     old = sorted((c.lease for c in first), key=lambda lease: lease.pk)
     new = [c.lease for c in second]
@@ -227,7 +228,7 @@ async def test_renew_and_release_of_the_old_activation_change_nothing(
             OWNER,
             before.ready_at,
         )
-        assert await store.claim("worker-2", ["fenced"], 10, LEASE, store.now()) == []
+        assert (await store.claim("worker-2", ["fenced"], 10, LEASE, store.now())).claims == []
         # the new lease is intact: renewal and writes still succeed
         assert await store.renew([new[0]], LEASE, store.now()) == {new[0].pk: "running"}
         await store.record_step(new[0], step("a"), store.now())
@@ -242,14 +243,14 @@ async def test_a_control_action_fences_out_the_running_activation(
     async with make_engine([fenced], clock=clock, lease=LEASE) as engine:
         store = engine.store
         inst = await engine.workflow("fenced").create(id="i0")
-        (claim,) = await store.claim(OWNER, ["fenced"], 1, LEASE, store.now())
+        (claim,) = (await store.claim(OWNER, ["fenced"], 1, LEASE, store.now())).claims
         lease = claim.lease
         if action == "restart":
             await inst.restart()
         else:
             await inst.terminate(rollback=action == "terminate_rollback")
         # a terminated instance stays put; the others are runnable and OWNER takes them again
-        again = await store.claim(OWNER, ["fenced"], 1, LEASE, store.now())
+        again = (await store.claim(OWNER, ["fenced"], 1, LEASE, store.now())).claims
         assert len(again) == (0 if action == "terminate" else 1)
         assert await refused(store.record_step(lease, step("a", '"stale"'), store.now()))
         assert await refused(store.finish(lease, Finish("complete", output='"stale"'), store.now()))
@@ -403,7 +404,7 @@ async def test_acknowledged_sqlite_writes_commit_with_synchronous_full(
         for name, call in calls.items():
             assert await level_of(call()) == [2], f"{name} did not commit with synchronous=FULL"
         # a step checkpoint afterwards is back to NORMAL (1), as documented
-        (claim,) = await store.claim(OWNER, ["fenced"], 1, LEASE, store.now())
+        (claim,) = (await store.claim(OWNER, ["fenced"], 1, LEASE, store.now())).claims
         assert await level_of(store.record_step(claim.lease, step("a"), store.now())) == [1]
 
 

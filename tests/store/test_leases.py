@@ -36,9 +36,9 @@ async def test_claim_is_exclusive_until_the_lease_expires(
     async with make_engine([two], clock=clock, lease=30) as engine:
         store = engine.store
         await engine.workflow("two").create(id="i")
-        (claim,) = await store.claim("dead-worker", ["two"], 10, 30, store.now())
+        (claim,) = (await store.claim("dead-worker", ["two"], 10, 30, store.now())).claims
         assert claim.instance.status == "running"
-        assert await store.claim("other", ["two"], 10, 30, store.now()) == []
+        assert (await store.claim("other", ["two"], 10, 30, store.now())).claims == []
         clock.advance(29)
         assert await engine.worker.run_once() == 0
         clock.advance(2)
@@ -74,7 +74,7 @@ async def test_create_and_claim_return_the_records_they_stored(
         clock.advance(1)
         # a is claimed, goes to sleep, and is claimed again once it wakes: the second claim
         # keeps started_at from the first and moves status, ready_at and the lease
-        claims = await store.claim("w1", ["two"], 10, 30, store.now())
+        claims = (await store.claim("w1", ["two"], 10, 30, store.now())).claims
         assert [c.instance for c in claims] == [
             await store.get_instance("two", r.id) for r in created
         ]
@@ -84,7 +84,7 @@ async def test_create_and_claim_return_the_records_they_stored(
         assert first.instance.lease_owner == "w1"
         await store.finish(first.lease, Finish("waiting", wake_at=store.now() + 5), store.now())
         clock.advance(6)
-        (again,) = await store.claim("w2", ["two"], 10, 30, store.now())
+        (again,) = (await store.claim("w2", ["two"], 10, 30, store.now())).claims
         assert again.instance == await store.get_instance("two", "a")
         assert again.lease.token != first.lease.token
         assert again.instance.started_at == first.instance.started_at
@@ -101,7 +101,7 @@ async def test_a_claim_carries_the_history_the_store_holds(
     async with make_engine([two], clock=clock, lease=30) as engine:
         store = engine.store
         await engine.workflow("two").create(id="i")
-        (first,) = await store.claim("w1", ["two"], 1, 30, store.now())
+        (first,) = (await store.claim("w1", ["two"], 1, 30, store.now())).claims
         assert first.history == History([], [])
         await store.send_event("two", "i", "taken", '"a"')
         now = store.now()
@@ -116,7 +116,7 @@ async def test_a_claim_carries_the_history_the_store_holds(
         clock.advance(1)
         await store.send_event("two", "i", "go", '{"n": 1}')
         await store.send_event("two", "i", "more", None)
-        (again,) = await store.claim("w2", ["two"], 1, 30, store.now())
+        (again,) = (await store.claim("w2", ["two"], 1, 30, store.now())).claims
         assert again.event_seq == 3
         assert again.history.steps == await store.get_steps("two", "i")
         assert [s.name for s in again.history.steps] == ["first", "nap"]
@@ -134,7 +134,7 @@ async def test_a_claim_carries_the_history_the_store_holds(
         )  # fmt: skip
         await store.record_step(again.lease, consume, store.now())
         await store.release(again.lease, store.now())
-        (third,) = await store.claim("w3", ["two"], 1, 30, store.now())
+        (third,) = (await store.claim("w3", ["two"], 1, 30, store.now())).claims
         assert [e.type for e in third.history.events] == ["go", "more"]
         assert [s.name for s in third.history.steps] == ["first", "nap", "wait"]
         assert third.history.steps == await store.get_steps("two", "i")
@@ -146,7 +146,7 @@ async def test_recorded_steps_do_not_rerun_after_a_crash(
     async with make_engine([two], clock=clock, lease=30) as engine:
         store = engine.store
         inst = await engine.workflow("two").create(id="i")
-        (claim,) = await store.claim("crashy", ["two"], 1, 30, store.now())
+        (claim,) = (await store.claim("crashy", ["two"], 1, 30, store.now())).claims
         # the crashed worker had recorded 'first' before it died
         await store.record_step(
             claim.lease, StepWrite("first", 1, 1, "do", "complete", "1"), store.now()
@@ -166,7 +166,7 @@ async def test_a_write_marked_new_replaces_a_record_it_finds_and_is_still_fenced
     async with make_engine([two], clock=clock, lease=30) as engine:
         store = engine.store
         inst = await engine.workflow("two").create(id="i")
-        (claim,) = await store.claim("w1", ["two"], 1, 30, store.now())
+        (claim,) = (await store.claim("w1", ["two"], 1, 30, store.now())).claims
         now = store.now()
         running = StepWrite("first", 1, 1, "do", "running", started_at=now, new=True)
         assert await store.record_step(claim.lease, running, now) == "running"
@@ -182,7 +182,7 @@ async def test_a_write_marked_new_replaces_a_record_it_finds_and_is_still_fenced
             now + 1,
         )
         clock.advance(31)
-        (taken,) = await store.claim("w2", ["two"], 1, 30, store.now())
+        (taken,) = (await store.claim("w2", ["two"], 1, 30, store.now())).claims
         stale = StepWrite("second", 1, 2, "do", "complete", "2", new=True)
         with pytest.raises(LeaseLostError):
             await store.record_step(claim.lease, stale, store.now())
@@ -197,14 +197,14 @@ async def test_renewal_keeps_the_lease(make_engine: EngineFactory, clock: Manual
     async with make_engine([two], clock=clock, lease=30) as engine:
         store = engine.store
         await engine.workflow("two").create(id="i")
-        (claim,) = await store.claim("w1", ["two"], 1, 30, store.now())
+        (claim,) = (await store.claim("w1", ["two"], 1, 30, store.now())).claims
         clock.advance(20)
         held = await store.renew([claim.lease], 30, store.now())
         assert held == {claim.lease.pk: "running"}
         clock.advance(20)  # 40 s after the claim, 20 s after the renewal
-        assert await store.claim("w2", ["two"], 10, 30, store.now()) == []
+        assert (await store.claim("w2", ["two"], 10, 30, store.now())).claims == []
         clock.advance(11)
-        (taken,) = await store.claim("w2", ["two"], 10, 30, store.now())
+        (taken,) = (await store.claim("w2", ["two"], 10, 30, store.now())).claims
         assert taken.lease.token != claim.lease.token
         assert await store.renew([claim.lease], 30, store.now()) == {}
 
@@ -215,7 +215,7 @@ async def test_terminate_fences_out_the_running_worker(
     async with make_engine([two], clock=clock) as engine:
         store = engine.store
         inst = await engine.workflow("two").create(id="i")
-        (claim,) = await store.claim("w1", ["two"], 1, 30, store.now())
+        (claim,) = (await store.claim("w1", ["two"], 1, 30, store.now())).claims
         await inst.terminate()
         with pytest.raises(LeaseLostError):
             await store.record_step(

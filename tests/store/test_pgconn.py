@@ -15,7 +15,7 @@ import pytest
 
 from stepline.errors import StoreError
 from stepline.store import create_store
-from stepline.store.postgres.db import POOL_NAMES, StoreConnection, quiet_psycopg
+from stepline.store.postgres.pools import POOL_NAMES, StoreConnection, quiet_psycopg
 
 from .._pg import pg_admin_url
 from ..conftest import STORES

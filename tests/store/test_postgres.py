@@ -18,11 +18,12 @@ from psycopg import sql
 
 from stepline import Engine, InstanceNotFoundError, ManualClock, Workflow
 from stepline.errors import StoreError
+from stepline.flow.claiming import NextLook
 from stepline.limits import WorkflowLimits
 from stepline.store.base import Claim, Finish, History, NewInstance, StepWrite, WorkflowMeta
 from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, parse_url, split_url
-from stepline.store.postgres.db import StoreConnection
+from stepline.store.postgres.pools import StoreConnection
 from stepline.store.postgres.sql import CLAIM_IN_ORDER
 from stepline.worker import Worker, WorkerSettings
 
@@ -128,7 +129,7 @@ async def claim_new(store: PostgresStore, instance_id: str = "a") -> Claim:
     await store.create_instances(
         "w", [NewInstance(instance_id, None)], trigger="api", skip_existing=False
     )
-    (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+    (claim,) = (await store.claim("me", ["w"], 5, 30.0, 1000.0)).claims
     return claim
 
 
@@ -357,15 +358,15 @@ async def test_a_finish_in_another_process_ends_a_wait_at_once(schemas: list[str
     await worker_store.open()
     await client_store.open()
     woken: list[bool] = []
-    client_store.add_ready_listener(lambda: woken.append(True))
+    client_store.signals.add_ready_listener(lambda: woken.append(True))
     try:
         await worker_store.create_instances(
             "w", [NewInstance("a", None)], trigger="api", skip_existing=False
         )
-        (claim,) = await worker_store.claim("me", ["w"], 1, 30.0, 1000.0)
+        (claim,) = (await worker_store.claim("me", ["w"], 1, 30.0, 1000.0)).claims
         await asyncio.sleep(0.2)  # the create's notification has reached the client's store
         woken.clear()
-        with client_store.watch_changes("w", "a") as changes:
+        with client_store.signals.watch_changes("w", "a") as changes:
             waiting = asyncio.create_task(changes.wait(30.0))
             await asyncio.sleep(0.05)
             started = time.monotonic()
@@ -408,12 +409,14 @@ async def test_instances_ended_together_are_announced_a_few_dozen_per_notificati
         await worker_store.create_instances(
             "w", [NewInstance(i, None) for i in ids], trigger="api", skip_existing=False
         )
-        claims = await worker_store.claim("me", ["w"], 300, 30.0, 1000.0)
+        claims = (await worker_store.claim("me", ["w"], 300, 30.0, 1000.0)).claims
         await asyncio.sleep(0.2)  # the create's notification has come and gone
         payloads.clear()
         watched = [ids[0], ids[150], ids[-1]]
         with contextlib.ExitStack() as stack:
-            watches = [stack.enter_context(client_store.watch_changes("w", i)) for i in watched]
+            watches = [
+                stack.enter_context(client_store.signals.watch_changes("w", i)) for i in watched
+            ]
             waits = [asyncio.create_task(w.wait(30.0)) for w in watches]
             started = time.monotonic()
             await asyncio.gather(
@@ -447,7 +450,7 @@ async def test_a_full_batch_of_short_ids_ends_within_the_payload_limit(schemas: 
         await store.create_instances(
             "job", [NewInstance(i, None) for i in ids], trigger="api", skip_existing=False
         )
-        claims = await store.claim("me", ["job"], 500, 30.0, 1000.0)
+        claims = (await store.claim("me", ["job"], 500, 30.0, 1000.0)).claims
         statuses = await asyncio.gather(
             *(store.finish(c.lease, Finish("complete", output="1"), 1000.0) for c in claims)
         )
@@ -478,7 +481,7 @@ async def test_a_claim_reads_the_history_its_activation_replays(schemas: list[st
             trigger="api",
             skip_existing=False,
         )
-        claims = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        claims = (await store.claim("me", ["w"], 5, 30.0, 1000.0)).claims
         assert len(claims) == 2
         lease = claims[0].lease
         assert claims[0].history == History([], [])  # nothing recorded yet
@@ -493,7 +496,7 @@ async def test_a_claim_reads_the_history_its_activation_replays(schemas: list[st
         await store.finish(lease, Finish("waiting", wake_at=1060.0), 1000.0)
         await store.send_event("w", claims[0].instance.id, "go", '{"ok":true}')
         await store.send_event("w", claims[0].instance.id, "other", None)
-        (again,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        (again,) = (await store.claim("me", ["w"], 5, 30.0, 1000.0)).claims
         assert again.instance.id == claims[0].instance.id
         read = again.history
         assert [read] == await store._claims.load_histories([again.lease.pk])
@@ -520,7 +523,7 @@ class _Claims:
         await self.store.create_instances("w", items, trigger="api", skip_existing=False)
 
     async def claim(self) -> list[str]:
-        claims = await self.store.claim("me", ["w"], self.limit, 30.0, self.clock())
+        claims = (await self.store.claim("me", ["w"], self.limit, 30.0, self.clock())).claims
         return sorted(c.instance.id for c in claims)
 
     def set_ready_at(self, instance_id: str, ready_at: float) -> None:
@@ -609,27 +612,26 @@ def _count_trips(store: PostgresStore) -> list[str]:
     return trips
 
 
-async def test_a_claim_that_fills_the_limit_answers_the_next_look_itself(
+async def test_a_claim_that_fills_the_limit_tells_the_next_look(
     schemas: list[str],
 ) -> None:
     """Under a limit, a claim that took all it asked for and left the workflow held back whole
-    knows the next wake-up: ``next_wakeup`` answers it without a round trip. One that took all
-    it asked for with room left cannot know what else is due, and ``next_wakeup`` reads."""
+    knows the next wake-up and tells it (``Claimed.next_look``). One that took all it asked for
+    with room left cannot know what else is due: it tells nothing, and ``next_wakeup`` reads."""
     w = _Claims(fresh(schemas), limit=1)
     await w.store.open()
     meta = WorkflowMeta("w", "tests:W", None, WorkflowLimits(concurrency=2))
     await w.store.register_workflows([meta])
-    trips = _count_trips(w.store)
     try:
         await w.create("a", "b", "c")
-        assert await w.claim() == ["a"]  # a slot left
-        trips.clear()
+        first = await w.store.claim("me", ["w"], 1, 30.0, w.clock())
+        assert [c.instance.id for c in first.claims] == ["a"]  # a slot left
+        assert first.next_look is None
         assert await w.store.next_wakeup(["w"]) == 1000.0  # b is due and may run
-        assert trips
-        assert await w.claim() == ["b"]  # the limit is full now
-        trips.clear()
-        assert await w.store.next_wakeup(["w"]) == 1030.0  # the leases' expiry
-        assert trips == []
+        second = await w.store.claim("me", ["w"], 1, 30.0, w.clock())
+        assert [c.instance.id for c in second.claims] == ["b"]  # the limit is full now
+        assert second.next_look == NextLook(1030.0)  # the leases' expiry
+        assert await w.store.next_wakeup(["w"]) == 1030.0
     finally:
         await w.store.close()
 
@@ -639,8 +641,8 @@ async def test_a_full_claim_looks_one_row_further_for_anything_else_runnable(
 ) -> None:
     """A claim under limits that took all it asked for, of workflows some of which have room
     left, looks one row further: if the limits let nothing more run (here the rest of the
-    backlog waits behind a busy key, and the other workflow has nothing due), the next look
-    needs no round trip; if they do, ``next_wakeup`` reads, and says now."""
+    backlog waits behind a busy key, and the other workflow has nothing due), it tells the
+    next look; if they do, it tells nothing, and ``next_wakeup`` says now."""
     w = _Claims(fresh(schemas), limit=1)
     await w.store.open()
     keyed = WorkflowMeta("w", "tests:W", None, WorkflowLimits(key_concurrency=1))
@@ -649,20 +651,17 @@ async def test_a_full_claim_looks_one_row_further_for_anything_else_runnable(
     items = [NewInstance("a", None, key="k"), NewInstance("b", None, key="k")]
     items.append(NewInstance("c", None, key="j"))
     await w.store.create_instances("w", items, trigger="api", skip_existing=False)
-    trips = _count_trips(w.store)
     try:
         both = ["w", "u"]
         first = await w.store.claim("me", both, 1, 30.0, w.clock())
-        assert [c.instance.id for c in first] == ["a"]
-        trips.clear()
+        assert [c.instance.id for c in first.claims] == ["a"]
+        assert first.next_look is None
         assert await w.store.next_wakeup(both) == 1000.0  # c, of the other key, may run
-        assert trips
         second = await w.store.claim("me", both, 1, 30.0, w.clock())
-        assert [c.instance.id for c in second] == ["c"]
-        trips.clear()
-        assert await w.store.next_wakeup(both) == 1030.0  # b waits for key k: the expiry
-        assert trips == []
-        assert await w.store.claim("me", both, 1, 30.0, w.clock()) == []
+        assert [c.instance.id for c in second.claims] == ["c"]
+        assert second.next_look == NextLook(1030.0)  # b waits for key k: the expiry
+        assert await w.store.next_wakeup(both) == 1030.0
+        assert (await w.store.claim("me", both, 1, 30.0, w.clock())).claims == []
     finally:
         await w.store.close()
 
@@ -690,7 +689,7 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
             "token": 1,
             "expires": 2030.0,
         }  # one priority in use: the claim reads its range of the index in order
-        pool = store._db._priority_pool
+        pool = store._db._pools._priority_pool
         assert pool is not None
         async with pool.connection() as conn, conn.transaction():
             await conn.execute(CLAIM_IN_ORDER)
@@ -701,7 +700,7 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
         sorts = [line.strip() for line in picked.splitlines() if "Sort Key" in line]
         assert "Bitmap" not in picked and sorts == ["Sort Key: levels.p"], plan
 
-        assert len(await store.claim("me", ["w"], 10, 30.0, 2000.0)) == 10
+        assert len((await store.claim("me", ["w"], 10, 30.0, 2000.0)).claims) == 10
         async with pool.connection() as first, pool.connection() as second:
             for conn in (first, second):
                 cur = await conn.execute("SHOW enable_bitmapscan")
@@ -725,7 +724,7 @@ async def test_histories_load_through_the_primary_key_whatever_the_statistics(
                 " FROM generate_series(0, 99999) AS i RETURNING 1"
             ).format(sql.Identifier(store.schema))
         )
-        async with store._db._require().connection() as conn:
+        async with store._db._pools.require().connection() as conn:
             cur = await conn.execute("EXPLAIN " + store._sql.history_steps, (list(range(50)),))
             plan = "\n".join(row[0] for row in await cur.fetchall())
         assert "Seq Scan on steps" not in plan, plan
@@ -747,7 +746,7 @@ async def test_a_claim_commits_asynchronously_and_only_itself(schemas: list[str]
         await store.create_instances(
             "w", [NewInstance("a", None)], trigger="api", skip_existing=False
         )
-        assert len(await store.claim("me", ["w"], 5, 30.0, 1000.0)) == 1
+        assert len((await store.claim("me", ["w"], 5, 30.0, 1000.0)).claims) == 1
         for _ in range(3):  # the small pool has two connections: look at every one
             rows = await store._db.read("test", "SHOW synchronous_commit", priority=True)
             assert rows == [("on",)]
@@ -844,7 +843,7 @@ async def test_operations_one_at_a_time_share_the_spare_connection(schemas: list
     store = PostgresStore(url_for(fresh(schemas)), ManualClock(1000.0))
     await store.open()
     db = store._db
-    pool = db._pool
+    pool = db._pools._pool
     assert pool is not None
     try:
         checkouts = pool.get_stats()["requests_num"]
@@ -905,13 +904,13 @@ async def test_step_writes_one_at_a_time_reuse_one_cursor_even_after_a_failed_on
             return StepWrite(name, count, count, "do", "complete", "1", ended_at=1000.0)
 
         assert await store.record_step(claim.lease, write("one", 1), 1000.0) == "running"
-        spare = store._db._spare
+        spare = store._db._pools._spare
         assert spare is not None
         cursor = spare.kept_cursor()
         with pytest.raises(StoreError):
             await store.record_step(claim.lease, write("nul\x00", 2), 1000.0)
         assert await store.record_step(claim.lease, write("two", 3), 1000.0) == "running"
-        assert store._db._spare is spare and spare.kept_cursor() is cursor
+        assert store._db._pools._spare is spare and spare.kept_cursor() is cursor
         names = [s.name for s in await store.get_steps("w", "a")]
         assert names == ["one", "two"]
     finally:
@@ -935,7 +934,7 @@ async def test_a_spare_in_use_when_the_store_closes_is_closed_when_it_is_done(
     await store.close()
     await running
     assert len(used) == 1 and used[0].closed
-    assert db._spare is None
+    assert db._pools._spare is None
 
 
 async def test_a_transaction_whose_connection_dies_before_commit_runs_once(
@@ -1004,7 +1003,9 @@ async def test_one_bad_write_in_a_group_fails_alone(schemas: list[str]) -> None:
     try:
         items = [NewInstance(name, None) for name in ("first", "good", "bad")]
         await store.create_instances("w", items, trigger="api", skip_existing=False)
-        claims = {c.instance.id: c for c in await store.claim("me", ["w"], 3, 30.0, 1000.0)}
+        claims = {
+            c.instance.id: c for c in (await store.claim("me", ["w"], 3, 30.0, 1000.0)).claims
+        }
 
         def write(name: str) -> StepWrite:
             return StepWrite(name, 1, 0, "do", "complete", "1", started_at=1000.0, ended_at=1000.0)
@@ -1039,8 +1040,8 @@ async def test_a_child_ending_alongside_its_parent_suspending_still_wakes_it(
         await store.create_instances(
             "c", [NewInstance("C", None, parent)], trigger="workflow", skip_existing=False
         )
-        (claim_p,) = await store.claim("me", ["p"], 1, 30.0, 1000.0)
-        (claim_c,) = await store.claim("me", ["c"], 1, 30.0, 1000.0)
+        (claim_p,) = (await store.claim("me", ["p"], 1, 30.0, 1000.0)).claims
+        (claim_c,) = (await store.claim("me", ["c"], 1, 30.0, 1000.0)).claims
         waiting = Finish("waiting", wake_at=5000.0, event_seq=claim_p.event_seq)
         statuses = await asyncio.gather(
             store.finish(claim_p.lease, waiting, 1000.0),
@@ -1130,19 +1131,19 @@ async def test_a_claim_whose_reply_is_lost_is_recovered(
             "w", [NewInstance("a", None)], trigger="api", skip_existing=False
         )
         # A history to recover with the claim: a step, and an event that wakes the instance.
-        (first,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        (first,) = (await store.claim("me", ["w"], 5, 30.0, 1000.0)).claims
         write = StepWrite("s", 1, 0, "do", "complete", "1", started_at=1000.0, ended_at=1000.0)
         await store.record_step(first.lease, write, 1000.0)
         await store.finish(first.lease, Finish("waiting"), 1000.0)
         await store.send_event("w", "a", "go", None)
         lost = lose_one_reply(store, monkeypatch, "FOR UPDATE SKIP LOCKED")
-        (claim,) = await store.claim("me", ["w"], 5, 30.0, 1000.0)
+        (claim,) = (await store.claim("me", ["w"], 5, 30.0, 1000.0)).claims
         assert lost == [True], "the fault was not injected"
         assert claim.instance.id == "a" and claim.lease.owner == "me"
         assert claim.lease.token != first.lease.token and claim.event_seq == 1
         assert [s.name for s in claim.history.steps] == ["s"]
         assert [e.type for e in claim.history.events] == ["go"]
-        assert await store.claim("other", ["w"], 5, 30.0, 1000.0) == []
+        assert (await store.claim("other", ["w"], 5, 30.0, 1000.0)).claims == []
         write = StepWrite("t", 1, 1, "do", "complete", "2", started_at=1000.0, ended_at=1000.0)
         assert await store.record_step(claim.lease, write, 1000.0) == "running"
     finally:
@@ -1252,9 +1253,9 @@ async def test_workers_with_skewed_clocks_agree_on_leases(
         await normal.create_instances(
             "w", [NewInstance("a", None)], trigger="api", skip_existing=False
         )
-        (claim,) = await normal.claim("normal", ["w"], 1, 30.0, normal.now())
+        (claim,) = (await normal.claim("normal", ["w"], 1, 30.0, normal.now())).claims
         # Set up on a clock one hour fast, the other worker still sees a live lease.
-        assert await fast.claim("fast", ["w"], 1, 30.0, fast.now()) == []
+        assert (await fast.claim("fast", ["w"], 1, 30.0, fast.now())).claims == []
         assert (await fast.next_wakeup(["w"]) or 0) - fast.now() > 25
         await normal.release(claim.lease, normal.now())
     finally:

@@ -1,7 +1,8 @@
-"""The PostgreSQL claim function applies the rules of ``store/_admission`` as the SQLite store
-does: random workflows, limits, instances and claims, run on both stores side by side with one
-manual clock, must take the same instances in the same order at every claim, and steps' slots
-of named limits and finishes must come out alike."""
+"""Both stores execute the rules of ``stepline.flow`` alike, though each reads and writes its own
+way (SQLite row by row in its write lock, PostgreSQL in pipelined round trips under advisory
+locks): random workflows, limits, instances and claims, run on both stores side by side with
+one manual clock, must take the same instances in the same order at every claim, and steps'
+slots of named limits and finishes must come out alike."""
 
 from __future__ import annotations
 
@@ -91,9 +92,9 @@ async def _both(
             caps = {w: rng.randint(1, 3) for w in workflows if rng.random() < 0.2}
             taken = []
             for store, leases in zip(stores, held, strict=True):
-                claims = await store.claim(
-                    "me", workflows, limit, LEASE, store.now(), caps=caps or None
-                )
+                claims = (
+                    await store.claim("me", workflows, limit, LEASE, store.now(), caps=caps or None)
+                ).claims
                 leases.extend(claims)
                 taken.append([c.instance.id for c in claims])
             what = f"step {step}: claim {workflows} limit {limit} caps {caps}"
@@ -103,7 +104,7 @@ async def _both(
             index = rng.randrange(len(held[0]))
             name = rng.choice(NAMED)
             got = [
-                await store.acquire_limit(leases[index].lease, name, f"s{step}-1", now)
+                await store.flow.acquire_limit(leases[index].lease, name, f"s{step}-1", now)
                 for store, leases in zip(stores, held, strict=True)
                 for now in [store.now()]
             ]

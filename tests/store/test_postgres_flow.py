@@ -17,14 +17,15 @@ from psycopg import sql
 
 from stepline import ManualClock
 from stepline.errors import DuplicateInstanceError
+from stepline.flow.parking import POSTGRES_SET_ASIDE_CLAIMS as FAR_CLAIMS
+from stepline.flow.parking import POSTGRES_SET_ASIDE_OVER as PARK_AFTER
+from stepline.flow.parking import RECHECK
 from stepline.limits import Limit, WorkflowLimits
-from stepline.store._admission import RECHECK
 from stepline.store.base import Claim, Finish, NewInstance, WorkflowMeta
 from stepline.store.postgres import PostgresStore, split_url
-from stepline.store.postgres.claim_fn import PARK_AFTER, ClaimFunction
-from stepline.store.postgres.db import StoreConnection
-from stepline.store.postgres.limited import FAR_CLAIMS
-from stepline.store.postgres.parking import ParkingStatements, bring_back_times
+from stepline.store.postgres.notes import Notes
+from stepline.store.postgres.parking import ParkingStatements, freed_params
+from stepline.store.postgres.pools import StoreConnection
 
 from .._pg import connect, pg_admin_url
 from ..conftest import STORES
@@ -84,7 +85,7 @@ async def test_concurrent_claimers_never_exceed_a_limit(stores: list[PostgresSto
                 for n, store in enumerate(stores)
             )
         )
-        running += [c for batch in batches for c in batch]
+        running += [c for batch in batches for c in batch.claims]
         by_workflow = Counter(c.instance.workflow for c in running)
         assert by_workflow["w"] <= 3
         assert by_workflow["v"] + by_workflow["u"] <= 2
@@ -166,7 +167,7 @@ def round_trips() -> Iterator[Counter[str]]:
         StoreConnection.execute = execute  # type: ignore[method-assign]
 
 
-async def test_a_claim_under_limits_takes_one_round_trip_whatever_it_takes(
+async def test_a_claim_under_limits_takes_three_round_trips_whatever_it_takes(
     stores: list[PostgresStore],
 ) -> None:
     store = stores[0]
@@ -177,15 +178,18 @@ async def test_a_claim_under_limits_takes_one_round_trip_whatever_it_takes(
         "w", [NewInstance(f"i{n}", None) for n in range(40)], trigger="api", skip_existing=False
     )
     await store.create_instances("x", [NewInstance("x", None)], trigger="api", skip_existing=False)
-    assert len(await store.claim("me", ["w", "x"], 1, LEASE, store.now())) == 1  # learns limits
+    assert (
+        len((await store.claim("me", ["w", "x"], 1, LEASE, store.now())).claims) == 1
+    )  # learns limits
     with round_trips() as one:
-        assert len(await store.claim("me", ["w", "x"], 1, LEASE, store.now())) == 1
+        assert len((await store.claim("me", ["w", "x"], 1, LEASE, store.now())).claims) == 1
     with round_trips() as many:
-        taken = await store.claim("me", ["w", "x"], 40, LEASE, store.now(), caps={"x": 1})
+        taken = (await store.claim("me", ["w", "x"], 40, LEASE, store.now(), caps={"x": 1})).claims
     # 28 more of w fill its 30, and x: the read that brought them also brought 10 it refused.
     assert len(taken) == 29 and "x" in {c.instance.id for c in taken}
-    # BEGIN, the planner settings, the claim function, the leased rows and histories, COMMIT.
-    assert one == many == {"pipelines": 1}
+    # The rules, the locks and the use; the due instances with the timers; the look one row
+    # further, the leases, the leased rows and histories, and the commit (``limited``).
+    assert one == many == {"pipelines": 3}
 
 
 def claim_functions(schema: str) -> list[str]:
@@ -197,31 +201,31 @@ def claim_functions(schema: str) -> list[str]:
     return [name for (name,) in rows]
 
 
-async def test_a_store_creates_the_claim_function_its_code_calls_once_and_keeps_others(
+async def test_a_store_leaves_an_older_versions_claim_function_alone(
     schemas: list[str], clock: ManualClock
 ) -> None:
-    """Stores opening one schema create the function of their version of the code once; one
-    of another version (another name) is left for the workers that call it."""
+    """Stepline once claimed under limits through a server-side function, which a store
+    created when it opened. Workers of that version may still run beside this one and call
+    it: a store opening the schema leaves it as it is, and creates none."""
     schema = fresh(schemas)
-    opened = [PostgresStore(url_for(schema), clock, pool_size=2) for _ in range(3)]
-    await asyncio.gather(*(store.open() for store in opened))
+    opened = [PostgresStore(url_for(schema), clock, pool_size=2) for _ in range(2)]
+    await opened[0].open()
     try:
-        name = ClaimFunction.for_schema(schema).name
-        assert claim_functions(schema) == [name]
-        other = ClaimFunction.for_schema(schema)
-        older = other.create.replace(other.name, "claim_under_limits_000000000000")
+        older = (
+            f"CREATE FUNCTION {schema}.claim_under_limits_000000000000() RETURNS int"
+            " LANGUAGE sql AS 'SELECT 1'"
+        )
         with connect(pg_admin_url()) as conn:
             conn.execute(older.encode())
-        await opened[0].close()
-        await opened[0].open()
-        assert claim_functions(schema) == ["claim_under_limits_000000000000", name]
+        await opened[1].open()
+        assert claim_functions(schema) == ["claim_under_limits_000000000000"]
         await opened[0].register_workflows(
             [WorkflowMeta("w", "W", None, WorkflowLimits(concurrency=1))]
         )
         await opened[0].create_instances(
             "w", [NewInstance("a", None)], trigger="api", skip_existing=False
         )
-        assert len(await opened[1].claim("me", ["w"], 5, LEASE, clock())) == 1
+        assert len((await opened[1].claim("me", ["w"], 5, LEASE, clock())).claims) == 1
     finally:
         for store in opened:
             await store.close()
@@ -245,7 +249,9 @@ async def keyed_backlog(store: PostgresStore, clock: ManualClock, size: int) -> 
     await store.create_instances(
         "k", [NewInstance("cold", None, key="cold")], trigger="api", skip_existing=False
     )
-    taken = {c.instance.id: c for c in await store.claim("me", ["k"], 5, LEASE, store.now())}
+    taken = {
+        c.instance.id: c for c in (await store.claim("me", ["k"], 5, LEASE, store.now())).claims
+    }
     assert sorted(taken) == ["cold", "hot0"]
     await claims_that_step_over(store, FAR_CLAIMS - 1)
     return taken
@@ -255,7 +261,7 @@ async def claims_that_step_over(store: PostgresStore, n: int) -> None:
     """``n`` claims that take nothing: the last of ``FAR_CLAIMS`` claims in a row that step
     over a long backlog sets it aside."""
     for _ in range(n):
-        assert await store.claim("me", ["k"], 5, LEASE, store.now()) == []
+        assert (await store.claim("me", ["k"], 5, LEASE, store.now())).claims == []
 
 
 async def add_hot(store: PostgresStore, first: int, count: int) -> None:
@@ -289,9 +295,9 @@ async def test_a_claim_sets_a_busy_keys_queued_instances_aside_and_an_end_brings
     schema = split_url(store.url)[1]
     found = set_aside(schema)
     assert {found[f"hot{n}"] for n in range(1, BEHIND)} == {(False, True)}
-    assert await store.claim("me", ["k"], 5, LEASE, store.now()) == []
+    assert (await store.claim("me", ["k"], 5, LEASE, store.now())).claims == []
     await store.finish(hot0.lease, Finish("complete", output="1"), store.now())
-    (hot1,) = await stores[1].claim("other", ["k"], 5, LEASE, store.now())
+    (hot1,) = (await stores[1].claim("other", ["k"], 5, LEASE, store.now())).claims
     assert hot1.instance.id == "hot1"
     found = set_aside(schema)
     assert {found[f"hot{n}"] for n in range(2, BEHIND)} == {(False, True)}
@@ -320,10 +326,10 @@ async def test_a_busy_keys_line_set_aside_comes_back_by_priority_then_place_in_l
         return NewInstance(instance_id, None, key="hot", priority=priority)
 
     await create(hot("again"))
-    (again,) = await store.claim("me", ["k"], 5, LEASE, store.now())
+    (again,) = (await store.claim("me", ["k"], 5, LEASE, store.now())).claims
     await store.finish(again.lease, Finish("complete", output="1"), store.now())
     await create(hot("first"))
-    (running,) = await store.claim("me", ["k"], 5, LEASE, store.now())
+    (running,) = (await store.claim("me", ["k"], 5, LEASE, store.now())).claims
     await create(hot("a"))
     await create(hot("b1"), hot("b2"))
     await create(hot("urgent", -1))
@@ -338,7 +344,7 @@ async def test_a_busy_keys_line_set_aside_comes_back_by_priority_then_place_in_l
     for _ in range(8):
         await store.finish(running.lease, Finish("complete", output="1"), store.now())
         clock.advance(1)
-        (running,) = await stores[1].claim("other", ["k"], 5, LEASE, store.now())
+        (running,) = (await stores[1].claim("other", ["k"], 5, LEASE, store.now())).claims
         started.append(running.instance.id)
     assert started == ["urgent", "a", "b1", "b2", "again", "c", "hot0", "hot1"]
 
@@ -368,16 +374,16 @@ async def test_a_claim_does_not_set_aside_behind_a_key_whose_last_instance_is_en
             (hot0.lease.pk,),
         )
         fence = json.dumps([{"pk": hot0.lease.pk, "token": hot0.lease.token}])
-        back = {"fences": fence, **bring_back_times(store.now())}
-        ending.execute(ParkingStatements.for_schema(schema).bring_back_released, back)
+        back = {"fences": fence, **freed_params(store.now(), Notes(schema))}
+        ending.execute(ParkingStatements.for_schema(schema).freed_released, back)
         # It sees hot0 running: it takes nothing of hot, and steps over its whole queue, as the
         # claims before it did.
         claiming = asyncio.create_task(stores[1].claim("other", ["k"], 5, LEASE, store.now()))
         await until_waiting_for_a_lock(ending)
         ending.execute("COMMIT")
-        assert await claiming == []
+        assert (await claiming).claims == []
     assert set(set_aside(schema).values()) == {(True, False)}
-    taken = await store.claim("me", ["k"], 5, LEASE, store.now())
+    taken = (await store.claim("me", ["k"], 5, LEASE, store.now())).claims
     assert [c.instance.id for c in taken] == ["hot1"]
 
 
@@ -413,10 +419,10 @@ async def test_an_instance_brought_back_is_due_above_every_claims_floor(
             trigger="api",
             skip_existing=False,
         )
-        (passing,) = await other.claim("other", ["k"], 5, LEASE, store.now())
+        (passing,) = (await other.claim("other", ["k"], 5, LEASE, store.now())).claims
         await other.finish(passing.lease, Finish("complete", output="1"), store.now())
     await store.finish(hot0.lease, Finish("complete", output="1"), store.now())
-    (hot1,) = await other.claim("other", ["k"], 5, LEASE, store.now())
+    (hot1,) = (await other.claim("other", ["k"], 5, LEASE, store.now())).claims
     assert hot1.instance.id == "hot1"
 
 
@@ -437,13 +443,13 @@ async def test_a_key_left_idle_without_a_bring_back_gets_its_next_back_within_a_
             ).format(sql.Identifier(schema)),
             (running["hot0"].lease.pk,),
         )
-    assert await store.claim("me", ["k"], 5, LEASE, store.now()) == []
+    assert (await store.claim("me", ["k"], 5, LEASE, store.now())).claims == []
     clock.advance(RECHECK - 1)
-    assert await store.claim("me", ["k"], 5, LEASE, store.now()) == []
+    assert (await store.claim("me", ["k"], 5, LEASE, store.now())).claims == []
     clock.advance(1)
-    assert [c.instance.id for c in await store.claim("me", ["k"], 5, LEASE, store.now())] == [
-        "hot1"
-    ]
+    assert [
+        c.instance.id for c in (await store.claim("me", ["k"], 5, LEASE, store.now())).claims
+    ] == ["hot1"]
 
 
 def rows_read_to_park(schema: str, keys: list[str], now: float) -> int:
@@ -485,7 +491,7 @@ async def test_setting_busy_keys_queues_aside_reads_each_keys_queue_not_the_work
         keys = [f"{n_keys}-{n}" for n in range(n_keys)]
         items = [NewInstance(f"{key}-{i}", None, key=key) for key in keys for i in range(2)]
         await store.create_instances("k", items, trigger="api", skip_existing=False)
-        taken = await store.claim("me", ["k"], 100, LEASE, store.now())
+        taken = (await store.claim("me", ["k"], 100, LEASE, store.now())).claims
         assert len(taken) == n_keys  # the first of each key runs
         queue = [NewInstance(f"q{n_keys}-{n}", None, key=keys[n % n_keys]) for n in range(1500)]
         for start in range(0, len(queue), 500):

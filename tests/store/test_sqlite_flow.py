@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from stepline import ManualClock
+from stepline.flow.claiming import NextLook
 from stepline.limits import Rate, WorkflowLimits
 from stepline.store.base import Finish, NewInstance, WorkflowMeta
 from stepline.store.sqlite import SqliteStore, sql
@@ -21,7 +22,7 @@ async def traced_claim(store: SqliteStore, workflows: list[str]) -> tuple[int, l
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     try:
-        claims = await store.claim("me", workflows, 10, 30.0, store.now())
+        claims = (await store.claim("me", workflows, 10, 30.0, store.now())).claims
     finally:
         conn.set_trace_callback(None)
     return len(claims), statements
@@ -116,59 +117,43 @@ async def test_the_pauses_a_limited_claim_looks_for_are_found_without_walking_th
         await store.close()
 
 
-async def test_the_next_wakeup_after_a_short_claim_is_what_the_claim_found(
+async def test_a_short_claim_tells_the_next_look_as_next_wakeup_would(
     tmp_path: Path,
 ) -> None:
-    """A claim that took fewer than it asked read everything the worker's next look needs:
-    ``next_wakeup`` for the same workflows, or some of them, answers without a read; once,
-    and not after a finish, which removes a timer."""
+    """A claim that took fewer than it asked read everything the worker's next look needs: it
+    tells when to look again, as ``next_wakeup`` would read it right after (the earliest lease
+    expiry, its own included)."""
     store = await _limited_backlog(tmp_path, 50)
-    conn = store._db.require()
-    statements: list[str] = []
     try:
-        claims = await store.claim("me", ["busy", "other"], 10, 30.0, store.now())
-        assert len(claims) == 2  # fewer than asked: the limit holds the rest back
-        expiry = min(c.instance.ready_at or 0.0 for c in claims)
-        conn.set_trace_callback(statements.append)
-        assert await store.next_wakeup(["other"]) == expiry
-        assert statements == []
-        assert await store.next_wakeup(["other"]) is None  # used up: this one reads
-        assert statements != []
-        await store.claim("me", ["busy"], 10, 30.0, store.now())
-        await store.finish(claims[0].lease, Finish("complete", output="null"), store.now())
-        statements.clear()
+        claimed = await store.claim("me", ["busy", "other"], 10, 30.0, store.now())
+        assert len(claimed.claims) == 2  # fewer than asked: the limit holds the rest back
+        expiry = min(c.instance.ready_at or 0.0 for c in claimed.claims)
+        assert claimed.next_look == NextLook(expiry)
+        assert await store.next_wakeup(["busy", "other"]) == expiry
         # The finish freed a slot: the backlog is runnable now, which only a read can tell.
+        await store.finish(claimed.claims[0].lease, Finish("complete", output="null"), store.now())
         wakeup = await store.next_wakeup(["busy"])
         assert wakeup is not None and wakeup <= store.now()
-        assert statements != []
     finally:
-        conn.set_trace_callback(None)
         await store.close()
 
 
-async def test_the_next_wakeup_after_a_claim_that_filled_the_limit_is_what_the_claim_found(
+async def test_a_full_claim_tells_the_next_look_only_when_it_left_its_workflows_held_whole(
     tmp_path: Path,
 ) -> None:
     """A claim that took all it asked for and left its workflow held back whole knows that
-    nothing else can start: ``next_wakeup`` answers without a read. One that took all it asked
-    for with room left under the limit does not know what else is due: that one reads."""
+    nothing else can start: it tells the next look. One that took all it asked for with room
+    left under the limit does not know what else is due: it cannot tell."""
     store = await _limited_backlog(tmp_path, 50)  # concurrency 2
-    conn = store._db.require()
-    statements: list[str] = []
     try:
-        (first,) = await store.claim("me", ["busy"], 1, 30.0, store.now())
-        conn.set_trace_callback(statements.append)
-        wakeup = await store.next_wakeup(["busy"])
-        assert wakeup is not None and wakeup <= store.now()
-        assert statements != []
-        conn.set_trace_callback(None)
-        assert len(await store.claim("me", ["busy"], 1, 30.0, store.now())) == 1  # full now
-        statements.clear()
-        conn.set_trace_callback(statements.append)
-        assert await store.next_wakeup(["busy"]) == first.instance.ready_at  # its expiry
-        assert statements == []
+        first = await store.claim("me", ["busy"], 1, 30.0, store.now())
+        assert len(first.claims) == 1 and first.next_look is None
+        second = await store.claim("me", ["busy"], 1, 30.0, store.now())
+        assert len(second.claims) == 1  # full now
+        expiry = first.claims[0].instance.ready_at
+        assert second.next_look == NextLook(expiry)
+        assert await store.next_wakeup(["busy"]) == expiry
     finally:
-        conn.set_trace_callback(None)
         await store.close()
 
 
@@ -181,10 +166,11 @@ async def test_a_backlog_a_limit_holds_back_is_not_walked_by_claims_and_looks(
     for size in (300, 3000):
         store = await _limited_backlog(tmp_path / str(size), size)
         try:
-            assert len(await store.claim("me", ["busy"], 10, 30.0, store.now())) == 2
+            assert len((await store.claim("me", ["busy"], 10, 30.0, store.now())).claims) == 2
             with vm_steps(store) as steps:
-                assert await store.claim("me", ["busy", "other"], 10, 30.0, store.now()) == []
-                await store.next_wakeup(["busy", "other"])  # the claim's hint
+                assert (
+                    await store.claim("me", ["busy", "other"], 10, 30.0, store.now())
+                ).claims == []
                 await store.next_wakeup(["busy", "other"])  # a read
             cost[size] = steps[0]
         finally:
@@ -202,7 +188,7 @@ async def test_a_claim_reads_past_a_workflow_held_back_whole_without_walking_its
     for size in (300, 3000):
         store = await _limited_backlog(tmp_path / str(size), size)
         try:
-            assert len(await store.claim("me", ["busy"], 10, 30.0, store.now())) == 2
+            assert len((await store.claim("me", ["busy"], 10, 30.0, store.now())).claims) == 2
             for n in range(3):
                 for workflow in ("x", "y"):
                     item = NewInstance(f"{workflow}{n}", None)
@@ -210,7 +196,7 @@ async def test_a_claim_reads_past_a_workflow_held_back_whole_without_walking_its
                         workflow, [item], trigger="api", skip_existing=False
                     )
             with vm_steps(store) as steps:
-                claims = await store.claim("me", ["busy", "x", "y"], 4, 30.0, store.now())
+                claims = (await store.claim("me", ["busy", "x", "y"], 4, 30.0, store.now())).claims
             cost[size] = steps[0]
             assert [c.instance.id for c in claims] == ["x0", "y0", "x1", "y1"]
         finally:
@@ -253,11 +239,11 @@ async def hot_key(directory: Path, size: int, clock: ManualClock) -> AsyncIterat
         await store.register_workflows([meta])
         items = [NewInstance(f"hot{n}", None, key="hot") for n in range(size)]
         await store.create_instances("keyed", items, trigger="api", skip_existing=False)
-        (hot,) = await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())
-        assert await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now()) == []
+        (hot,) = (await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())).claims
+        assert (await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())).claims == []
         yield store
         await store.finish(hot.lease, Finish("complete", output="1"), store.now())
-        (nxt,) = await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())
+        (nxt,) = (await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())).claims
         assert nxt.instance.id == "hot1"
     finally:
         await store.close()
@@ -278,7 +264,7 @@ async def test_a_busy_keys_backlog_is_set_aside_once_not_walked_by_every_claim(
                     await store.create_instances(
                         "keyed", [item], trigger="api", skip_existing=False
                     )
-                    taken = await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())
+                    taken = (await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())).claims
                     assert [c.instance.id for c in taken] == [f"cold{n}"]
                     await store.next_wakeup(["keyed"])
             cost[size] = steps[0]
@@ -297,7 +283,7 @@ async def test_a_recheck_reads_the_first_in_line_of_a_busy_key_not_its_whole_bac
         async with hot_key(tmp_path / str(size), size, clock) as store:
             clock.advance(150)  # past the recheck
             with vm_steps(store) as steps:
-                assert await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now()) == []
+                assert (await store.claim("me", ["keyed"], 10, HOT_LEASE, store.now())).claims == []
             cost[size] = steps[0]
     assert cost[3000] < cost[300] * 2, cost
 
@@ -324,15 +310,15 @@ async def test_a_claim_sets_a_backlog_created_together_aside_reading_each_instan
             if beside_a_full_workflow:
                 items = [NewInstance(f"f{n}", None) for n in range(2)]
                 await store.create_instances("full", items, trigger="api", skip_existing=False)
-                assert len(await store.claim("me", ["full"], 10, 30.0, store.now())) == 1
+                assert len((await store.claim("me", ["full"], 10, 30.0, store.now())).claims) == 1
                 workflows.append("full")
             items = [NewInstance(f"i{n}", None, key=f"k{n % 5}") for n in range(size)]
             await store.create_instances("keyed", items, trigger="api", skip_existing=False)
             with vm_steps(store) as steps:
-                claims = await store.claim("me", workflows, 10, 30.0, store.now())
+                claims = (await store.claim("me", workflows, 10, 30.0, store.now())).claims
             cost[size] = steps[0]
             assert [c.instance.id for c in claims] == [f"i{n}" for n in range(5)]
-            assert await store.claim("me", workflows, 10, 30.0, store.now()) == []
+            assert (await store.claim("me", workflows, 10, 30.0, store.now())).claims == []
         finally:
             await store.close()
     assert cost[2000] < cost[500] * 6, cost
@@ -351,13 +337,12 @@ async def test_a_backlog_waiting_for_a_rate_is_not_walked_by_claims_and_looks(
         rated = WorkflowLimits(rate=Rate(1, 3600.0))
         store = await _limited_backlog(tmp_path / str(size), size + 1, rated)
         try:
-            (first,) = await store.claim("me", ["busy"], 10, 30.0, store.now())
+            (first,) = (await store.claim("me", ["busy"], 10, 30.0, store.now())).claims
             await store.finish(first.lease, Finish("waiting", wake_at=store.now()), store.now())
             item = NewInstance("o0", None)
             await store.create_instances("other", [item], trigger="api", skip_existing=False)
             with vm_steps(store) as steps:
-                claims = await store.claim("me", ["busy", "other"], 10, 30.0, store.now())
-                await store.next_wakeup(["busy", "other"])  # the claim's hint
+                claims = (await store.claim("me", ["busy", "other"], 10, 30.0, store.now())).claims
                 await store.next_wakeup(["busy", "other"])  # a read
             cost[size] = steps[0]
             assert sorted(c.instance.id for c in claims) == ["i0", "o0"]

@@ -100,14 +100,14 @@ async def test_every_documented_metric_is_exposed_with_its_labels(
         telemetry.metrics.watch_consumers([consumer])
         # A takeover: a worker that died in a step, its lease expired.
         await engine.workflow("echo").create("lost", {"n": 3})
-        (gone,) = await engine.store.claim("dead-worker", ["echo"], 1, 5.0, engine.now())
+        (gone,) = (await engine.store.claim("dead-worker", ["echo"], 1, 5.0, engine.now())).claims
         write = StepWrite("echo", 1, 1, "do", "running", started_at=engine.now())
         await engine.store.record_step(gone.lease, write, engine.now())
         clock.advance(10)
         await drain(engine)
         # A limit holding an instance: two of a workflow with concurrency 1, one running.
         await engine.workflow("limited").create_batch([{"id": "l1"}, {"id": "l2"}])
-        (running,) = await engine.store.claim("other", ["limited"], 5, 60.0, engine.now())
+        (running,) = (await engine.store.claim("other", ["limited"], 5, 60.0, engine.now())).claims
         # A store error, as the worker's claim loop reports one.
         assert engine.observer is not None
         engine.observer.store_error("claim", StoreUnavailableError("the database is gone"))

@@ -162,7 +162,7 @@ async def test_overlap_allow_skip_buffer_one(make_engine: MakeEngine, clock: Man
     ]:
         # Each policy on a fresh schedule name in the same database.
         engine = await make_engine(slow(overlap))
-        await engine.store.sync_schedules(["slow"], [])  # forget the previous round
+        await engine.store.schedules.sync_schedules(["slow"], [])  # forget the previous round
         await engine.scheduler.sync()
         start = clock()
         clock.advance(MINUTE)

@@ -41,7 +41,7 @@ async def take(state: ActivationState, step: StepRef, limit: str) -> None:
         unknown = False
         quiet.begin()
         try:
-            retry_at = await store.acquire_limit(state.lease, limit, step.label, now)
+            retry_at = await store.flow.acquire_limit(state.lease, limit, step.label, now)
         except UnknownLimitError:
             unknown, retry_at = True, None
         except LeaseLostError as exc:
@@ -83,7 +83,7 @@ async def give_back(state: ActivationState, step: StepRef, limit: str) -> None:
     quiet.begin()
     try:
         with contextlib.suppress(SteplineError):
-            await store.release_limit(state.lease, limit, step.label, store.now())
+            await store.flow.release_limit(state.lease, limit, step.label, store.now())
     finally:
         quiet.end()
 
@@ -92,7 +92,9 @@ async def give_back_cancelled(state: ActivationState, step: StepRef, limit: str)
     """:func:`give_back` after the attempt was cancelled: in a task of its own, which a second
     cancellation of the caller does not stop."""
     store = state.store
-    task = asyncio.ensure_future(store.release_limit(state.lease, limit, step.label, store.now()))
+    task = asyncio.ensure_future(
+        store.flow.release_limit(state.lease, limit, step.label, store.now())
+    )
     task.add_done_callback(_retrieve)
     with contextlib.suppress(asyncio.CancelledError, SteplineError):
         await asyncio.shield(task)

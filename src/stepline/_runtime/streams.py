@@ -97,7 +97,7 @@ async def _write(state: ActivationState, item: NewStreamItem) -> None:
     store, quiet = state.store, state.quiet
     quiet.begin()
     try:
-        await store.publish(state.lease, item, store.now())
+        await store.messages.publish(state.lease, item, store.now())
     except LeaseLostError as exc:
         raise ActivationAborted(str(exc)) from exc
     except StoreError as exc:

@@ -283,7 +283,7 @@ class Updates:
         state.quiet.begin()
         try:
             error = {"name": name, "message": message}
-            await state.store.reject_update(
+            await state.store.messages.reject_update(
                 state.lease, event.pk, update_id, error, state.store.now()
             )
         except LeaseLostError as exc:

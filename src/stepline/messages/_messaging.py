@@ -68,7 +68,7 @@ class Messaging:
             handler = self._check(definition, instance_id, name, args)
             if handler.validator_fn is not None:
                 await self._validate(definition, instance_id, chosen, name, args)
-        return await self._store.send_update(workflow, instance_id, chosen, name, payload)
+        return await self._store.messages.send_update(workflow, instance_id, chosen, name, payload)
 
     async def _validate(
         self,
@@ -82,7 +82,7 @@ class Messaging:
         recorded. Not for an update id already sent (its answer stands) nor a finished instance
         (the store refuses it)."""
         store = self._store
-        if await store.get_update(definition.name, instance_id, update_id) is not None:
+        if await store.messages.get_update(definition.name, instance_id, update_id) is not None:
             return
         record = await store.get_instance(definition.name, instance_id)
         if record.status in FINISHED_STATUSES:
@@ -135,7 +135,7 @@ class Messaging:
         cursor = _streams.check_cursor(after)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"invalid limit {limit!r}: a whole number of items, at least 1")
-        return await self._store.read_stream(workflow, instance_id, stream, cursor, limit)
+        return await self._store.messages.read_stream(workflow, instance_id, stream, cursor, limit)
 
     def subscribe(
         self, workflow: str, instance_id: str, stream: str, after: int, follow: bool

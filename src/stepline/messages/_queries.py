@@ -83,7 +83,7 @@ async def ask_a_worker(
     :class:`QueryError` (no such worker, or its answer is an error) or :class:`TimeoutError`."""
     what = f"query {name!r} of {workflow}/{instance_id}"
     now = store.now()
-    workers = await store.list_workers()
+    workers = await store.workers.list_workers()
     if not any(workflow in w.workflows and w.live(now) for w in workers):
         raise QueryError(
             what,
@@ -95,11 +95,11 @@ async def ask_a_worker(
     await store.get_instance(workflow, instance_id)  # an unknown instance: said at once
     limit = DEFAULT_QUERY_TIMEOUT if timeout is None else timeout
     deadline = deadline_of(limit, "timeout")
-    pk = await store.ask_query(workflow, instance_id, name, args, now)
+    pk = await store.messages.ask_query(workflow, instance_id, name, args, now)
     answered = False
     try:
         async for _ in changes(store, workflow, instance_id, deadline):
-            answer = await store.query_answer(pk)
+            answer = await store.messages.query_answer(pk)
             if answer is not None:
                 answered = True
                 if answer.error is not None:
@@ -108,7 +108,7 @@ async def ask_a_worker(
     finally:
         if not answered:
             with contextlib.suppress(Exception):
-                await asyncio.shield(store.forget_query(pk))
+                await asyncio.shield(store.messages.forget_query(pk))
     waited = format_duration(parse_duration(limit, what="timeout", allow_zero=True))
     raise TimeoutError(
         f"no worker answered {what} within {waited}; is a worker serving {workflow!r} running "

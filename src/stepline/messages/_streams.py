@@ -42,7 +42,7 @@ async def subscribe(
     cursor = check_cursor(after)
     async for _ in changes(store, workflow, instance_id, None):
         while True:
-            read = await store.read_stream(workflow, instance_id, stream, cursor, PAGE)
+            read = await store.messages.read_stream(workflow, instance_id, stream, cursor, PAGE)
             for item in read.items:
                 cursor = item.seq
                 yield item

@@ -74,7 +74,7 @@ async def wait_for_reply(
     label = f"update {update_id!r} of {workflow}/{instance_id}"
     record: UpdateRecord | None = None
     async for _ in changes(store, workflow, instance_id, deadline):
-        record = await store.get_update(workflow, instance_id, update_id)
+        record = await store.messages.get_update(workflow, instance_id, update_id)
         if record is None:
             raise LookupError(
                 f"instance {instance_id!r} of {workflow!r} has no update {update_id!r}: none was "

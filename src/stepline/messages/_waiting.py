@@ -28,7 +28,7 @@ async def changes(
     """
     notified = store.pushes_notifications
     interval, longest = (1.0, 1.0) if notified else (0.005, 0.25)
-    with store.watch_changes(workflow, instance_id) as watch:
+    with store.signals.watch_changes(workflow, instance_id) as watch:
         while True:
             yield
             remaining = None if deadline is None else deadline - time.monotonic()

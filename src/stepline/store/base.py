@@ -1,13 +1,16 @@
 """The store interface: every domain operation the engine needs from a database.
 
-One narrow abstract class, :class:`Store`, with its cron schedule operations
-(:class:`ScheduleStore`, ``schedules.py``), its flow control ones (:class:`FlowStore`,
-``flow.py``), its fleet-wide figures (:class:`StatsStore`, ``stats.py``) and its messaging
-(:class:`MessageStore`, ``messages.py``) as bases, and the
-values they pass in ``types.py`` (re-exported here); SQLite and PostgreSQL implement it (one
-package each) and both pass the same contract test suite. Every
-operation documents its contract. Driver errors never escape: an implementation translates them
-into stepline's exceptions at this boundary, chained with ``from``.
+One narrow abstract class, :class:`Store`: the instances, their activations and the
+workflows' registration; and, as objects of their own each with its interface, its cron
+schedules (``store.schedules``: :class:`ScheduleStore`, ``schedules.py``), its flow control
+beyond the claim (``store.flow``: :class:`FlowStore`, ``flow.py``), its fleet-wide figures
+(``store.stats``: :class:`StatsStore`, ``stats.py``), its record of live workers
+(``store.workers``: :class:`WorkerStore`, ``workers.py``) and its messaging (``store.messages``:
+:class:`MessageStore`, ``messages.py``). The values they pass are in
+``types.py`` (re-exported here). SQLite and PostgreSQL implement them (one package each) and
+both pass the same contract test suite. Every operation documents its contract. Driver errors
+never escape: an implementation translates them into stepline's exceptions at this boundary,
+chained with ``from``.
 
 Times are float seconds since the epoch. Operations that depend on the current time take it as
 ``now`` from :meth:`Store.now`, the store's clock: the clock it was given, or without one real
@@ -18,9 +21,8 @@ lease expiry.
 from __future__ import annotations
 
 import abc
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..limits import Limit
 from ..records import (
@@ -28,16 +30,17 @@ from ..records import (
     InstancePage,
     InstanceRecord,
     StepRecord,
-    WorkerInfo,
     WorkflowInfo,
 )
 from .flow import FlowStore
 from .messages import MessageStore
 from .schedules import ScheduleStore
+from .signals import Signals
 from .stats import EndedCount, FleetCounts, StatsStore
 from .types import (
     ChangeWatch,
     Claim,
+    Claimed,
     ControlAction,
     Finish,
     FinishStatus,
@@ -54,10 +57,12 @@ from .types import (
     UpdateRecord,
     WorkflowMeta,
 )
+from .workers import WorkerStore
 
 __all__ = [
     "ChangeWatch",
     "Claim",
+    "Claimed",
     "ControlAction",
     "EndedCount",
     "Finish",
@@ -79,14 +84,25 @@ __all__ = [
     "StreamItem",
     "StreamRead",
     "UpdateRecord",
+    "WorkerStore",
     "WorkflowMeta",
 ]
 
 
-class Store(ScheduleStore, FlowStore, StatsStore, MessageStore):
+class Store(abc.ABC):
     """Abstract store. Subclasses: :class:`~stepline.store.sqlite.SqliteStore`, PostgreSQL."""
 
     url: str
+    schedules: ScheduleStore
+    """The cron schedule operations (``store/schedules.py``)."""
+    flow: FlowStore
+    """Flow control beyond the claim: step slots, the limits' use (``store/flow.py``)."""
+    stats: StatsStore
+    """The fleet-wide figures read for monitoring (``store/stats.py``)."""
+    workers: WorkerStore
+    """The record of live workers (``store/workers.py``)."""
+    messages: MessageStore
+    """Updates and their replies, stream items, routed queries (``store/messages.py``)."""
     schema_versions: tuple[int, int] | None = None
     """Set by :meth:`open`: the schema version it found (0: none, so it created the schema) and
     the version it left (the latest migration); None before."""
@@ -97,54 +113,15 @@ class Store(ScheduleStore, FlowStore, StatsStore, MessageStore):
     def __init__(self, clock: Callable[[], float] | None) -> None:
         """``clock``: the time to follow (a test's manual clock); None for real time."""
         self._clock: Callable[[], float] = time.time if clock is None else clock
-        self._ready_listeners: list[Callable[[], None]] = []
-        self._change_watches: dict[tuple[str, str], list[ChangeWatch]] = {}
+        self.signals = Signals()
+        """What the store tells this process: instances that may have become runnable, and
+        changes of watched instances (``store/signals.py``)."""
 
-    # -- clock and in-process signals ------------------------------------------------------------
+    # -- clock -----------------------------------------------------------------------------------
 
     def now(self) -> float:
         """The store's notion of the current time (seconds since the epoch)."""
         return self._clock()
-
-    def add_ready_listener(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (on the store's loop) whenever an instance may have become runnable."""
-        self._ready_listeners.append(callback)
-
-    def remove_ready_listener(self, callback: Callable[[], None]) -> None:
-        if callback in self._ready_listeners:
-            self._ready_listeners.remove(callback)
-
-    def _notify_ready(self) -> None:
-        for callback in list(self._ready_listeners):
-            callback()
-
-    def _notify_changed(self, workflow: str, instance_id: str) -> None:
-        for watch in self._change_watches.get((workflow, instance_id), ()):
-            watch.changed()
-
-    @contextlib.contextmanager
-    def watch_changes(self, workflow: str, instance_id: str) -> Iterator[ChangeWatch]:
-        """Watch one instance for changes from now on, for as long as the block runs.
-
-        Start watching *before* reading the instance, then wait on the watch after each read: a
-        change that lands while the read is in flight is kept, not lost (it makes the next
-        :meth:`ChangeWatch.wait` return at once). What signals a watch: status changes made
-        through :meth:`control` and :meth:`finish` (the changes a wait for an instance's end is
-        after), by this process always, by other processes only on stores that are notified of
-        them (PostgreSQL); so callers also poll, through the wait's timeout. So do an update's
-        reply, a stream item and a routed query's answer (:class:`MessageStore`). Claims,
-        releases, events and other step records do not signal.
-        """
-        key = (workflow, instance_id)
-        watch = ChangeWatch()
-        watches = self._change_watches.setdefault(key, [])
-        watches.append(watch)
-        try:
-            yield watch
-        finally:
-            watches.remove(watch)
-            if not watches:
-                del self._change_watches[key]
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -332,7 +309,7 @@ class Store(ScheduleStore, FlowStore, StatsStore, MessageStore):
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
-    ) -> list[Claim]:
+    ) -> Claimed:
         """Atomically take up to ``limit`` runnable instances of ``workflows`` that their limits
         let run, lowest ``priority`` first, then earliest ``ready_at`` (then lowest ``pk``).
 
@@ -362,6 +339,12 @@ class Store(ScheduleStore, FlowStore, StatsStore, MessageStore):
         A claim returns fewer than ``limit`` only if no other instance was runnable and allowed
         when it looked, or another claim took it; an instance it held back because of what it
         took itself may be left for the next claim.
+
+        ``Claimed.next_look``, when the claim can tell, is what :meth:`next_wakeup` would
+        answer for ``workflows`` (or any of them) right after it, nothing changing meanwhile:
+        a claim that took fewer than ``limit`` read everything due. It may be earlier than that
+        (a wake-up for nothing), never later. The rules of the limits and of this answer are
+        ``stepline.flow``'s (``flow.claiming``); the stores only execute them.
         """
 
     @abc.abstractmethod
@@ -408,24 +391,3 @@ class Store(ScheduleStore, FlowStore, StatsStore, MessageStore):
         since a slot frees only when an instance ends, suspends or is released (which, in
         this process, calls the ready listeners) or when a lease expires (a timer of its own).
         """
-
-    # -- worker liveness -------------------------------------------------------------------------
-
-    @abc.abstractmethod
-    async def heartbeat(self, info: WorkerInfo, now: float) -> None:
-        """Record that worker ``info.id`` is alive: insert or replace its row with ``info``,
-        its ``last_seen`` set to ``now`` (``info.last_seen`` is not used).
-
-        In the same write, delete the rows of other workers whose last heartbeat is more than
-        :data:`~stepline.records.WORKER_EXPIRE_BEATS` of their own heartbeat intervals older
-        than ``now``. One small write, safe to repeat; not durable against a power loss (the
-        next heartbeat writes it again).
-        """
-
-    @abc.abstractmethod
-    async def list_workers(self) -> list[WorkerInfo]:
-        """Every worker row, live or not (see :meth:`WorkerInfo.live`), oldest start first."""
-
-    @abc.abstractmethod
-    async def forget_worker(self, worker_id: str) -> None:
-        """Delete the worker's row (its graceful shutdown); nothing happens if it has none."""

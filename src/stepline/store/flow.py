@@ -1,5 +1,5 @@
-"""The store contract's flow control operations beyond the claim: :class:`FlowStore`, a base
-of :class:`~stepline.store.base.Store` (the claim itself applies the limits: ``Store.claim``)."""
+"""The store contract's flow control operations beyond the claim (which applies the limits
+itself: ``Store.claim``): :class:`FlowStore`, ``Store.flow``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The store contract's cron schedule operations: :class:`ScheduleStore`, a base of
+"""The store contract's cron schedule operations: :class:`ScheduleStore`, ``Store.schedules`` of
 :class:`~stepline.store.base.Store`."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The store contract's fleet-wide figures, read for monitoring (Prometheus gauges, the
-dashboard's chart): :class:`StatsStore`, a base of :class:`~stepline.store.base.Store`.
+dashboard's chart): :class:`StatsStore`, ``Store.stats`` of :class:`~stepline.store.base.Store`.
 
 Every worker of a fleet and every server may read these at each scrape, so each read is bounded
 whatever the number of instances: index reads that stop at ``cap`` entries, and a seek per

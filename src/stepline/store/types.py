@@ -9,6 +9,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..flow.claiming import NextLook
 from ..limits import WorkflowLimits
 from ..records import Attempt, InstanceRecord, PendingEvent, StepKind, StepRecord, StepStatus
 
@@ -50,6 +51,17 @@ class Claim:
     """The instance's recorded steps and unconsumed events when it was claimed: every event
     counted in ``event_seq`` is here unless consumed (one sent later may be too). Nothing but
     the lease holder writes steps, so they stay current while the lease is held."""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What :meth:`Store.claim` took, and when the worker should look for runnable instances
+    again if the claim can tell (instead of asking :meth:`Store.next_wakeup`)."""
+
+    claims: list[Claim]
+    next_look: NextLook | None = None
+    """None when the claim cannot tell: it took all it asked for and more may be runnable, it
+    stopped reading before the end of what is due, or a start it took used up a rate."""
 
 
 @dataclass(frozen=True)
@@ -276,7 +288,7 @@ ControlAction = Literal["pause", "resume", "terminate", "restart"]
 
 class ChangeWatch:
     """Changes of one instance since the watch began or since its last :meth:`wait` returned
-    (see :meth:`Store.watch_changes`)."""
+    (see ``Signals.watch_changes``)."""
 
     def __init__(self) -> None:
         self._changed = False

@@ -70,10 +70,10 @@ async def read_fleet(store: Store, cap: int = CAP) -> Fleet:
     workflow with limits, one :meth:`list_workers`."""
     now = store.now()
     found: list[WorkflowFigures] = []
-    for counts in await store.fleet_counts(now, cap):
+    for counts in await store.stats.fleet_counts(now, cap):
         full: dict[str, bool] = {}
         if counts.limits is not None and counts.due:
-            for state in await store.limit_states(counts.workflow, None):
+            for state in await store.flow.limit_states(counts.workflow, None):
                 if state.scope == "workflow":
                     if state.concurrency is not None:
                         full["concurrency"] = state.running >= state.concurrency
@@ -82,7 +82,7 @@ async def read_fleet(store: Store, cap: int = CAP) -> Fleet:
                 elif state.scope == "limit":
                     full[state.name] = state.full
         found.append(figures(counts, full))
-    workers = await store.list_workers()
+    workers = await store.workers.list_workers()
     return Fleet(now, found, sum(1 for w in workers if w.live(now)))
 
 
@@ -171,7 +171,7 @@ async def read_activity(store: Store) -> Activity:
     """The last hour's ends (whole minutes, the current one last) and the fleet now."""
     fleet = await read_fleet(store)
     since = (fleet.at // BUCKET + 1) * BUCKET - BUCKETS * BUCKET
-    ended = await store.ended_counts(since, BUCKET, BUCKETS, BUCKET_CAP)
+    ended = await store.stats.ended_counts(since, BUCKET, BUCKETS, BUCKET_CAP)
     return Activity(since, BUCKET, ended, fleet)
 
 

@@ -73,7 +73,7 @@ async def replay(
         await scratch.create_instances(
             record.workflow, [NewInstance(record.id, None)], trigger="replay", skip_existing=False
         )
-        [claim] = await scratch.claim("replay", [record.workflow], 1, 3600.0, clock())
+        [claim] = (await scratch.claim("replay", [record.workflow], 1, 3600.0, clock())).claims
         # Run as the instance itself (its id, params, creation time), writing to the scratch.
         claim = dataclasses.replace(claim, instance=record, control=None)
         hooks = _ReplayHooks()

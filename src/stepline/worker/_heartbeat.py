@@ -60,14 +60,14 @@ class Heartbeat:
             self.settings.concurrency,
             len(self.slots.active),
         )
-        await self.store.heartbeat(info, now)
+        await self.store.workers.heartbeat(info, now)
 
     async def forget(self) -> None:
         """Remove this worker's row as a graceful stop begins. Bounded: with the database gone
         the stop does not wait for it; the row then shows the worker dead, and expires."""
         try:
             await asyncio.wait_for(
-                self.store.forget_worker(self.worker_id), max(self.settings.heartbeat, 1.0)
+                self.store.workers.forget_worker(self.worker_id), max(self.settings.heartbeat, 1.0)
             )
         except (StoreError, TimeoutError) as exc:
             log.log(

@@ -52,7 +52,7 @@ class QueryService:
             settings.poll_interval if store.pushes_notifications else settings.min_poll_interval
         )
         interval = fastest
-        store.add_ready_listener(self.wake)
+        store.signals.add_ready_listener(self.wake)
         try:
             while True:
                 self._wake.clear()
@@ -73,7 +73,7 @@ class QueryService:
                     fastest if self._wake.is_set() else min(interval * 2, settings.poll_interval)
                 )
         finally:
-            store.remove_ready_listener(self.wake)
+            store.signals.remove_ready_listener(self.wake)
 
     async def answer_now(self) -> int:
         """Take the requests waiting now and answer them; how many were taken."""
@@ -81,7 +81,7 @@ class QueryService:
         if not workflows:
             return 0
         store = self.store
-        requests = await store.take_queries(
+        requests = await store.messages.take_queries(
             self.worker_id, workflows, BATCH, self.settings.lease, store.now()
         )
         await asyncio.gather(*(self._answer(request) for request in requests))
@@ -98,4 +98,4 @@ class QueryService:
                 "query %s of %s/%s failed", request.name, request.workflow, request.instance_id
             )
             answer = QueryAnswer(None, {"name": type(exc).__name__, "message": str(exc)})
-        await self.store.answer_query(request.pk, answer, self.store.now())
+        await self.store.messages.answer_query(request.pk, answer, self.store.now())

@@ -1,22 +1,11 @@
-"""A worker's share of each fleet-wide ``concurrency``: the limit split among the live workers
-that run the workflow and have room, so that one process does not take every slot.
+"""The worker's view of the fleet, kept up to date by a side task: the live workers and what each
+runs, read from the store, from which ``_planning`` derives this worker's shares of fleet-wide
+limits and its balance caps.
 
-Without it, the worker whose instance ends is the first to see the freed slot (its own claim
-follows its own finish) while the others learn of it only at their next poll: one process ends
-up running all of the limit's instances and the rest of the fleet idles. With it, a worker
-claims instances of such a workflow only while it runs fewer than ``ceil(concurrency / n)`` of
-them, ``n`` being itself and the other live workers (by heartbeat) that run the workflow and
-had a free slot at their last heartbeat. A worker alone, or whose peers are full, takes the
-whole limit. The store still enforces the limit itself; the share only spreads it.
-
-Workflows limited per key or by named limits only have no number to split: ``_balance``
-evens them out from how many instances each worker runs.
-
-The peers are read from the store's worker list every :data:`REFRESH` seconds, so a worker
-that joins or leaves changes the others' shares within about that long. A worker that has just
-joined reads it sooner (:data:`FIRST_REFRESH`, doubling): of workers started together, the
-first to join finds the list without the others, and would run every slot and key it has room
-for until its next read while they idle."""
+The peers are read every :data:`REFRESH` seconds, so a worker that joins or leaves changes the
+others' shares within about that long. A worker that has just joined reads sooner
+(:data:`FIRST_REFRESH`, doubling): of workers started together, the first to join finds the list
+without the others, and would run every slot and key it has room for until its next read."""
 
 from __future__ import annotations
 
@@ -25,15 +14,13 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 from ..errors import StoreError
-from ..records import WorkerInfo
 from ..store.base import Store
 from ..workflow import WorkflowDefinition
-from ._balance import Balance, balanced_workflows
-from ._caps import WorkflowCaps
 from ._log import log, outage_level
+from ._planning import Balance, WorkflowCaps, balanced_workflows, shares
 
 REFRESH = 1.0
 """Seconds between reads of the worker list."""
@@ -42,26 +29,6 @@ FIRST_REFRESH = 0.05
 read until it reaches :data:`REFRESH`."""
 CONFIRM = 0.05
 """Seconds to the read that confirms a peer's lag (``Balance.confirming``)."""
-
-
-def shares(
-    limits: Mapping[str, int], workers: Sequence[WorkerInfo], worker_id: str, now: float
-) -> dict[str, int]:
-    """The share of worker ``worker_id`` of each workflow's fleet-wide concurrency in
-    ``limits``, given the worker list: only for those with live peers that have room."""
-    found: dict[str, int] = {}
-    for name, concurrency in limits.items():
-        peers = 1 + sum(
-            1
-            for worker in workers
-            if worker.id != worker_id
-            and worker.live(now)
-            and name in worker.workflows
-            and worker.running < worker.concurrency
-        )
-        if peers > 1:
-            found[name] = math.ceil(concurrency / peers)
-    return found
 
 
 class FleetShares:
@@ -99,7 +66,7 @@ class FleetShares:
 
     async def refresh(self) -> None:
         """Read the worker list (and, with peers, what each runs) and set the shares it gives."""
-        workers = await self._store.list_workers()
+        workers = await self._store.workers.list_workers()
         now = self._store.now()
         found = shares(self.limits, workers, self._worker_id, now)
         balanced = tuple(self._balance.workflows)
@@ -107,7 +74,7 @@ class FleetShares:
         self._peers = any(w.id != self._worker_id and w.live(now) for w in workers)
         if balanced:
             # Alone, there is nothing to even out (and no read to make).
-            running = await self._store.running_by_worker(balanced, now) if self._peers else {}
+            running = await self._store.flow.running_by_worker(balanced, now) if self._peers else {}
             found.update(self._balance.caps(running, workers, now))
             if self._store.pushes_notifications:
                 # A worker that polls quickly (SQLite) finds the keys a capped peer leaves at

@@ -1,14 +1,12 @@
-"""The worker's orchestrator: :meth:`Worker.run`, the claim loop, and starting activations.
-Running one activation, the per-workflow room of ``worker_concurrency``, the side tasks (lease
-renewal, heartbeat, retention) and the graceful shutdown are its collaborators, each in its own
-module."""
+"""The worker's orchestrator: :meth:`Worker.run` and starting activations. The claim loop
+(``_claim_loop``), running one activation (``_activate``), the side tasks (lease renewal,
+heartbeat, the fleet's view, retention) and the graceful shutdown are its collaborators, each in
+its own module."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,11 +15,10 @@ from ..errors import StoreError
 from ..store.base import Claim, Store
 from ..workflow import WorkflowDefinition
 from ._activate import activate
-from ._caps import ClaimPlan, WorkflowCaps
-from ._clockstep import ClockStepWatch
+from ._claim_loop import ClaimLoop
 from ._heartbeat import Heartbeat
 from ._log import log, outage_level
-from ._pacing import Pacing
+from ._planning import WorkflowCaps
 from ._queries import QueryService
 from ._renewal import LeaseRenewer
 from ._retention import Retention
@@ -69,25 +66,23 @@ class Worker:
         self._heartbeat = Heartbeat(store, self.id, self.settings, self._workflows, self._slots)
         self._retention = Retention(store, self.settings.retention)
         self._queries = QueryService(store, self.id, registry, self.settings)
-        self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._at_once = asyncio.Event()
         """Set by ``stop(at_once=True)``: cut the grace period short."""
         self._running = False
-        self._limited = frozenset(
-            name for name, definition in registry.items() if definition.limits.fleet_wide
+        self._loop = ClaimLoop(
+            store,
+            registry,
+            self.settings,
+            self.id,
+            self._slots,
+            self._caps,
+            self._shares,
+            start=self._start,
+            renew_now=self.renew_now,
+            stopping=self._stopping,
+            observer=observer,
         )
-        """Workflows with fleet-wide limits: one that ends frees a slot that others may wait for."""
-        self._backlog = True
-        """Whether the last claim may have left runnable instances behind (a full batch)."""
-        self._wanted = False
-        """Whether the worker should look at the database when a slot frees: :meth:`wake` was
-        called since the last claim, or the loop skipped looking (timers included) because every
-        slot was taken."""
-        self._pacing = Pacing()
-        self._clock = ClockStepWatch(store.now)
-        self._claim_after = 0.0
-        """Monotonic time before which the loop claims nothing (after a clock step)."""
 
     # -- public ----------------------------------------------------------------------------------
 
@@ -103,7 +98,7 @@ class Worker:
         if at_once:
             self._at_once.set()
         self._stopping.set()
-        self._wake.set()
+        self._loop.interrupt()
         # Told now, not when the drain begins: the worker first leaves the fleet (a database
         # write), and a step that ends meanwhile must not go on to the next.
         for slot in self._active.values():
@@ -111,9 +106,7 @@ class Worker:
 
     def wake(self) -> None:
         """Something may be runnable: look at the database now instead of at the next poll."""
-        self._wanted = True
-        self._pacing.told()
-        self._wake.set()
+        self._loop.wake()
 
     def reserve(self, workflow: str, count: int) -> Reservation | None:
         """Hold free slots for up to ``count`` instances of ``workflow`` about to be created in
@@ -126,7 +119,7 @@ class Worker:
         backlog of queued ones. Never for a workflow with limits: its instances wait for a
         claim, which applies them.
         """
-        if not self._running or self._stopping.is_set() or self._backlog:
+        if not self._running or self._stopping.is_set() or self._loop.backlog:
             return None
         definition = self.registry.get(workflow)
         if definition is None or not definition.limits.empty:
@@ -161,7 +154,8 @@ class Worker:
         """
         total = 0
         while True:
-            claims = await self._claim(self._caps.plan(self._slots, self.settings.concurrency))
+            plan = self._caps.plan(self._slots, self.settings.concurrency)
+            claims = (await self._loop.claim(plan)).claims
             if not claims:
                 return total
             total += len(claims)
@@ -170,7 +164,7 @@ class Worker:
 
     async def run(self) -> None:
         """Run until :meth:`stop` is called, then shut down gracefully."""
-        self.store.add_ready_listener(self.wake)
+        self.store.signals.add_ready_listener(self.wake)
         self._heartbeat.started_at = self.store.now()
         # The fleet's view of this worker (its heartbeat, its share) ends before the drain.
         fleet_tasks = [
@@ -192,10 +186,10 @@ class Worker:
         log.info("worker %s started for %s", self.id, ", ".join(self._workflows) or "nothing")
         self._running = True
         try:
-            await self._claim_loop()
+            await self._loop.run()
         finally:
             self._running = False
-            self.store.remove_ready_listener(self.wake)
+            self.store.signals.remove_ready_listener(self.wake)
             # Leave the worker list first: a stopping worker takes no more work, so its peers
             # take its share of fleet-wide limits now, not once it has drained.
             await _cancel(fleet_tasks)
@@ -213,122 +207,7 @@ class Worker:
         except StoreError as exc:
             log.log(outage_level(exc, logging.WARNING), "could not read workers: %s", exc)
 
-    # -- the claim loop --------------------------------------------------------------------------
-
-    async def _claim_loop(self) -> None:
-        pacing = self._pacing
-        # Without notifications from other processes (SQLite), poll quickly after activity and
-        # back off while idle; with them (PostgreSQL), the timer and notifications suffice.
-        fastest = (
-            self.settings.poll_interval
-            if self.store.pushes_notifications
-            else self.settings.min_poll_interval
-        )
-        pacing.start(fastest, self.settings.poll_interval)
-        while not self._stopping.is_set():
-            self._wake.clear()
-            free = self._slots.free()
-            step = self._clock.step()
-            if step > 0:
-                # Leases written by the clock before the step look expired by the one after
-                # it, to this worker's claims and to other workers' on this machine: renew
-                # ours now, and give the others a renewal interval to renew theirs.
-                log.warning(
-                    "worker %s: the clock jumped %.1f s forward; renewing leases first",
-                    self.id,
-                    step,
-                )
-                await self.renew_now()
-                self._claim_after = time.monotonic() + self.settings.lease / 2
-            hold = self._claim_after - time.monotonic()
-            if hold > 0 and free > 0:
-                await self._idle(min(hold, self.settings.poll_interval))
-            elif free > 0 and pacing.answering() and self._caps.ending(self._slots):
-                # It would answer its own ends, and more of them are being written: one claim
-                # for them all once they land. Claims that each answer a finish batch split
-                # instances that started together into ever smaller groups, each paying for its
-                # own claim and step writes. A wait that times out makes the next claim a poll.
-                pacing.waited(await self._idle(self.settings.poll_interval), back_off=False)
-            elif free > 0:
-                batch = min(free, self.settings.claim_batch)
-                limit, answer = pacing.ask(batch)
-                if answer:  # and the keys its peers leave it, if it runs fewer than its split
-                    limit = min(batch, limit + self._caps.behind(self._slots))
-                plan = self._caps.plan(self._slots, limit)
-                self._wanted = False
-                try:
-                    claims = await self._claim(plan)
-                except StoreError as exc:
-                    if self._observer is not None:
-                        self._observer.store_error("claim", exc)
-                    log.log(outage_level(exc, logging.WARNING), "claim failed, retrying: %s", exc)
-                    claims = []
-                    await self._idle(1.0)
-                self._backlog = bool(claims) and len(claims) == plan.limit and not answer
-                for claim in claims:
-                    self._start(claim)
-                pacing.claimed(plan.limit, len(claims), contested=self._shares.contested)
-                if claims:
-                    if not answer:
-                        self._shares.took(claim.instance.workflow for claim in claims)
-                    if self._backlog:
-                        continue  # there may be more: claim again at once
-                    # Fewer than asked: nothing else was runnable. New work arrives by
-                    # notification (or the next poll); timers by the wait below.
-                if self._wake.is_set():
-                    # Woken while it claimed: it claims again at once, whatever the timers.
-                    pacing.waited(True)
-                    continue
-                timeout = await self._until_next_timer(pacing.wait)
-                if timeout <= 0:
-                    continue
-                pacing.waited(await self._idle(timeout))
-            else:
-                self._wanted = True  # not looked at, timers included: look when a slot frees
-                pacing.waited(await self._idle(self.settings.poll_interval), back_off=False)
-
-    async def _claim(self, plan: ClaimPlan) -> list[Claim]:
-        if not plan.workflows or plan.limit <= 0:
-            return []
-        return await self.store.claim(
-            self.id,
-            plan.workflows,
-            plan.limit,
-            self.settings.lease,
-            self.store.now(),
-            caps=plan.caps,
-        )
-
-    async def _until_next_timer(self, idle_wait: float) -> float:
-        # Only the workflows with room: one at its worker_concurrency would look runnable now
-        # (a busy loop); a slot that frees wakes the loop for it instead.
-        plan = self._caps.plan(self._slots, 1)
-        self._wanted = self._wanted or plan.held_back
-        if not plan.workflows:
-            return self.settings.poll_interval
-        try:
-            nxt = await self.store.next_wakeup(plan.workflows)
-        except StoreError:
-            return idle_wait
-        if nxt is None:
-            return idle_wait
-        return min(idle_wait, max(nxt - self.store.now(), 0.0))
-
-    async def _idle(self, timeout: float) -> bool:
-        """Wait for a wake or ``timeout``; whether a wake ended it."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        return self._wake.is_set()
-
     # -- activations -----------------------------------------------------------------------------
-
-    def _slot_freed(self) -> None:
-        # A free slot is worth a claim only if runnable instances may be waiting for one: the
-        # last claim was cut short by the free slots, a wake came since, or the loop has not
-        # looked since every slot was taken. Otherwise new work comes by wake, and timers by
-        # the loop's own wait.
-        if self._backlog or self._wanted:
-            self._wake.set()
 
     def _start(self, claim: Claim) -> asyncio.Task[None]:
         # The slot is taken (counted against concurrency, its lease renewed) from the moment of
@@ -348,25 +227,12 @@ class Worker:
         try:
             if superseded is not None:
                 await _stop_superseded(superseded)
-            freed = _nothing if holding else self._other_end
+            freed = _nothing if holding else self._loop.other_end
             await activate(self.store, slot, self.registry, self._activation_settings, freed)
         finally:
             if self._active.get(slot.claim.lease.pk) is slot:
                 del self._active[slot.claim.lease.pk]
-            if workflow in self._limited:
-                # Its end freed a slot of a fleet-wide limit, now that it is written: an
-                # instance the last claim held back may take it.
-                self._wanted = True
-            if holding:
-                self._pacing.held_end()
-                self._slot_freed()
-            else:
-                self._other_end()
-
-    def _other_end(self) -> None:
-        # An end that is not of an instance under a limit: the next claim asks in full.
-        self._pacing.told()
-        self._slot_freed()
+            self._loop.ended(workflow, holding=holding)
 
 
 def _nothing() -> None:

@@ -6,11 +6,11 @@ time: the priorities that have rows are found by a loose index scan (``levels``:
 the index per priority in use, two when every instance has priority 0), then each is read as a
 range, ``priority = p AND ready_at <= now``, so a claim never walks the future timers of a
 priority to reach the next one. ``floor`` (NULL: none) is where each range starts instead of
-the index's low end (see ``claim._ClaimFloor``).
+the index's low end (see ``flow.floor``).
 
-Under limits, the claim is a server-side function (``claim_fn``) built from the statements
-here: the locks, what runs and what started, the due instances the limits do not hold back,
-the timers, the leases; ``next_wakeup`` under limits reads some of them from the client.
+Under limits, the claim (``limited``) runs the statements here over a few round trips: the
+locks, what runs and what started, the due instances the limits do not hold back, the timers,
+the leases.
 """
 
 from __future__ import annotations
@@ -20,11 +20,6 @@ from dataclasses import dataclass, fields
 from .sql import render
 
 _FLOOR = "COALESCE(%(floor)s::float8, '-infinity')"
-FLOOR_MARGIN = 2.0
-"""Seconds below the earliest timer (or the claim's time) that the next claim reads from: room for
-a write whose time was taken a little before it committed, and for other processes' clocks. A
-write that makes an instance due at an earlier time makes it due at ``now - FLOOR_MARGIN`` at
-the earliest, so that no floor hides it."""
 
 # The priorities in use among rows with ``ready_at >= {bound}``, 0 always included.
 _LEVELS = """
@@ -90,8 +85,7 @@ _PAUSE_SET = """
 # then these (``claim._TOKEN`` ...): the new lease token, the pending control action, the event
 # count the lease was taken at, the ``ready_at`` the row was picked at; and on every row, the
 # earliest timer at or above the floor (if the claim was short), the highest priority in use,
-# whether any workflow claimed has fleet-wide limits, and a NULL in place of the hint a claim
-# under limits reports.
+# and whether any workflow claimed has fleet-wide limits.
 _CLAIM = """
     WITH RECURSIVE {levels}, guard AS (
         SELECT EXISTS (SELECT 1 FROM {s}.workflows w
@@ -116,7 +110,7 @@ _CLAIM = """
     ), async_commit AS (
         SELECT set_config('synchronous_commit', 'off', true)
     )
-    SELECT claimed.*, next_ready, top, limited, NULL::float8
+    SELECT claimed.*, next_ready, top, limited
     FROM (
         SELECT CASE WHEN (SELECT count(*) FROM claimed) < %(limit)s THEN (
             {next_ready}
@@ -126,7 +120,7 @@ _CLAIM = """
     ORDER BY claimed.priority, p_ready, pk
 """
 
-# -- under limits: the statements of the claim function (``claim_fn``) and of ``limited`` ------
+# -- under limits: the statements of ``limited`` --------------------------------------------
 
 # The advisory locks a claim under limits takes first, in one order (so two claims never wait
 # for each other's): ``locks`` holds 'w:' and each limited workflow's name, 'l:' and each named
@@ -306,7 +300,7 @@ _TEMPLATES = {
     "probe": _CANDIDATES.replace("{due}", _DUE_IN_ORDER).replace("{lock}", ""),
     "probe_each": _CANDIDATES.replace("{due}", _DUE_EACH).replace("{lock}", ""),
     # The rows this transaction has fetched so far through the indexes of instances: what a
-    # read of due instances fetched, less what it returned, is what it stepped over (``claim_fn``;
+    # read of due instances fetched, less what it returned, is what it stepped over (``limited``;
     # through whichever index the planner chose).
     "walked": """
         SELECT COALESCE(sum(pg_stat_get_xact_tuples_fetched(indexrelid)), 0)::bigint
@@ -329,7 +323,7 @@ _TEMPLATES = {
     + " SELECT i.pk, i.event_seq, "
     + _HISTORY
     + _CLAIMED.replace("{cols}", "pk, event_seq"),
-    # The rows of the instances a claim under limits leased (``claim_fn``), as the plain
+    # The rows of the instances a claim under limits leased (``limited``), as the plain
     # claim's ``RETURNING``, each followed by its history as ``claimed_histories`` reads it: a
     # statement after the claim's, for the same reason.
     "claimed_rows": "WITH RECURSIVE "
@@ -338,8 +332,7 @@ _TEMPLATES = {
     + _HISTORY
     + _CLAIMED.replace("{cols}", "{icols}, lease_token, control, event_seq"),
     "claimed_by": """
-        SELECT {icols}, lease_token, control, event_seq, ready_at, NULL::float8, NULL::int,
-            NULL::boolean, NULL::float8
+        SELECT {icols}, lease_token, control, event_seq
         FROM {s}.instances WHERE lease_owner = %s AND lease_nonce = %s ORDER BY pk
     """,
     "next_wakeup": "WITH RECURSIVE "

@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 
 from ...errors import StoreError
-from .db import Conn, Database
+from .db import Database
+from .pools import Conn
 from .sql import SERVER_CLOCK
 
 log = logging.getLogger("stepline.store.postgres")

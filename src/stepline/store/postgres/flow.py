@@ -3,25 +3,35 @@ itself: ``claim``): step slots (``slots``) and the limits' use now."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ...records import LimitState
-from ..base import Lease, Store
+from ..base import Lease
+from ..flow import FlowStore
 from .claim import Claimer
 from .db import Database
 from .slots import Slots
 from .sql import Statements
 
 
-class FlowOperations(Store):
-    """The store contract's flow control operations (:class:`~stepline.store.flow.FlowStore`)
-    on PostgreSQL: a base of :class:`~stepline.store.postgres.PostgresStore`, which sets
-    ``_slots``, ``_claims``, ``_db`` and ``_sql``."""
+class PostgresFlow(FlowStore):
+    """The flow control operations beyond the claim on PostgreSQL (``Store.flow``)."""
 
-    _slots: Slots
-    _claims: Claimer
-    _db: Database
-    _sql: Statements
+    def __init__(
+        self,
+        db: Database,
+        sql: Statements,
+        slots: Slots,
+        claims: Claimer,
+        now: Callable[[], float],
+        notify_ready: Callable[[], None],
+    ) -> None:
+        self._db = db
+        self._sql = sql
+        self._slots = slots
+        self._claims = claims
+        self._now = now
+        self._notify_ready = notify_ready
 
     async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
         return await self._slots.acquire(lease, limit, step, now)
@@ -31,7 +41,7 @@ class FlowOperations(Store):
             self._notify_ready()
 
     async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
-        return await self._claims.limit_states(workflow, key, self.now())
+        return await self._claims.limit_states(workflow, key, self._now())
 
     async def running_by_worker(
         self, workflows: Sequence[str], now: float

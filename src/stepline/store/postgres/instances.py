@@ -4,7 +4,6 @@ existing instances lock the rows they change ``FOR UPDATE`` (see the lock protoc
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -18,9 +17,10 @@ from ...errors import (
 from ...records import FINISHED_STATUSES, InstanceRecord
 from .._rows import INTERRUPTED, control_assignments, control_transition, instance_from_row
 from ..base import ControlAction, NewInstance
-from .db import Conn, Database
+from .db import Database
 from .notes import Notes
-from .parking import ParkingStatements, bring_back_times
+from .parking import ParkingStatements, freed_params
+from .pools import Conn
 from .sql import Statements, control_update, json_rows
 
 _INTERRUPTED = dumps(INTERRUPTED, what="error")
@@ -196,10 +196,10 @@ class InstanceWrites:
                     await conn.execute(
                         q.interrupt_running_steps, {"pk": pk, "now": now, "error": _INTERRUPTED}
                     )
-                    if status in _RUNNING:  # it ran: the next in line of its key may now
-                        back = {"pks": [pk], **bring_back_times(now)}
-                        cur = await conn.execute(self._parking.bring_back_of, back)
-                        freed = bool((await cur.fetchone() or (0,))[0])
+                    if status in _RUNNING:  # it ran: its slots are free
+                        back = {"pks": [pk], **freed_params(now, self._notes)}
+                        cur = await conn.execute(self._parking.freed_of, back)
+                        freed = any((await cur.fetchone() or (0, 0, 0))[:2])
                 if change.get("end"):  # a child ended: wake a parent waiting for it
                     cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
                     woke_parent = woke_parent or bool(await cur.fetchall())
@@ -282,12 +282,15 @@ class InstanceWrites:
                         raise IllegalStateError(workflow, instance_id, status, "delete")
             cur = await conn.execute(q.delete_instances, (workflow, ids))
             row = await cur.fetchone()
-            # A running instance deleted frees a slot of its key: its next in line may run.
-            freed = Counter(key for _id, status, key in locked if key and status in _RUNNING)
-            if freed:
-                keys = [{"workflow": workflow, "key": key, "n": n} for key, n in freed.items()]
-                back = {"keys": json_rows(keys), **bring_back_times(now)}
-                await conn.execute(self._parking.bring_back, back)
+            # A running instance deleted frees its slots: its key's next in line may run.
+            stopped = [
+                {"pk": None, "workflow": workflow, "key": key}
+                for _id, status, key in locked
+                if status in _RUNNING
+            ]
+            if stopped:
+                back = {"stopped": json_rows(stopped), **freed_params(now, self._notes)}
+                await conn.execute(self._parking.freed_stopped, back)
             return int(row[0]) if row else 0
 
         return await self._db.transaction(f"deleting instances of {workflow!r}", body)

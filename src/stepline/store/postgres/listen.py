@@ -11,8 +11,9 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from .db import Conn, Database
+from .db import Database
 from .outage import jittered
+from .pools import Conn
 
 log = logging.getLogger("stepline.store.postgres")
 

@@ -1,5 +1,5 @@
 """The store contract's messaging operations (:class:`~stepline.store.messages.MessageStore`) on
-PostgreSQL: a base of :class:`~stepline.store.postgres.PostgresStore`. Updates with their
+PostgreSQL: ``PostgresStore.messages``. Updates with their
 replies, stream items, routed queries: their statements, and the step records that carry an
 update's reply or a published item (``StepWrite.update``, ``StepWrite.publish``), written one
 statement each outside the step records' group commit (they notify their instance's waiters).
@@ -11,14 +11,14 @@ the schema's channel naming the instance, with ``e`` set: no worker needs to loo
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..._json import dumps, loads
 from ...errors import IllegalStateError, InstanceNotFoundError, LeaseLostError
 from ...records import FINISHED_STATUSES
-from ..base import Store
-from ..messages import QUERY_EXPIRY
+from ..messages import QUERY_EXPIRY, MessageStore
+from ..signals import Signals
 from ..types import (
     UPDATE_EVENT,
     Lease,
@@ -30,8 +30,9 @@ from ..types import (
     StreamRead,
     UpdateRecord,
 )
-from .db import Conn, Database
+from .db import Database
 from .notes import Notes
+from .pools import Conn
 from .sql import _STEP_UPSERT, render
 
 _UPDATE_COLUMNS = "u.update_id, u.name, u.status, u.reply, u.error, u.created_at, u.ended_at"
@@ -283,14 +284,22 @@ def _lease_lost(lease: Lease) -> LeaseLostError:
     return LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
 
 
-class MessageOperations(Store):
-    """The store contract's messaging on PostgreSQL: a base of
-    :class:`~stepline.store.postgres.PostgresStore`, which sets ``_db``, ``_notes`` and
-    ``schema``."""
+class PostgresMessages(MessageStore):
+    """The messaging operations on PostgreSQL (``Store.messages``)."""
 
-    _db: Database
-    _notes: Notes
-    schema: str
+    def __init__(
+        self,
+        db: Database,
+        schema: str,
+        notes: Notes,
+        now: Callable[[], float],
+        signals: Signals,
+    ) -> None:
+        self._db = db
+        self.schema = schema
+        self._notes = notes
+        self.now = now
+        self._signals = signals
 
     def _lease_params(self, lease: Lease) -> dict[str, Any]:
         return {
@@ -335,7 +344,7 @@ class MessageOperations(Store):
 
         record = await self._db.transaction(f"sending an update to {instance_id!r}", body)
         if record.created_at == now and record.status == "pending":
-            self._notify_ready()
+            self._signals.ready()
         return record
 
     async def get_update(
@@ -365,7 +374,7 @@ class MessageOperations(Store):
         )
         if not rows:
             raise _lease_lost(lease)
-        self._notify_changed(rows[0][0], rows[0][1])
+        self._signals.changed(rows[0][0], rows[0][1])
 
     async def record_message_step(self, lease: Lease, write: StepWrite) -> str:
         """:meth:`record_step` of a record with messaging effects (one statement, which
@@ -410,7 +419,7 @@ class MessageOperations(Store):
             raise _lease_lost(lease)
         status, workflow, instance_id, _note = rows[0]
         if name != "accept_update":  # nobody waits for an acceptance
-            self._notify_changed(workflow, instance_id)
+            self._signals.changed(workflow, instance_id)
         return str(status)
 
     # -- streams ---------------------------------------------------------------------------------
@@ -429,7 +438,7 @@ class MessageOperations(Store):
         seq, workflow, instance_id, _note = rows[0]
         if seq is None:
             return None
-        self._notify_changed(workflow, instance_id)
+        self._signals.changed(workflow, instance_id)
         return int(seq)
 
     async def read_stream(
@@ -486,7 +495,7 @@ class MessageOperations(Store):
         rows = await self._db.read(
             f"asking query {name!r}", _statements(self.schema)["ask_query"], params
         )
-        self._notify_ready()
+        self._signals.ready()
         return int(rows[0][0])
 
     async def take_queries(
@@ -520,7 +529,7 @@ class MessageOperations(Store):
             f"answering query {pk}", _statements(self.schema)["answer_query"], params
         )
         for _note, workflow, instance_id in rows:
-            self._notify_changed(workflow, instance_id)
+            self._signals.changed(workflow, instance_id)
 
     async def query_answer(self, pk: int) -> QueryAnswer | None:
         sql = _statements(self.schema)

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from psycopg import sql
 
 from ..migrations import Migration
-from .db import Conn, Database
+from .db import Database
+from .pools import Conn
 
 log = logging.getLogger("stepline.store.postgres")
 
@@ -20,13 +21,10 @@ async def migrate(
     db: Database,
     schema: str,
     migrations: Sequence[Migration],
-    functions: Sequence[tuple[str, str]] = (),
 ) -> tuple[int, int]:
-    """Create ``schema`` if missing and apply the ``migrations`` it has not had yet, then create
-    the ``functions`` (name, CREATE statement) it lacks, in one transaction, serialised with
-    other stores opening the same schema at once. A function's name carries a hash of its text,
-    so one that exists is the one this code would create. Returns the schema versions before
-    and after (0: none)."""
+    """Create ``schema`` if missing and apply the ``migrations`` it has not had yet, in one
+    transaction, serialised with other stores opening the same schema at once. Returns the
+    schema versions before and after (0: none)."""
     key = int.from_bytes(
         hashlib.blake2b(f"stepline:{schema}".encode(), digest_size=8).digest(),
         "big",
@@ -54,14 +52,6 @@ async def migrate(
                 (migration.version, migration.name, time.time()),
             )
             log.info("applied migration %04d_%s to %s", migration.version, migration.name, db.where)
-        for function, create in functions:
-            cur = await conn.execute(
-                "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-                " WHERE n.nspname = %s AND p.proname = %s",
-                (schema, function),
-            )
-            if await cur.fetchone() is None:
-                await conn.execute(create.encode())  # a script: not in pipeline mode
         latest = max([*done, *(m.version for m in migrations)], default=0)
         return max(done, default=0), latest
 

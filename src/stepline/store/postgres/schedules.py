@@ -4,7 +4,7 @@ inside the same transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from psycopg import sql
@@ -12,9 +12,11 @@ from psycopg import sql
 from ...errors import ScheduleNotFoundError
 from ...records import ScheduleRecord
 from .._rows import ScheduleRow, columns, schedule_from_row
-from ..base import NewInstance, ScheduleDefinition, Store
-from .db import Conn, Database
+from ..base import NewInstance, ScheduleDefinition
+from ..schedules import ScheduleStore
+from .db import Database
 from .instances import InstanceWrites
+from .pools import Conn
 
 _DECLARED = ("workflow", "cron", "timezone", "params", "catch_up", "catch_up_limit", "overlap")
 _TEMPLATES = {
@@ -141,17 +143,23 @@ class ScheduleWrites:
         return await self._db.transaction(f"advancing schedule {name!r}", body, pipelined=False)
 
 
-class ScheduleOperations(Store):
-    """The store contract's schedule operations (:class:`~stepline.store.base.ScheduleStore`)
-    on PostgreSQL: a base of :class:`~stepline.store.postgres.PostgresStore`, which sets
-    ``_schedules``."""
+class PostgresSchedules(ScheduleStore):
+    """The schedule operations on PostgreSQL (``Store.schedules``)."""
 
-    _schedules: ScheduleWrites
+    def __init__(
+        self,
+        schedules: ScheduleWrites,
+        now: Callable[[], float],
+        notify_ready: Callable[[], None],
+    ) -> None:
+        self._schedules = schedules
+        self._now = now
+        self._notify_ready = notify_ready
 
     async def sync_schedules(
         self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
     ) -> list[ScheduleRecord]:
-        return await self._schedules.sync(workflows, schedules, self.now())
+        return await self._schedules.sync(workflows, schedules, self._now())
 
     async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:
         return await self._schedules.list(workflow)
@@ -160,7 +168,7 @@ class ScheduleOperations(Store):
         return await self._schedules.get(name)
 
     async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleRecord:
-        return await self._schedules.set_paused(name, paused, self.now())
+        return await self._schedules.set_paused(name, paused, self._now())
 
     async def advance_schedule(
         self,
@@ -174,7 +182,7 @@ class ScheduleOperations(Store):
     ) -> bool:
         expected = (expected_last_tick, expected_buffered_tick)
         new = (last_tick, buffered_tick)
-        applied = await self._schedules.advance(name, expected, new, create, self.now())
+        applied = await self._schedules.advance(name, expected, new, create, self._now())
         if applied and create is not None:
             self._notify_ready()
         return applied

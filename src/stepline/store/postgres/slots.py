@@ -2,22 +2,25 @@
 (``Store.acquire_limit``, ``Store.release_limit``).
 
 An acquisition takes the advisory lock that claims under the limit take (``claim_sql``'s
-``lock_limits``: the same key), in a statement before the one that counts, inside one
-transaction sent in one round trip: under READ COMMITTED the counting statement then sees every
-claim and acquisition of the limit that held the lock before it, so none can together exceed
-the limit. A release takes no lock: it only frees room.
+``lock_limits``: the same key), in a statement before the one that counts: under READ COMMITTED
+the counting statement then sees every claim and acquisition of the limit that held the lock
+before it, so none can together exceed the limit. Whether the step may take a slot is the rule
+of ``flow.slots``, applied here to the use read; the slot is taken in the same transaction,
+under the lock. A release takes no lock: it only frees room.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ...errors import LeaseLostError, UnknownLimitError
+from ...flow.slots import SlotUse, slot_wait
+from ...limits import Limit, Rate
 from ..base import Lease
-from .db import Conn, Database
+from .db import Database
 from .notes import Notes
+from .pools import Conn
 from .sql import render
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_prefix)s || 'l:' || %(limit)s, 0))"
@@ -35,12 +38,14 @@ _TIDY = """
         - COALESCE((SELECT rate_period FROM {s}.limits WHERE name = %(limit)s), 0)
 """
 
-# The verdict (``lost``, ``held``, ``unknown``, ``full``, ``rate`` or ``take``) and, for a rate,
-# the start that must leave its period before the next (the ``rate_n``-th latest). What runs:
-# the running instances of the workflows listing the limit, plus the live slots, less one per
-# listing instance holding some (it counts once per slot); the instance asking counts nothing
-# more for its first slot if it already runs as a listing instance.
-_ACQUIRE = """
+# What a step asking for a slot faces: whether its lease still holds (``lost``), whether it
+# holds the slot already (``held``, a retried call), whether the limit exists (``unknown``);
+# else the limit, and its use (``flow.slots.SlotUse``): what runs against it (the running
+# instances of the workflows listing it, plus the live slots, less one per listing instance
+# holding some), whether the instance asking already counts (it runs as a listing instance and
+# holds no slot), and the starts within the rate's period (at most its count) with the
+# ``count``-th latest.
+_USE = """
     WITH fence AS (
         SELECT workflow, lease_expires_at > %(now)s AS live FROM {s}.instances
         WHERE pk = %(pk)s AND lease_token = %(token)s AND lease_owner = %(owner)s
@@ -80,26 +85,25 @@ _ACQUIRE = """
                     WHERE limit_name = %(limit)s AND at > %(now)s - lim.rate_s
                     ORDER BY at DESC LIMIT lim.rate_n)) AS recent
         ) AS st ON lim.rate_n IS NOT NULL
-    ), verdict AS (
-        SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM fence) THEN 'lost'
-                WHEN EXISTS (SELECT 1 FROM held) THEN 'held'
-                WHEN NOT EXISTS (SELECT 1 FROM lim) THEN 'unknown'
-                WHEN lim.conc IS NOT NULL
-                    AND u.running + CASE WHEN u.counted THEN 0 ELSE 1 END > lim.conc THEN 'full'
-                WHEN lim.rate_n IS NOT NULL AND u.started >= lim.rate_n THEN 'rate'
-                ELSE 'take' END AS v,
-            u.edge, lim.rate_s, lim.rate_n
-        FROM (SELECT 1) AS one LEFT JOIN lim ON true LEFT JOIN use u ON true
-    ), taken AS (
+    )
+    SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM fence) THEN 'lost'
+            WHEN EXISTS (SELECT 1 FROM held) THEN 'held'
+            WHEN NOT EXISTS (SELECT 1 FROM lim) THEN 'unknown'
+            ELSE 'use' END,
+        lim.conc, lim.rate_n, lim.rate_s, u.running, u.counted, u.started, u.edge
+    FROM (SELECT 1) AS one LEFT JOIN lim ON true LEFT JOIN use u ON true
+"""
+
+# The slot taken (and, under a rate, the start logged).
+_TAKE = """
+    WITH taken AS (
         INSERT INTO {s}.limit_slots (limit_name, instance_pk, step, lease_token, acquired_at)
-        SELECT %(limit)s, %(pk)s, %(step)s, %(token)s, %(now)s FROM verdict WHERE v = 'take'
+        VALUES (%(limit)s, %(pk)s, %(step)s, %(token)s, %(now)s)
         ON CONFLICT (limit_name, instance_pk, step) DO UPDATE
             SET lease_token = excluded.lease_token, acquired_at = excluded.acquired_at
-    ), logged AS (
-        INSERT INTO {s}.limit_starts (limit_name, at)
-        SELECT %(limit)s, %(now)s FROM verdict WHERE v = 'take' AND rate_n IS NOT NULL
     )
-    SELECT v, edge, rate_s FROM verdict
+    INSERT INTO {s}.limit_starts (limit_name, at)
+    SELECT %(limit)s, %(now)s WHERE %(rated)s
 """
 
 # The slot given back and, if there was one, the instance parked on the limit that would wake
@@ -132,12 +136,13 @@ class SlotStatements:
 
     lock: str
     tidy: str
-    acquire: str
+    use: str
+    take: str
     release: str
 
     @classmethod
     def for_schema(cls, schema: str) -> SlotStatements:
-        templates = {"lock": _LOCK, "tidy": _TIDY, "acquire": _ACQUIRE, "release": _RELEASE}
+        templates = {"lock": _LOCK, "tidy": _TIDY, "use": _USE, "take": _TAKE, "release": _RELEASE}
         if {f.name for f in fields(cls)} != set(templates):
             raise RuntimeError("slot statement templates out of sync")
         return cls(**render(templates, schema))
@@ -154,33 +159,40 @@ class Slots:
         self._notes = notes
 
     async def acquire(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
-        """:meth:`~stepline.store.base.Store.acquire_limit`. Safe to repeat after a fault: a
-        slot the lost attempt took reads as held."""
+        """:meth:`~stepline.store.base.Store.acquire_limit`: under the limit's lock, its use
+        (one round trip), the rule of ``flow.slots``, and the slot taken with the commit (a
+        second). Safe to repeat after a fault: a slot the lost attempt took reads as held."""
         params = _params(lease, limit, step, now) | {"lock_prefix": self._lock_prefix}
         q = self._sql
 
-        async def attempt(conn: Conn) -> Any:
+        async def attempt(conn: Conn) -> float | None:
             async with conn.pipeline():
                 await conn.execute("BEGIN")
                 await conn.execute(q.lock, params)
                 await conn.execute(q.tidy, params)
-                cur = conn.cursor()
-                await cur.execute(q.acquire, params)
-                await conn.execute("COMMIT")
-            return await cur.fetchone()
+                cur = await conn.execute(q.use, params)
+            found = await cur.fetchone()
+            if found is None:
+                raise RuntimeError("reading a limit's use returned no row")
+            verdict, conc, rate_n, rate_s, running, counted, started, edge = found
+            wait: float | None = None
+            if verdict == "use":
+                rate = None if rate_n is None else Rate(rate_n, float(rate_s))
+                use = SlotUse(running, counted, started, None if edge is None else float(edge))
+                wait = slot_wait(Limit(limit, concurrency=conc, rate=rate), use)
+                if wait is None:
+                    await conn.execute(q.take, params | {"rated": rate is not None})
+            await conn.execute("COMMIT")
+            if verdict == "lost":
+                raise LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
+            if verdict == "unknown":
+                raise UnknownLimitError(f"limit {limit!r} is not defined")
+            return wait
 
-        verdict, edge, period = await self._db.retrying(
+        taken: float | None = await self._db.retrying(
             f"taking a slot of limit {limit!r}", attempt, priority=True
         )
-        if verdict == "lost":
-            raise LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
-        if verdict == "unknown":
-            raise UnknownLimitError(f"limit {limit!r} is not defined")
-        if verdict == "full":
-            return math.inf
-        if verdict == "rate":
-            return _reopening(float(edge), float(period))
-        return None
+        return taken
 
     async def release(self, lease: Lease, limit: str, step: str, now: float) -> bool:
         """:meth:`~stepline.store.base.Store.release_limit`: whether a slot was given back."""
@@ -207,12 +219,3 @@ def _params(lease: Lease, limit: str, step: str, now: float) -> dict[str, Any]:
         "step": step,
         "now": now,
     }
-
-
-def _reopening(edge: float, period: float) -> float:
-    """When the start at ``edge`` leaves the period (``at > now - period`` counts): the least
-    time whose period no longer holds it."""
-    reopens = edge + period
-    while reopens - period < edge:
-        reopens = math.nextafter(reopens, math.inf)
-    return reopens

@@ -331,11 +331,11 @@ _TEMPLATES: dict[str, str] = {
     # every listener receives and parses every notification. An entry ``["w", "i"], `` takes
     # len(w) + len(i) + 10 bytes (names and ids are ASCII, at most 100 characters), so a chunk
     # of under 7,000 bytes of entries plus one more and the ~50 bytes around them stays under
-    # the 8,000-byte payload limit. An instance that stops running frees its slot of each named
-    # limit its workflow lists (but the one it parks on now): as many instances parked on each
-    # as the batch freed are made ready (``freed``, ``parked``, ``unparked``), and announced.
-    # A record that ends an update's handler records its reply (``answered``), announced to
-    # the instance's waiters.
+    # the 8,000-byte payload limit. What the instances that stopped running free (their key's
+    # next in line, steps parked on the named limits their workflows list) is freed after it,
+    # by ``parking``'s ``freed_released``: for the rows whose instance has a key or a workflow
+    # that lists named limits (the statement's sixth column). A record that ends an update's
+    # handler records its reply (``answered``), announced to the instance's waiters.
     "finish": """
         WITH f AS (
             SELECT * FROM json_to_recordset(%(rows)s::json) AS f(idx int, pk bigint,
@@ -401,30 +401,6 @@ _TEMPLATES: dict[str, str] = {
             FROM (SELECT DISTINCT ON (k_workflow, k_id) * FROM kids) k
             WHERE p.workflow = k.k_workflow AND p.id = k.k_id
                 AND NOT EXISTS (SELECT 1 FROM f JOIN held ON h_idx = f.idx WHERE f.pk = p.pk)
-        ), freed AS (
-            SELECT l.name AS lim, count(*) AS n, max(f.fnow) AS at
-            FROM u JOIN f ON f.idx = u.idx JOIN {s}.workflows w ON w.name = u.workflow
-            CROSS JOIN LATERAL json_array_elements_text(w.limits::json -> 'limits') AS l(name)
-            WHERE w.limits IS NOT NULL AND l.name IS DISTINCT FROM f.parked_on
-                AND EXISTS (SELECT 1 FROM {s}.limits WHERE concurrency IS NOT NULL)
-            GROUP BY l.name
-        ), parked AS (
-            SELECT p.pk AS p_pk, fr.at AS p_at FROM freed fr
-            JOIN {s}.limits n ON n.name = fr.lim AND n.concurrency IS NOT NULL
-            CROSS JOIN LATERAL (
-                SELECT pk FROM {s}.instances
-                WHERE parked_on = fr.lim AND ready_at > fr.at AND status = 'waiting'
-                    AND pk <> ALL(ARRAY(SELECT pk FROM f))
-                ORDER BY ready_at LIMIT fr.n
-                FOR UPDATE SKIP LOCKED
-            ) AS p
-        ), unparked AS (
-            UPDATE {s}.instances i SET ready_at = p_at FROM parked
-            WHERE i.pk = p_pk AND i.status = 'waiting'
-            RETURNING i.pk
-        ), unparked_note AS (
-            SELECT pg_notify(%(channel)s, json_build_object('s', %(source)s::text)::text)
-            WHERE EXISTS (SELECT 1 FROM unparked)
         ), ended AS (
             SELECT workflow, id, parent IS NULL AS top,
                 sum(length(workflow) + length(id) + 10) OVER (ROWS UNBOUNDED PRECEDING) AS upto
@@ -435,10 +411,10 @@ _TEMPLATES: dict[str, str] = {
             FROM ended GROUP BY upto / 7000
         )
         SELECT idx, status, workflow, id,
-            parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated')
-                OR EXISTS (SELECT 1 FROM unparked),
-            key IS NOT NULL, (SELECT count(*) FROM notes), (SELECT count(*) FROM unparked_note),
-            (SELECT count(*) FROM answered_note)
+            parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'),
+            key IS NOT NULL OR EXISTS (SELECT 1 FROM {s}.workflows w WHERE w.name = u.workflow
+                AND w.limits IS NOT NULL AND w.limits::jsonb -> 'limits' <> '[]'::jsonb),
+            (SELECT count(*) FROM notes), (SELECT count(*) FROM answered_note)
         FROM u
     """,
     "wake_parent_of": """

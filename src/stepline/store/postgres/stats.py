@@ -15,8 +15,7 @@ from __future__ import annotations
 import functools
 
 from ..._json import loads
-from ..base import Store
-from ..stats import UNFINISHED_STATUSES, EndedCount, FleetCounts, check_cap
+from ..stats import UNFINISHED_STATUSES, EndedCount, FleetCounts, StatsStore, check_cap
 from .db import Database
 from .sql import render
 
@@ -68,13 +67,12 @@ def _statements(schema: str) -> dict[str, str]:
     return render(_TEMPLATES, schema)
 
 
-class StatsOperations(Store):
-    """The store contract's fleet-wide figures (:class:`~stepline.store.stats.StatsStore`) on
-    PostgreSQL: a base of :class:`~stepline.store.postgres.PostgresStore`, which sets ``_db``
-    and ``schema``."""
+class PostgresStats(StatsStore):
+    """The fleet-wide figures on PostgreSQL (``Store.stats``)."""
 
-    _db: Database
-    schema: str
+    def __init__(self, db: Database, schema: str) -> None:
+        self._db = db
+        self.schema = schema
 
     async def fleet_counts(self, now: float, cap: int) -> list[FleetCounts]:
         check_cap(cap)

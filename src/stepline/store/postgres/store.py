@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from ..._json import dumps, loads
+from ..._json import loads
 from ...errors import InstanceNotFoundError
 from ...limits import Limit
 from ...records import (
@@ -16,7 +16,6 @@ from ...records import (
     InstancePage,
     InstanceRecord,
     StepRecord,
-    WorkerInfo,
     WorkflowInfo,
 )
 from .._batcher import Batcher
@@ -27,36 +26,37 @@ from .._rows import (
     instance_from_row,
     settle_sleeps,
     step_from_row,
-    workflow_from_row,
 )
 from ..base import (
     Claim,
+    Claimed,
     ControlAction,
     Finish,
     Lease,
     NewInstance,
     StepWrite,
+    Store,
     WorkflowMeta,
 )
 from ..migrations import load_migrations
 from . import sql
 from .claim import Claimer
-from .claim_sql import FLOOR_MARGIN
 from .clock import ServerClock
 from .db import Database
-from .flow import FlowOperations
+from .flow import PostgresFlow
 from .instances import InstanceWrites, Leased
 from .listen import Listener
-from .messages import MessageOperations
+from .messages import PostgresMessages
 from .migrate import migrate
 from .notes import Notes
 from .parking import ParkingStatements
-from .schedules import ScheduleOperations, ScheduleWrites
+from .schedules import PostgresSchedules, ScheduleWrites
 from .slots import Slots
 from .sql import Statements
-from .stats import StatsOperations
+from .stats import PostgresStats
 from .url import describe, parse_url
-from .workers import WorkerRegistry
+from .workers import PostgresWorkers
+from .workflows import WorkflowCatalog
 from .writes import (
     ActivationWrites,
     Finished,
@@ -70,13 +70,7 @@ from .writes import (
 __all__ = ["PostgresStore"]
 
 
-def _limits_json(meta: WorkflowMeta) -> str | None:
-    """What ``workflows.limits`` keeps: ``WorkflowLimits.to_json()``, NULL for none."""
-    data = meta.limits.to_json()
-    return None if data is None else dumps(data, what=f"limits of workflow {meta.name!r}")
-
-
-class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOperations):
+class PostgresStore(Store):
     """The shared store. ``url`` is
     ``postgresql://user:password@host:port/db[?schema=name][&max_connections=N]``.
 
@@ -105,14 +99,24 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations, Message
         """The LISTEN/NOTIFY channel of this schema."""
         self._listener = Listener(self._db)
         self._time = ServerClock(self._db, clock)
-        self._claims = Claimer(self._db, self._sql, self.schema)
+        self._claims = Claimer(self._db, self._sql, self.schema, self._notes)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
-        self._workers = WorkerRegistry(self._db, self._sql)
-        self._schedules = ScheduleWrites(self._db, self.schema, self._instances)
+        self.workers = PostgresWorkers(self._db, self._sql)
+        self._workflows = WorkflowCatalog(self._db, self._sql)
+        schedules = ScheduleWrites(self._db, self.schema, self._instances)
+        self.schedules = PostgresSchedules(schedules, self.now, self.signals.ready)
         self._writes = ActivationWrites(
             self._db, self._sql, ParkingStatements.for_schema(self.schema), self._notes
         )
-        self._slots = Slots(self._db, self.schema, self._notes)
+        slots = Slots(self._db, self.schema, self._notes)
+        self.flow = PostgresFlow(
+            self._db, self._sql, slots, self._claims, self.now, self.signals.ready
+        )
+        self.stats = PostgresStats(self._db, self.schema)
+        self._messages = PostgresMessages(
+            self._db, self.schema, self._notes, self.now, self.signals
+        )
+        self.messages = self._messages
         self._step_writes: Batcher[StepRow, str] = Batcher(
             self._writes.record_steps,
             key=lambda row: (row["pk"], row["name"], row["count"]),
@@ -148,13 +152,7 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations, Message
             return
         await self._db.open()
         try:
-            function = self._claims.function
-            self.schema_versions = await migrate(
-                self._db,
-                self.schema,
-                load_migrations("postgres"),
-                [(function.name, function.create)],
-            )
+            self.schema_versions = await migrate(self._db, self.schema, load_migrations("postgres"))
             await self._time.measure()
             await self._listener.start(self.channel, self._dispatch, self._wake_everything)
         except BaseException:
@@ -180,54 +178,25 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations, Message
         if wake is None:  # this store's own: it signalled itself when it committed
             return
         if wake.ready:
-            self._notify_ready()
+            self.signals.ready()
         for workflow, instance_id in wake.changed:
-            self._notify_changed(workflow, instance_id)
-
-    def _notify_ready(self) -> None:
-        self._claims.became_ready()
-        super()._notify_ready()
+            self.signals.changed(workflow, instance_id)
 
     def _wake_everything(self) -> None:
         """After the listener reconnects: anything may have changed meanwhile."""
-        self._notify_ready()
-        for workflow, instance_id in list(self._change_watches):
-            self._notify_changed(workflow, instance_id)
+        self.signals.ready()
+        for workflow, instance_id in self.signals.watched():
+            self.signals.changed(workflow, instance_id)
 
     # -- workflows -------------------------------------------------------------------------------
 
     async def register_workflows(
         self, metas: Sequence[WorkflowMeta], limits: Sequence[Limit] = ()
     ) -> None:
-        latest = {meta.name: meta for meta in metas}  # the last definition of a name wins
-        named = {limit.name: limit for limit in limits}
-        if not latest and not named:
-            return
-        params = {
-            "now": self.now(),
-            "margin": FLOOR_MARGIN,
-            "names": list(latest),
-            "classes": [m.class_name for m in latest.values()],
-            "definitions": [
-                dumps(m.definition, what="workflow definition", limit=1 << 24)
-                for m in latest.values()
-            ],
-            "limits": [_limits_json(m) for m in latest.values()],
-            "limit_names": list(named),
-            "limit_concurrency": [n.concurrency for n in named.values()],
-            "rate_counts": [None if n.rate is None else n.rate.count for n in named.values()],
-            "rate_periods": [None if n.rate is None else n.rate.period for n in named.values()],
-        }
-        await self._db.execute("registering workflows", self._sql.register_workflows, params)
+        await self._workflows.register(metas, limits, self.now())
 
     async def list_workflows(self) -> list[WorkflowInfo]:
-        rows, count_rows = await self._db.read_many(
-            "listing workflows", [(self._sql.list_workflows, ()), (self._sql.count_instances, ())]
-        )
-        counts: dict[str, dict[str, int]] = {}
-        for workflow, status, n in count_rows:
-            counts.setdefault(workflow, {})[status] = n
-        return [workflow_from_row(row, counts) for row in rows]
+        return await self._workflows.list()
 
     # -- instances -------------------------------------------------------------------------------
 
@@ -257,7 +226,7 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations, Message
         """:meth:`InstanceWrites.create`, then a wake-up if any instance was left queued."""
         created = await self._instances.create(workflow, items, trigger, skip, lease, self.now())
         if any(record.status == "queued" for record in created):
-            self._notify_ready()
+            self.signals.ready()
         return created
 
     async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
@@ -327,16 +296,16 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations, Message
         record, woke = await self._instances.control(
             workflow, instance_id, action, rollback, from_step, self.now()
         )
-        self._notify_changed(workflow, instance_id)
+        self.signals.changed(workflow, instance_id)
         if record.ready_at is not None or woke:
-            self._notify_ready()
+            self.signals.ready()
         return record
 
     async def send_event(
         self, workflow: str, instance_id: str, event_type: str, payload: str | None
     ) -> None:
         await self._instances.send_event(workflow, instance_id, event_type, payload, self.now())
-        self._notify_ready()
+        self.signals.ready()
 
     async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
         found, events = await self._db.read_many(
@@ -374,12 +343,12 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations, Message
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
-    ) -> list[Claim]:
+    ) -> Claimed:
         return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
         if write.update is not None or write.publish is not None:
-            return await self.record_message_step(lease, write)
+            return await self._messages.record_message_step(lease, write)
         return await self._step_writes.submit(step_row(lease, write))
 
     async def renew(
@@ -389,26 +358,14 @@ class PostgresStore(ScheduleOperations, FlowOperations, StatsOperations, Message
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
         done = await self._finishes.submit(finish_row(lease, finish, now))
-        self._claims.became_ready()  # its lease expiry was a timer, its slot may be waited for
-        self._notify_changed(done.workflow, done.instance_id)
+        self.signals.changed(done.workflow, done.instance_id)
         if done.status == "waiting" or done.woke:
-            self._notify_ready()
+            self.signals.ready()
         return done.status
 
     async def release(self, lease: Lease, now: float) -> None:
         await self._writes.release(lease, now)
-        self._notify_ready()
+        self.signals.ready()
 
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
         return await self._claims.next_wakeup(workflows, self.now())
-
-    # -- worker liveness -------------------------------------------------------------------------
-
-    async def heartbeat(self, info: WorkerInfo, now: float) -> None:
-        await self._workers.heartbeat(info, now)
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        return await self._workers.list()
-
-    async def forget_worker(self, worker_id: str) -> None:
-        await self._workers.forget(worker_id)

@@ -1,14 +1,16 @@
-"""The PostgreSQL store's record of live workers: heartbeats, the list, and removal."""
+"""The PostgreSQL store's record of live workers (``Store.workers``): heartbeats, the list,
+and removal."""
 
 from __future__ import annotations
 
 from ..._json import dumps, loads
 from ...records import WORKER_EXPIRE_BEATS, WorkerInfo
+from ..workers import WorkerStore
 from .db import Database
 from .sql import Statements
 
 
-class WorkerRegistry:
+class PostgresWorkers(WorkerStore):
     """One store's view of the workers table."""
 
     def __init__(self, db: Database, sql: Statements) -> None:
@@ -16,7 +18,6 @@ class WorkerRegistry:
         self._sql = sql
 
     async def heartbeat(self, info: WorkerInfo, now: float) -> None:
-        """:meth:`~stepline.store.base.Store.heartbeat`."""
         params = {
             "id": info.id,
             "host": info.host,
@@ -34,16 +35,14 @@ class WorkerRegistry:
         what = f"recording the heartbeat of worker {info.id!r}"
         await self._db.execute(what, self._sql.heartbeat, params, priority=True)
 
-    async def list(self) -> list[WorkerInfo]:
-        """:meth:`~stepline.store.base.Store.list_workers`."""
+    async def list_workers(self) -> list[WorkerInfo]:
         rows = await self._db.read("listing workers", self._sql.list_workers)
         return [
             WorkerInfo(id_, host, pid, started, seen, beat, tuple(loads(workflows)), conc, running)
             for id_, host, pid, started, seen, beat, workflows, conc, running in rows
         ]
 
-    async def forget(self, worker_id: str) -> None:
-        """:meth:`~stepline.store.base.Store.forget_worker`."""
+    async def forget_worker(self, worker_id: str) -> None:
         await self._db.execute(
             f"removing worker {worker_id!r}", self._sql.forget_worker, (worker_id,)
         )

@@ -13,9 +13,10 @@ import psycopg
 from ..._json import dumps
 from ...errors import LeaseLostError
 from ..base import Finish, Lease, StepWrite
-from .db import Conn, Database
+from .db import Database
 from .notes import Notes
-from .parking import ParkingStatements, bring_back_times
+from .parking import ParkingStatements, freed_params
+from .pools import Conn
 from .sql import Statements, indexed_rows, json_rows
 
 
@@ -128,9 +129,10 @@ class ActivationWrites:
         self._sql = sql
         self._parking = parking
         self._notes = notes
-        self._keyed_finishes = False
-        """Whether the last batch of finishes had instances with a key: the next sends its
-        bring-back with it, not after its reply (another round trip)."""
+        self._freeing_finishes = False
+        """Whether the last batch of finishes had instances with a key or of a workflow that
+        lists named limits: the next sends its ``freed_released`` with it, not after its reply
+        (another round trip)."""
 
     async def record_steps(self, rows: list[StepRow]) -> list[str | BaseException]:
         """Record each step; the result is its instance's status, or LeaseLostError."""
@@ -193,17 +195,17 @@ class ActivationWrites:
             "channel": self._notes.channel,
             "note": self._notes.note(),
         }
-        # Runnable again from now, behind the next in line of its key, who came earlier (a
-        # statement after the release: see ``parking``).
+        # Runnable again from now, behind the next in line of its key, who came earlier; its
+        # slots are free (a statement after the release: see ``parking``).
         fence = json_rows([{"pk": lease.pk, "token": lease.token}])
-        back = {"fences": fence, **bring_back_times(now)}
+        back = {"fences": fence, **freed_params(now, self._notes)}
 
         async def attempt(conn: Conn) -> None:
             async with conn.pipeline():
                 await conn.execute("BEGIN")
                 released = conn.cursor()
                 await released.execute(self._sql.release, params)
-                await conn.execute(self._parking.bring_back_released, back)
+                await conn.execute(self._parking.freed_released, back)
                 await conn.execute("COMMIT")
 
         await self._db.retrying(f"releasing instance {lease.pk}", attempt)
@@ -225,27 +227,34 @@ class ActivationWrites:
         fences = (
             json_rows({"idx": n, "pk": r["pk"], "token": r["token"]} for n, r in enumerate(rows)),
         )
-        # What stopped running brings back the next in line of its key: after the finish has
-        # committed (see ``parking``), for a batch with instances that have a key.
-        back = {"fences": fences[0], **bring_back_times(max(row["fnow"] for row in rows))}
+        # What stopped running frees its slots: after the finish has committed (see
+        # ``parking``), for a batch with instances that have a key or whose workflows list
+        # named limits.
+        now = max(row["fnow"] for row in rows)
+        back = {"fences": fences[0], **freed_params(now, self._notes)}
         faulted = False
 
         async def attempt(conn: Conn) -> dict[int, Finished]:
             nonlocal faulted
             try:
                 cur = conn.kept_cursor()
-                sent_back = self._keyed_finishes and not faulted
+                freeing: Any = None
+                sent_back = self._freeing_finishes and not faulted
                 if sent_back:  # two transactions, one round trip
                     async with conn.pipeline():
                         await cur.execute(self._sql.finish, params)
-                        await conn.execute(self._parking.bring_back_released, back)
+                        freeing = await conn.execute(self._parking.freed_released, back)
                 else:
                     await cur.execute(self._sql.finish, params)
                 found = await cur.fetchall()
-                self._keyed_finishes = any(row[5] for row in found)
-                if not sent_back and (faulted or self._keyed_finishes):
-                    await conn.execute(self._parking.bring_back_released, back)
-                done = _finished_by_idx(found)
+                self._freeing_finishes = any(row[5] for row in found)
+                if not sent_back and (faulted or self._freeing_finishes):
+                    freeing = await conn.execute(self._parking.freed_released, back)
+                woke = False
+                if freeing is not None:
+                    _back, woken, _noted = await freeing.fetchone() or (0, 0, 0)
+                    woke = bool(woken)
+                done = _finished_by_idx(found, woke)
                 if faulted and len(done) < len(rows):
                     # An attempt whose reply was lost may have committed: its instances are
                     # released under the same token.
@@ -261,9 +270,10 @@ class ActivationWrites:
         return [done.get(n) or _lease_lost(row["pk"], row["owner"]) for n, row in enumerate(rows)]
 
 
-def _finished_by_idx(rows: Sequence[Sequence[Any]]) -> dict[int, Finished]:
-    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke another, ...)."""
-    return {row[0]: Finished(row[1], row[2], row[3], bool(row[4])) for row in rows}
+def _finished_by_idx(rows: Sequence[Sequence[Any]], woke: bool = False) -> dict[int, Finished]:
+    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke a parent, ...);
+    ``woke``: the batch's ``freed_released`` made a step parked on a limit runnable."""
+    return {row[0]: Finished(row[1], row[2], row[3], bool(row[4]) or woke) for row in rows}
 
 
 def not_a_connection_fault(exc: Exception) -> bool:

@@ -1,54 +1,45 @@
-"""The SQLite store's flow control: which due instances a claim takes under the registered
-limits, when a worker should look again, the limits' use now, and the slots of named limits
-that steps take and give back.
+"""The SQLite store's flow control: it executes the rules of ``stepline.flow`` under its write
+lock. Which due instances a claim takes (``flow.claiming``), the busy keys' queues set aside and
+brought back (``flow.parking``), when a worker should look again, the limits' use now, and the
+slots of named limits that steps take and give back (``flow.slots``).
 
 Claims run inside ``BEGIN IMMEDIATE`` (the group commit of ``db``): what a claim reads of what
-runs and what started cannot change before its leases are written, so the reference rules of
-``store/_admission`` apply as they are, one instance at a time in claim order, and concurrent
-claims of several processes never together exceed a limit.
+runs and what started cannot change before its leases are written, so the rules apply as they
+are, one instance at a time in claim order, and concurrent claims of several processes never
+together exceed a limit.
 
 - The rules (``workflows.limits`` and ``limits``) are read at every claim, since another
   process may register new ones; a database without limits returns no row.
 - What runs and what started (``Usage``) is read only when a workflow of the claim has
   fleet-wide limits, and only for the scopes it uses.
-- Due instances are read one priority at a time, in ``ready_at`` order, a page at a time. What
-  the limits hold back is left out of the SQL: a workflow with no room left is dropped from
-  the read (the others are then read a workflow at a time, past its backlog), and a workflow
-  whose rate is used up is read only for its instances that started before (a rate counts
-  first starts), through their own index: the first starts waiting for the rate are not
-  walked.
-- A queued instance whose key is full is set aside by the claim that reads it (``sql``'s
-  ``park_behind_keys``): out of the ready indexes, its place in line kept, until an instance of
-  its key stops running and brings back the first in line (:func:`bring_back`); the first in
-  line of each key alone has a recheck time. A busy key's backlog is so read once, not by
-  every claim. Instances of a full key that are not queued (woken from a sleep, say) are
-  filtered out of the SQL instead.
+- Due instances are read one priority at a time, in ``ready_at`` order, a page at a time, and
+  offered to the claim one row at a time. What the limits hold back is left out of the SQL: a
+  workflow with no room left is dropped from the read (the others are then read a workflow at
+  a time, past its backlog), and a workflow whose rate is used up is read only for its
+  instances that started before (a rate counts first starts), through their own index: the
+  first starts waiting for the rate are not walked.
+- A queued instance whose key is full is set aside by the claim that reads it
+  (``park_behind_keys``); the first in line of each key alone has a recheck time. Instances of
+  a full key that are not queued (woken from a sleep, say) are filtered out of the SQL instead.
 """
 
 from __future__ import annotations
 
-import math
 import sqlite3
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from ...errors import LeaseLostError, UnknownLimitError
-from ...limits import Rate
+from ...flow.admission import limit_states as states_of
+from ...flow.claiming import ClaimSession, Due, NextLook, Offer
+from ...flow.parking import SQLITE_SET_ASIDE_OVER, recheck_time
+from ...flow.rules import RateScope, Rules, Usage, UsagePlan, rules_from_rows
+from ...flow.slots import SlotUse, slot_wait
+from ...limits import Limit, Rate
 from ...records import LimitState
-from .._admission import (
-    Admission,
-    RateScope,
-    Rules,
-    Usage,
-    UsagePlan,
-    recheck_time,
-    reopen_time,
-    rules_from_rows,
-)
-from .._admission import limit_states as states_of
 from .._rows import N_INSTANCE_COLUMNS, InstanceRow
-from ..base import Lease, Store
+from ..base import Lease
+from ..flow import FlowStore
 from . import sql
 from .db import Database
 
@@ -61,27 +52,6 @@ _STARTING = N_INSTANCE_COLUMNS + 4
 _QUEUED = N_INSTANCE_COLUMNS + 5
 _MAX_KEYS = 400
 """Full keys a read leaves out in its SQL at most; the claim skips any others itself."""
-
-
-@dataclass
-class Picked:
-    """What a claim takes: the rows of :func:`sql.claim_due` it admitted, in claim order, and
-    the pauses pending it carries out (pks)."""
-
-    rows: list[Sequence[Any]] = field(default_factory=list)
-    pauses: dict[int, None] = field(default_factory=dict)
-    held_by_rate: bool = False
-    """Whether a rate held back a due instance."""
-    filled_rate: bool = False
-    """Whether a start it took used up a rate (``reopens`` does not know)."""
-    reopens: float | None = None
-    """When the earliest used-up rate of the claim's scopes lets the next start."""
-    held_all: bool = False
-    """Whether the claim took all it asked for and so left every workflow of the claim held back
-    whole (by a concurrency limit or the worker's cap): none of them can start until one of
-    theirs ends."""
-    parked: dict[int, tuple[str, str]] = field(default_factory=dict)
-    """The queued instances it found behind a full key, to set aside: pk -> (workflow, key)."""
 
 
 def read_rules(c: sqlite3.Connection) -> Rules:
@@ -144,46 +114,46 @@ def _starts(
     return started, latest[-1]
 
 
-def pick(
+def claim_session(
     c: sqlite3.Connection,
+    rules: Rules,
     workflows: Sequence[str],
     limit: int,
     now: float,
-    head: tuple[float, float, float, str, int],
     caps: Mapping[str, int] | None,
-    rules: Rules,
+) -> ClaimSession:
+    """A claim's session: the rules, and the use of the scopes of ``workflows``' limits."""
+    limited = [name for name in workflows if rules.limited(name)]
+    usage = read_usage(c, rules, limited, now) if limited or caps else Usage()
+    return ClaimSession(rules, usage, workflows, limit, caps)
+
+
+def pick(
+    c: sqlite3.Connection,
+    session: ClaimSession,
+    now: float,
+    head: tuple[float, float, float, str, int],
     *,
     probe: bool = False,
-) -> Picked:
-    """The due instances of ``workflows`` a claim at ``now`` takes, at most ``limit``, and the
-    pauses it carries out; nothing is written. ``head``: the claim's parameters of
-    :func:`sql.claim_due` (now, now, lease expiry, owner, lease token). A ``probe``
-    (:func:`next_wakeup`) reads one instance a rate holds back, so as to learn that one is;
-    any other pick also reports the queued instances of full keys it read, to set aside."""
-    picked = Picked()
-    limited = [name for name in workflows if rules.limited(name)]
-    admission: Admission | None = None
-    usage = Usage()
-    if limited or caps:
-        usage = read_usage(c, rules, limited, now)
-        if usage.reopens:
-            picked.reopens = min(usage.reopens.values())
-        admission = Admission(rules, usage, caps)
+) -> list[Sequence[Any]]:
+    """Offer the due instances of the session's workflows to it in claim order; return the
+    rows of :func:`sql.claim_due` it took, in claim order (nothing is written). ``head``: the
+    claim's parameters of :func:`sql.claim_due` (now, now, lease expiry, owner, lease token).
+    A ``probe`` (:func:`next_wakeup`) reads the instances a rate holds back too, so as to learn
+    that one is, and leaves full keys' queues alone."""
+    workflows = session.workflows
+    if session.limited:
         for (pk,) in c.execute(sql.pauses_due(len(workflows)), (*workflows, now)):
-            picked.pauses[pk] = None
-    active: list[str] = list(workflows)
-    keys: list[tuple[str, str]] = []
-    no_starts: list[str] = []
-    if admission is not None:
-        active, keys, no_starts = _held(admission, workflows)
-        if probe:
-            no_starts = []
-    remaining = limit
+            session.offer(Due(pk, "", None, now, starting=False, queued=False, pausing=True))
+    rows: dict[int, Sequence[Any]] = {}
+    rates = probe  # read the first starts a used-up rate holds back (until one is refused)
+    held = _leaves_out(session, rates)
     (priority,) = c.execute(sql.FIRST_PRIORITY).fetchone()
-    while priority is not None and remaining > 0 and active:
+    while priority is not None and not session.full and held[0]:
         after: tuple[float, int] | None = None
-        while remaining > 0 and active:
-            page = remaining
+        while not session.full and held[0]:
+            page = session.remaining
+            active, keys, no_starts = held
             # With some workflows held back whole, their due instances are in the ready index's
             # order too: the others' are read a workflow at a time instead of walked past them.
             # So are those of workflows whose rate is used up, but for their first starts, and
@@ -211,54 +181,98 @@ def pick(
                 *(after or ()),
                 page,
             )
-            read, held_more = 0, False
-            # Rows are stepped one at a time: once admission refuses one, what the claim took
-            # filled a key or a limit, which the next read leaves out in its SQL; stepping on
-            # through this read would fetch every due row of that key only to refuse it.
+            read, changed = 0, False
+            # Rows are stepped one at a time: once the claim holds one back because what it
+            # took filled a key or a limit, the next read leaves that out in its SQL; stepping
+            # on through this read would fetch every due row of that key only to refuse it.
             for row in c.execute(statement, params):
                 read += 1
-                if row[_STATUS] == "waitingForPause":
-                    picked.pauses[row[0]] = None
-                elif admission is None or admission.admit(
-                    row[_WORKFLOW], row[_KEY], bool(row[_STARTING])
-                ):
-                    picked.rows.append(row)
-                    remaining -= 1
-                else:
-                    if not probe and row[_QUEUED] and admission.key_full(row[_WORKFLOW], row[_KEY]):
-                        # Set aside, it is out of every later read until its key frees.
-                        picked.parked[row[0]] = (row[_WORKFLOW], row[_KEY])
-                        if admission.open(row[_WORKFLOW], bool(row[_STARTING])):
-                            continue  # nothing else changed: step on
-                    held = _held(admission, workflows)
-                    if held != (active, keys, no_starts):
-                        active, keys, no_starts = held
-                        after, held_more = (row[_READY], row[0]), True
+                offer = session.offer(_due(row))
+                if offer is Offer.TAKEN:
+                    rows[row[0]] = row
+                elif offer is not Offer.PAUSED:
+                    rates = False  # a probe has learnt what it read held back first starts for
+                    now_held = _leaves_out(session, rates)
+                    if now_held != held:
+                        held, after, changed = now_held, (row[_READY], row[0]), True
                         break
-            if held_more:
+            if changed:
                 continue
-            if read < page or remaining <= 0:
+            if read < page or session.full:
                 break  # nothing more is due, or the claim is full: what follows would go unused
             after = (row[_READY], row[0])
-            if admission is not None:
-                active, keys, no_starts = _held(admission, workflows)
-        if remaining <= 0:
+            held = _leaves_out(session, rates)
+        if session.full:
             break
         (priority,) = c.execute(sql.NEXT_PRIORITY, (priority,)).fetchone()
-    if admission is not None:
-        picked.held_by_rate, picked.filled_rate = admission.held_by_rate, admission.filled_rate
-        # Only a full claim asks (a short one read all that is due; a probe is no claim).
-        picked.held_all = not probe and remaining <= 0 and not admission.held(workflows).active
-    return picked
+    return [rows[due.pk] for due in session.taken]
 
 
-def park(c: sqlite3.Connection, picked: Picked, now: float) -> None:
-    """Set aside the instances ``picked`` found behind full keys; the first in line of each
-    of those keys gets a recheck time."""
-    c.execute(sql.park_behind_keys(len(picked.parked)), tuple(picked.parked))
+def _due(row: Sequence[Any]) -> Due:
+    return Due(
+        row[0],
+        row[_WORKFLOW],
+        row[_KEY],
+        row[_READY],
+        starting=bool(row[_STARTING]),
+        queued=bool(row[_QUEUED]),
+        pausing=row[_STATUS] == "waitingForPause",
+    )
+
+
+def _leaves_out(
+    session: ClaimSession, rates: bool
+) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """What a read leaves out: the session's, but for ``rates`` the first starts that a used-up
+    rate holds back (a probe reads one, to learn that one waits for the rate)."""
+    held = session.leaves_out()
+    return held.active, held.full_keys[:_MAX_KEYS], [] if rates else held.no_starts
+
+
+def park(c: sqlite3.Connection, session: ClaimSession, now: float) -> None:
+    """Set aside the queued instances the claim held back behind full keys (every one it
+    read: ``flow.parking``); the first in line of each of those keys gets a recheck time."""
+    parked = session.behind_full_keys
+    if len(parked) <= SQLITE_SET_ASIDE_OVER:
+        return
+    c.execute(sql.park_behind_keys(len(parked)), tuple(parked))
     recheck = recheck_time(now)
-    for workflow, key in dict.fromkeys(picked.parked.values()):
+    for workflow, key in dict.fromkeys(parked.values()):
         c.execute(sql.RECHECK_FIRST, (recheck, workflow, key))
+
+
+class Freed(NamedTuple):
+    """What a write that stopped an instance running made ready again."""
+
+    key_next: bool
+    """Its key's first in line, set aside, came back."""
+    limit_waiters: bool
+    """An instance parked on a named limit its workflow lists was woken."""
+
+
+def freed(
+    c: sqlite3.Connection,
+    pk: int,
+    workflow: str,
+    key: str | None,
+    now: float,
+    *,
+    parks_on: str | None = None,
+) -> Freed:
+    """Instance ``pk`` of ``workflow`` (with ``key``) stopped running, which frees its slots:
+    bring back its key's first in line, if one is set aside, and wake the first instance parked
+    on each named limit with a concurrency that its workflow lists, but ``parks_on`` (the limit
+    it parks on now: it was refused a slot there). Every write that stops an instance running
+    calls this (``flow.parking``'s rule)."""
+    back = bring_back(c, workflow, key, now)
+    woken = c.execute(sql.WAKE_PARKED_ON_LISTED, (now, now, pk, workflow, parks_on))
+    return Freed(back, bool(woken.rowcount))
+
+
+def freed_pk(c: sqlite3.Connection, pk: int, now: float) -> Freed:
+    """:func:`freed` for instance ``pk``, read by its primary key."""
+    found = c.execute(sql.KEY_OF, (pk,)).fetchone()
+    return Freed(False, False) if found is None else freed(c, pk, found[0], found[1], now)
 
 
 def bring_back(c: sqlite3.Connection, workflow: str, key: str | None, now: float) -> bool:
@@ -268,12 +282,6 @@ def bring_back(c: sqlite3.Connection, workflow: str, key: str | None, now: float
         return False
     c.execute(sql.RECHECK_FIRST, (recheck_time(now), workflow, key))
     return True
-
-
-def bring_back_of(c: sqlite3.Connection, pk: int, now: float) -> bool:
-    """:func:`bring_back` for the key of instance ``pk``."""
-    found = c.execute(sql.KEY_OF, (pk,)).fetchone()
-    return found is not None and bring_back(c, found[0], found[1], now)
 
 
 def bring_back_expired(
@@ -287,13 +295,6 @@ def bring_back_expired(
             bring_back(c, workflow, key, now)
 
 
-def _held(
-    admission: Admission, workflows: Sequence[str]
-) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-    held = admission.held(workflows)
-    return held.active, held.full_keys[:_MAX_KEYS], held.no_starts
-
-
 def next_wakeup(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> float | None:
     """``Store.next_wakeup``: the earliest ``ready_at`` of the workflows without fleet-wide
     limits (one read when none has any); for the others, their timers and leases after ``now``,
@@ -301,44 +302,41 @@ def next_wakeup(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> 
     rules = read_rules(c)
     limited = [name for name in workflows if rules.limited(name)]
     if not limited:
-        return _earliest(c, workflows)
+        return earliest(c, workflows)
     free = [name for name in workflows if not rules.limited(name)]
-    found = [_earliest(c, free) if free else None, _earliest(c, limited, after=now)]
-    probe = pick(c, limited, 1, now, (now, now, now, "", 0), None, rules, probe=True)
+    found = [earliest(c, free) if free else None, earliest(c, limited, after=now)]
+    probe = claim_session(c, rules, limited, 1, now, None)
+    taken = pick(c, probe, now, (now, now, now, "", 0), probe=True)
     if probe.pauses:
         found.append(now)
-    if probe.rows:
-        found.append(probe.rows[0][_READY])
-    elif probe.held_by_rate:
-        found.append(probe.reopens)
+    if taken:
+        found.append(taken[0][_READY])
+    elif probe.admission is not None and probe.admission.held_by_rate:
+        found += probe.reopenings(None)
     times = [at for at in found if at is not None]
     return min(times) if times else None
 
 
-def after_claim(
-    c: sqlite3.Connection, workflows: Sequence[str], now: float, picked: Picked
-) -> tuple[float | None] | None:
-    """The next wake-up after a claim at ``now`` that took all it was let take (``picked``),
-    in a 1-tuple: nothing else is runnable now, so what :func:`next_wakeup` would find is the
-    earliest timer or lease expiry after ``now``, or the reopening of a used-up rate. None
-    when the claim cannot tell: its own starts used up a rate, whose reopening it read
-    before, and a workflow is not held back whole (one that is waits for an end, not for the
-    rate)."""
-    if picked.filled_rate and not picked.held_all:
+def next_look(c: sqlite3.Connection, session: ClaimSession, now: float) -> NextLook | None:
+    """When the worker should look again after a claim at ``now`` (its leases written: their
+    expiry is a timer), if the claim can tell; a full claim only if it left every workflow
+    held back whole (a look further, under the write lock, would cost more than it saves)."""
+    if session.full and not session.held_all():
         return None
-    times = [_earliest(c, workflows, after=now), picked.reopens]
-    known = [at for at in times if at is not None]
-    return (min(known) if known else None,)
+    return session.next_look(
+        more=None, timer=earliest(c, session.workflows, after=now), rate_held=None
+    )
 
 
-def _earliest(
+def earliest(
     c: sqlite3.Connection, workflows: Sequence[str], *, after: float | None = None
 ) -> float | None:
+    """The earliest ``ready_at`` of ``workflows`` (after ``after``, if given)."""
     params = tuple(workflows) if after is None else (after, *workflows)
-    (earliest,) = c.execute(
+    (found,) = c.execute(
         sql.next_wakeup(len(workflows), after=after is not None), params
     ).fetchone()
-    return None if earliest is None else float(earliest)
+    return None if found is None else float(found)
 
 
 def limit_states(
@@ -366,31 +364,40 @@ def acquire_limit(
     if found is None:
         raise UnknownLimitError(f"limit {limit!r} is not defined")
     concurrency, count, period = found
-    rate = None if count is None else Rate(count, period)
+    declared = Limit(
+        limit, concurrency=concurrency, rate=None if count is None else Rate(count, period)
+    )
     c.execute(sql.DELETE_DEAD_SLOTS, (limit,))
-    c.execute(sql.PRUNE_LIMIT_STARTS, (limit, now - (0.0 if rate is None else rate.period)))
-    rules = read_rules(c)
-    users = [name for name, declared in rules.workflows.items() if limit in declared.limits]
-    if concurrency is not None:
-        running = 0
-        if users:
-            running = sum(n for _w, _k, n in c.execute(sql.running(len(users)), (*users, now)))
-        # Every live slot counts, less one per listing instance holding some (see UsagePlan).
-        for holder, held, holders in c.execute(sql.LIVE_SLOTS, (now, limit)):
-            running += held - (holders if holder in users else 0)
-        workflow, expires = fence
-        (own,) = c.execute(sql.OWN_SLOTS, (limit, lease.pk, lease.token)).fetchone()
-        # A running instance of a listing workflow already counts once: its first slot is that.
-        counted = workflow in users and expires is not None and expires > now and own == 0
-        if running + (0 if counted else 1) > concurrency:
-            return math.inf
-    if rate is not None:
-        started, edge = _starts(c, RateScope("limit", limit, tuple(users), rate), now, False)
-        if started >= rate.count and edge is not None:
-            return reopen_time(edge, rate.period)
+    c.execute(sql.PRUNE_LIMIT_STARTS, (limit, now - (period if count is not None else 0.0)))
+    wait = slot_wait(declared, _slot_use(c, declared, lease, fence, now))
+    if wait is not None:
+        return wait
+    if declared.rate is not None:
         c.execute(sql.LOG_LIMIT_START, (limit, now))
     c.execute(sql.TAKE_SLOT, (limit, lease.pk, step, lease.token, now))
     return None
+
+
+def _slot_use(
+    c: sqlite3.Connection, limit: Limit, lease: Lease, fence: Sequence[Any], now: float
+) -> SlotUse:
+    """The use of ``limit`` for a step of the leased instance (``fence``: its workflow and
+    lease expiry) asking for a slot."""
+    rules = read_rules(c)
+    users = [name for name, declared in rules.workflows.items() if limit.name in declared.limits]
+    running = 0
+    if users:
+        running = sum(n for _w, _k, n in c.execute(sql.running(len(users)), (*users, now)))
+    for holder, held, holders in c.execute(sql.LIVE_SLOTS, (now, limit.name)):
+        running += held - (holders if holder in users else 0)
+    workflow, expires = fence
+    (own,) = c.execute(sql.OWN_SLOTS, (limit.name, lease.pk, lease.token)).fetchone()
+    counted = workflow in users and expires is not None and expires > now and own == 0
+    started, edge = 0, None
+    if limit.rate is not None:
+        scope = RateScope("limit", limit.name, tuple(users), limit.rate)
+        started, edge = _starts(c, scope, now, False)
+    return SlotUse(running, counted, started, edge)
 
 
 def release_limit(c: sqlite3.Connection, lease: Lease, limit: str, step: str, now: float) -> bool:
@@ -402,11 +409,15 @@ def release_limit(c: sqlite3.Connection, lease: Lease, limit: str, step: str, no
     return True
 
 
-class FlowOperations(Store):
-    """The store contract's flow control operations (:class:`~stepline.store.flow.FlowStore`)
-    on SQLite: a base of :class:`~stepline.store.sqlite.SqliteStore`, which sets ``_db``."""
+class SqliteFlow(FlowStore):
+    """The flow control operations beyond the claim on SQLite (``Store.flow``)."""
 
-    _db: Database
+    def __init__(
+        self, db: Database, now: Callable[[], float], notify_ready: Callable[[], None]
+    ) -> None:
+        self._db = db
+        self._now = now
+        self._notify_ready = notify_ready
 
     async def acquire_limit(self, lease: Lease, limit: str, step: str, now: float) -> float | None:
         retry_at: float | None = await self._db.write(
@@ -420,7 +431,7 @@ class FlowOperations(Store):
             self._notify_ready()
 
     async def limit_states(self, workflow: str, key: str | None) -> list[LimitState]:
-        now = self.now()
+        now = self._now()
         states: list[LimitState] = await self._db.read_with(
             lambda c: limit_states(c, workflow, key, now)
         )

@@ -4,11 +4,12 @@ transactions are ``message_writes``'s)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..._json import dumps, loads
 from ...errors import InstanceNotFoundError
-from ..base import Store
+from ..messages import MessageStore
+from ..signals import Signals
 from ..types import (
     Lease,
     NewStreamItem,
@@ -24,11 +25,13 @@ from . import transactions as tx
 from .db import Database
 
 
-class MessageOperations(Store):
-    """The store contract's messaging (:class:`~stepline.store.messages.MessageStore`) on
-    SQLite: a base of :class:`~stepline.store.sqlite.SqliteStore`, which sets ``_db``."""
+class SqliteMessages(MessageStore):
+    """The messaging operations on SQLite (``Store.messages``)."""
 
-    _db: Database
+    def __init__(self, db: Database, now: Callable[[], float], signals: Signals) -> None:
+        self._db = db
+        self.now = now
+        self._signals = signals
 
     async def send_update(
         self, workflow: str, instance_id: str, update_id: str, name: str, payload: str
@@ -39,7 +42,7 @@ class MessageOperations(Store):
             durable=True,
         )
         if record.status == "pending" and record.created_at == now:
-            self._notify_ready()
+            self._signals.ready()
         return record
 
     async def get_update(
@@ -58,7 +61,7 @@ class MessageOperations(Store):
         workflow, instance_id = await self._db.write(
             lambda c: mw.reject_update(c, lease, event, update_id, text, now)
         )
-        self._notify_changed(workflow, instance_id)
+        self._signals.changed(workflow, instance_id)
 
     async def record_message_step(self, lease: Lease, write: StepWrite) -> str:
         """:meth:`record_step` of a record with messaging effects; tells the waiters."""
@@ -66,13 +69,13 @@ class MessageOperations(Store):
             lambda c: tx.record_message_step(c, lease, write)
         )
         if write.status != "running":  # nobody waits for an update's acceptance
-            self._notify_changed(workflow, instance_id)
+            self._signals.changed(workflow, instance_id)
         return str(status)
 
     async def publish(self, lease: Lease, item: NewStreamItem, now: float) -> int | None:
         seq, workflow, instance_id = await self._db.write(lambda c: mw.publish(c, lease, item, now))
         if seq is not None:
-            self._notify_changed(workflow, instance_id)
+            self._signals.changed(workflow, instance_id)
         return seq  # type: ignore[no-any-return]
 
     async def read_stream(
@@ -101,7 +104,7 @@ class MessageOperations(Store):
         pk: int = await self._db.write(
             lambda c: mw.ask_query(c, workflow, instance_id, name, args, now)
         )
-        self._notify_ready()
+        self._signals.ready()
         return pk
 
     async def take_queries(
@@ -122,7 +125,7 @@ class MessageOperations(Store):
     async def answer_query(self, pk: int, answer: QueryAnswer, now: float) -> None:
         asked = await self._db.write(lambda c: mw.answer_query(c, pk, answer))
         if asked is not None:
-            self._notify_changed(*asked)
+            self._signals.changed(*asked)
 
     async def query_answer(self, pk: int) -> QueryAnswer | None:
         rows = await self._db.read(mw.QUERY_ANSWER, (pk,))

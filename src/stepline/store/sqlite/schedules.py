@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ...errors import ScheduleNotFoundError
 from ...records import ScheduleRecord
 from .._rows import ScheduleRow, columns, schedule_from_row
-from ..base import NewInstance, ScheduleDefinition, Store
+from ..base import NewInstance, ScheduleDefinition
+from ..schedules import ScheduleStore
 from . import transactions as tx
 from .db import Database
 
@@ -105,11 +106,15 @@ def _get(c: sqlite3.Connection, name: str) -> ScheduleRecord:
     return schedule_from_row(row)
 
 
-class ScheduleOperations(Store):
-    """The store contract's schedule operations (:class:`~stepline.store.base.ScheduleStore`)
-    on SQLite: a base of :class:`~stepline.store.sqlite.SqliteStore`, which sets ``_db``."""
+class SqliteSchedules(ScheduleStore):
+    """The schedule operations on SQLite (``Store.schedules``)."""
 
-    _db: Database
+    def __init__(
+        self, db: Database, now: Callable[[], float], notify_ready: Callable[[], None]
+    ) -> None:
+        self._db = db
+        self._now = now
+        self._notify_ready = notify_ready
 
     async def sync_schedules(
         self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
@@ -118,7 +123,7 @@ class ScheduleOperations(Store):
             if schedules:
                 raise ValueError("schedules given without their workflows")
             return []
-        now = self.now()
+        now = self._now()
         synced: list[ScheduleRecord] = await self._db.write(
             lambda c: sync(c, workflows, schedules, now), durable=True
         )
@@ -138,7 +143,7 @@ class ScheduleOperations(Store):
         return schedule_from_row(rows[0])
 
     async def set_schedule_paused(self, name: str, paused: bool) -> ScheduleRecord:
-        now = self.now()
+        now = self._now()
         record: ScheduleRecord = await self._db.write(
             lambda c: set_paused(c, name, paused, now), durable=True
         )
@@ -154,7 +159,7 @@ class ScheduleOperations(Store):
         buffered_tick: float | None,
         create: NewInstance | None = None,
     ) -> bool:
-        now = self.now()
+        now = self._now()
         expected = (expected_last_tick, expected_buffered_tick)
         new = (last_tick, buffered_tick)
         applied: bool = await self._db.write(

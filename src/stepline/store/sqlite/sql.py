@@ -202,7 +202,7 @@ EVENTS_OF = (
 )
 DELETE_INSTANCE = (
     "DELETE FROM instances WHERE workflow = ? AND id = ?"
-    " RETURNING pk, status IN ('running', 'waitingForPause') AND key IS NOT NULL, key"
+    " RETURNING pk, status IN ('running', 'waitingForPause'), key"
 )
 STEPS_OF = f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq"
 

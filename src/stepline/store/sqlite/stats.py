@@ -12,8 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 from ..._json import loads
-from ..base import Store
-from ..stats import UNFINISHED_STATUSES, EndedCount, FleetCounts, check_cap
+from ..stats import UNFINISHED_STATUSES, EndedCount, FleetCounts, StatsStore, check_cap
 from .db import Database
 
 _WORKFLOWS = "SELECT name, limits FROM workflows ORDER BY name"
@@ -65,11 +64,11 @@ def ended_counts(
     return found
 
 
-class StatsOperations(Store):
-    """The store contract's fleet-wide figures (:class:`~stepline.store.stats.StatsStore`) on
-    SQLite: a base of :class:`~stepline.store.sqlite.SqliteStore`, which sets ``_db``."""
+class SqliteStats(StatsStore):
+    """The fleet-wide figures on SQLite (``Store.stats``)."""
 
-    _db: Database
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def fleet_counts(self, now: float, cap: int) -> list[FleetCounts]:
         check_cap(cap)

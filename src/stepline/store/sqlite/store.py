@@ -6,25 +6,23 @@ committed and retried is the database's business (see ``db``). Flow control (the
 claim applies, the next wake-up under them, their use, step slots) is ``flow``'s, the cron
 schedule operations ``schedules``'s, the fleet-wide figures ``stats``'s, messaging
 ``messages``'s: each adds its
-operations as a base of ``SqliteStore``.
+operations as an object of ``SqliteStore``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from ..._json import dumps
 from ...errors import InstanceNotFoundError
+from ...flow.claiming import NextLook
 from ...limits import Limit
 from ...records import (
     InstanceEvent,
     InstancePage,
     InstanceRecord,
     StepRecord,
-    WorkerInfo,
     WorkflowInfo,
 )
-from .._hint import TimerHint
 from .._rows import (
     claims_on_creation,
     decode_cursor,
@@ -33,25 +31,27 @@ from .._rows import (
     instance_from_row,
     settle_sleeps,
     step_from_row,
-    worker_from_row,
     workflow_from_row,
 )
 from ..base import (
     Claim,
+    Claimed,
     ControlAction,
     Finish,
     Lease,
     NewInstance,
     StepWrite,
+    Store,
     WorkflowMeta,
 )
 from . import flow, sql
 from . import transactions as tx
 from .db import Database, missing_message
-from .flow import FlowOperations
-from .messages import MessageOperations
-from .schedules import ScheduleOperations
-from .stats import StatsOperations
+from .flow import SqliteFlow
+from .messages import SqliteMessages
+from .schedules import SqliteSchedules
+from .stats import SqliteStats
+from .workers import SqliteWorkers
 
 UNFINISHED_STEPS_BATCH = 500
 """Instances per read of :meth:`SqliteStore.unfinished_steps` (SQLite caps the parameters of
@@ -72,7 +72,7 @@ def path_from_url(url: str) -> str:
     return rest[1:]
 
 
-class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOperations):
+class SqliteStore(Store):
     """The embedded store. ``url`` is ``sqlite:///path/to/file.db``; ``clock`` is the time to
     follow, by default (None) this machine's clock.
 
@@ -88,7 +88,12 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOp
         self.path = path_from_url(url)
         self.create = create
         self._db = Database(self.path, create=create)
-        self._hint = TimerHint()
+        self.schedules = SqliteSchedules(self._db, self.now, self.signals.ready)
+        self.flow = SqliteFlow(self._db, self.now, self.signals.ready)
+        self.stats = SqliteStats(self._db)
+        self.workers = SqliteWorkers(self._db)
+        self._messages = SqliteMessages(self._db, self.now, self.signals)
+        self.messages = self._messages
 
     @property
     def retry_seconds(self) -> float:
@@ -99,10 +104,6 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOp
     @retry_seconds.setter
     def retry_seconds(self, value: float) -> None:
         self._db.retry_seconds = value
-
-    def _notify_ready(self) -> None:
-        self._hint.changed()
-        super()._notify_ready()
 
     def missing_message(self) -> str:
         return missing_message(self.path)
@@ -177,7 +178,7 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOp
             durable=True,
         )  # fmt: skip
         if any(record.status == "queued" for record in created):
-            self._notify_ready()
+            self.signals.ready()
         return created
 
     async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
@@ -237,9 +238,9 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOp
             durable=True,
         )
         record, woke = result
-        self._notify_changed(workflow, instance_id)
+        self.signals.changed(workflow, instance_id)
         if record.ready_at is not None or woke:
-            self._notify_ready()
+            self.signals.ready()
         return record
 
     async def send_event(
@@ -250,7 +251,7 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOp
             lambda c: tx.send_event(c, workflow, instance_id, event_type, payload, now),
             durable=True,
         )
-        self._notify_ready()
+        self.signals.ready()
 
     async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
         instance = await self.get_instance(workflow, instance_id)
@@ -266,7 +267,7 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOp
             durable=True,
         )
         if count and not finished_only:
-            self._notify_ready()  # a running instance deleted frees a slot of its key
+            self.signals.ready()  # a running instance deleted frees a slot of its key
         return count
 
     async def purge_instances(
@@ -288,28 +289,21 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOp
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
-    ) -> list[Claim]:
+    ) -> Claimed:
         if not workflows or limit <= 0:
-            return []
+            return Claimed([])
         # A read first: an idle poll must not take the database's write lock.
         if not await self._db.read(sql.any_due(len(workflows)), (now, *workflows)):
-            self._hint.clear()
-            return []
+            return Claimed([])
         expires = now + lease_seconds
-        begun = self._hint.begin()
-        claimed: tuple[list[Claim], tuple[float | None] | None] = await self._db.write(
+        claimed: tuple[list[Claim], NextLook | None] = await self._db.write(
             lambda c: tx.claim(c, owner, workflows, limit, expires, now, caps)
         )
-        claims, hint = claimed
-        if hint is None:
-            self._hint.clear()
-        else:
-            self._hint.keep(workflows, begun, hint[0])
-        return claims
+        return Claimed(*claimed)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
         if write.update is not None or write.publish is not None:
-            return await self.record_message_step(lease, write)
+            return await self._messages.record_message_step(lease, write)
         status: str = await self._db.write(lambda c: tx.record_step(c, lease, write))
         return status
 
@@ -325,36 +319,20 @@ class SqliteStore(ScheduleOperations, FlowOperations, StatsOperations, MessageOp
             lambda c: tx.finish(c, lease, finish, now)
         )
         status, workflow, instance_id, woke = result
-        self._hint.changed()  # its lease expiry was a timer, its slot may be waited for
-        self._notify_changed(workflow, instance_id)
+        self.signals.changed(workflow, instance_id)
         if status == "waiting" or woke:
-            self._notify_ready()
+            self.signals.ready()
         return status
 
     async def release(self, lease: Lease, now: float) -> None:
         await self._db.write(lambda c: tx.release(c, lease, now))
-        self._notify_ready()
+        self.signals.ready()
 
     async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
         if not workflows:
             return None
-        known, at = self._hint.take(workflows)
-        if known:
-            return at
         now = self.now()
         earliest: float | None = await self._db.read_with(
             lambda c: flow.next_wakeup(c, workflows, now)
         )
         return earliest
-
-    # -- worker liveness -------------------------------------------------------------------------
-
-    async def heartbeat(self, info: WorkerInfo, now: float) -> None:
-        workflows = dumps(list(info.workflows), what="worker workflows", limit=1 << 24)
-        await self._db.write(lambda c: tx.heartbeat(c, info, workflows, now))
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        return [worker_from_row(row) for row in await self._db.read(sql.LIST_WORKERS)]
-
-    async def forget_worker(self, worker_id: str) -> None:
-        await self._db.write(lambda c: tx.forget_worker(c, worker_id))

@@ -20,6 +20,7 @@ from ...errors import (
     InstanceNotFoundError,
     LeaseLostError,
 )
+from ...flow.claiming import NextLook
 from ...limits import Limit
 from ...records import FINISHED_STATUSES, WORKER_EXPIRE_BEATS, InstanceRecord, WorkerInfo
 from .._rows import (
@@ -214,7 +215,7 @@ def control(
             # A fenced-out activation never records its running steps: close them.
             c.execute(sql.INTERRUPT_RUNNING_STEPS, (_INTERRUPTED, now, found.pk))
             if found.status in ("running", "waitingForPause"):
-                freed = flow.bring_back_of(c, found.pk, now)  # it ran: its key's next may now
+                freed = any(flow.freed_pk(c, found.pk, now))  # it ran: its slots are free
         ended = bool(change.get("end"))
     record = instance_from_row(c.execute(sql.INSTANCE_BY_PK, (found.pk,)).fetchone())
     return record, (ended and _wake_parent(c, record.parent, now)) or freed
@@ -274,8 +275,8 @@ def delete_instances(
         for pk, ran, key in c.execute(sql.DELETE_INSTANCE, (workflow, instance_id)).fetchall():
             deleted += 1
             _delete_children(c, pk)
-            if ran:  # the next in line of its key may run now
-                flow.bring_back(c, workflow, key, now)
+            if ran:  # its slots are free: the next in line of its key may run now
+                flow.freed(c, pk, workflow, key, now)
     return deleted
 
 
@@ -310,37 +311,32 @@ def claim(
     expires: float,
     now: float,
     caps: Mapping[str, int] | None = None,
-) -> tuple[list[Claim], tuple[float | None] | None]:
-    """The instances the limits let run, read in claim order with their claimed columns
-    (``flow.pick``, under the write lock), leased in one UPDATE, then their histories: two
-    queries per batch. With them, when the claim took fewer than ``limit`` or left every
-    workflow held back whole, the next wake-up (``flow.after_claim``, in a 1-tuple; None when
-    it cannot tell)."""
+) -> tuple[list[Claim], NextLook | None]:
+    """The instances the limits let run, offered to the claim in claim order with their claimed
+    columns (``flow.pick``, under the write lock), leased in one UPDATE, then their histories:
+    two queries per batch. With them, when the worker should look again, if the claim can tell
+    (``flow.next_look``)."""
     rules = flow.read_rules(c)
     token = new_lease_token()
     flow.bring_back_expired(c, rules, workflows, now)
-    picked = flow.pick(c, workflows, limit, now, (now, now, expires, owner, token), caps, rules)
-    for pk in picked.pauses:
+    session = flow.claim_session(c, rules, workflows, limit, now, caps)
+    rows = flow.pick(c, session, now, (now, now, expires, owner, token))
+    for pk in session.pauses:
         c.execute(sql.PAUSE_UNCLAIMED, (now, pk))
-        flow.bring_back_of(c, pk, now)
-    if picked.parked:
-        flow.park(c, picked, now)
-    # Taking fewer than asked, it read all that is due; leaving every workflow held back whole,
-    # it knows that nothing else can start: either way it knows the next look.
-    knows = len(picked.rows) < limit or picked.held_all
-    if not picked.rows:
-        return [], flow.after_claim(c, workflows, now, picked) if knows else None
-    claims = [claim_from_row(row, owner) for row in picked.rows]
+        flow.freed_pk(c, pk, now)
+    flow.park(c, session, now)
+    if not rows:
+        return [], flow.next_look(c, session, now)
+    claims = [claim_from_row(row, owner) for row in rows]
     pks = [taken.lease.pk for taken in claims]
     c.execute(sql.take_leases(len(pks)), (owner, token, expires, expires, now, now, *pks))
-    # After the leases: their expiry is a timer too.
-    hint = flow.after_claim(c, workflows, now, picked) if knows else None
+    look = flow.next_look(c, session, now)  # after the leases: their expiry is a timer too
     add_history_rows(
         {taken.lease.pk: taken.history for taken in claims},
         c.execute(sql.history_steps(len(pks)), pks).fetchall(),
         c.execute(sql.pending_events(len(pks)), pks).fetchall(),
     )
-    return claims, hint
+    return claims, look
 
 
 def record_step(c: sqlite3.Connection, lease: Lease, write: StepWrite) -> str:
@@ -428,14 +424,12 @@ def finish(
         c.execute(sql.END, (status, end.output, error, rollback, now, now, lease.pk))
         if fence.parent is not None:
             woke = _wake_parent(c, loads(fence.parent), now)
-    # It runs no more: its slot of each limit its workflow lists is free for a parked step.
+    # It runs no more: its slots are free. (A key's next in line brought back wakes nobody: a
+    # worker claims after the end of an instance under a limit anyway, asking for as many as
+    # ended; a step parked on a named limit is woken.)
     parks_on = end.parked_on if end.status == "waiting" else None
-    woken = c.execute(sql.WAKE_PARKED_ON_LISTED, (now, now, lease.pk, fence.workflow, parks_on))
-    if woken.rowcount:
+    if flow.freed(c, lease.pk, fence.workflow, fence.key, now, parks_on=parks_on).limit_waiters:
         woke = True
-    # It runs no more: the next in line of its key may. (No wake-up: a worker claims after
-    # the end of an instance under a limit anyway, asking for as many as ended.)
-    flow.bring_back(c, fence.workflow, fence.key, now)
     return status, fence.workflow, fence.id, woke
 
 
@@ -451,7 +445,7 @@ def _wake_parent(c: sqlite3.Connection, parent: dict[str, Any] | None, now: floa
 def release(c: sqlite3.Connection, lease: Lease, now: float) -> None:
     if c.execute(sql.RELEASE, (now, lease.pk, lease.token, lease.owner)).rowcount:
         # Runnable again from now: behind the next in line of its key, who came earlier.
-        flow.bring_back_of(c, lease.pk, now)
+        flow.freed_pk(c, lease.pk, now)
     c.execute(sql.UNREADY_PAUSED, (lease.pk,))
 
 

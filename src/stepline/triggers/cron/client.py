@@ -110,18 +110,20 @@ class ScheduleClient:
         try:
             return await operation()
         except ScheduleNotFoundError:
-            stored = [record.name for record in await self.store.list_schedules(None)]
+            stored = [record.name for record in await self.store.schedules.list_schedules(None)]
             raise ScheduleNotFoundError(name, stored) from None
 
     async def _record(self, name: str) -> ScheduleRecord:
-        return await self._found(name, lambda: self.store.get_schedule(name))
+        return await self._found(name, lambda: self.store.schedules.get_schedule(name))
 
     async def get(self, name: str) -> ScheduleInfo:
         return self._info(await self._record(name), self.store.now())
 
     async def pause(self, name: str) -> ScheduleInfo:
         """Stop firing its ticks until :meth:`resume`."""
-        record = await self._found(name, lambda: self.store.set_schedule_paused(name, True))
+        record = await self._found(
+            name, lambda: self.store.schedules.set_schedule_paused(name, True)
+        )
         return self._info(record, self.store.now())
 
     async def resume(self, name: str) -> ScheduleInfo:
@@ -134,12 +136,12 @@ class ScheduleClient:
             skipped = _served(record).schedule.latest_ticks(after, now, limit=1)
             if skipped:
                 # Moved past while still paused, so no scheduler fires them in between.
-                await self.store.advance_schedule(
+                await self.store.schedules.advance_schedule(
                     name, expected_last_tick=record.last_tick,
                     expected_buffered_tick=record.buffered_tick, last_tick=skipped[-1],
                     buffered_tick=None,
                 )  # fmt: skip
-            record = await self.store.set_schedule_paused(name, False)
+            record = await self.store.schedules.set_schedule_paused(name, False)
         return self._info(record, self.store.now())
 
     async def trigger(self, name: str, at: Moment | None = None) -> InstanceRecord:
@@ -186,4 +188,4 @@ class ScheduleClient:
     async def list(self, workflow: str | None = None) -> builtins.list[ScheduleInfo]:
         """Every stored schedule (of ``workflow``, if given), sorted by name."""
         now = self.store.now()
-        return [self._info(r, now) for r in await self.store.list_schedules(workflow)]
+        return [self._info(r, now) for r in await self.store.schedules.list_schedules(workflow)]

@@ -69,7 +69,7 @@ class Scheduler:
     async def sync(self) -> list[ScheduleRecord]:
         """Store the declared schedules of the served workflows (see
         :meth:`~stepline.store.base.Store.sync_schedules`)."""
-        return await self.store.sync_schedules(
+        return await self.store.schedules.sync_schedules(
             self._workflows, [s.definition() for s in self._served.values()]
         )
 
@@ -115,7 +115,7 @@ class Scheduler:
     async def run_once(self, now: float) -> list[str]:
         """Fire what is due at ``now``; return the ids of the instances created here."""
         created: list[str] = []
-        for record in await self.store.list_schedules():
+        for record in await self.store.schedules.list_schedules():
             entry = self._served.get(record.name)
             if entry is None or record.paused or record.workflow != entry.workflow:
                 continue
@@ -175,7 +175,7 @@ class Scheduler:
         if observer is not None and create is not None:
             (create,), ended = observer.creating(entry.workflow, "cron", [create])
         try:
-            claimed = await self.store.advance_schedule(
+            claimed = await self.store.schedules.advance_schedule(
                 entry.name, expected_last_tick=last, expected_buffered_tick=buffered,
                 last_tick=last_tick, buffered_tick=buffered_tick, create=create,
             )  # fmt: skip

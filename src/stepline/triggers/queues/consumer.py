@@ -18,23 +18,16 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
-
-from ... import _json
 from ...client import WorkflowBinding
 from ...errors import InvalidPayloadError, WorkflowNotFoundError
 from ...records import WorkflowInfo
-from ...workflow import is_valid_name
 from .broker import Broker, BrokerError, Message, open_broker
 from .config import QueueTrigger
+from .decoding import Decoder, Item, Poison, traceparent
 
 log = logging.getLogger("stepline.triggers")
-
-ENVELOPE_KEYS = ("workflow", "params", "id")
-_NAME_RULE = "1-100 ASCII letters, digits, '_' or '-', not starting with '-'"
 
 
 class Bindings(Protocol):
@@ -43,20 +36,6 @@ class Bindings(Protocol):
     def workflow(self, workflow: str) -> WorkflowBinding: ...
 
     async def list_workflows(self) -> list[WorkflowInfo]: ...
-
-
-@dataclass(frozen=True)
-class _Item:
-    """A message that stands for one instance."""
-
-    message: Message
-    workflow: str
-    instance_id: str
-    params: Any
-
-
-class _Poison(Exception):
-    """A message that can never become an instance; the text is the dead-letter reason."""
 
 
 def _queued(infos: Sequence[WorkflowInfo], workflow: str) -> int:
@@ -86,6 +65,7 @@ class Consumer:
     ) -> None:
         self.bindings = bindings
         self.trigger = trigger
+        self._decoder = Decoder(trigger)
         self._make_broker = broker_factory or (
             lambda: open_broker(trigger.broker, trigger.queue, **trigger.broker_options())
         )
@@ -258,11 +238,11 @@ class Consumer:
 
     async def _handle(self, broker: Broker, messages: Sequence[Message]) -> int:
         """Dead-letter what can never be an instance, create the rest, then acknowledge."""
-        by_workflow: dict[str, list[_Item]] = {}
+        by_workflow: dict[str, list[Item]] = {}
         for message in messages:
             try:
-                item = self._decode(message)
-            except _Poison as poison:
+                item = self._decoder.decode(message)
+            except Poison as poison:
                 await self._dead_letter(broker, message, str(poison))
                 continue
             by_workflow.setdefault(item.workflow, []).append(item)
@@ -286,13 +266,13 @@ class Consumer:
             "queue trigger %s: message %s dead-lettered: %s", self.trigger.name, message.id, reason
         )
 
-    async def _create(self, workflow: str, items: Sequence[_Item]) -> dict[str, str]:
+    async def _create(self, workflow: str, items: Sequence[Item]) -> dict[str, str]:
         """Create the instances (durably, skipping ids that exist); the ids that can never be
         created, with the reason. Any other failure propagates: nothing is acknowledged."""
         binding = self.bindings.workflow(workflow)
         unique = {item.instance_id: item for item in reversed(items)}
         batch = [
-            {"id": i.instance_id, "params": i.params, "traceparent": _traceparent(i.message)}
+            {"id": i.instance_id, "params": i.params, "traceparent": traceparent(i.message)}
             for i in reversed(unique.values())
         ]
         label = self.trigger.trigger_label
@@ -312,80 +292,6 @@ class Consumer:
                     refused[entry["id"]] = f"params rejected: {exc}"
             return refused
         return {}
-
-    def _decode(self, message: Message) -> _Item:
-        if message.unreadable is not None:
-            raise _Poison(message.unreadable)
-        try:
-            body = _json.loads_exact(message.body, what="the message")
-        except orjson.JSONDecodeError as exc:
-            raise _Poison(f"not valid JSON: {exc}") from None
-        except InvalidPayloadError as exc:
-            raise _Poison(f"params rejected: {exc}") from None
-        explicit_id: Any = None
-        if self.trigger.workflow is not None:
-            workflow, params = self.trigger.workflow, body
-        else:
-            workflow, params, explicit_id = self._envelope(body)
-        return _Item(message, workflow, self._instance_id(message, params, explicit_id), params)
-
-    def _envelope(self, body: Any) -> tuple[str, Any, Any]:
-        if not isinstance(body, dict):
-            raise _Poison(
-                f"the message must be an object {{'workflow': ..., 'params': ...}} (this "
-                f"trigger names no workflow), got {_json_type(body)}"
-            )
-        unknown = sorted(set(body) - set(ENVELOPE_KEYS))
-        if unknown:
-            raise _Poison(
-                f"unknown key {unknown[0]!r} in the message; expected {', '.join(ENVELOPE_KEYS)}"
-            )
-        workflow = body.get("workflow")
-        if workflow is None:
-            raise _Poison("the message names no workflow (key 'workflow')")
-        if not is_valid_name(workflow):
-            raise _Poison(f"unknown workflow {workflow!r}")
-        return workflow, body.get("params"), body.get("id")
-
-    def _instance_id(self, message: Message, params: Any, explicit: Any) -> str:
-        key = self.trigger.id_key
-        if explicit is not None:
-            raw, source = explicit, "the message's 'id'"
-        elif key is not None:
-            if not isinstance(params, dict):
-                raise _Poison(
-                    f"id_key {key!r} needs params that are an object, got {_json_type(params)}"
-                )
-            if key not in params:
-                raise _Poison(f"id_key {key!r} is missing from the params")
-            raw, source = params[key], f"id_key {key!r}"
-        elif message.id is not None:
-            raw, source = message.id, "the broker's message id"
-        else:
-            raise _Poison("the message has no id: publish it with a message id, or set id_key")
-        if isinstance(raw, int) and not isinstance(raw, bool):
-            raw = str(raw)
-        if not isinstance(raw, str):
-            raise _Poison(f"invalid instance id from {source}: {_json_type(raw)}, not a string")
-        instance_id = f"{self.trigger.id_prefix}{raw}"
-        if not is_valid_name(instance_id):
-            raise _Poison(f"invalid instance id {instance_id!r} from {source}: use {_NAME_RULE}")
-        return instance_id
-
-
-def _traceparent(message: Message) -> str | None:
-    """The W3C trace context the message carries (``traceparent`` header), for its instance's
-    trace to continue the publisher's; an invalid one is ignored where the instance is made."""
-    return message.headers.get("traceparent")
-
-
-def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-    if value is None:
-        return "null"
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return "a number"
-    return names.get(type(value), type(value).__name__)
 
 
 async def _close_quietly(broker: Broker) -> None:

@@ -1,0 +1,64 @@
+"""What a store tells the process it runs in, as it happens: that an instance may have become
+runnable (ready listeners: the worker's wake), and that a watched instance changed (change
+watches: ``Instance.wait``, the HTTP event stream). ``Store.signals``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from .types import ChangeWatch
+
+
+class Signals:
+    """One store's ready listeners and change watches."""
+
+    def __init__(self) -> None:
+        self._ready_listeners: list[Callable[[], None]] = []
+        self._change_watches: dict[tuple[str, str], list[ChangeWatch]] = {}
+
+    def watched(self) -> list[tuple[str, str]]:
+        """The instances watched now, as (workflow, id)."""
+        return list(self._change_watches)
+
+    def add_ready_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the store's loop) whenever an instance may have become runnable."""
+        self._ready_listeners.append(callback)
+
+    def remove_ready_listener(self, callback: Callable[[], None]) -> None:
+        if callback in self._ready_listeners:
+            self._ready_listeners.remove(callback)
+
+    def ready(self) -> None:
+        """An instance may have become runnable: call every ready listener."""
+        for callback in list(self._ready_listeners):
+            callback()
+
+    def changed(self, workflow: str, instance_id: str) -> None:
+        """Instance ``instance_id`` of ``workflow`` changed: signal its watches."""
+        for watch in self._change_watches.get((workflow, instance_id), ()):
+            watch.changed()
+
+    @contextlib.contextmanager
+    def watch_changes(self, workflow: str, instance_id: str) -> Iterator[ChangeWatch]:
+        """Watch one instance for changes from now on, for as long as the block runs.
+
+        Start watching *before* reading the instance, then wait on the watch after each read: a
+        change that lands while the read is in flight is kept, not lost (it makes the next
+        :meth:`ChangeWatch.wait` return at once). What signals a watch: status changes made
+        through ``Store.control`` and ``Store.finish`` (the changes a wait for an instance's end is
+        after), by this process always, by other processes only on stores that are notified of
+        them (PostgreSQL); so callers also poll, through the wait's timeout. So do an update's
+        reply, a stream item and a routed query's answer (``Store.messages``). Claims, releases,
+        events and other step records do not signal.
+        """
+        key = (workflow, instance_id)
+        watch = ChangeWatch()
+        watches = self._change_watches.setdefault(key, [])
+        watches.append(watch)
+        try:
+            yield watch
+        finally:
+            watches.remove(watch)
+            if not watches:
+                del self._change_watches[key]
