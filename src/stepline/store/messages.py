@@ -1,5 +1,5 @@
-"""The store contract's messaging operations: :class:`MessageStore`, a base of
-:class:`~stepline.store.base.Store` (docs/messaging.md).
+"""The store contract's messaging operations: :class:`MessageStore`, ``Store.messages``
+(docs/messaging.md).
 
 - *Updates* travel to their instance as events of type :data:`~.types.UPDATE_EVENT` (so a claim's
   history carries them, and they wake the instance as any event does), with a row of their own
