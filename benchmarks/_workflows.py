@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+import stepline
 from stepline import Workflow, WorkflowEvent, WorkflowStep
 
 
@@ -129,6 +130,31 @@ class FirstStep(Workflow):
         return await step.do("first", _now)
 
 
+class Updatable(Workflow):
+    """``steps`` steps, then waits for a ``go`` event (then one step, ``resumed``); takes
+    ``bump`` updates (one step each) and answers the ``total`` query (docs/messaging.md)."""
+
+    name = "bench-updatable"
+
+    def __init__(self) -> None:
+        self.total_now = 0
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        for index in range(event.payload.get("steps", 0)):
+            self.total_now += await step.do(f"s{index}", _one)
+        await step.wait_for_event("wait", type="go", timeout="1 hour")
+        return await step.do("resumed", _now)
+
+    @stepline.query
+    def total(self) -> int:
+        return self.total_now
+
+    @stepline.update
+    async def bump(self, step: WorkflowStep) -> int:
+        self.total_now += await step.do("bump", _one)
+        return self.total_now
+
+
 class Slow(Workflow):
     """``steps`` steps that each take ``work`` seconds (an ``asyncio.sleep``): a workflow that is
     reliably mid-way when its worker is killed. Each step returns ``{"pid", "start"}``: which
@@ -160,5 +186,6 @@ WORKFLOWS: tuple[type[Workflow], ...] = (
     Waiter,
     FirstStep,
     Slow,
+    Updatable,
 )
 """Every benchmark workflow: what a benchmark worker process registers."""

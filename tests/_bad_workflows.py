@@ -8,6 +8,8 @@ import math
 from typing import Any
 
 from stepline import Workflow, WorkflowEvent, WorkflowStep, workflow
+from stepline import query as stepline_query
+from stepline import update as stepline_update
 
 MIB = 1024 * 1024
 ODD = "'; DROP TABLE instances; -- \" \\ %_ ☃ 😀 \u202e ünï \u0000 \x7f"
@@ -143,3 +145,42 @@ class UnknownLimit(Workflow):
 
 def sync_decorated() -> None:
     workflow(name="sync")(lambda event, step: None)  # type: ignore[arg-type,return-value]
+
+
+# Messages (docs/messaging.md): queries and updates whose input or handler is bad.
+
+
+class Messenger(Workflow):
+    """Waits for an approval matching a predicate that raises on payloads without 'n'."""
+
+    name = "messenger"
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.do("start", lambda: 1)
+        return await step.wait_for_event("ok", type="ok", match=lambda payload: payload["n"] > 0)
+
+    @stepline_query
+    def sum(self) -> int:
+        return self.total
+
+    @stepline_query
+    def broken(self) -> int:
+        raise KeyError("no such total")
+
+    @stepline_query
+    def sneaky(self) -> int:
+        self.total += 1
+        return self.total
+
+    @stepline_update
+    async def add(self, step: WorkflowStep, amount: int) -> int:
+        self.total += await step.do("add", lambda: amount)
+        return self.total
+
+    @add.validator
+    def _positive(self, amount: int) -> None:
+        if amount <= 0:
+            raise ValueError(f"amount must be positive, got {amount}")

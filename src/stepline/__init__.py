@@ -8,7 +8,7 @@ step, on SQLite (embedded, zero set-up) or PostgreSQL (many workers, many machin
 
 from .client import Instance, WorkflowBinding
 from .clock import ManualClock, SystemClock
-from .config import DEFAULT_NON_RETRYABLE, RetryConfig, StepConfig
+from .config import DEFAULT_NON_RETRYABLE, RetryAfter, RetryConfig, StepConfig
 from .dag import Dag, Pipeline
 from .durations import parse_duration
 from .engine import Engine
@@ -21,16 +21,21 @@ from .errors import (
     InstanceNotFoundError,
     InvalidPayloadError,
     LeaseLostError,
+    MessageError,
     NonDeterminismError,
     NonRetryableError,
+    QueryError,
     StepFailedError,
     SteplineError,
     StepTimeoutError,
     StoreError,
     StoreUnavailableError,
+    UpdateFailedError,
+    UpdateRejectedError,
     WorkflowFailedError,
     WorkflowNotFoundError,
 )
+from .handlers import query, update
 from .limits import Limit, Rate
 from .records import (
     EventRecord,
@@ -43,7 +48,8 @@ from .records import (
     WorkerInfo,
 )
 from .schedule import Schedule
-from .step import StepContext, WorkflowStep
+from .step import StepContext, Stream, WorkflowStep
+from .store.types import StreamItem
 from .sync import SyncEngine, SyncInstance, SyncWorkflowBinding
 from .workflow import Workflow, WorkflowEvent, workflow
 
@@ -69,11 +75,14 @@ __all__ = [
     "LeaseLostError",
     "Limit",
     "ManualClock",
+    "MessageError",
     "NonDeterminismError",
     "NonRetryableError",
     "PendingRetry",
     "Pipeline",
+    "QueryError",
     "Rate",
+    "RetryAfter",
     "RetryConfig",
     "Schedule",
     "StepConfig",
@@ -84,10 +93,14 @@ __all__ = [
     "SteplineError",
     "StoreError",
     "StoreUnavailableError",
+    "Stream",
+    "StreamItem",
     "SyncEngine",
     "SyncInstance",
     "SyncWorkflowBinding",
     "SystemClock",
+    "UpdateFailedError",
+    "UpdateRejectedError",
     "WorkerInfo",
     "Workflow",
     "WorkflowBinding",
@@ -97,5 +110,7 @@ __all__ = [
     "WorkflowStep",
     "__version__",
     "parse_duration",
+    "query",
+    "update",
     "workflow",
 ]

@@ -8,7 +8,15 @@ import functools
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Literal, Protocol
 
 from . import _json
@@ -18,6 +26,7 @@ from ._shown import shown
 from ._traceparent import valid_traceparent
 from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
+from .messages import Messaging
 from .records import (
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
@@ -28,7 +37,7 @@ from .records import (
     StepRecord,
 )
 from .retrying import read_retries
-from .store.base import ChangeWatch, Claim, NewInstance, Store
+from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
 from .workflow import is_valid_name, validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
@@ -141,10 +150,16 @@ class Instance:
     """A handle on one instance. Cheap to create; every call reads or writes the store."""
 
     def __init__(
-        self, store: Store, workflow: str, instance_id: str, max_payload: int = DEFAULT_MAX_PAYLOAD
+        self,
+        store: Store,
+        workflow: str,
+        instance_id: str,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        messaging: Messaging | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
+        self._messaging = messaging or Messaging(store, max_payload)
         self.workflow = workflow
         self.id = instance_id
 
@@ -245,6 +260,69 @@ class Instance:
         encoded = _json.dumps(payload, what=f"payload of event {type!r}", limit=self._max_payload)
         await self._store.send_event(self.workflow, self.id, type, encoded)
 
+    # -- messages (docs/messaging.md) -------------------------------------------------------------
+
+    async def query(self, name: str, *args: Any, timeout: Duration | None = None) -> Any:
+        """The answer of the workflow's ``@stepline.query`` ``name`` with ``args``: its handler
+        called on the state ``run()`` keeps, rebuilt by replaying the recorded history (no
+        callback runs, nothing is written), so a paused or parked instance answers too.
+
+        Replayed in this process if its engine has the workflow's code, else by a live worker
+        that serves it (``timeout``, default 10 seconds, bounds that wait). Raises
+        :class:`~stepline.QueryError` if it cannot answer (no such query, arguments the
+        handler does not take, the handler raised or tried to change the state or run a step).
+        """
+        return await self._messaging.query(self.workflow, self.id, name, args, timeout)
+
+    async def update(
+        self,
+        name: str,
+        *args: Any,
+        update_id: str | None = None,
+        timeout: Duration | None = None,
+    ) -> Any:
+        """Send the workflow's ``@stepline.update`` ``name`` with ``args`` and return its
+        handler's reply.
+
+        The update is recorded durably before this waits; its handler runs once, when
+        ``run()`` is idle, in the order updates came. ``update_id`` (default: a new UUID) makes
+        it idempotent: sending it again returns the recorded reply without a second run. Raises
+        :class:`~stepline.UpdateRejectedError` (no such update, arguments it does not take, its
+        validator said no: nothing ran), :class:`~stepline.UpdateFailedError` (the handler
+        raised, or the instance ended first), :class:`TimeoutError` after ``timeout`` (default:
+        no limit; the update stays recorded: wait again with :meth:`update_result`).
+        """
+        return await self._messaging.update(self.workflow, self.id, name, args, update_id, timeout)
+
+    async def send_update(self, name: str, *args: Any, update_id: str | None = None) -> str:
+        """Record an update (as :meth:`update` does) without waiting for its reply; return its
+        id, for :meth:`update_result`."""
+        record = await self._messaging.send_update(self.workflow, self.id, name, args, update_id)
+        return record.update_id
+
+    async def update_result(self, update_id: str, *, timeout: Duration | None = None) -> Any:
+        """The reply of update ``update_id`` (sent by :meth:`update` or :meth:`send_update`),
+        waiting for it as :meth:`update` does; ``LookupError`` for an id never sent here."""
+        return await self._messaging.reply(self.workflow, self.id, update_id, timeout)
+
+    def subscribe(
+        self, stream: str, *, after: int = 0, follow: bool = True
+    ) -> AsyncIterator[StreamItem]:
+        """The items published to ``stream`` (``step.publish``) after the cursor ``after`` (an
+        item's ``seq``), in order, each once: ``async for item in instance.subscribe(...)``.
+        With ``follow`` it waits for more until the instance has ended and every item is read.
+        Come back with the last ``seq`` read to miss nothing (of what the stream still keeps)."""
+        return self._messaging.subscribe(self.workflow, self.id, stream, after, follow)
+
+    async def read_stream(self, stream: str, *, after: int = 0, limit: int = 100) -> StreamRead:
+        """Up to ``limit`` items of ``stream`` after the cursor ``after``, and the instance's
+        status (one read; :meth:`subscribe` follows a stream with it)."""
+        return await self._messaging.read_stream(self.workflow, self.id, stream, after, limit)
+
+    async def streams(self) -> list[StreamItem]:
+        """The last item of each of the instance's streams, by stream name."""
+        return await self._store.messages.latest_stream_items(self.workflow, self.id)
+
     async def wait(self, timeout: Duration | None = None) -> InstanceStatus:
         """Wait until the instance is complete, errored or terminated; return its status.
 
@@ -291,9 +369,11 @@ class WorkflowBinding:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         reserve: ReserveSlots | None = None,
         observer: Observer | None = None,
+        messaging: Messaging | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
+        self._messaging = messaging or Messaging(store, max_payload)
         self.name = name
         self._check_known = check
         self._reserve = reserve
@@ -393,8 +473,8 @@ class WorkflowBinding:
         except DuplicateInstanceError as exc:
             if on_duplicate == "raise":
                 raise
-            return Instance(self._store, self.name, exc.instance_id, self._max_payload)
-        return Instance(self._store, self.name, new.id, self._max_payload)
+            return self._instance(exc.instance_id)
+        return self._instance(new.id)
 
     async def create_batch(
         self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
@@ -441,7 +521,7 @@ class WorkflowBinding:
                 )
             )
         await self._create(new, trigger, skip_existing=True)
-        return [Instance(self._store, self.name, item.id, self._max_payload) for item in new]
+        return [self._instance(item.id) for item in new]
 
     async def get(self, id: str) -> Instance:
         """A handle on an existing instance; unknown ids raise ``InstanceNotFoundError``, ids no
@@ -450,7 +530,38 @@ class WorkflowBinding:
         if not self._possible:
             raise InstanceNotFoundError(self.name, id)
         await self._store.get_instance(self.name, id)
-        return Instance(self._store, self.name, id, self._max_payload)
+        return self._instance(id)
+
+    def _instance(self, instance_id: str) -> Instance:
+        return Instance(self._store, self.name, instance_id, self._max_payload, self._messaging)
+
+    async def create_and_update(
+        self,
+        id: str,
+        update: str,
+        *args: Any,
+        params: Any = None,
+        update_id: str | None = None,
+        timeout: Duration | None = None,
+        trigger: str = "api",
+        key: str | None = None,
+        priority: int = 0,
+    ) -> Any:
+        """Update-with-start: create instance ``id`` with ``params`` unless it exists, then
+        send it the update (:meth:`Instance.update`) and return the reply. Both halves are
+        idempotent (an existing id is kept; ``update_id`` makes the update run once), so a
+        caller that retries after a failure between them gets one instance and one run."""
+        await self._check()
+        new = NewInstance(
+            validate_name(id, what="instance id"),
+            _json.dumps(params, what="instance params", limit=self._max_payload),
+            key=_check_key(key, what="key"),
+            priority=_check_priority(priority),
+        )
+        await self._create([new], trigger, skip_existing=True)
+        return await self._instance(new.id).update(
+            update, *args, update_id=update_id, timeout=timeout
+        )
 
     async def list(
         self,

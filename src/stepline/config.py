@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from .durations import Duration, parse_duration
-from .errors import NonRetryableError
+from .durations import Duration, format_duration, parse_duration
+from .errors import NonRetryableError, SteplineError
 from .limits import is_valid_limit_name
 
 Backoff = Literal["constant", "linear", "exponential"]
@@ -32,6 +32,26 @@ _BACKOFFS = ("constant", "linear", "exponential")
 _RETRY_KEYS = ("limit", "delay", "backoff", "non_retryable")
 _STEP_KEYS = ("retries", "timeout", "limit")
 _ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class RetryAfter(SteplineError):
+    """Raise from a step callback to try again after ``delay`` (a duration: seconds, a
+    ``timedelta`` or ``"30 seconds"``) instead of the configured backoff, for instance after an
+    HTTP 429 with a ``Retry-After`` header: ``raise RetryAfter("30 seconds", exc)``.
+
+    The attempt counts as failed: the step's retry limit still applies (once it is used up the
+    step fails with ``cause``'s error). ``cause`` is the error recorded for the attempt (and
+    chained as ``__cause__``); without one the attempt's error is this one. It wins over a
+    ``retries.delay`` callable, which is not called for the attempt.
+    """
+
+    def __init__(self, delay: Duration, cause: BaseException | None = None) -> None:
+        self.seconds = parse_duration(delay, what="RetryAfter delay", allow_zero=True)
+        self.cause = cause
+        shown = f"{type(cause).__name__}: {cause}; " if cause is not None else ""
+        super().__init__(f"{shown}retry after {format_duration(self.seconds)}")
+        if cause is not None:
+            self.__cause__ = cause
 
 
 def _invalid(key: str, detail: str) -> ValueError:
@@ -127,7 +147,10 @@ class RetryConfig:
         object.__setattr__(self, "non_retryable", _check_error_types(non_retryable))
 
     def delay_after(self, attempt: int, error: BaseException) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` before the next one."""
+        """Seconds to wait after failed attempt number ``attempt`` before the next one (what a
+        :class:`RetryAfter` raised by the attempt says, if it raised one)."""
+        if isinstance(error, RetryAfter):
+            return error.seconds
         if not isinstance(self.delay, int | float):
             return parse_duration(
                 self.delay(attempt, error), what="retries.delay result", allow_zero=True

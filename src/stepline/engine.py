@@ -12,11 +12,12 @@ from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime import Observer, RuntimeHooks
 from .client import Instance, WorkflowBinding, check_listing
 from .clock import SystemClock
-from .durations import Duration, parse_worker_duration
+from .durations import Duration, parse_duration, parse_worker_duration
 from .errors import DefinitionError
 from .limits import Limit
 from .liveness import unserved_warning
 from .local import LocalWorker
+from .messages import Messaging
 from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, WorkflowInfo
 from .registry import Registry
 from .retrying import read_retries
@@ -46,7 +47,9 @@ class Engine:
     shutdown), ``max_payload`` (bytes, for params, results and event payloads), ``retention``
     (finished instances are deleted this long after they ended; default: kept forever),
     ``heartbeat`` (how often the worker writes its row in the worker list, which shows it live
-    while its last heartbeat is at most three intervals old).
+    while its last heartbeat is at most three intervals old), ``stream_keep`` and
+    ``stream_keep_for`` (what each stream an instance publishes to keeps: its last items, for
+    how long; None: no age limit; docs/messaging.md).
 
     ``clock``: a clock to follow instead of real time (tests: :class:`~stepline.ManualClock`),
     used as it is; without one the store keeps real time, on PostgreSQL the server's clock.
@@ -81,6 +84,8 @@ class Engine:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         retention: Duration | None = None,
         heartbeat: Duration = 5,
+        stream_keep: int = 1000,
+        stream_keep_for: Duration | None = "7 days",
         clock: Callable[[], float] | None = None,
         worker_id: str | None = None,
         listeners: Iterable[Listener] = (),
@@ -106,6 +111,10 @@ class Engine:
             if retention is None
             else parse_worker_duration("retention", retention, what="retention"),
             heartbeat=parse_worker_duration("heartbeat", heartbeat, what="heartbeat"),
+            stream_keep=_stream_keep(stream_keep),
+            stream_keep_for=None
+            if stream_keep_for is None
+            else parse_duration(stream_keep_for, what="stream_keep_for"),
         )
         self.clock = clock or SystemClock()
         # Without a clock of the user's the store keeps real time its own way (PostgreSQL: the
@@ -128,6 +137,7 @@ class Engine:
             listeners=tuple(listeners),
             hooks=hooks,
         )
+        self._messaging = Messaging(self.store, max_payload, self._registry)
 
     # -- registry --------------------------------------------------------------------------------
 
@@ -240,6 +250,7 @@ class Engine:
             self.settings.max_payload,
             self._local.reserve,
             self.observer,
+            self._messaging,
         )
 
     async def _check_workflow(self, name: str) -> None:
@@ -306,3 +317,9 @@ class Engine:
             return [None] * len(records)
         workers = await self.store.workers.list_workers()
         return [unserved_warning(record, workers, now) for record in records]
+
+
+def _stream_keep(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"stream_keep must be a whole number of items, at least 1, got {value!r}")
+    return value

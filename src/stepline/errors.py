@@ -173,6 +173,33 @@ class ConfigError(SteplineError, ValueError):
     """The project configuration (stepline.toml, pyproject.toml or the environment) is invalid."""
 
 
+class MessageError(SteplineError):
+    """A query or an update did not give its answer (docs/messaging.md). ``error_name`` and
+    ``message`` say why: the handler's own error, or stepline's (an unknown name, arguments
+    the handler does not take, a validator's refusal, an instance that ended first)."""
+
+    def __init__(self, what: str, error_name: str, message: str) -> None:
+        super().__init__(f"{what}: {error_name}: {message}")
+        self.error_name = error_name
+        self.message = message
+
+
+class QueryError(MessageError):
+    """A query could not be answered: no query of that name, arguments it does not take, the
+    handler raised, or it tried to run a step or change the workflow's state."""
+
+
+class UpdateRejectedError(MessageError):
+    """An update was turned down before its handler ran: no update of that name, arguments it
+    does not take, or its validator raised. The instance is unchanged; the same update id gets
+    the same answer."""
+
+
+class UpdateFailedError(MessageError):
+    """An update's handler raised (its error is the answer, recorded: a retry with the same
+    update id gets it again), or the instance ended before the handler ran or finished."""
+
+
 class _EngineSignal(BaseException):
     """Base for engine control flow travelling through user code. Never catch it."""
 

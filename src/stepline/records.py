@@ -28,8 +28,17 @@ INSTANCE_STATUSES: tuple[InstanceStatusName, ...] = (
 FINISHED_STATUSES: frozenset[str] = frozenset({"errored", "terminated", "complete"})
 
 StepKind = Literal[
-    "do", "sleep", "wait_for_event", "rollback", "start_workflow", "wait_for_workflow"
+    "do",
+    "sleep",
+    "wait_for_event",
+    "rollback",
+    "start_workflow",
+    "wait_for_workflow",
+    "update",
+    "publish",
 ]
+"""``update``: an update's handler accepted (its reply is the record's output or error);
+``publish``: an item ``run()`` published to a stream (docs/messaging.md)."""
 StepStatus = Literal["running", "waiting", "complete", "errored"]
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import DefinitionError, WorkflowNotFoundError
+from .handlers import handlers_of
 from .limits import Limit, check_limit_names
 from .store import Store
 from .store.base import WorkflowMeta
@@ -28,6 +29,7 @@ class Registry:
         """Add a workflow class, ``@workflow`` function, Pipeline or Dag; raises
         :class:`~stepline.DefinitionError` naming what is wrong with it."""
         definition = definition_of(workflow)
+        handlers_of(definition.cls)  # two message handlers under one name: refused now
         existing = self.definitions.get(definition.name)
         if existing is not None and existing != definition:
             raise DefinitionError(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, overload
@@ -14,6 +14,9 @@ from .records import EventRecord
 
 StepCallback = Callable[..., Any]
 RollbackCallback = Callable[..., Any]
+EventMatch = Mapping[str, Any] | Callable[[Any], bool]
+"""What ``wait_for_event(match=...)`` takes: the payload's keys and values an event must have
+(top-level, compared with ``==``), or a predicate called with the event's payload."""
 
 _T = TypeVar("_T")
 
@@ -51,8 +54,12 @@ class StepRunner(Protocol):
     def sleep_until(self, name: str, when: datetime | float | int) -> Coroutine[Any, Any, None]: ...
 
     def wait_for_event(
-        self, name: str, event_type: str, timeout: Duration
+        self, name: str, event_type: str, timeout: Duration, match: EventMatch | None
     ) -> Coroutine[Any, Any, EventRecord]: ...
+
+    def publish(
+        self, stream: str, value: Any, keep: int | None, keep_for: Duration | None
+    ) -> Coroutine[Any, Any, None]: ...
 
     def start_workflow(
         self, workflow: str, params: Any, child_id: str | None
@@ -65,6 +72,26 @@ class StepRunner(Protocol):
     def track(
         self, method: str, name: str, call: Coroutine[Any, Any, _T]
     ) -> Coroutine[Any, Any, _T]: ...
+
+
+class Stream:
+    """One stream of the instance, to publish to (``step.stream(name)``)."""
+
+    __slots__ = ("_activation", "_keep", "_keep_for", "name")
+
+    def __init__(
+        self, activation: StepRunner, name: str, keep: int | None, keep_for: Duration | None
+    ) -> None:
+        self._activation = activation
+        self.name = name
+        self._keep = keep
+        self._keep_for = keep_for
+
+    def publish(self, value: Any = None) -> Coroutine[Any, Any, None]:
+        """Append ``value`` to the stream (as :meth:`WorkflowStep.publish`)."""
+        activation = self._activation
+        call = activation.publish(self.name, value, self._keep, self._keep_for)
+        return activation.track("publish", self.name, call)
 
 
 class WorkflowStep:
@@ -200,16 +227,43 @@ class WorkflowStep:
         return activation.track("sleep_until", name, activation.sleep_until(name, when))
 
     def wait_for_event(
-        self, name: str, *, type: str, timeout: Duration = "24 hours"
+        self,
+        name: str,
+        *,
+        type: str,
+        timeout: Duration = "24 hours",
+        match: EventMatch | None = None,
     ) -> Coroutine[Any, Any, EventRecord]:
         """Wait durably for an event of ``type`` sent with ``instance.send_event``.
 
         Events sent before the wait are kept and delivered in order. On timeout
         :class:`~stepline.StepTimeoutError` is raised (catchable; not retried).
+
+        ``match``: only an event whose payload has these keys and values (``{"order_id":
+        oid}``, top-level keys compared with ``==``), or for which this predicate of the
+        payload returns true, ends the wait; the others stay pending for other waits. A
+        predicate that raises is taken as "no" for that event (logged as a warning).
         """
         activation = self._activation
-        call = activation.wait_for_event(name, type, timeout)
+        call = activation.wait_for_event(name, type, timeout, match)
         return activation.track("wait_for_event", name, call)
+
+    def publish(self, stream: str, value: Any = None) -> Coroutine[Any, Any, None]:
+        """Append ``value`` (JSON) to the instance's stream ``stream``, for readers of
+        ``instance.subscribe(stream)`` (docs/messaging.md). From ``run()`` it is recorded as a
+        step (a replay publishes nothing again); from a step's async callback it is written at
+        once, and a retried attempt's items are not appended twice. Kept: the engine's
+        ``stream_keep`` last items, for ``stream_keep_for``."""
+        activation = self._activation
+        return activation.track("publish", stream, activation.publish(stream, value, None, None))
+
+    def stream(
+        self, name: str, *, keep: int | None = None, keep_for: Duration | None = None
+    ) -> Stream:
+        """A handle on the stream ``name`` for many values: ``await progress.publish(v)``;
+        ``keep`` (items) and ``keep_for`` (a duration) bound what it keeps instead of the
+        engine's defaults."""
+        return Stream(self._activation, name, keep, keep_for)
 
     def start_workflow(
         self, workflow: str, params: Any = None, *, id: str | None = None

@@ -30,6 +30,7 @@ from .records import (
     WorkerInfo,
     WorkflowInfo,
 )
+from .store.types import StreamRead
 from .triggers.cron import Backfill, ScheduleClient, ScheduleInfo
 from .triggers.cron.client import Moment
 
@@ -106,6 +107,29 @@ class SyncInstance:
     def wait(self, timeout: Duration | None = None) -> InstanceStatus:
         return self._portal.call(self._instance.wait(timeout))
 
+    def query(self, name: str, *args: Any, timeout: Duration | None = None) -> Any:
+        return self._portal.call(self._instance.query(name, *args, timeout=timeout))
+
+    def update(
+        self,
+        name: str,
+        *args: Any,
+        update_id: str | None = None,
+        timeout: Duration | None = None,
+    ) -> Any:
+        return self._portal.call(
+            self._instance.update(name, *args, update_id=update_id, timeout=timeout)
+        )
+
+    def send_update(self, name: str, *args: Any, update_id: str | None = None) -> str:
+        return self._portal.call(self._instance.send_update(name, *args, update_id=update_id))
+
+    def update_result(self, update_id: str, *, timeout: Duration | None = None) -> Any:
+        return self._portal.call(self._instance.update_result(update_id, timeout=timeout))
+
+    def read_stream(self, stream: str, *, after: int = 0, limit: int = 100) -> StreamRead:
+        return self._portal.call(self._instance.read_stream(stream, after=after, limit=limit))
+
 
 class SyncWorkflowBinding:
     """Synchronous twin of :class:`~stepline.client.WorkflowBinding`."""
@@ -153,6 +177,12 @@ class SyncWorkflowBinding:
         return self._portal.call(
             self._binding.purge(statuses=tuple(statuses), older_than=older_than)
         )
+
+    def create_and_update(
+        self, id: str, update: str, *args: Any, timeout: Duration | None = None, **options: Any
+    ) -> Any:
+        call = self._binding.create_and_update(id, update, *args, timeout=timeout, **options)
+        return self._portal.call(call)
 
 
 class SyncScheduleClient:

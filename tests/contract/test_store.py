@@ -90,6 +90,8 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     raw(store_url, "DROP TABLE workers")
     raw(store_url, "DROP TABLE schedules")
     raw(store_url, "ALTER TABLE instances DROP COLUMN schedule")
+    for table in ("updates", "streams", "stream_items", "query_requests"):
+        raw(store_url, f"DROP TABLE {table}")
     raw(store_url, "DELETE FROM schema_migrations WHERE version > 1")
     reopened = await open_store()
     versions = [(m.version,) for m in load_migrations(store_kind)]
@@ -100,6 +102,7 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     await reopened.workers.heartbeat(WorkerInfo("w", "h", 1, now, now, 1.0, (WF,), 1, 0), now)
     assert [w.id for w in await reopened.workers.list_workers()] == ["w"]
     assert await reopened.schedules.list_schedules() == []
+    assert (await reopened.messages.read_stream(WF, "a", "progress", 0, 10)).items == []
 
 
 async def test_close_finishes_pending_writes_and_is_idempotent(

@@ -720,8 +720,13 @@ def test_openapi_matches_behaviour(live_api: str, mode: GenerationMode) -> None:
     schema = schemathesis.openapi.from_url(f"{live_api}/api/openapi.json")
     rejection = schema.config.checks.negative_data_rejection
     rejection.expected_statuses = [*rejection.expected_statuses, "413"]  # too large: rejected
-    # The stream stays open while an instance runs; test_stream_* cover it.
-    strategy = schema.exclude(operation_id="streamInstance").as_strategy(mode)
+    # The streams stay open while an instance runs; test_stream_* and test_http_messages cover
+    # them.
+    strategy = (
+        schema.exclude(operation_id="streamInstance")
+        .exclude(operation_id="subscribeInstance")
+        .as_strategy(mode)
+    )
 
     @given(case=strategy)
     @settings(

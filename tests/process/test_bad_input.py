@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import inspect
+import logging
 import math
 import socket
 import subprocess
@@ -38,8 +39,10 @@ from stepline import (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     InvalidPayloadError,
+    QueryError,
     RetryConfig,
     StepConfig,
+    UpdateRejectedError,
     WorkflowNotFoundError,
 )
 from stepline.http import create_app
@@ -53,6 +56,7 @@ from .._bad_workflows import (
     ODD_VALUE,
     BadName,
     FortnightRate,
+    Messenger,
     NegativeConcurrency,
     NoRun,
     SyncRun,
@@ -242,6 +246,45 @@ async def odd_run(ctx: Ctx) -> list[Instance]:
     assert steps[1].error == {"name": "ValueError", "message": ODD}
     await instance.restart(ODD_NAME + " fails")  # the name is looked up, not run as SQL
     assert [s.name for s in await instance.steps()] == [ODD_NAME]
+    return [instance]
+
+
+async def new_messenger(ctx: Ctx) -> Instance:
+    instance = await ctx.engine.workflow("messenger").create(new_id())
+    await drain(ctx.engine)
+    return instance
+
+
+def msg(action: Callable[[Instance], Awaitable[Any]]) -> Callable[[Ctx], Any]:
+    """A call on the row's messenger instance (its ``setup``)."""
+    return lambda ctx: action(ctx.prepared)
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+async def predicate_raises(ctx: Ctx) -> list[Instance]:
+    """An event the wait's predicate raises on does not match: it stays pending, the instance
+    waits on, and the log says why."""
+    instance: Instance = ctx.prepared
+    collect = _Collect()
+    logger = logging.getLogger("stepline.runtime")
+    logger.addHandler(collect)
+    try:
+        await instance.send_event("ok", {"m": 1})
+        await drain(ctx.engine)
+    finally:
+        logger.removeHandler(collect)
+    assert (await instance.status()).status == "waiting"
+    assert [e.consumed_by for e in await instance.events()] == [None]
+    assert any("the predicate of wait_for_event 'ok-1' raised KeyError" in line
+               for line in collect.lines), collect.lines  # fmt: skip
     return [instance]
 
 
@@ -438,6 +481,44 @@ API = [
     Api("step-from-task-after-run-returned", call_step_from_task, Raises(DefinitionError, "'late'"),
         (orphan,), setup=run),
     Api("step-inside-a-step", run, Errored("DefinitionError", "'inner'"), (nested,)),
+    # Messages (docs/messaging.md): queries, updates, streams, event predicates.
+    Api("query-unknown", msg(lambda i: i.query("nope")),
+        Raises(QueryError, "workflow 'messenger' has no query 'nope' (its queries: broken, "),
+        (Messenger,), setup=new_messenger),
+    Api("query-args-do-not-fit", msg(lambda i: i.query("sum", 1)),
+        Raises(QueryError, "InvalidArgumentsError: query 'sum' takes ()"), (Messenger,),
+        setup=new_messenger),
+    Api("query-raises", msg(lambda i: i.query("broken")),
+        Raises(QueryError, "KeyError: 'no such total'"), (Messenger,), setup=new_messenger),
+    Api("query-changes-state", msg(lambda i: i.query("sneaky")),
+        Raises(QueryError, "query 'sneaky' changed the workflow's state (it set self.total)"),
+        (Messenger,), setup=new_messenger),
+    Api("query-args-oversized", msg(lambda i: i.query("sum", "x" * MIB)),
+        Raises(InvalidPayloadError, "arguments of query 'sum' is 1,048,580 bytes encoded"),
+        (Messenger,), setup=new_messenger),
+    Api("query-without-code-or-worker", on("waiting", lambda i: i.query("sum")),
+        Raises(QueryError, "no live worker serves it")),
+    Api("update-unknown", msg(lambda i: i.update("nope")),
+        Raises(UpdateRejectedError, "workflow 'messenger' has no update 'nope' (its updates: add)"),
+        (Messenger,), setup=new_messenger),
+    Api("update-args-fail-validation", msg(lambda i: i.update("add", -5)),
+        Raises(UpdateRejectedError, "ValueError: amount must be positive, got -5"),
+        (Messenger,), setup=new_messenger),
+    Api("update-args-do-not-fit", msg(lambda i: i.update("add")),
+        Raises(UpdateRejectedError, "update 'add' takes (amount): missing a required argument"),
+        (Messenger,), setup=new_messenger),
+    Api("update-args-oversized", msg(lambda i: i.update("add", "x" * MIB)),
+        Raises(InvalidPayloadError, "arguments of update 'add' is 1,048,6"), (Messenger,),
+        setup=new_messenger),
+    Api("update-id-invalid", msg(lambda i: i.update("add", 1, update_id="a\nb")),
+        Raises(ValueError, "invalid update id 'a\\nb'"), (Messenger,), setup=new_messenger),
+    Api("update-to-complete", on("complete", lambda i: i.update("add", 1)),
+        Raises(IllegalStateError, illegal("send an update to", "complete"))),
+    Api("stream-name-invalid", on("waiting", lambda i: i.read_stream("a b")),
+        Raises(ValueError, "invalid stream name 'a b'")),
+    Api("stream-cursor-negative", on("waiting", lambda i: i.read_stream("s", after=-1)),
+        Raises(ValueError, "invalid stream cursor -1")),
+    Api("predicate-raises", predicate_raises, Succeeds(), (Messenger,), setup=new_messenger),
     # Unicode and SQL metacharacters: stored and read back as they are.
     Api("unicode-sql-params", odd_params, Succeeds()),
     Api("unicode-sql-event-payload", odd_payload, Succeeds(), setup=new_gate),
@@ -576,6 +657,30 @@ HTTP = [
          names="query parameter 'limit' must be a whole number"),
     Http("wrong-method", "PUT", G, {}, 405, "method_not_allowed",
          "PUT is not allowed on /api/workflows/greet/instances; allowed: GET, HEAD, POST"),
+    Http("query-without-code-or-worker", "GET", f"{GATE}/w1/queries/sum", None, 503, "no_worker",
+         "no live worker serves it"),
+    Http("query-args-not-json", "GET", f"{GATE}/w1/queries/sum?args=%7B",
+         names="query parameter 'args' is not valid JSON"),
+    Http("query-args-not-array", "GET", f"{GATE}/w1/queries/sum?args=5",
+         names="query parameter 'args' must be a JSON array"),
+    Http("update-to-complete", "POST", f"{G}/done/updates/add", {"args": [1]}, 409,
+         "illegal_state", illegal("send an update to", "complete")),
+    Http("update-body-not-object", "POST", f"{GATE}/w1/updates/add", [1],
+         names="the request body must be a JSON object"),
+    Http("update-unknown-key", "POST", f"{GATE}/w1/updates/add", {"argz": []},
+         names="unknown key 'argz'"),
+    Http("update-args-oversized", "POST", f"{GATE}/w1/updates/add", {"args": ["x" * MIB]}, 413,
+         "payload_too_large", "'args' is 1,048,580 bytes encoded, over the limit"),
+    Http("update-id-invalid", "POST", f"{GATE}/w1/updates/add", {"update_id": "a\nb"},
+         names="invalid update id 'a\\nb'"),
+    Http("update-timeout-invalid", "POST", f"{GATE}/w1/updates/add", {"timeout": "soon"},
+         names="invalid 'timeout' 'soon'"),
+    Http("update-unknown-instance", "POST", f"{GATE}/nope/updates/add", {}, 404,
+         "instance_not_found", "workflow 'gate' has no instance 'nope'"),
+    Http("subscribe-stream-missing", "GET", f"{GATE}/w1/subscribe",
+         names="query parameter 'stream' is required"),
+    Http("subscribe-after-negative", "GET", f"{GATE}/w1/subscribe?stream=s&after=-1",
+         names="invalid stream cursor '-1'"),
     Http("unicode-sql-params", "POST", G, {"id": "http-odd", "params": ODD_VALUE}, 201,
          check=http_odd_params, changes=("greet", "http-odd")),
     Http("unicode-sql-event-payload", "POST", f"{GATE}/http-note/events/note", ODD_VALUE, 202,
@@ -771,6 +876,17 @@ CLI = [
         f"no recorded step {SQL_ID!r}", stores=BOTH),
     Cli("create-existing-id", (*TRIGGER, "--id", "done"),
         "workflow 'greet' already has an instance 'done'", stores=BOTH),
+    Cli("query-args-not-json", (*INST, "query", "gate", "w1", "sum", "{"),
+        "argument 1 is not valid JSON"),
+    Cli("query-without-code-or-worker", (*INST, "query", "gate", "w1", "sum"),
+        "no live worker serves it", exit=1, stores=BOTH),
+    Cli("update-to-complete", (*INST, "update", "greet", "done", "add", "1"),
+        illegal("send an update to", "complete"), stores=BOTH),
+    Cli("update-id-invalid", (*INST, "update", "gate", "w1", "add", "--update-id", ""),
+        "invalid update id ''"),
+    Cli("subscribe-cursor-negative",
+        (*INST, "subscribe", "gate", "w1", "--stream", "s", "--after", "-1"),
+        "invalid stream cursor -1"),
     Cli("unicode-sql-params-file", (*TRIGGER, "--params-file", "odd.json", "--id", "cli-file"),
         exit=0, changes=("greet", "cli-file")),
     Cli("unicode-sql-params-stdin", (*TRIGGER, "--params-file", "-", "--id", "cli-stdin"), exit=0,

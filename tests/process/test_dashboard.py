@@ -102,7 +102,6 @@ etl.add_step(
 etl.add_step(lambda ctx: {"loaded": ctx["clean"]}, name="load", depends_on=["clean", "enrich"])
 
 
-
 @workflow(name="decorated")
 async def decorated(event: WorkflowEvent, step: WorkflowStep) -> Any:
     """Steps declared as functions, their dependencies by parameter name."""

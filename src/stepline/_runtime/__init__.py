@@ -24,7 +24,10 @@ replay that left its history), ``quiesce`` (parking, holding, suspension), ``wri
 records), ``marks`` (the attempt clock), ``do``, ``waits``, ``children``, ``rollback`` (the
 step kinds), ``calls`` (step calls never awaited), ``signals`` (the runtime's own exceptions,
 stored errors), ``hooks`` (the seam a test harness overrides), ``observer`` (the seam
-telemetry observes through).
+telemetry observes through); messaging (docs/messaging.md): ``updates`` (update handlers run
+and replayed in their places), ``turns`` (where a replay's steps wait for them, and where a
+query's stops), ``query`` (answering a query from a replay), ``readonly`` (code that may only
+read the state), ``streams`` (``step.publish``).
 """
 
 from .._callbacks import invoke
@@ -41,6 +44,7 @@ from .observer import (
     TickOutcome,
     WaitOutcome,
 )
+from .query import answer_query, check_update
 from .replay import validate_step_name
 from .signals import ActivationAborted, error_info
 from .state import ActivationSettings
@@ -60,6 +64,8 @@ __all__ = [
     "RuntimeHooks",
     "TickOutcome",
     "WaitOutcome",
+    "answer_query",
+    "check_update",
     "error_info",
     "invoke",
     "timeout_error",

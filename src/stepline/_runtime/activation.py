@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 from ..durations import Duration
 from ..errors import InstanceFatalError, InvalidPayloadError, LeaseLostError, SuspendInstance
 from ..records import EventRecord
-from ..step import RollbackCallback, StepCallback, WorkflowStep
+from ..step import EventMatch, RollbackCallback, StepCallback, WorkflowStep
 from ..store.base import Claim, Finish, History, Store
 from ..workflow import Workflow, WorkflowEvent
-from . import children, do, waits
+from . import children, do, streams, updates, waits
 from .calls import StepCalls
 from .observer import ActivationObservation
 from .rollback import run_rollbacks
@@ -45,12 +45,17 @@ class Activation:
         workflow: Workflow,
         settings: ActivationSettings,
         observed: ActivationObservation | None = None,
+        *,
+        replay_only: bool = False,
     ) -> None:
+        """``replay_only``: a query's replay (:mod:`.query`), which stops where the recorded
+        history does, runs no callback and writes nothing: use :meth:`replay_to_frontier`."""
         self.claim = claim
         self.workflow = workflow
         self._state = ActivationState(store, claim, history, settings, observed)
         self._calls = StepCalls(f"{claim.instance.workflow}/{claim.instance.id}")
         self.step = WorkflowStep(self)
+        self._updates = updates.attach(self._state, self, workflow, replay_only=replay_only)
 
     # -- control from the worker -----------------------------------------------------------------
 
@@ -81,9 +86,15 @@ class Activation:
         return waits.sleep_until(self._state, name, when)
 
     def wait_for_event(
-        self, name: str, event_type: str, timeout: Duration
+        self, name: str, event_type: str, timeout: Duration, match: EventMatch | None = None
     ) -> Coroutine[Any, Any, EventRecord]:
-        return waits.wait_for_event(self._state, name, event_type, timeout)
+        return waits.wait_for_event(self._state, name, event_type, timeout, match)
+
+    def publish(
+        self, stream: str, value: Any, keep: int | None, keep_for: Duration | None
+    ) -> Coroutine[Any, Any, None]:
+        streams.check_thread()
+        return streams.publish(self._state, stream, value, keep, keep_for)
 
     def start_workflow(
         self, workflow: str, params: Any, child_id: str | None
@@ -109,6 +120,36 @@ class Activation:
             return await self._execute()
         finally:
             self._calls.end()
+            if self._updates is not None:
+                self._updates.close()
+
+    async def replay_to_frontier(self) -> InstanceFatalError | None:
+        """For a query (``replay_only``): call run() and let it go as far as the recorded
+        history takes it (every branch parked where a step has no final record, or run() over),
+        the recorded updates' handlers replayed in their places. Returns the error if the replay
+        left its history (then the state on the workflow object is not the instance's)."""
+        check = self._state.replay.check
+        try:
+            try:
+                await self.workflow.run(self._event(), self.step)
+            finally:
+                self._calls.drop_unawaited()
+        except SuspendInstance:
+            pass
+        except InstanceFatalError as exc:
+            if exc.name == "NonDeterminismError":
+                return exc
+        except (ActivationAborted, LeaseLostError, asyncio.CancelledError):
+            raise
+        except (Terminating, Exception):
+            pass  # run() failed on its history, as the instance did: its state stands
+        finally:
+            self._calls.end()
+            if self._updates is not None:
+                self._updates.close()
+        if check.diverged is None and check.unvisited:
+            check.diverge_at_end()
+        return check.fatal() if check.diverged is not None else None
 
     async def _execute(self) -> Finish:
         state = self._state

@@ -23,8 +23,24 @@ _PRUNE_AT = 1024
 """Calls noted before the list is pruned of those already started (amortised)."""
 
 
-IN_CALLBACK: ContextVar[str | None] = ContextVar("stepline_step_callback", default=None)
+class CallbackScope:
+    """The step attempt whose callback the current context runs: its label, and how many items
+    the attempt published (a retried attempt counts from 0 again, so its items have the origins
+    the first one's had, see :mod:`.streams`)."""
+
+    __slots__ = ("label", "published")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.published = 0
+
+
+IN_CALLBACK: ContextVar[CallbackScope | None] = ContextVar("stepline_step_callback", default=None)
 """The step whose callback the current context runs (set by the step while it calls it)."""
+
+IN_QUERY: ContextVar[str | None] = ContextVar("stepline_read_only", default=None)
+"""The read-only code the current context runs (``"query 'total'"``, an update's validator:
+:mod:`.readonly`): no step may run there."""
 
 
 class StepCalls:
@@ -44,8 +60,12 @@ class StepCalls:
     def track(
         self, method: str, name: str, call: Coroutine[Any, Any, _T]
     ) -> Coroutine[Any, Any, _T]:
-        """Note a step call (returned as is), or refuse it (closed) where no step can run."""
-        if self._ended or IN_CALLBACK.get() is not None:
+        """Note a step call (returned as is), or refuse it (closed) where no step can run. A
+        step's callback may publish (not a step of ``run()``: returned untracked)."""
+        inside = IN_CALLBACK.get()
+        if self._ended or inside is not None or IN_QUERY.get() is not None:
+            if method == "publish" and inside is not None and not self._ended:
+                return call
             call.close()
             self._refuse(f"step.{method}({name!r})")
         calls = self._calls
@@ -57,8 +77,15 @@ class StepCalls:
         return call
 
     def _refuse(self, what: str) -> None:
-        outer = IN_CALLBACK.get()
-        if outer is not None:
+        where = IN_QUERY.get()
+        if where is not None:
+            raise DefinitionError(
+                f"{where} called {what}; it may only read the workflow's state: run steps in "
+                "run() or in an update handler"
+            )
+        scope = IN_CALLBACK.get()
+        if scope is not None:
+            outer = scope.label
             # Ends the instance at once: retrying the outer step would only nest it again.
             raise InstanceFatalError(
                 "DefinitionError",

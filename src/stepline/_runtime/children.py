@@ -28,12 +28,15 @@ async def start_workflow(
     replay, quiet, writer = state.replay, state.quiet, state.writer
     quiet.progress += 1
     key, record = replay.find(name, "start_workflow")
+    turns = state.turns
+    if turns is not None:
+        await turns.reach(key, record)
     if record is not None and record.status == "complete":
         return str(record.output)
     if record is None and replay.check.unvisited:
         await quiet.hold(key)
     step = StepRef(key, replay.seq_for(record), "start_workflow")
-    await quiet.gate()
+    await quiet.gate(key)
     instance = state.instance
     if child_id is None:
         child_id = f"{instance.id[:60]}-{workflow[:30]}-{key[1]}"
@@ -72,6 +75,9 @@ async def wait_for_workflow(
     replay, quiet, writer = state.replay, state.quiet, state.writer
     quiet.progress += 1
     key, record = replay.find(name, "wait_for_workflow")
+    turns = state.turns
+    if turns is not None:
+        await turns.reach(key, record)
     info = {"workflow": workflow, "id": child_id}
     if record is not None and record.status == "complete":
         return record.output
@@ -86,7 +92,7 @@ async def wait_for_workflow(
     if record is None and replay.check.unvisited:
         await quiet.hold(key)
     step = StepRef(key, replay.seq_for(record), "wait_for_workflow")
-    await quiet.gate()
+    await quiet.gate(key)
     now = state.store.now()
     deadline = record.wake_at if record is not None and record.wake_at else now + seconds
     step.started_at = record.started_at if record is not None else now
@@ -121,4 +127,4 @@ async def wait_for_workflow(
             await writer.write(step, "waiting", wake_at=deadline, info=info)
     finally:
         quiet.end()
-    await quiet.park(deadline)
+    await quiet.park(deadline, key)

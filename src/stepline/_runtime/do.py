@@ -26,7 +26,7 @@ from ..errors import (
 from ..records import Attempt, StepRecord
 from ..step import StepCallback, StepContext
 from . import slots
-from .calls import IN_CALLBACK
+from .calls import IN_CALLBACK, CallbackScope
 from .observer import AttemptObservation
 from .replay import validate_step_name
 from .signals import error_info
@@ -62,6 +62,9 @@ async def do(
     replay = state.replay
     state.quiet.progress += 1
     key, record = replay.find(name, "do")
+    turns = state.turns
+    if turns is not None:
+        await turns.reach(key, record)
     if record is None and replay.check.unvisited:
         await state.quiet.hold(key)
     step = StepRef(key, replay.seq_for(record), "do")
@@ -110,7 +113,7 @@ async def run_attempts(
     if record is not None and record.status == "waiting" and (record.info or {}).get("limit"):
         retry_at = None  # waited for a slot, and may have been woken early by a release
     if quiet.gate_needed(retry_at):
-        await quiet.gate(retry_at)
+        await quiet.gate(step.key, retry_at)
     step.started_at = record.started_at if record is not None else None
 
     while True:
@@ -139,7 +142,7 @@ async def run_attempts(
                 args = (context,) if shape.arity else ()
             else:
                 args = ()
-            inside = IN_CALLBACK.set(label)
+            inside = IN_CALLBACK.set(CallbackScope(label))
             try:
                 if hooks is None or context is None:
                     result = await invoke(callback, shape.is_async, args)
@@ -174,7 +177,7 @@ async def run_attempts(
                     seen.ended("interrupted", None)
                 quiet.end()
             if wake_at is not None:
-                await quiet.gate(wake_at)
+                await quiet.gate(step.key, wake_at)
             continue
         # Succeeded (inline: every step takes this path)
         try:

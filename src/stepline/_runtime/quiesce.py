@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..errors import InstanceFatalError, SuspendInstance
 from .divergence import ReplayCheck
@@ -23,6 +23,9 @@ from .signals import Terminating
 
 _IDLE_TURNS = 3
 """Loop turns without progress after which nothing in run() is about to call a step."""
+
+_HELD: StepKey = ("", 0)
+"""The key a held step parks under when a stop suspends it (no update starts while stopping)."""
 
 _IN_FLIGHT_POLL = 0.05
 """After run() returned: how long to wait for a step a left-behind task still runs."""
@@ -38,6 +41,7 @@ class Quiescence:
         "_now",
         "in_flight",
         "limits",
+        "on_idle",
         "parked",
         "progress",
         "stop_reason",
@@ -61,8 +65,8 @@ class Quiescence:
         """Step callbacks and record writes under way: nothing suspends meanwhile."""
         self.progress = 0
         """Bumped by every step call and every start and end of work; the test watches it."""
-        self.parked: list[tuple[float | None, asyncio.Future[None]]] = []
-        """Parked steps: (wake-up time or None, the future they wait on)."""
+        self.parked: list[tuple[float | None, asyncio.Future[None], StepKey]] = []
+        """Parked steps: (wake-up time or None, the future they wait on, the step's key)."""
         self.testing = False
         """The quiescence test is running (the activation may be about to suspend)."""
         self.wake_at: float | None = None
@@ -74,6 +78,9 @@ class Quiescence:
         self.terminating = terminating
         """A termination with rollback: replay up to the first unrecorded step, then roll back."""
         self._after_test: Callable[[], None] | None = None
+        self.on_idle: Callable[[], bool] | None = None
+        """Asked before the activation suspends (not while stopping): True if it started work
+        (an update's handler, :mod:`.updates`), and the activation is not idle after all."""
 
     # -- work in flight --------------------------------------------------------------------------
 
@@ -100,18 +107,20 @@ class Quiescence:
         coroutine)."""
         return wake_at is not None or self.terminating or self.stop_reason is not None
 
-    async def gate(self, wake_at: float | None = None, limit: str | None = None) -> None:
-        """Before new work: park if the activation is stopping, or until ``wake_at`` (for a
-        slot of named limit ``limit``, if given); raise :class:`Terminating` if it is
-        terminating."""
+    async def gate(
+        self, key: StepKey, wake_at: float | None = None, limit: str | None = None
+    ) -> None:
+        """Before new work of step ``key``: park if the activation is stopping, or until
+        ``wake_at`` (for a slot of named limit ``limit``, if given); raise :class:`Terminating`
+        if it is terminating."""
         if self.terminating:
             raise Terminating()
         if self.stop_reason is not None:
-            await self.park(None)
+            await self.park(None, key)
         if wake_at is not None and wake_at > self._now():
             if limit is not None:
                 self.limits.append((wake_at, limit))
-            await self.park(wake_at)
+            await self.park(wake_at, key)
 
     @property
     def parked_on(self) -> str | None:
@@ -119,17 +128,41 @@ class Quiescence:
         whose recheck comes first)."""
         return min(self.limits)[1] if self.limits else None
 
-    async def park(self, wake_at: float | None) -> NoReturn:
+    async def park(self, wake_at: float | None, key: StepKey) -> NoReturn:
         """Wait for the activation to suspend (``wake_at``: when to run again, None for an
-        event); raises :class:`SuspendInstance`, or the divergence error."""
+        event) in step ``key``; raises :class:`SuspendInstance`, or the divergence error."""
         if self.terminating:
             raise Terminating()
         fut: asyncio.Future[None] = self._loop.create_future()
-        self.parked.append((wake_at, fut))
+        self.parked.append((wake_at, fut, key))
         self.progress += 1
         self._test_if_idle()
         await fut
         raise SuspendInstance()  # pragma: no cover - the future only ever fails
+
+    async def wait_for(self, fut: asyncio.Future[Any], key: StepKey) -> None:
+        """Wait in step ``key`` for ``fut``, which the activation itself resolves (an update's
+        handler replaying first, :mod:`.updates`), counted as parked meanwhile: if nothing
+        resolves it the activation suspends, and this raises :class:`SuspendInstance`."""
+        entry = (None, fut, key)
+        self.parked.append(entry)
+        self.progress += 1
+        self._test_if_idle()
+        try:
+            await fut
+        finally:
+            if entry in self.parked:
+                self.parked.remove(entry)
+        self.progress += 1
+
+    def abort(self, exc: BaseException) -> None:
+        """Fail every parked and held step with ``exc`` (an update's handler met an error that
+        ends the activation), so that every branch of run() unwinds with it."""
+        parked, self.parked = self.parked, []
+        held, self._check.held = self._check.held, []
+        for fut in [f for _, f, _ in parked] + [f for _, f in held]:
+            if not fut.done():
+                fut.set_exception(exc)
 
     async def hold(self, key: StepKey) -> None:
         """A new step while recorded steps are still uncalled: wait until they are all called
@@ -167,18 +200,27 @@ class Quiescence:
                 for _ in range(_IDLE_TURNS):
                     await asyncio.sleep(0)
                 if self.in_flight == 0 and mark == self.progress:
+                    on_idle = self.on_idle
+                    if (
+                        on_idle is not None
+                        and self.stop_reason is None
+                        and not self.terminating
+                        and not check.held
+                        and on_idle()
+                    ):
+                        continue  # an update's handler started: not idle after all
                     if check.held and self.stop_reason is None:
                         check.diverge_at()
                         self._release_parked()
                         return
                     # Stopping (pause, shutdown): a recorded step may be parked behind the stop
                     # at its gate, so held steps suspend with the rest; the next replay decides.
-                    self.parked.extend((None, fut) for _, fut in check.held)
+                    self.parked.extend((None, fut, _HELD) for _, fut in check.held)
                     check.held = []
-                    wakes = [w for w, _ in self.parked if w is not None]
+                    wakes = [w for w, _, _ in self.parked if w is not None]
                     self.wake_at = min(wakes) if wakes else None
                     parked, self.parked = self.parked, []
-                    for _, fut in parked:
+                    for _, fut, _ in parked:
                         if not fut.done():
                             fut.set_exception(SuspendInstance())
                     suspended = True
@@ -207,4 +249,4 @@ class Quiescence:
     def _release_parked(self) -> None:
         """After a divergence: fail the held and parked steps, so every branch of run() unwinds."""
         parked, self.parked = self.parked, []
-        self._check.release([fut for _, fut in parked])
+        self._check.release([fut for _, fut, _ in parked])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..config import RetryAfter
 from ..errors import InstanceFatalError, StepFailedError, _EngineSignal
 
 
@@ -14,9 +15,12 @@ class Terminating(_EngineSignal):
 
 
 def error_info(exc: BaseException) -> dict[str, str]:
-    """``{name, message}`` of an error; a :class:`StepFailedError` reports the step's error."""
+    """``{name, message}`` of an error; a :class:`StepFailedError` reports the step's error,
+    a :class:`~stepline.RetryAfter` its cause's."""
     if isinstance(exc, StepFailedError):
         return {"name": exc.error_name, "message": exc.message}
     if isinstance(exc, InstanceFatalError):
         return {"name": exc.name, "message": exc.message}
+    if isinstance(exc, RetryAfter) and exc.cause is not None:
+        return error_info(exc.cause)  # the attempt failed with its cause
     return {"name": type(exc).__name__, "message": str(exc)}

@@ -36,7 +36,7 @@ async def take(state: ActivationState, step: StepRef, limit: str) -> None:
     store, quiet = state.store, state.quiet
     while True:
         if quiet.gate_needed(None):
-            await quiet.gate()  # stopping: take nothing
+            await quiet.gate(step.key)  # stopping: take nothing
         now = store.now()
         unknown = False
         quiet.begin()
@@ -61,7 +61,7 @@ async def take(state: ActivationState, step: StepRef, limit: str) -> None:
             step.started_at = now
         await state.writer.write(step, "waiting", wake_at=wake_at, info={"limit": limit})
         state.emit("step_limited", {"step": step.label, "limit": limit, "until": wake_at})
-        await quiet.gate(wake_at, limit)
+        await quiet.gate(step.key, wake_at, limit)
 
 
 async def _undefined(state: ActivationState, step: StepRef, limit: str, now: float) -> NoReturn:

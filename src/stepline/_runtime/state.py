@@ -18,6 +18,7 @@ from .marks import RunningMarks
 from .observer import ActivationObservation, Observer
 from .quiesce import Quiescence
 from .replay import Replay, StepKey
+from .turns import Turns
 from .writer import StepWriter
 
 
@@ -33,6 +34,11 @@ class ActivationSettings:
     """A test harness's seam (:mod:`.hooks`); None in production."""
     observer: Observer | None = None
     """The engine's observers (:mod:`.observer`); None when nothing observes."""
+    stream_keep: int = 1000
+    """Items a stream keeps (its last ones), unless ``step.stream(keep=...)`` says otherwise."""
+    stream_keep_for: float | None = 7 * 86400.0
+    """Seconds a stream's items are kept (None: no limit), unless ``step.stream(keep_for=...)``
+    says otherwise."""
 
 
 @dataclass(slots=True)
@@ -63,6 +69,7 @@ class ActivationState:
         "rollbacks",
         "settings",
         "store",
+        "turns",
         "writer",
     )
 
@@ -93,6 +100,9 @@ class ActivationState:
         self.events: list[PendingEvent] = list(history.events)
         """Events sent to the instance that no step has consumed yet, oldest first."""
         self.rollbacks: list[Rollback] = []
+        self.turns: Turns | None = None
+        """Where step calls wait their turn (:mod:`.turns`); None when nothing orders them
+        beyond their records (no update recorded, not a query's replay)."""
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         """Tell the worker's listeners (progress output, tests) what happened."""

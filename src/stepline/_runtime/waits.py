@@ -6,17 +6,43 @@ the instance runs again at the wake-up time or when an event arrives.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 from .. import _json
+from .._shown import shown
 from ..durations import Duration, parse_duration
 from ..errors import StepTimeoutError
-from ..records import EventRecord
+from ..records import EventRecord, InstanceRecord, PendingEvent
+from ..step import EventMatch
 from ..workflow import validate_name
 from .replay import validate_step_name
 from .state import ActivationState
 from .writer import StepRef
+
+log = logging.getLogger("stepline.runtime")
+
+
+def _matches(match: EventMatch, event: PendingEvent, label: str, instance: InstanceRecord) -> bool:
+    """Whether ``event`` ends a wait with ``match``: its payload has every key and value of a
+    dict, or the predicate returns true for it. A predicate that raises does not match (the
+    event stays pending for other waits), and says so in the log."""
+    payload = event.payload
+    if isinstance(match, Mapping):
+        return isinstance(payload, Mapping) and all(
+            key in payload and payload[key] == value for key, value in match.items()
+        )
+    try:
+        return bool(match(payload))
+    except Exception as exc:
+        log.warning(
+            "instance %s/%s: the predicate of wait_for_event %r raised %s: %s on the %r event "
+            "sent at %s; the event does not match and stays pending",
+            instance.workflow, instance.id, label, type(exc).__name__, exc, event.type,
+            event.timestamp,
+        )  # fmt: skip
+        return False
 
 
 async def sleep(state: ActivationState, name: str, duration: Duration) -> None:
@@ -39,12 +65,15 @@ async def _sleep(state: ActivationState, name: str, wake: Callable[[float], floa
     replay, quiet = state.replay, state.quiet
     quiet.progress += 1
     key, record = replay.find(name, "sleep")
+    turns = state.turns
+    if turns is not None:
+        await turns.reach(key, record)
     if record is not None and record.status == "complete":
         return
     if record is None and replay.check.unvisited:
         await quiet.hold(key)
     step = StepRef(key, replay.seq_for(record), "sleep")
-    await quiet.gate()
+    await quiet.gate(key)
     now = state.store.now()
     if record is not None and record.wake_at:
         wake_at = record.wake_at
@@ -66,18 +95,30 @@ async def _sleep(state: ActivationState, name: str, wake: Callable[[float], floa
     if record is None:
         state.emit("step_sleep", {"step": step.label, "until": wake_at})
         state.writer.send(step, "waiting", wake_at=wake_at)
-    await quiet.park(wake_at)
+    await quiet.park(wake_at, key)
 
 
 async def wait_for_event(
-    state: ActivationState, name: str, event_type: str, timeout: Duration
+    state: ActivationState,
+    name: str,
+    event_type: str,
+    timeout: Duration,
+    match: EventMatch | None = None,
 ) -> EventRecord:
     validate_step_name(name)
     validate_name(event_type, what="event type")
+    if not (match is None or isinstance(match, Mapping) or callable(match)):
+        raise TypeError(
+            f"wait_for_event {name!r}: match must be a dict of payload keys and values or a "
+            f"predicate of the payload, not {shown(match)}"
+        )
     seconds = parse_duration(timeout, what=f"timeout of wait_for_event {name!r}", allow_zero=True)
     replay, quiet, writer = state.replay, state.quiet, state.writer
     quiet.progress += 1
     key, record = replay.find(name, "wait_for_event")
+    turns = state.turns
+    if turns is not None:
+        await turns.reach(key, record)
     label = f"{name}-{key[1]}"
     if record is not None and record.status == "complete":
         out = record.output
@@ -87,7 +128,7 @@ async def wait_for_event(
     if record is None and replay.check.unvisited:
         await quiet.hold(key)
     step = StepRef(key, replay.seq_for(record), "wait_for_event")
-    await quiet.gate()
+    await quiet.gate(key)
     now = state.store.now()
     if record is not None and record.wake_at:
         deadline = record.wake_at
@@ -99,7 +140,9 @@ async def wait_for_event(
     step.started_at = record.started_at if record is not None else now
     info = {"type": event_type}
     for index, pending in enumerate(state.events):
-        if pending.type == event_type:
+        if pending.type == event_type and (
+            match is None or _matches(match, pending, label, state.instance)
+        ):
             del state.events[index]
             event = EventRecord(pending.type, pending.payload, pending.timestamp)
             output = _json.dumps(event.to_json(), what="event", limit=1 << 62)
@@ -123,4 +166,4 @@ async def wait_for_event(
     if record is None:
         state.emit("step_wait", {"step": label, "type": event_type, "until": deadline})
         await writer.write(step, "waiting", wake_at=deadline, info=info)
-    await quiet.park(deadline)
+    await quiet.park(deadline, key)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
+from . import _messages  # noqa: F401 - registers query, update and subscribe
 from ._common import State
 from ._consume import consume
 from ._db import db

@@ -24,8 +24,10 @@ from ..errors import (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     InvalidPayloadError,
+    QueryError,
     ScheduleNotFoundError,
     SteplineError,
+    UpdateRejectedError,
     WorkflowNotFoundError,
 )
 from ..project import ProjectConfig, load_project
@@ -51,6 +53,7 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
     InstanceNotFoundError,
     InvalidPayloadError,
     ScheduleNotFoundError,
+    UpdateRejectedError,
     WorkflowNotFoundError,
     ValueError,
 )
@@ -83,6 +86,11 @@ def cli_errors() -> Iterator[None]:
         raise
     except INPUT_ERRORS as exc:
         raise CliError(_with_way_out(exc)) from None
+    except QueryError as exc:
+        # An unknown query, or arguments it does not take, are bad input; the rest failures.
+        if exc.error_name in ("UnknownQueryError", "InvalidArgumentsError"):
+            raise CliError(str(exc)) from None
+        raise CliFailure(str(exc)) from None
     except SteplineError as exc:
         raise CliFailure(str(exc)) from None
 

@@ -64,6 +64,8 @@ STEP_TYPES: dict[str, str] = {
     "rollback": "⏪ Rollback",
     "start_workflow": "🚀 Start workflow",
     "wait_for_workflow": "🔗 Waiting for workflow",
+    "update": "💬 Update",
+    "publish": "📣 Publish",
 }
 
 ATTEMPT_STATES: dict[str, tuple[str, str]] = {

@@ -104,11 +104,13 @@ class Lookup:
             return await instance.record(), await instance.steps()
 
     async def detail(self, workflow: str, instance_id: str) -> dict[str, Any]:
-        """An instance as the detail view shows it: its record, its steps, its DAG graph."""
+        """An instance as the detail view shows it: its record, its steps, its DAG graph, the
+        latest item of each of its streams."""
         record, steps = await self.read(workflow, instance_id)
         async with self.instance_errors():
             (warning,) = await self.engine.unserved_warnings([record])
             held = await read_held_reasons(self.engine.store, record)
+            streams = await self.engine.store.messages.latest_stream_items(workflow, instance_id)
         retry = None if record.status in FINISHED_STATUSES else retry_of(steps)
         graph = graph_of(await self.definition(workflow))
         if graph is not None:
@@ -122,6 +124,7 @@ class Lookup:
             },
             "steps": [s.to_json() for s in steps],
             "graph": graph,
+            "streams": [item.to_json() for item in streams],
         }
 
     async def definition(self, workflow: str) -> dict[str, Any] | None:

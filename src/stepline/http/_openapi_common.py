@@ -32,6 +32,7 @@ ERRORS = {
     414: "URL (path and query string) over the size limit.",
     422: "The request body is not valid JSON.",
     503: "The database failed.",
+    504: "Timed out waiting for an answer.",
 }
 
 

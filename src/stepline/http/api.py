@@ -6,7 +6,8 @@ worker or the runtime. Bad input never produces a 500: it is answered with
 ``{"error": {"code", "message"}}`` and 400, 404, 409, 413 or 422 (see :mod:`.errors`).
 
 The endpoints are grouped by resource: :mod:`._workflows`, :mod:`._instances`, :mod:`._stream`,
-:mod:`._schedules`; this module holds the workers, activity and OpenAPI endpoints and the routes.
+:mod:`._messages` (queries, updates, stream subscriptions), :mod:`._schedules`; this module
+holds the workers, activity and OpenAPI endpoints and the routes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..engine import Engine
 from ._input import RequestReader
 from ._instances import InstanceEndpoints
 from ._lookup import Lookup
+from ._messages import MessageEndpoints
 from ._schedules import ScheduleEndpoints
 from ._stream import InstanceStream
 from ._workflows import WorkflowEndpoints
@@ -49,6 +51,7 @@ class Api:
         self.instances = InstanceEndpoints(engine, lookup, reader)
         self.stream = InstanceStream(engine, lookup, stream_interval)
         self.schedules = ScheduleEndpoints(engine, lookup, reader)
+        self.messages = MessageEndpoints(engine, lookup, reader, stream_interval)
 
     async def openapi(self, request: Request) -> Response:
         return JsonResponse(openapi_document(self.max_body, self.max_payload, secured=self.secured))
@@ -96,6 +99,9 @@ def api_routes(api: Api) -> list[Route]:
         one + "/events": {"GET": instances.list_events},
         one + "/events/{type}": {"POST": instances.send_event},
         one + "/stream": {"GET": api.stream.stream},
+        one + "/queries/{query}": {"GET": api.messages.query},
+        one + "/updates/{update}": {"POST": api.messages.update},
+        one + "/subscribe": {"GET": api.messages.subscribe},
         "/schedules": {"GET": schedules.list_schedules},
         schedule: {"GET": schedules.get_schedule},
         schedule + "/pause": {"POST": schedules.pause},

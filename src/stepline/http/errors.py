@@ -30,14 +30,17 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "schedule_not_found",
         "not_found",
         "metrics_off",
+        "query_not_found",
+        "update_not_found",
     ),
     405: ("method_not_allowed",),
     409: ("instance_exists", "duplicate_instance", "illegal_state"),
     413: ("payload_too_large",),
     414: ("uri_too_long",),
-    422: ("invalid_json",),
+    422: ("invalid_json", "query_failed", "update_rejected", "update_failed"),
     500: ("internal_error",),
-    503: ("store_unavailable",),
+    503: ("store_unavailable", "no_worker"),
+    504: ("timeout",),
 }
 
 

@@ -20,6 +20,7 @@ from ._openapi_common import path_param as _path_param
 from ._openapi_common import ref as _ref
 from ._openapi_common import responses as _responses
 from ._openapi_create import create_schemas
+from ._openapi_messages import messages_paths, messages_schemas
 from ._openapi_schedules import schedule_paths, schedule_schemas
 
 _NAME = _path_param("name", "The workflow name.")
@@ -271,6 +272,8 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                         "rollback",
                         "start_workflow",
                         "wait_for_workflow",
+                        "update",
+                        "publish",
                     ],
                 },
                 "status": {
@@ -292,6 +295,20 @@ def _schemas(max_payload: int) -> dict[str, Any]:
             "properties": {
                 "workflow": _ref("Instance"),
                 "steps": {"type": "array", "items": _ref("Step")},
+                "streams": {
+                    "type": "array",
+                    "description": "The latest item of each stream the instance published to.",
+                    "items": {
+                        "type": "object",
+                        "required": ["stream", "seq", "value", "created_at"],
+                        "properties": {
+                            "stream": {"type": "string"},
+                            "seq": {"type": "integer", "minimum": 1},
+                            "value": {},
+                            "created_at": {"type": "number"},
+                        },
+                    },
+                },
                 "graph": {
                     "type": ["object", "null"],
                     "description": (
@@ -577,13 +594,14 @@ def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[
                 f"{max_body:,} bytes; params and event payloads to {max_payload:,} bytes."
             ),
         },
-        "paths": {**_paths(), **schedule_paths(), **activity_paths()},
+        "paths": {**_paths(), **schedule_paths(), **activity_paths(), **messages_paths()},
         "components": {
             "schemas": {
                 **_schemas(max_payload),
                 **create_schemas(max_payload, status_enum=_STATUS_ENUM),
                 **schedule_schemas(),
                 **activity_schemas(),
+                **messages_schemas(),
             }
         },
     }

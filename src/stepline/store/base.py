@@ -4,8 +4,9 @@ One narrow abstract class, :class:`Store`: the instances, their activations and 
 workflows' registration; and, as objects of their own each with its interface, its cron
 schedules (``store.schedules``: :class:`ScheduleStore`, ``schedules.py``), its flow control
 beyond the claim (``store.flow``: :class:`FlowStore`, ``flow.py``), its fleet-wide figures
-(``store.stats``: :class:`StatsStore`, ``stats.py``) and its record of live workers
-(``store.workers``: :class:`WorkerStore`, ``workers.py``). The values they pass are in
+(``store.stats``: :class:`StatsStore`, ``stats.py``), its record of live workers
+(``store.workers``: :class:`WorkerStore`, ``workers.py``) and its messaging (``store.messages``:
+:class:`MessageStore`, ``messages.py``). The values they pass are in
 ``types.py`` (re-exported here). SQLite and PostgreSQL implement them (one package each) and
 both pass the same contract test suite. Every operation documents its contract. Driver errors
 never escape: an implementation translates them into stepline's exceptions at this boundary,
@@ -32,6 +33,7 @@ from ..records import (
     WorkflowInfo,
 )
 from .flow import FlowStore
+from .messages import MessageStore
 from .schedules import ScheduleStore
 from .signals import Signals
 from .stats import EndedCount, FleetCounts, StatsStore
@@ -45,8 +47,14 @@ from .types import (
     History,
     Lease,
     NewInstance,
+    NewStreamItem,
+    QueryAnswer,
+    QueryRequest,
     ScheduleDefinition,
     StepWrite,
+    StreamItem,
+    StreamRead,
+    UpdateRecord,
     WorkflowMeta,
 )
 from .workers import WorkerStore
@@ -63,12 +71,19 @@ __all__ = [
     "FlowStore",
     "History",
     "Lease",
+    "MessageStore",
     "NewInstance",
+    "NewStreamItem",
+    "QueryAnswer",
+    "QueryRequest",
     "ScheduleDefinition",
     "ScheduleStore",
     "StatsStore",
     "StepWrite",
     "Store",
+    "StreamItem",
+    "StreamRead",
+    "UpdateRecord",
     "WorkerStore",
     "WorkflowMeta",
 ]
@@ -86,6 +101,8 @@ class Store(abc.ABC):
     """The fleet-wide figures read for monitoring (``store/stats.py``)."""
     workers: WorkerStore
     """The record of live workers (``store/workers.py``)."""
+    messages: MessageStore
+    """Updates and their replies, stream items, routed queries (``store/messages.py``)."""
     schema_versions: tuple[int, int] | None = None
     """Set by :meth:`open`: the schema version it found (0: none, so it created the schema) and
     the version it left (the latest migration); None before."""
@@ -255,15 +272,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
         """Every event sent to the instance and still stored, pending or consumed, in send
-        order, each with the step that consumed it (``name-count``, None while pending); or
-        ``InstanceNotFoundError``. A restart that removes the consuming step makes its event
-        pending again."""
+        order (those carrying updates left out), each with the step that consumed it
+        (``name-count``, None while pending); or ``InstanceNotFoundError``. A restart that
+        removes the consuming step makes its event pending again."""
 
     @abc.abstractmethod
     async def delete_instances(
         self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
     ) -> int:
-        """Delete instances with their steps and events; return how many existed.
+        """Delete instances with their steps, events, updates and streams; return how many
+        existed.
 
         Ids that do not exist are skipped. With ``finished_only`` the statuses are checked in
         the deleting transaction, under the lock that status changes take: if any of the
@@ -276,7 +294,8 @@ class Store(abc.ABC):
     async def purge_instances(
         self, workflow: str | None, statuses: Sequence[str], older_than: float
     ) -> int:
-        """Delete finished instances in ``statuses`` that ended before ``older_than``."""
+        """Delete finished instances in ``statuses`` that ended before ``older_than`` (with what
+        :meth:`delete_instances` deletes)."""
 
     # -- activations (worker side) ---------------------------------------------------------------
 

@@ -48,8 +48,9 @@ class Signals:
         :meth:`ChangeWatch.wait` return at once). What signals a watch: status changes made
         through ``Store.control`` and ``Store.finish`` (the changes a wait for an instance's end is
         after), by this process always, by other processes only on stores that are notified of
-        them (PostgreSQL); so callers also poll, through the wait's timeout. Claims, releases,
-        events and step records do not signal.
+        them (PostgreSQL); so callers also poll, through the wait's timeout. So do an update's
+        reply, a stream item and a routed query's answer (``Store.messages``). Claims, releases,
+        events and other step records do not signal.
         """
         key = (workflow, instance_id)
         watch = ChangeWatch()

@@ -113,6 +113,14 @@ class StepWrite:
     info: dict[str, Any] | None = None
     consume_event: int | None = None
     """The pk of a pending event this step consumes, atomically with the write."""
+    update: str | None = None
+    """The id of the update whose handler this record (kind ``update``) is: written
+    ``running`` it marks the update running; ``complete`` or ``errored`` it records the
+    record's output or error as the update's reply, unless the update has one already (a
+    finish may carry such an ending record, see :attr:`Finish.steps`)."""
+    publish: NewStreamItem | None = None
+    """An item this record (kind ``publish``) appends to a stream of its instance, atomically
+    with the write (see :meth:`MessageStore.publish`). Only :meth:`Store.record_step` writes it."""
     new: bool = False
     """True when the writer knows of no record of this step (``name``, ``count``): none in the
     claim's history and none written under its lease. A store may then insert without first
@@ -122,6 +130,102 @@ class StepWrite:
 
 
 FinishStatus = Literal["complete", "errored", "terminated", "waiting"]
+
+UpdateStatus = Literal["pending", "running", "complete", "errored", "rejected"]
+"""An update's progress: sent, its handler running, answered (a reply or the handler's
+error), or turned down before it ran (an unknown name, arguments its handler does not take,
+its validator)."""
+
+UPDATE_EVENT = "@update"
+"""The type of the event that carries an update to its instance (no event a client sends can
+have it: event types start with a letter, a digit or ``_``)."""
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """An update as stored (:meth:`MessageStore.get_update`)."""
+
+    update_id: str
+    name: str
+    status: UpdateStatus
+    reply: Any
+    """The handler's return value (decoded JSON) once ``complete``."""
+    error: dict[str, str] | None
+    """``{name, message}`` once ``errored`` or ``rejected``."""
+    created_at: float
+    ended_at: float | None
+    instance_status: str
+    """The status of the instance when this was read (a pending update of a finished instance
+    will never run)."""
+
+    @property
+    def answered(self) -> bool:
+        return self.status in ("complete", "errored", "rejected")
+
+
+@dataclass(frozen=True)
+class NewStreamItem:
+    """An item to append to one stream of an instance (:meth:`MessageStore.publish`)."""
+
+    stream: str
+    value: str | None
+    """Encoded JSON text."""
+    origin: str
+    """Who published it, unique within the stream: an item whose origin the stream holds
+    already is not appended again (a retried step publishing what its first attempt did)."""
+    keep: int
+    """The stream keeps its last ``keep`` items (older ones are deleted as this one is added)."""
+    keep_seconds: float | None = None
+    """And, if given, none older than this many seconds."""
+
+
+@dataclass(frozen=True)
+class StreamItem:
+    """An item of a stream: its place ``seq`` (1, 2, ... in publish order: a reader's cursor),
+    its value (decoded JSON) and when it was published."""
+
+    stream: str
+    seq: int
+    value: Any
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "seq": self.seq,
+            "value": self.value,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class StreamRead:
+    """Items of one stream after a cursor, and the instance's status when they were read."""
+
+    items: list[StreamItem]
+    instance_status: str
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """A query a client without the workflow's code asks a worker to answer
+    (:meth:`MessageStore.take_queries`)."""
+
+    pk: int
+    workflow: str
+    instance_id: str
+    name: str
+    args: str
+    """Encoded JSON text: the list of arguments."""
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """A worker's answer to a :class:`QueryRequest`: the handler's value (encoded JSON text), or
+    the error ``{name, message}``."""
+
+    answer: str | None
+    error: dict[str, str] | None
 
 
 @dataclass(frozen=True)
@@ -143,9 +247,10 @@ class Finish:
     steps: tuple[StepWrite, ...] = ()
     """Step records not yet written, written by :meth:`Store.finish` in its own transaction,
     fenced on the same lease and before the status change: all of them with the end, or
-    (lease lost) none. Each is its step's latest record, one per step (``name``, ``count``), and
-    none sets ``consume_event``; a store must insert or replace them as :meth:`Store.record_step`
-    would."""
+    (lease lost) none. Each is its step's latest record, one per step (``name``, ``count``);
+    none sets ``consume_event`` or ``publish``, and one that sets ``update`` ends its handler
+    (complete or errored); a store must write them, and record such a reply, as
+    :meth:`Store.record_step` would (its waiters told, as of a finish)."""
     parked_on: str | None = None
     """With ``waiting``: the named limit a step waits for a slot of (see
     :meth:`Store.release_limit`, which wakes the instance parked longest on it). A claim clears

@@ -31,6 +31,10 @@ class WorkerSettings:
     """Seconds between the worker's heartbeats: its row in the store's worker list (what
     ``stepline workers list`` shows). It counts as live while its last heartbeat is at most
     :data:`~stepline.records.WORKER_LIVE_BEATS` intervals old."""
+    stream_keep: int = 1000
+    """Items each stream of an instance keeps (its last ones), unless the workflow says."""
+    stream_keep_for: float | None = 7 * 86400.0
+    """Seconds a stream's items are kept (None: no age limit), unless the workflow says."""
 
 
 def default_worker_id() -> str:

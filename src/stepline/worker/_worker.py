@@ -19,6 +19,7 @@ from ._claim_loop import ClaimLoop
 from ._heartbeat import Heartbeat
 from ._log import log, outage_level
 from ._planning import WorkflowCaps
+from ._queries import QueryService
 from ._renewal import LeaseRenewer
 from ._retention import Retention
 from ._settings import WorkerSettings, default_worker_id
@@ -47,7 +48,13 @@ class Worker:
         self.id = worker_id or default_worker_id()
         marks = hooks.marks if hooks is not None and hooks.marks is not None else RunningMarks()
         self._activation_settings = ActivationSettings(
-            self.settings.max_payload, listeners, marks=marks, hooks=hooks, observer=observer
+            self.settings.max_payload,
+            listeners,
+            marks=marks,
+            hooks=hooks,
+            observer=observer,
+            stream_keep=self.settings.stream_keep,
+            stream_keep_for=self.settings.stream_keep_for,
         )
         self._observer = observer
         self._slots = Slots(self.settings.concurrency)
@@ -58,6 +65,7 @@ class Worker:
         self._renewer = LeaseRenewer(store, self._slots, self.settings.lease)
         self._heartbeat = Heartbeat(store, self.id, self.settings, self._workflows, self._slots)
         self._retention = Retention(store, self.settings.retention)
+        self._queries = QueryService(store, self.id, registry, self.settings)
         self._stopping = asyncio.Event()
         self._at_once = asyncio.Event()
         """Set by ``stop(at_once=True)``: cut the grace period short."""
@@ -141,6 +149,10 @@ class Worker:
         write clears of workers that stopped beating long ago."""
         await self._heartbeat.beat_now()
 
+    async def answer_queries_now(self) -> int:
+        """Answer the routed queries of this worker's workflows waiting now; how many."""
+        return await self._queries.answer_now()
+
     async def purge_now(self) -> int:
         """Delete finished instances older than the retention setting; return how many."""
         return await self._retention.purge_now()
@@ -171,6 +183,7 @@ class Worker:
         ]
         side_tasks = [
             asyncio.create_task(self._renewer.loop(), name=f"stepline-renew-{self.id}"),
+            asyncio.create_task(self._queries.loop(), name=f"stepline-queries-{self.id}"),
         ]
         if self.settings.retention is not None:
             side_tasks.append(

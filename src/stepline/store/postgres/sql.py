@@ -250,6 +250,7 @@ _TEMPLATES: dict[str, str] = {
     "events_of_instance": """
         SELECT type, payload, created_at, consumed_by FROM {s}.events WHERE instance_pk =
             (SELECT pk FROM {s}.instances WHERE workflow = %s AND id = %s)
+            AND type <> '@update'
         ORDER BY pk
     """,
     "lock_finished": """
@@ -265,6 +266,12 @@ _TEMPLATES: dict[str, str] = {
             DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
         ), de AS (
             DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
+        ), du AS (
+            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
+        ), dst AS (
+            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
+        ), dsi AS (
+            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
         )
         SELECT count(*) FROM d
     """,
@@ -278,6 +285,12 @@ _TEMPLATES: dict[str, str] = {
             DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
         ), de AS (
             DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
+        ), du AS (
+            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
+        ), dst AS (
+            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
+        ), dsi AS (
+            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
         )
         SELECT count(*) FROM d
     """,
@@ -321,7 +334,8 @@ _TEMPLATES: dict[str, str] = {
     # the 8,000-byte payload limit. What the instances that stopped running free (their key's
     # next in line, steps parked on the named limits their workflows list) is freed after it,
     # by ``parking``'s ``freed_released``: for the rows whose instance has a key or a workflow
-    # that lists named limits (the statement's sixth column).
+    # that lists named limits (the statement's sixth column). A record that ends an update's
+    # handler records its reply (``answered``), announced to the instance's waiters.
     "finish": """
         WITH f AS (
             SELECT * FROM json_to_recordset(%(rows)s::json) AS f(idx int, pk bigint,
@@ -344,6 +358,20 @@ _TEMPLATES: dict[str, str] = {
     """
     + _STEP_UPSERT
     + """
+        ), answered AS (
+            UPDATE {s}.updates a SET status = w.status,
+                reply = CASE WHEN w.status = 'complete' THEN w.output END, error = w.error,
+                ended_at = w.ended_at
+            FROM json_to_recordset(%(steps)s::json) AS w(idx int, pk bigint, upd text,
+                status text, output text, error text, ended_at float8)
+            JOIN held ON h_idx = w.idx
+            WHERE w.upd IS NOT NULL AND a.instance_pk = w.pk AND a.update_id = w.upd
+                AND a.status IN ('pending', 'running')
+            RETURNING a.instance_pk
+        ), answered_note AS (
+            SELECT pg_notify(%(channel)s, json_build_object('s', %(source)s::text,
+                'w', i.workflow, 'i', i.id, 'e', true)::text)
+            FROM {s}.instances i WHERE i.pk IN (SELECT DISTINCT instance_pk FROM answered)
         ), kids AS (
             SELECT h_parent::json ->> 'workflow' AS k_workflow, h_parent::json ->> 'id' AS k_id,
                 f.fnow AS k_now
@@ -386,7 +414,7 @@ _TEMPLATES: dict[str, str] = {
             parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'),
             key IS NOT NULL OR EXISTS (SELECT 1 FROM {s}.workflows w WHERE w.name = u.workflow
                 AND w.limits IS NOT NULL AND w.limits::jsonb -> 'limits' <> '[]'::jsonb),
-            (SELECT count(*) FROM notes)
+            (SELECT count(*) FROM notes), (SELECT count(*) FROM answered_note)
         FROM u
     """,
     "wake_parent_of": """

@@ -1,7 +1,8 @@
 """PostgresStore: the store contract's operations on PostgreSQL. The parts with a job of their own
 are modules beside it: the claim (``claim``), activation writes (``writes``), the slots of named
 limits that steps take (``slots``), the client's writes (``instances``), the server clock
-(``clock``), notifications (``notes``), the connections (``db``) and the SQL (``sql``)."""
+(``clock``), notifications (``notes``), messaging (``messages``), the connections (``db``) and
+the SQL (``sql``)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from .db import Database
 from .flow import PostgresFlow
 from .instances import InstanceWrites, Leased
 from .listen import Listener
+from .messages import PostgresMessages
 from .migrate import migrate
 from .notes import Notes
 from .parking import ParkingStatements
@@ -111,6 +113,10 @@ class PostgresStore(Store):
             self._db, self._sql, slots, self._claims, self.now, self.signals.ready
         )
         self.stats = PostgresStats(self._db, self.schema)
+        self._messages = PostgresMessages(
+            self._db, self.schema, self._notes, self.now, self.signals
+        )
+        self.messages = self._messages
         self._step_writes: Batcher[StepRow, str] = Batcher(
             self._writes.record_steps,
             key=lambda row: (row["pk"], row["name"], row["count"]),
@@ -341,6 +347,8 @@ class PostgresStore(Store):
         return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+        if write.update is not None or write.publish is not None:
+            return await self._messages.record_message_step(lease, write)
         return await self._step_writes.submit(step_row(lease, write))
 
     async def renew(

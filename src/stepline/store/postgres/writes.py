@@ -40,6 +40,8 @@ class StepRow(TypedDict):
     info: str | None
     event: int | None
     """The event the step consumes, if it is a wait for one."""
+    upd: str | None
+    """The update whose handler this record ends (a finish's step only; see ``finish``)."""
     new: bool
     """The writer's hint that the step has no record yet (a plain insert will do)."""
 
@@ -93,6 +95,7 @@ def step_row(lease: Lease, write: StepWrite) -> StepRow:
         "ended_at": write.ended_at,
         "info": _json_or_none(write.info, "step info"),
         "event": write.consume_event,
+        "upd": write.update,
         "new": write.new,
     }
 

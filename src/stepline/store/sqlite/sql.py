@@ -196,7 +196,10 @@ WAKE_PARENT = (
     "UPDATE instances SET event_seq = event_seq + 1, ready_at = CASE"
     " WHEN status = 'waiting' THEN ? ELSE ready_at END WHERE workflow = ? AND id = ?"
 )
-EVENTS_OF = f"SELECT {columns(EventRow._fields)} FROM events WHERE instance_pk = ? ORDER BY pk"
+EVENTS_OF = (
+    f"SELECT {columns(EventRow._fields)} FROM events WHERE instance_pk = ?"
+    " AND type <> '@update' ORDER BY pk"
+)
 DELETE_INSTANCE = (
     "DELETE FROM instances WHERE workflow = ? AND id = ?"
     " RETURNING pk, status IN ('running', 'waitingForPause'), key"

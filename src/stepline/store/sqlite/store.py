@@ -4,8 +4,9 @@ Each operation of the contract reads through the database (``db.Database``) or s
 the write transactions (``transactions``) to its group commit; how writes are grouped,
 committed and retried is the database's business (see ``db``). Flow control (the limits a
 claim applies, the next wake-up under them, their use, step slots) is ``flow``'s, the cron
-schedule operations ``schedules``'s, the fleet-wide figures ``stats``'s: each adds its
-operations as a base of ``SqliteStore``.
+schedule operations ``schedules``'s, the fleet-wide figures ``stats``'s, messaging
+``messages``'s: each adds its
+operations as an object of ``SqliteStore``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from . import flow, sql
 from . import transactions as tx
 from .db import Database, missing_message
 from .flow import SqliteFlow
+from .messages import SqliteMessages
 from .schedules import SqliteSchedules
 from .stats import SqliteStats
 from .workers import SqliteWorkers
@@ -90,6 +92,8 @@ class SqliteStore(Store):
         self.flow = SqliteFlow(self._db, self.now, self.signals.ready)
         self.stats = SqliteStats(self._db)
         self.workers = SqliteWorkers(self._db)
+        self._messages = SqliteMessages(self._db, self.now, self.signals)
+        self.messages = self._messages
 
     @property
     def retry_seconds(self) -> float:
@@ -298,6 +302,8 @@ class SqliteStore(Store):
         return Claimed(*claimed)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
+        if write.update is not None or write.publish is not None:
+            return await self._messages.record_message_step(lease, write)
         status: str = await self._db.write(lambda c: tx.record_step(c, lease, write))
         return status
 

@@ -34,7 +34,7 @@ from .._rows import (
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
 from ..types import new_lease_token
-from . import flow, sql
+from . import flow, message_writes, sql
 from .sql import Fence, Lookup
 
 _INTERRUPTED = dumps(INTERRUPTED, what="error")
@@ -296,6 +296,8 @@ def purge_instances(
 def _delete_children(c: sqlite3.Connection, pk: int) -> None:
     c.execute(sql.DELETE_STEPS, (pk,))
     c.execute(sql.DELETE_EVENTS, (pk,))
+    for statement in message_writes.DELETE_OF_INSTANCE:
+        c.execute(statement, (pk,))
 
 
 # -- activations -----------------------------------------------------------------------------
@@ -372,6 +374,18 @@ def _write_step(c: sqlite3.Connection, lease: Lease, write: StepWrite) -> None:
     )
     if write.consume_event is not None:
         c.execute(sql.CONSUME_EVENT, (f"{write.name}-{write.count}", write.consume_event))
+    if write.update is not None or write.publish is not None:
+        message_writes.write_message_step(c, lease.pk, write)
+
+
+def record_message_step(
+    c: sqlite3.Connection, lease: Lease, write: StepWrite
+) -> tuple[str, str, str]:
+    """:func:`record_step` of a record that answers an update or publishes an item: the
+    instance's status, workflow and id (whose waiters are told)."""
+    status = record_step(c, lease, write)
+    workflow, instance_id = c.execute(message_writes.INSTANCE_NAME, (lease.pk,)).fetchone()
+    return status, workflow, instance_id
 
 
 def renew(c: sqlite3.Connection, leases: Sequence[Lease], expires: float) -> dict[int, str]:

@@ -1,4 +1,5 @@
-// Instance page: status, params, output or error, DAG graph, timeline, steps; controls; live.
+// Instance page: status, params, output or error, DAG graph, streams' latest values, timeline,
+// steps; controls; live.
 
 import { api, enc, follow, instancePath } from "./api.js";
 import {
@@ -104,6 +105,40 @@ function stepsTable(steps) {
   );
 }
 
+/** The latest item of each stream the instance publishes to (`step.publish`), or null. */
+function streamsTable(streams) {
+  if (!streams || !streams.length) return null;
+  return h(
+    "table",
+    { class: "table streams", "data-testid": "streams" },
+    h("thead", {}, h("tr", {}, ["Stream", "#", "Latest value", "Published"].map((t) => h("th", {}, t)))),
+    h(
+      "tbody",
+      {},
+      streams.map((item) => {
+        const text = pretty(item.value);
+        return h(
+          "tr",
+          { "data-testid": "stream-row", "data-stream": item.stream },
+          h("td", { class: "mono" }, item.stream),
+          h("td", { class: "num-cell muted" }, String(item.seq)),
+          h(
+            "td",
+            { class: "out-cell" },
+            h(
+              "details",
+              { class: "out", "data-key": `stream-${item.stream}` },
+              h("summary", { class: "mono", "data-testid": "stream-value" }, text.replace(/\s+/g, " ").slice(0, 80)),
+              h("pre", { class: "json" }, text),
+            ),
+          ),
+          h("td", {}, timeCell(item.created_at)),
+        );
+      }),
+    ),
+  );
+}
+
 function fact(label, value) {
   return h("div", { class: "fact" }, h("dt", {}, label), h("dd", {}, value));
 }
@@ -120,6 +155,9 @@ export function render(root, params) {
     h("h3", {}, "Graph"), h("div", {}));
   const timelineBox = h("div", {});
   const stepsBox = h("div", { class: "table-scroll" });
+  const streamsBox = h("div", { class: "table-scroll" });
+  const streamsCard = h("section", { class: "card table-card", hidden: true },
+    h("h3", {}, "Streams"), streamsBox);
   const warningBox = h("div", {});
   const heldBox = h("div", {});
   const retryBox = h("div", {});
@@ -241,6 +279,7 @@ export function render(root, params) {
       resultBox,
     ),
     graphCard,
+    streamsCard,
     h("section", { class: "card" }, h("h3", {}, "Timeline"), timelineBox),
     h("section", { class: "card table-card" }, h("h3", {}, "Steps"), stepsBox),
   );
@@ -309,6 +348,9 @@ export function render(root, params) {
     restartFrom.value = [...restartFrom.options].some((o) => o.value === chosen) ? chosen : "";
     replace(timelineBox, timeline(detail));
     replace(stepsBox, stepsTable(detail.steps));
+    const streams = streamsTable(detail.streams);
+    streamsCard.hidden = !streams;
+    replace(streamsBox, streams);
     graphCard.hidden = !detail.graph;
     if (detail.graph) replace(graphCard.lastChild, graph(detail.graph));
   }

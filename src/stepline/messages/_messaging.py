@@ -1,0 +1,143 @@
+"""What an instance handle uses for messages: :class:`Messaging`, made by the engine with the
+workflows whose code it has."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from .. import _json
+from .._runtime import ActivationSettings, check_update
+from ..durations import Duration
+from ..errors import UpdateRejectedError
+from ..handlers import UpdateHandler, handlers_of
+from ..records import FINISHED_STATUSES
+from ..store.base import Store, StreamItem, StreamRead, UpdateRecord
+from ..workflow import WorkflowDefinition
+from . import _queries, _streams, _updates
+
+
+class Messaging:
+    """Queries, updates and streams for the instances of one engine. ``code``: the workflows
+    whose code this process has (answered here; the others' queries go to a worker)."""
+
+    def __init__(
+        self,
+        store: Store,
+        max_payload: int,
+        code: Mapping[str, WorkflowDefinition] | None = None,
+    ) -> None:
+        self._store = store
+        self._max_payload = max_payload
+        self._code: Mapping[str, WorkflowDefinition] = code if code is not None else {}
+        self._settings = ActivationSettings(max_payload)
+
+    async def query(
+        self,
+        workflow: str,
+        instance_id: str,
+        name: str,
+        args: Sequence[Any],
+        timeout: Duration | None,
+    ) -> Any:
+        encoded = _queries.query_args(name, args, self._max_payload)
+        definition = self._code.get(workflow)
+        if definition is None:
+            return await _queries.ask_a_worker(
+                self._store, workflow, instance_id, name, encoded, timeout
+            )
+        text = await _queries.answer_here(
+            self._store, definition, instance_id, name, _json.loads(encoded), self._settings
+        )
+        return _json.loads(text)
+
+    async def send_update(
+        self,
+        workflow: str,
+        instance_id: str,
+        name: str,
+        args: Sequence[Any],
+        update_id: str | None,
+    ) -> UpdateRecord:
+        """Record the update (checked against the handler when this process has the code: an
+        unknown name or arguments it does not take are refused here, recording nothing)."""
+        chosen = _updates.check_update_id(update_id)
+        payload = _updates.update_payload(chosen, name, args, self._max_payload)
+        definition = self._code.get(workflow)
+        if definition is not None:
+            handler = self._check(definition, instance_id, name, args)
+            if handler.validator_fn is not None:
+                await self._validate(definition, instance_id, chosen, name, args)
+        return await self._store.messages.send_update(workflow, instance_id, chosen, name, payload)
+
+    async def _validate(
+        self,
+        definition: WorkflowDefinition,
+        instance_id: str,
+        update_id: str,
+        name: str,
+        args: Sequence[Any],
+    ) -> None:
+        """The validator, here, on the state replayed as for a query: a refused update is never
+        recorded. Not for an update id already sent (its answer stands) nor a finished instance
+        (the store refuses it)."""
+        store = self._store
+        if await store.messages.get_update(definition.name, instance_id, update_id) is not None:
+            return
+        record = await store.get_instance(definition.name, instance_id)
+        if record.status in FINISHED_STATUSES:
+            return
+        steps = await store.get_steps(definition.name, instance_id)
+        workflow = definition.make()
+        await check_update(store, record, steps, workflow, name, args, self._settings)
+
+    def _check(
+        self, definition: WorkflowDefinition, instance_id: str, name: str, args: Sequence[Any]
+    ) -> UpdateHandler[Any]:
+        what = f"update {name!r} of {definition.name}/{instance_id}"
+        updates = handlers_of(definition.cls).updates
+        handler = updates.get(name)
+        if handler is None:
+            known = ", ".join(sorted(updates)) or "none"
+            raise UpdateRejectedError(
+                what,
+                "UnknownUpdateError",
+                f"workflow {definition.name!r} has no update {name!r} (its updates: {known})",
+            )
+        problem = handler.check_arguments(tuple(args), 2)
+        if problem is not None:
+            raise UpdateRejectedError(what, "InvalidArgumentsError", problem)
+        return handler
+
+    async def update(
+        self,
+        workflow: str,
+        instance_id: str,
+        name: str,
+        args: Sequence[Any],
+        update_id: str | None,
+        timeout: Duration | None,
+    ) -> Any:
+        record = await self.send_update(workflow, instance_id, name, args, update_id)
+        if record.answered:
+            return _updates.outcome(record, f"update {name!r} of {workflow}/{instance_id}")
+        return await self.reply(workflow, instance_id, record.update_id, timeout)
+
+    async def reply(
+        self, workflow: str, instance_id: str, update_id: str, timeout: Duration | None
+    ) -> Any:
+        return await _updates.wait_for_reply(self._store, workflow, instance_id, update_id, timeout)
+
+    async def read_stream(
+        self, workflow: str, instance_id: str, stream: str, after: int, limit: int
+    ) -> StreamRead:
+        _streams.check_stream(stream)
+        cursor = _streams.check_cursor(after)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"invalid limit {limit!r}: a whole number of items, at least 1")
+        return await self._store.messages.read_stream(workflow, instance_id, stream, cursor, limit)
+
+    def subscribe(
+        self, workflow: str, instance_id: str, stream: str, after: int, follow: bool
+    ) -> AsyncIterator[StreamItem]:
+        return _streams.subscribe(self._store, workflow, instance_id, stream, after, follow=follow)
