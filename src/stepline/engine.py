@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
+from . import _threads
 from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime import RuntimeHooks
 from .client import Instance, WorkflowBinding, check_listing
@@ -171,6 +172,7 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker_task
             self._worker_task = None
+        _threads.release_idle()  # the threads of sync callbacks that no longer run
         if self._opened:
             await self.store.close()
             self._opened = False
