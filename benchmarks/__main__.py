@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 
 from . import (
+    beside_dbos,
     create,
     fleet,
     held,
@@ -40,6 +41,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     loops.NAME: loops.run,
     triggers.NAME: triggers.run,
     virtual_time.NAME: virtual_time.run,
+    beside_dbos.NAME: beside_dbos.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 
