@@ -14,6 +14,7 @@ from . import (
     beside_dbos,
     create,
     fleet,
+    handoff,
     held,
     history,
     latency,
@@ -42,6 +43,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     triggers.NAME: triggers.run,
     virtual_time.NAME: virtual_time.run,
     beside_dbos.NAME: beside_dbos.run,
+    handoff.NAME: handoff.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 
