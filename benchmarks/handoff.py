@@ -144,8 +144,8 @@ async def run(config: BenchConfig) -> list[Report]:
     for mode, how in (("seq", "one at a time"), ("conc", f"{TASKS} tasks at once")):
         for key, (label, _way) in WAYS.items():
             add(f"{label}, {how}: wall", f"{key}_{mode}_wall", "µs")
-            add("  CPU", f"{key}_{mode}_cpu", "µs")
-            add("  context switches", f"{key}_{mode}_switches", "")
+            add(f"{label}, {how}: CPU", f"{key}_{mode}_cpu", "µs")
+            add(f"{label}, {how}: context switches", f"{key}_{mode}_switches", "")
     report.details = {"calls": calls, "tasks": TASKS, "runs": config.runs}
     report.notes = [
         "per call: wall and process CPU (all threads) over the calls; context switches of all "

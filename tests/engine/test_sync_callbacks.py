@@ -111,6 +111,26 @@ async def test_an_inline_sync_callback_runs_on_the_loop(make_engine: EngineFacto
     assert threads == [threading.get_ident()] * 2
 
 
+async def test_an_inline_sync_callback_past_its_timeout_still_completes_its_step(
+    make_engine: EngineFactory,
+) -> None:
+    """Nothing can interrupt a callback that holds the loop: its timeout cannot fire meanwhile,
+    and the step completes with what it returned (the docs say so)."""
+
+    def slow() -> str:
+        time.sleep(0.3)
+        return "late but done"
+
+    @workflow(name="overrun")
+    async def overrun(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return await step.do("slow", {"inline": True, "timeout": 0.05}, slow)
+
+    async with make_engine([overrun]) as engine:
+        inst = await engine.workflow("overrun").create()
+        await drain(engine)
+        assert (await inst.status()).output == "late but done"
+
+
 async def test_an_inline_sync_callbacks_error_is_retried_like_any_other(
     make_engine: EngineFactory, clock: Any
 ) -> None:
