@@ -11,8 +11,10 @@ import time
 from collections.abc import Sequence
 
 from . import (
+    beside_dbos,
     create,
     fleet,
+    handoff,
     held,
     history,
     latency,
@@ -44,6 +46,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     loops.NAME: loops.run,
     triggers.NAME: triggers.run,
     virtual_time.NAME: virtual_time.run,
+    beside_dbos.NAME: beside_dbos.run,
+    handoff.NAME: handoff.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 

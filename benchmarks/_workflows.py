@@ -46,8 +46,9 @@ def _burner(seconds: float) -> Any:
 
 
 class Trivial(Workflow):
-    """``steps`` trivial steps (``s0``, ``s1``, ...); sync callbacks (thread pool) if ``sync``;
-    each taking ``burn`` seconds of CPU if given."""
+    """``steps`` trivial steps (``s0``, ``s1``, ...); sync callbacks if ``sync`` (in a step
+    thread, or on the loop if ``inline`` too: ``{"inline": True}``); each taking ``burn``
+    seconds of CPU if given."""
 
     name = "bench-trivial"
 
@@ -57,6 +58,10 @@ class Trivial(Workflow):
         if params.get("burn"):
             callback = _burner(params["burn"])
         total = 0
+        if params.get("inline"):
+            for index in range(params["steps"]):
+                total += await step.do(f"s{index}", {"inline": True}, callback)
+            return total
         for index in range(params["steps"]):
             total += await step.do(f"s{index}", callback)
         return total

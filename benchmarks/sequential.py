@@ -13,7 +13,8 @@ Figures:
 - marginal cost of a step: what one more step adds, (10-step workflow - 1-step workflow) / 9,
   both end to end: the engine's cost per step without the fixed costs of a workflow (its
   durable create, its finish, the wait), which the end-to-end figure spreads over 10 steps;
-- the same end to end with sync callbacks (run in the thread pool);
+- the same end to end with sync callbacks, in a step thread and in-line (``{"inline": True}``),
+  each against the async figure of the same run (the kinds take turns in one run);
 - a 1-step workflow, create to complete: the fixed cost of a workflow plus one step;
 - create alone: ``create()`` with no worker running, per instance, against the floor of an
   acknowledged write (SQLite ``synchronous=FULL``; PostgreSQL's floor is the same commit).
@@ -28,9 +29,10 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stepline import Engine
 
@@ -52,18 +54,24 @@ class Timing:
     cpu: float
 
 
+ASYNC: dict[str, Any] = {}
+THREAD: dict[str, Any] = {"sync": True}
+INLINE: dict[str, Any] = {"sync": True, "inline": True}
+"""The kinds of callback of :class:`~benchmarks._workflows.Trivial`, as its params."""
+
+
 async def run_sequential(
-    url: str, *, workflows: int, shapes: Sequence[tuple[int, bool]]
+    url: str, *, workflows: int, shapes: Sequence[tuple[int, Mapping[str, Any]]]
 ) -> list[Timing]:
-    """Run ``workflows`` workflows of each shape ``(steps, sync)`` one after another (each
+    """Run ``workflows`` workflows of each shape ``(steps, kind)`` one after another (each
     created, then awaited to completion), with an in-process worker; one :class:`Timing` per
-    shape.
+    shape. ``kind``: :data:`ASYNC`, :data:`THREAD` or :data:`INLINE`.
 
     The shapes take turns (a workflow of the first, then one of the second, ...), so that a
     drift of the machine during the run (the disk's fsync time varies from minute to minute)
     weighs on every shape alike and cancels out of their difference.
     """
-    params = [{"steps": steps, "sync": sync} for steps, sync in shapes]
+    params = [{"steps": steps, **kind} for steps, kind in shapes]
     totals = [0.0] * len(shapes)
     cpus = [0.0] * len(shapes)
     async with Engine(url, [Trivial]) as engine:
@@ -122,13 +130,9 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
                 series["async_floor"].append((await postgres_commit_async(config.pg_url)).value)
             timings: dict[str, Timing] = {}
             with database(config, store, directory) as url:
-                timings["async"], timings["one"] = await run_sequential(
-                    url, workflows=workflows, shapes=[(steps, False), (1, False)]
-                )
-            with database(config, store, directory) as url:
-                (timings["sync"],) = await run_sequential(
-                    url, workflows=workflows, shapes=[(steps, True)]
-                )
+                shapes = [(steps, ASYNC), (1, ASYNC), (steps, THREAD), (steps, INLINE)]
+                found = await run_sequential(url, workflows=workflows, shapes=shapes)
+                timings["async"], timings["one"], timings["sync"], timings["inline"] = found
             # The floor again, alone, right after the workflows: the disk's fsync time drifts
             # within minutes, and the mean of the two brackets the run it is compared with.
             after = step_floor(store, directory, config.pg_url)
@@ -137,9 +141,12 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
             with database(config, store, directory) as url:
                 series["create"].append(await run_creates(url, count=workflows) * 1e6)
             us = 1e6 / workflows  # seconds over all workflows -> µs per workflow
-            for key in ("async", "sync"):
+            for key in ("async", "sync", "inline"):
                 series[f"{key}_e2e"].append(timings[key].total * us / steps)
                 series[f"{key}_cpu"].append(timings[key].cpu * us / steps)
+            for key in ("sync", "inline"):
+                series[f"{key}_e2e_ratio"].append(timings[key].total / timings["async"].total)
+                series[f"{key}_cpu_ratio"].append(timings[key].cpu / timings["async"].cpu)
             series["one"].append(timings["one"].total * us)
             series["marginal"].append(
                 (timings["async"].total - timings["one"].total) * us / (steps - 1)
@@ -152,8 +159,8 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
     )
     ack_floor = Floor(names["ack"], median(series["ack_floor"]), "µs", tuple(series["ack_floor"]))
 
-    def fig(label: str, key: str, floor: Floor | None) -> Figure:
-        return Figure(label, median(series[key]), "µs", floor, tuple(series[key]))
+    def fig(label: str, key: str, floor: Floor | None, unit: str = "µs") -> Figure:
+        return Figure(label, median(series[key]), unit, floor, tuple(series[key]))
 
     shape = f"{workflows} x {steps}"
     report = Report(
@@ -162,11 +169,17 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
     report.figures = [
         fig("marginal cost of one more step (async)", "marginal", checkpoint),
         fig(f"per step, async callbacks ({shape}, end to end)", "async_e2e", checkpoint),
-        fig(f"per step, sync callbacks ({shape}, end to end)", "sync_e2e", checkpoint),
+        fig(f"per step, sync callbacks in a thread ({shape}, end to end)", "sync_e2e", checkpoint),
+        fig(f"per step, sync callbacks inline ({shape}, end to end)", "inline_e2e", checkpoint),
         fig("1-step workflow, create to complete", "one", checkpoint),
         fig("create alone (durable, no worker running)", "create", ack_floor),
         fig("CPU time per step, async (end to end)", "async_cpu", None),
-        fig("CPU time per step, sync (end to end)", "sync_cpu", None),
+        fig("CPU time per step, sync in a thread (end to end)", "sync_cpu", None),
+        fig("CPU time per step, sync inline (end to end)", "inline_cpu", None),
+        fig("sync in a thread / async, per step end to end", "sync_e2e_ratio", None, "x"),
+        fig("sync in a thread / async, CPU per step", "sync_cpu_ratio", None, "x"),
+        fig("sync inline / async, per step end to end", "inline_e2e_ratio", None, "x"),
+        fig("sync inline / async, CPU per step", "inline_cpu_ratio", None, "x"),
         fig("floor: step checkpoint commit (mean of before and after)", "step_floor", None),
         fig("  the same, measured right before the workflows", "floor_before", None),
         fig("  the same, measured right after them", "floor_after", None),
@@ -189,6 +202,8 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         "the run's ratios use the mean of the two",
         "marginal = (10-step workflow - 1-step workflow, both end to end) / 9: the cost of a "
         "step without the fixed costs of a workflow (the two kinds take turns in one run)",
+        "sync / async: the run's own ratio (the kinds of callback take turns in one run), its "
+        "median over the runs; inline = {'inline': True}, the callback on the event loop",
         "end to end = wall time / (workflows x steps), from each create to its completion, "
         "including the durable create, the finish and the wait",
         "CPU time = process CPU (all threads) / steps: less sensitive than wall time to other "

@@ -2,19 +2,20 @@
 
 Step callbacks, rollbacks and DAG node functions may be sync or async, and may declare fewer
 parameters than the engine can pass them; a :class:`CallbackShape`, read from the signature, says
-both. :func:`invoke` runs async callbacks on the loop and sync ones in the default thread pool.
+both. :func:`invoke` runs async callbacks on the loop and sync ones in the step threads
+(:mod:`._threads`), or on the loop when the step says they do not block.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FunctionType, MethodType
 from typing import Any
+
+from . import _threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,15 +103,19 @@ def _code_key(fn: Callable[..., Any]) -> object | None:
     return None
 
 
-async def invoke(fn: Callable[..., Any], is_async: bool, args: tuple[Any, ...]) -> Any:
-    """Call a user callback with ``args``: async ones on the loop, sync ones in the default thread
-    pool, in a copy of the caller's context as ``asyncio.to_thread`` does (a sync callback that
-    returns an awaitable has it awaited on the loop)."""
+async def invoke(
+    fn: Callable[..., Any], is_async: bool, args: tuple[Any, ...], inline: bool = False
+) -> Any:
+    """Call a user callback with ``args``: async ones on the loop, sync ones in a step thread in
+    a copy of the caller's context as ``asyncio.to_thread`` does, or on the loop if ``inline``
+    (the step's config says it does not block). A sync callback that returns an awaitable has
+    it awaited on the loop."""
     if is_async:
         return await fn(*args)
-    loop = asyncio.get_running_loop()
-    run = contextvars.copy_context().run
-    result = await loop.run_in_executor(None, functools.partial(run, fn, *args))
+    if inline:
+        result = fn(*args)
+    else:
+        result = await _threads.call(asyncio.get_running_loop(), fn, args)
     if inspect.isawaitable(result):
         return await result
     return result

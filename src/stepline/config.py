@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from ._shown import shown
 from .durations import Duration, format_duration, parse_duration
 from .errors import NonRetryableError, SteplineError
 from .limits import is_valid_limit_name
@@ -30,7 +31,7 @@ DEFAULT_NON_RETRYABLE: tuple[ErrorType, ...] = (TypeError, NameError, AttributeE
 
 _BACKOFFS = ("constant", "linear", "exponential")
 _RETRY_KEYS = ("limit", "delay", "backoff", "non_retryable")
-_STEP_KEYS = ("retries", "timeout", "limit")
+_STEP_KEYS = ("retries", "timeout", "limit", "inline")
 _ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -198,18 +199,22 @@ _DEFAULT_RETRIES = RetryConfig()
 @dataclass(frozen=True, init=False)
 class StepConfig:
     """Per-step settings: ``retries`` (a :class:`RetryConfig`, or a dict of its fields), the
-    per-attempt ``timeout`` (a duration, default 10 minutes) and ``limit``, the name of a
-    named limit (:class:`~stepline.Limit`) each attempt holds a slot of while it runs."""
+    per-attempt ``timeout`` (a duration, default 10 minutes), ``limit``, the name of a named
+    limit (:class:`~stepline.Limit`) each attempt holds a slot of while it runs, and ``inline``:
+    a sync callback that never blocks runs on the event loop instead of in a thread (cheaper,
+    but the loop, and every other instance of the worker, waits while it runs)."""
 
     retries: RetryConfig
     timeout: float
     limit: str | None
+    inline: bool
 
     def __init__(
         self,
         retries: RetryConfig | Mapping[str, Any] | None = None,
         timeout: Duration = DEFAULT_TIMEOUT,
         limit: str | None = None,
+        inline: bool = False,
     ) -> None:
         if limit is not None and not is_valid_limit_name(limit):
             raise _invalid(
@@ -217,7 +222,10 @@ class StepConfig:
                 f"{limit!r} (the name of a limit: 1-100 ASCII letters, digits, '_', '-', '.' "
                 "or ':')",
             )
+        if not isinstance(inline, bool):
+            raise _invalid("inline", f"{shown(inline)} (True or False)")
         object.__setattr__(self, "limit", limit)
+        object.__setattr__(self, "inline", inline)
         object.__setattr__(self, "retries", _parse_retries(retries))
         try:
             seconds = parse_duration(timeout, what="timeout")
@@ -230,6 +238,8 @@ class StepConfig:
         described: dict[str, Any] = {"retries": self.retries.to_json(), "timeout": self.timeout}
         if self.limit is not None:
             described["limit"] = self.limit
+        if self.inline:
+            described["inline"] = True
         return described
 
 
@@ -252,7 +262,8 @@ DEFAULT_STEP_CONFIG = StepConfig()
 
 
 def parse_step_config(value: object) -> StepConfig:
-    """Validate a ``StepConfig`` or a dict ``{"retries": {...}, "timeout": ..., "limit": ...}``.
+    """Validate a ``StepConfig`` or a dict ``{"retries": {...}, "timeout": ..., "limit": ...,
+    "inline": ...}``.
 
     Unknown keys and invalid values raise :class:`ValueError` naming the key.
     """

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
+from . import _threads
 from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime import Observer, RuntimeHooks
 from .client import Instance, WorkflowBinding, check_listing
@@ -185,6 +186,7 @@ class Engine:
     async def close(self) -> None:
         """Stop the scheduler and the in-process worker (gracefully) and close the store."""
         await self._local.stop()
+        _threads.release_idle()  # the threads of sync callbacks that no longer run
         if self._opened:
             await self.store.close()
             self._opened = False

@@ -159,8 +159,9 @@ class WorkflowStep:
         """Run ``callback`` once (with retries) and record its JSON result.
 
         ``step.do(name, callback)`` or ``step.do(name, config, callback)``. The callback is sync
-        (run in a thread pool) or async, taking no argument or one :class:`StepContext`. When
-        retries are exhausted :class:`~stepline.StepFailedError` is raised here. ``rollback`` is
+        (run in a thread, or on the loop with ``{"inline": True}``) or async, taking no argument
+        or one :class:`StepContext`. When retries are exhausted
+        :class:`~stepline.StepFailedError` is raised here. ``rollback`` is
         called if a later error ends the instance (saga), as ``rollback(error, output)``,
         ``rollback(error, output, ctx)`` or ``rollback(ctx)`` (``ctx``: the rollback step's
         :class:`StepContext`), after the parameters it declares.

@@ -405,6 +405,8 @@ API = [
                "seconds, a timedelta or 'N unit'")),
     Api("wait-timeout-text-passes", on("waiting", lambda i: i.wait(timeout="10 milliseconds")),
         Raises(TimeoutError, "is still waiting after 10 milliseconds")),
+    Api("step-inline-not-a-bool", lambda c: StepConfig(inline="yes"),  # type: ignore[arg-type]
+        Raises(ValueError, "invalid step config key 'inline': 'yes' (True or False)")),
     Api("retries-limit-negative", lambda c: RetryConfig(limit=-1),
         Raises(ValueError, "'retries.limit': -1")),
     Api("retries-backoff-unknown", lambda c: RetryConfig(backoff="quadratic"),  # type: ignore[arg-type]

@@ -132,6 +132,13 @@ def test_step_config_from_dict() -> None:
         {"retries": {"limit": 2, "delay": "5 seconds", "backoff": "linear"}, "timeout": "1 minute"}
     )
     assert cfg == StepConfig(RetryConfig(2, 5.0, "linear"), 60.0)
+    assert not cfg.inline and "inline" not in cfg.to_json()
+
+
+def test_step_config_inline() -> None:
+    cfg = parse_step_config({"inline": True})
+    assert cfg == StepConfig(inline=True) and cfg.inline
+    assert cfg.to_json()["inline"] is True
 
 
 @pytest.mark.parametrize(
@@ -147,6 +154,8 @@ def test_step_config_from_dict() -> None:
         ({"retries": "3"}, "retries"),
         ({"timeout": "forever"}, "timeout"),
         ({"timeout": 0}, "timeout"),
+        ({"inline": "yes"}, "inline"),
+        ({"inline": 1}, "inline"),
     ],
 )
 def test_invalid_step_config_names_the_key(config: dict[str, object], key: str) -> None:

@@ -145,9 +145,9 @@ async def run_attempts(
             inside = IN_CALLBACK.set(CallbackScope(label))
             try:
                 if hooks is None or context is None:
-                    result = await invoke(callback, shape.is_async, args)
+                    result = await invoke(callback, shape.is_async, args, cfg.inline)
                 else:
-                    call = functools.partial(invoke, callback, shape.is_async, args)
+                    call = functools.partial(invoke, callback, shape.is_async, args, cfg.inline)
                     result = await hooks.attempt(context, call)
             except asyncio.CancelledError:
                 if mark.timed_out():

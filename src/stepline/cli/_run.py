@@ -8,9 +8,7 @@ import logging
 import os
 import signal
 import sys
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import click
 from rich.logging import RichHandler
 from rich.text import Text
 
-from .. import _loop
+from .. import _loop, _threads
 from ..client import Instance
 from ..durations import format_duration, parse_worker_duration
 from ..engine import Engine
@@ -181,7 +179,6 @@ async def _worker(
         format_duration(engine.settings.grace_period),
         _loop.running_loop_name(),
     )
-    steps = _step_threads()
     consumers: list[Consumer] = []
     consuming: list[asyncio.Task[None]] = []
     stop_metrics = serve_metrics(engine, None)
@@ -208,25 +205,16 @@ async def _worker(
     for result in results:
         if isinstance(result, Exception):
             raise result
-    _exit_leaving_threads(steps, EXIT_OK)
+    _exit_leaving_threads(EXIT_OK)
 
 
-def _step_threads() -> ThreadPoolExecutor:
-    """Give the running loop a thread pool of its own for sync step callbacks, so that the
-    command can tell at exit whether one still runs (Python cannot stop a thread, and would wait
-    for it before exiting)."""
-    steps = ThreadPoolExecutor(thread_name_prefix="stepline-step")
-    asyncio.get_running_loop().set_default_executor(steps)
-    return steps
-
-
-def _exit_leaving_threads(steps: ThreadPoolExecutor, code: int) -> None:
-    """Exit with ``code`` at once if a step callback still runs in one of ``steps``' threads.
+def _exit_leaving_threads(code: int) -> None:
+    """Exit with ``code`` at once if a step callback still runs in one of its threads.
 
     Its instance was released (past the grace period, or on a second signal) and another worker
     runs the step again; its result would be refused. Called on the loop, before asyncio's
-    shutdown would wait for the thread."""
-    if _threads_done(steps, timeout=1.0):
+    shutdown."""
+    if _threads.wait_idle(timeout=1.0):
         return
     logging.getLogger("stepline.cli").warning(
         "exiting with step callbacks still running in threads: their results are discarded"
@@ -235,14 +223,6 @@ def _exit_leaving_threads(steps: ThreadPoolExecutor, code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _threads_done(executor: ThreadPoolExecutor, timeout: float) -> bool:
-    """Shut ``executor`` down; whether its threads ended within ``timeout`` seconds."""
-    joiner = threading.Thread(target=executor.shutdown, name="stepline-join", daemon=True)
-    joiner.start()
-    joiner.join(timeout)
-    return not joiner.is_alive()
 
 
 @click.command("worker", short_help="Run a worker until SIGINT/SIGTERM.")
@@ -439,7 +419,6 @@ def run(
             fail(_target_error(target, exc))
 
     async def run_and_show() -> int:
-        steps = _step_threads()
         described, interrupted = await _run(
             state, workflow, params, instance_id or str(uuid.uuid4()), show_progress=not as_json
         )
@@ -476,7 +455,7 @@ def run(
                 )
             )
             code = EXIT_INTERRUPTED if interrupted else EXIT_FAILED
-        _exit_leaving_threads(steps, code)
+        _exit_leaving_threads(code)
         return code
 
     sys.exit(run_async(run_and_show()))

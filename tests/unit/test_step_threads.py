@@ -1,0 +1,144 @@
+"""The pool sync callbacks run in (stepline._threads): outcomes, its limit and backlog, late
+outcomes dropped, idle threads ended, and the engine ending them when it closes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
+from stepline._threads import NAME, StepThreads
+
+pytestmark = pytest.mark.both_loops
+
+
+class Gate:
+    """Calls that block until opened, counting how many run at once."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+        self.threads: set[threading.Thread] = set()
+
+    def __call__(self, value: Any) -> Any:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.threads.add(threading.current_thread())
+        self.open.wait(10)
+        with self.lock:
+            self.running -= 1
+        return value
+
+
+def join(threads: Any) -> None:
+    for thread in threads:
+        thread.join(5)
+        assert not thread.is_alive(), f"{thread.name} did not end"
+
+
+async def test_results_and_errors_reach_the_awaiting_task() -> None:
+    pool = StepThreads(limit=2)
+    loop = asyncio.get_running_loop()
+    assert await pool.call(loop, lambda a, b: a + b, (2, 3)) == 5
+    with pytest.raises(KeyError, match="missing"):
+        await pool.call(loop, {}.__getitem__, ("missing",))
+    pool.release_idle()
+
+
+async def test_calls_past_the_limit_wait_for_a_thread_and_all_complete() -> None:
+    pool = StepThreads(limit=2)
+    loop = asyncio.get_running_loop()
+    gate = Gate()
+    futures = [pool.call(loop, gate, (n,)) for n in range(5)]
+    await asyncio.sleep(0.05)
+    assert not await asyncio.to_thread(pool.wait_idle, 0.05)  # calls running and queued
+    gate.open.set()
+    assert await asyncio.gather(*futures) == [0, 1, 2, 3, 4]
+    assert gate.most == 2 and len(gate.threads) == 2
+    assert pool.wait_idle(1)
+    # once idle, the same threads take new calls: no thread starts past the limit
+    assert await asyncio.gather(*(pool.call(loop, gate, (n,)) for n in range(4))) == [0, 1, 2, 3]
+    assert len(gate.threads) == 2
+    pool.release_idle()
+    join(gate.threads)
+
+
+async def test_a_cancelled_calls_outcome_is_dropped() -> None:
+    """A call whose awaiting task gave up (a timeout, a stopped activation) runs on; what it
+    returns or raises afterwards goes nowhere, and the loop reports nothing."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    pool = StepThreads(limit=2)
+    for outcome in ("late", KeyError("late")):
+        gate = Gate()
+
+        def late(outcome: Any = outcome, gate: Gate = gate) -> Any:
+            gate(None)
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+
+        future = pool.call(loop, late, ())
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(future, 0.05)
+        assert future.cancelled()
+        gate.open.set()
+        assert await asyncio.to_thread(pool.wait_idle, 5)
+        await asyncio.sleep(0.05)  # the outcome's callback has run on the loop
+    assert reported == []
+    pool.release_idle()
+
+
+def test_an_outcome_for_a_closed_loop_is_dropped_quietly() -> None:
+    """The loop a call came from closed before the call ended (its engine and test are gone):
+    the thread drops the outcome (an exception in it would be a warning, an error here)."""
+    pool = StepThreads(limit=1)
+    gate = Gate()
+    loop = asyncio.new_event_loop()
+    future = pool.call(loop, gate, ("late",))
+    loop.close()
+    gate.open.set()
+    assert pool.wait_idle(5)
+    assert not future.done()
+    pool.release_idle()
+    join(gate.threads)
+
+
+async def test_release_idle_ends_idle_threads_and_later_calls_start_new_ones() -> None:
+    pool = StepThreads(limit=3)
+    loop = asyncio.get_running_loop()
+    gate = Gate()
+    futures = [pool.call(loop, gate, (n,)) for n in range(3)]
+    gate.open.set()
+    await asyncio.gather(*futures)
+    pool.release_idle()  # at once: a thread is idle before its outcome is out
+    join(gate.threads)
+    again = await pool.call(loop, threading.current_thread, ())
+    assert again not in gate.threads and again.name.startswith(NAME)
+    pool.release_idle()
+    join([again])
+
+
+async def test_a_closed_engine_leaves_no_idle_step_thread(tmp_path: Any) -> None:
+    ran: set[threading.Thread] = set()
+
+    def one() -> int:
+        ran.add(threading.current_thread())
+        return 1
+
+    @workflow(name="sync-steps")
+    async def sync_steps(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return await asyncio.gather(*(step.do(f"s{i}", one) for i in range(4)))
+
+    async with Engine(f"sqlite:///{tmp_path}/db.sqlite", [sync_steps]) as engine:
+        inst = await engine.workflow("sync-steps").create()
+        assert (await inst.wait(timeout=10)).output == [1, 1, 1, 1]
+    assert ran and all(t.name.startswith(NAME) for t in ran)
+    join(ran)
