@@ -20,6 +20,7 @@ from collections.abc import (
 from typing import Any, Literal, Protocol
 
 from . import _json
+from ._creating import OnConflict, deadline, keyed_conflict
 from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime.observer import Observer
 from ._shown import shown
@@ -370,10 +371,13 @@ class WorkflowBinding:
         reserve: ReserveSlots | None = None,
         observer: Observer | None = None,
         messaging: Messaging | None = None,
+        timeout: float | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._messaging = messaging or Messaging(store, max_payload)
+        self._timeout = timeout
+        """The workflow's declared ``timeout`` (seconds), if this engine has its code."""
         self.name = name
         self._check_known = check
         self._reserve = reserve
@@ -439,6 +443,9 @@ class WorkflowBinding:
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
         traceparent: str | None = None,
+        timeout: Duration | None = None,
+        on_conflict: OnConflict | None = None,
+        debounce: Duration | None = None,
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
         engine's own worker has room for it.
@@ -456,18 +463,36 @@ class WorkflowBinding:
         ``traceparent``: a W3C trace context for the instance's trace to continue (what an HTTP
         server received); by default, while stepline traces, the caller's current span's. An
         invalid one is ignored (docs/observability.md).
+
+        ``timeout``: the instance's deadline from now (default: the workflow's ``timeout``):
+        past it, it errors with :class:`~stepline.WorkflowTimeoutError` after its rollbacks.
+        ``on_conflict`` (with ``key``): ``"debounce"`` (with ``debounce``, a quiet period) makes
+        a burst of creates for the key one instance, run with the last params once the key has
+        been quiet that long (the handle names that instance); ``"replace_queued"`` terminates
+        the key's instances that have not started, keeping the newest (docs/operations.md).
         """
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
+        checked_key = _check_key(key, what="key")
+        conflict, quiet = keyed_conflict(on_conflict, checked_key, debounce)
+        now = self._store.now()
+        deadline_at = deadline(timeout, self._timeout, now)
         await self._check()
         new = NewInstance(
             str(uuid.uuid4()) if id is None else validate_name(id, what="instance id"),
             _json.dumps(params, what="instance params", limit=self._max_payload),
-            key=_check_key(key, what="key"),
+            key=checked_key,
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
+            deadline_at=deadline_at,
         )
+        if conflict is not None:
+            ready_at = None if quiet is None else now + quiet
+            record = await self._store.create_keyed(
+                self.name, new, trigger=trigger, on_conflict=conflict, ready_at=ready_at
+            )
+            return self._instance(record.id)
         try:
             await self._create([new], trigger, skip_existing=False)
         except DuplicateInstanceError as exc:
@@ -518,6 +543,7 @@ class WorkflowBinding:
                         item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
                     traceparent=valid_traceparent(item.get("traceparent")),
+                    deadline_at=deadline(None, self._timeout, self._store.now()),
                 )
             )
         await self._create(new, trigger, skip_existing=True)
@@ -557,6 +583,7 @@ class WorkflowBinding:
             _json.dumps(params, what="instance params", limit=self._max_payload),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
+            deadline_at=deadline(None, self._timeout, self._store.now()),
         )
         await self._create([new], trigger, skip_existing=True)
         return await self._instance(new.id).update(

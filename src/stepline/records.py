@@ -203,6 +203,10 @@ class InstanceRecord:
     """The W3C ``traceparent`` of the span that created it (its creator's, a queue message's,
     its parent workflow's), stored so that every activation continues one trace; None when its
     creator traced nothing (docs/observability.md)."""
+    deadline_at: float | None = None
+    """When the instance errors with :class:`~stepline.WorkflowTimeoutError` if it has not
+    ended (its workflow's ``timeout``, ``create(timeout=...)``, or its parent's deadline); None
+    for none, and once the deadline has been carried out (docs/operations.md, "Deadlines")."""
 
     def due(self, now: float) -> bool:
         """Whether its time to run has come at ``now`` (queued, its wake-up time, or the expiry
@@ -229,6 +233,7 @@ class InstanceRecord:
             "key": self.key,
             "priority": self.priority,
             "dedup_key": self.dedup_key,
+            "deadline_at": self.deadline_at,
         }
 
 

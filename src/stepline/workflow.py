@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from ._shown import shown
 from ._source_steps import static_steps, step_graph
-from .durations import Duration
+from .durations import Duration, parse_duration
 from .errors import DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Rate, WorkflowLimits, workflow_limits
 from .schedule import Schedule, as_schedule
@@ -76,6 +76,10 @@ class Workflow:
     limits: Iterable[str] = ()
     """Names of shared limits (``[[limits]]`` in stepline.toml, ``Engine(limits=...)``) that its
     instances also count toward."""
+    timeout: Duration | None = None
+    """Each instance's deadline, from its creation (``"2 hours"``): past it the instance errors
+    with :class:`~stepline.WorkflowTimeoutError` after its rollbacks ran
+    (``create(timeout=...)`` overrides it; docs/operations.md, "Deadlines")."""
 
     async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.run() is not implemented")
@@ -138,6 +142,7 @@ def workflow(
     rate_limit: RateLimit | None = None,
     key_concurrency: int | None = None,
     limits: Iterable[str] = (),
+    timeout: Duration | None = None,
 ) -> Callable[[RunFunction], type[Workflow]]:
     """Decorator form: ``@workflow(name="greeting")`` on ``async def fn(event, step)``.
 
@@ -153,6 +158,7 @@ def workflow(
         "key_concurrency": key_concurrency,
         "limits": limits,
     }
+    _timeout(timeout, f"@workflow({name or ''})")
 
     def decorate(fn: RunFunction) -> type[Workflow]:
         if not callable(fn):
@@ -172,6 +178,7 @@ def workflow(
                 "name": wf_name,
                 "schedules": declared,
                 **settings,
+                "timeout": timeout,
                 "run": run,
                 "__doc__": fn.__doc__,
                 "__module__": fn.__module__,
@@ -194,6 +201,8 @@ class WorkflowDefinition:
     """The declared schedules, each with its name set (:meth:`Schedule.named`)."""
     limits: WorkflowLimits = field(default_factory=WorkflowLimits, kw_only=True)
     """Its flow control, checked (:func:`~stepline.limits.workflow_limits`)."""
+    timeout: float | None = field(default=None, kw_only=True)
+    """Its instances' deadline in seconds from their creation (:attr:`Workflow.timeout`)."""
 
     @property
     def class_name(self) -> str:
@@ -245,8 +254,11 @@ def definition_of(obj: Any) -> WorkflowDefinition:
             obj.__dict__.get("name") or kebab_case(obj.__name__), what="workflow name"
         )
         schedules = _schedules(obj.schedules, name, f"workflow class {obj.__qualname__}")
-        limits = _limits(obj, f"workflow {name!r} ({obj.__qualname__})")
-        return WorkflowDefinition(name, obj, schedules=schedules, limits=limits)
+        what = f"workflow {name!r} ({obj.__qualname__})"
+        limits = _limits(obj, what)
+        return WorkflowDefinition(
+            name, obj, schedules=schedules, limits=limits, timeout=_timeout(obj.timeout, what)
+        )
     if isinstance(obj, Workflow):
         check_workflow_class(type(obj))
         obj.validate()
@@ -254,7 +266,12 @@ def definition_of(obj: Any) -> WorkflowDefinition:
         what = f"workflow {name!r} ({type(obj).__qualname__})"
         schedules = _schedules(obj.schedules, name, what)
         return _InstanceDefinition(
-            name, type(obj), obj, schedules=schedules, limits=_limits(obj, what)
+            name,
+            type(obj),
+            obj,
+            schedules=schedules,
+            limits=_limits(obj, what),
+            timeout=_timeout(obj.timeout, what),
         )
     raise DefinitionError(
         f"{obj!r} is not a workflow: pass a Workflow subclass, a @workflow function, "
@@ -265,6 +282,16 @@ def definition_of(obj: Any) -> WorkflowDefinition:
 def _limits(obj: Any, what: str) -> WorkflowLimits:
     """The flow control a class or object declares (its attributes, inherited ones included)."""
     return workflow_limits({key: getattr(obj, key) for key in WORKFLOW_LIMIT_KEYS}, what=what)
+
+
+def _timeout(value: Any, what: str) -> float | None:
+    """A declared ``timeout`` in seconds (None: none); else :class:`DefinitionError`."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value, what="timeout")
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError(f"{what}: {exc}") from None
 
 
 def _schedules(declared: Any, workflow: str, what: str) -> tuple[Schedule, ...]:

@@ -12,14 +12,21 @@ from typing import Any
 from .. import _json
 from ..durations import Duration, parse_duration
 from ..errors import StepTimeoutError, WorkflowFailedError
+from ..step import ChildOptions
 from ..store.base import NewInstance
 from ..workflow import validate_name
 from .state import ActivationState
 from .writer import StepRef
 
+DEFAULT_CHILD = ChildOptions()
+
 
 async def start_workflow(
-    state: ActivationState, workflow: str, params: Any, child_id: str | None
+    state: ActivationState,
+    workflow: str,
+    params: Any,
+    child_id: str | None,
+    options: ChildOptions = DEFAULT_CHILD,
 ) -> str:
     validate_name(workflow, what="workflow name")
     # With an explicit id the step is named after it, so concurrent starts of one workflow
@@ -48,9 +55,16 @@ async def start_workflow(
     observed = state.observed
     traceparent = None if observed is None else observed.child_traceparent()
     quiet.begin()  # nothing suspends between the child's creation and its record
+    state.parenting = True
     try:
         child = NewInstance(
-            child_id, encoded, _json.dumps(parent, what="parent"), traceparent=traceparent
+            child_id,
+            encoded,
+            _json.dumps(parent, what="parent"),
+            traceparent=traceparent,
+            deadline_at=_child_deadline(state, workflow, options, step.started_at),
+            parent_pk=instance.pk,
+            on_parent_close=options.on_parent_close,
         )
         created = await state.store.create_instances(
             workflow, [child], trigger="workflow", skip_existing=True
@@ -65,6 +79,17 @@ async def start_workflow(
     finally:
         quiet.end()
     return child_id
+
+
+def _child_deadline(
+    state: ActivationState, workflow: str, options: ChildOptions, now: float
+) -> float | None:
+    """The child's own timeout (given here, else its workflow's if this worker knows it) from
+    now; without one, the parent's deadline."""
+    own = options.timeout
+    if own is None and state.settings.timeout_of is not None:
+        own = state.settings.timeout_of(workflow)
+    return state.instance.deadline_at if own is None else now + own
 
 
 async def wait_for_workflow(

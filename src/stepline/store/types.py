@@ -92,6 +92,18 @@ class NewInstance:
     """No two unfinished instances of a workflow share one (see :meth:`Store.create_instances`)."""
     traceparent: str | None = None
     """The W3C trace context its activations continue (see :attr:`InstanceRecord.traceparent`)."""
+    deadline_at: float | None = None
+    """When it errors with ``WorkflowTimeoutError`` if unfinished (see
+    :meth:`Store.expire_deadlines`)."""
+    parent_pk: int | None = None
+    """The pk of the parent instance whose step starts this one (with :attr:`parent`)."""
+    on_parent_close: str | None = None
+    """``"terminate"``, ``"request_cancel"`` or ``"abandon"``: what the parent's end (errored
+    or terminated) does to this child while it is unfinished (see :meth:`Store.finish`)."""
+
+
+KeyedConflict = Literal["debounce", "replace_queued"]
+"""What :meth:`Store.create_keyed` does with the instances its key holds."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ existing instances lock the rows they change ``FOR UPDATE`` (see the lock protoc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from ..._json import dumps
@@ -42,6 +42,9 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
             "priority": i.priority,
             "dedup_key": i.dedup_key,
             "traceparent": i.traceparent,
+            "deadline_at": i.deadline_at,
+            "parent_pk": i.parent_pk,
+            "on_parent_close": i.on_parent_close,
         }
         for n, i in items
     )
@@ -60,6 +63,8 @@ class InstanceWrites:
         self._schema = schema
         self._notes = notes
         self._parking = ParkingStatements.for_schema(schema)
+        self.closing: Callable[[Conn, int, float], Awaitable[bool]] | None = None
+        """Applies a terminated instance's children's ``on_parent_close`` (``closing``)."""
 
     async def create(
         self,
@@ -134,6 +139,18 @@ class InstanceWrites:
             added += rows
             done |= {record.id for record in rows}
 
+    async def create_one(
+        self, conn: Conn, workflow: str, item: NewInstance, trigger: str, now: float
+    ) -> InstanceRecord:
+        """Create one instance in the caller's transaction, refusing an existing id or a held
+        dedup key as :meth:`create` does."""
+        params = self._create_params(workflow, [(0, item)], trigger, None, now)
+        cur = await conn.execute(self._sql.create_instances, params)
+        created = [instance_from_row(row) for row in await cur.fetchall()]
+        if not created:
+            created = await self._refuse_or_retry(conn, params, {item.id: item}, [])
+        return created[0]
+
     async def insert(
         self, conn: Conn, workflow: str, item: NewInstance, trigger: str, now: float
     ) -> None:
@@ -203,6 +220,8 @@ class InstanceWrites:
                 if change.get("end"):  # a child ended: wake a parent waiting for it
                     cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
                     woke_parent = woke_parent or bool(await cur.fetchall())
+                    if self.closing is not None:  # and its own children's policy applies
+                        freed = await self.closing(conn, pk, now) or freed
             note = self._notes.note(workflow, instance_id)
             await conn.execute(q.notify, (self._notes.channel, note))
             cur = await conn.execute(q.get_instance_by_pk, (pk,))

@@ -23,6 +23,7 @@ from ...records import (
     StepRecord,
     WorkflowInfo,
 )
+from .._closing import DEADLINE_BATCH
 from .._rows import (
     claims_on_creation,
     decode_cursor,
@@ -38,16 +39,18 @@ from ..base import (
     Claimed,
     ControlAction,
     Finish,
+    KeyedConflict,
     Lease,
     NewInstance,
     StepWrite,
     Store,
     WorkflowMeta,
 )
-from . import flow, sql
+from . import closing, flow, sql
 from . import transactions as tx
 from .db import Database, missing_message
 from .flow import SqliteFlow
+from .keyed import create_keyed
 from .messages import SqliteMessages
 from .schedules import SqliteSchedules
 from .stats import SqliteStats
@@ -138,6 +141,23 @@ class SqliteStore(Store):
         self, workflow: str, items: Sequence[NewInstance], *, trigger: str, skip_existing: bool
     ) -> list[InstanceRecord]:
         return await self._create(workflow, items, trigger, skip_existing)
+
+    async def create_keyed(
+        self,
+        workflow: str,
+        item: NewInstance,
+        *,
+        trigger: str,
+        on_conflict: KeyedConflict,
+        ready_at: float | None = None,
+    ) -> InstanceRecord:
+        now = self.now()
+        record: InstanceRecord = await self._db.write(
+            lambda c: create_keyed(c, workflow, item, trigger, on_conflict, ready_at, now),
+            durable=True,
+        )
+        self.signals.ready()
+        return record
 
     async def create_and_claim(
         self,
@@ -242,6 +262,32 @@ class SqliteStore(Store):
         if record.ready_at is not None or woke:
             self.signals.ready()
         return record
+
+    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
+        if not workflows:
+            return None
+        # A read first: a worker asks at every look, and most find nothing due.
+        if not await self._db.read(
+            closing.deadlines(len(workflows), due=True), (*workflows, now, 1)
+        ):
+            rows = await self._db.read(
+                closing.deadlines(len(workflows), due=False), (*workflows, 1)
+            )
+            return float(rows[0][0]) if rows else None
+        result: tuple[float | None, bool] = await self._db.write(
+            lambda c: closing.expire_deadlines(c, workflows, now, DEADLINE_BATCH), durable=True
+        )
+        ahead, woke = result
+        if woke:
+            self.signals.ready()
+        return ahead
+
+    async def close_children(self, lease: Lease, now: float) -> None:
+        woke: bool = await self._db.write(
+            lambda c: closing.close_children_fenced(c, lease, now), durable=True
+        )
+        if woke:
+            self.signals.ready()
 
     async def send_event(
         self, workflow: str, instance_id: str, event_type: str, payload: str | None
