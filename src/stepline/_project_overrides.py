@@ -11,6 +11,7 @@ the limit keys of ``[[workflows]]`` tables, which override what the code declare
     rate_limit = "60/minute"         # or [60, "1 minute"]
     key_concurrency = 1              # per key (create(key=...))
     limits = ["payments"]            # named limits its instances also count toward
+    timeout = "2 hours"              # each instance's deadline (docs/operations.md)
 
     [[limits]]
     name = "payments"
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ._config_keys import check_keys
+from .durations import parse_duration
 from .errors import ConfigError, DefinitionError
 from .limits import (
     LIMIT_KEYS,
@@ -45,8 +47,8 @@ from .workflow import definition_of
 def workflow_limit_settings(
     item: Mapping[str, Any], name: str, path: Path, where: str
 ) -> dict[str, Any]:
-    """The flow control keys a ``[[workflows]]`` table sets, each checked on its own so that an
-    error names it (``workflows[0].concurrency``)."""
+    """The flow control keys a ``[[workflows]]`` table sets, and its ``timeout``, each checked
+    on its own so that an error names it (``workflows[0].concurrency``)."""
     settings: dict[str, Any] = {}
     for key in WORKFLOW_LIMIT_KEYS:
         if key not in item:
@@ -56,6 +58,12 @@ def workflow_limit_settings(
         except DefinitionError as exc:
             raise ConfigError(f"{path}: key '{where}.{key}': {exc}") from None
         settings[key] = item[key]
+    if "timeout" in item:  # not a limit, but set over the code alike
+        try:
+            parse_duration(item["timeout"], what="timeout")
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{path}: key '{where}.timeout': {exc}") from None
+        settings["timeout"] = item["timeout"]
     return settings
 
 

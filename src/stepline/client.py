@@ -371,13 +371,13 @@ class WorkflowBinding:
         reserve: ReserveSlots | None = None,
         observer: Observer | None = None,
         messaging: Messaging | None = None,
-        timeout: float | None = None,
+        timeout_of: Callable[[str], float | None] | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._messaging = messaging or Messaging(store, max_payload)
-        self._timeout = timeout
-        """The workflow's declared ``timeout`` (seconds), if this engine has its code."""
+        self._timeout_of = timeout_of
+        """A workflow's declared ``timeout`` (seconds), known once ``check`` passed."""
         self.name = name
         self._check_known = check
         self._reserve = reserve
@@ -391,6 +391,9 @@ class WorkflowBinding:
 
     async def _check(self) -> None:
         await self._check_known(self.name)
+
+    def _default_timeout(self) -> float | None:
+        return None if self._timeout_of is None else self._timeout_of(self.name)
 
     async def _create(
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
@@ -475,9 +478,10 @@ class WorkflowBinding:
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
         checked_key = _check_key(key, what="key")
         conflict, quiet = keyed_conflict(on_conflict, checked_key, debounce)
-        now = self._store.now()
-        deadline_at = deadline(timeout, self._timeout, now)
+        deadline(timeout, None, 0.0)  # checked before anything is read
         await self._check()
+        now = self._store.now()
+        deadline_at = deadline(timeout, self._default_timeout(), now)
         new = NewInstance(
             str(uuid.uuid4()) if id is None else validate_name(id, what="instance id"),
             _json.dumps(params, what="instance params", limit=self._max_payload),
@@ -543,7 +547,7 @@ class WorkflowBinding:
                         item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
                     traceparent=valid_traceparent(item.get("traceparent")),
-                    deadline_at=deadline(None, self._timeout, self._store.now()),
+                    deadline_at=deadline(None, self._default_timeout(), self._store.now()),
                 )
             )
         await self._create(new, trigger, skip_existing=True)
@@ -583,7 +587,7 @@ class WorkflowBinding:
             _json.dumps(params, what="instance params", limit=self._max_payload),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
-            deadline_at=deadline(None, self._timeout, self._store.now()),
+            deadline_at=deadline(None, self._default_timeout(), self._store.now()),
         )
         await self._create([new], trigger, skip_existing=True)
         return await self._instance(new.id).update(

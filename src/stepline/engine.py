@@ -245,7 +245,6 @@ class Engine:
     def workflow(self, workflow: str | Any) -> WorkflowBinding:
         """A binding to create and look up instances: by name, class, Pipeline or Dag."""
         name = workflow if isinstance(workflow, str) else definition_of(workflow).name
-        known = self.registry.definitions.get(name)
         return WorkflowBinding(
             self.store,
             name,
@@ -254,7 +253,7 @@ class Engine:
             self._local.reserve,
             self.observer,
             self._messaging,
-            timeout=None if known is None else known.timeout,
+            timeout_of=self.registry.timeout_of,
         )
 
     async def _check_workflow(self, name: str) -> None:

@@ -185,3 +185,39 @@ async def test_without_a_timeout_nothing_expires(
 
 
 __all__ = ["NonRetryableError"]
+
+
+async def test_a_worker_dying_while_carrying_out_a_deadline_leaves_it_to_the_next(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    """The timeout is durable (the instance's control): a worker that claimed the timed-out
+    instance and died before ending it is replaced once its lease expires."""
+    async with make_engine([sleepy], clock=clock) as engine:
+        inst = await engine.workflow("sleepy").create(timeout="10 minutes")
+        await drain(engine)
+        clock.advance(600)
+        await engine.store.expire_deadlines(["sleepy"], clock())
+        dead = await engine.store.claim("dead-worker", ["sleepy"], 10, 30, clock())
+        assert [c.control for c in dead.claims] == ["timeout"]
+        await drain(engine)
+        assert (await inst.status()).status == "running"  # the dead worker's lease still lives
+        clock.advance(31)
+        await drain(engine)
+        status = await inst.status()
+        assert status.status == "errored"
+        assert status.error is not None and status.error["name"] == "WorkflowTimeoutError"
+        assert LOG == [("undo", "WorkflowTimeoutError", "b1")]
+
+
+async def test_a_pending_termination_is_kept_over_a_deadline(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([sleepy], clock=clock) as engine:
+        inst = await engine.workflow("sleepy").create(timeout="10 minutes")
+        await drain(engine)
+        await inst.terminate(rollback=True)
+        clock.advance(600)
+        await engine.store.expire_deadlines(["sleepy"], clock())
+        await drain(engine)
+        assert (await inst.status()).status == "terminated"
+        assert LOG == [("undo", None, "b1")]

@@ -338,6 +338,8 @@ def instance_fields(
         fields.append(("Priority", str(record.priority)))
     if record.dedup_key is not None:
         fields.append(("Dedup Key", record.dedup_key))
+    if record.deadline_at is not None:
+        fields.append(("Deadline", fmt_time(record.deadline_at)))
     if record.started_at is not None:
         fields.append(("Start", fmt_time(record.started_at)))
     if record.ended_at is not None:

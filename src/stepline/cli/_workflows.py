@@ -156,6 +156,12 @@ async def _trigger(
 @click.option("--priority", type=int, default=0, show_default=True,
               help="Lower runs first among runnable instances.")  # fmt: skip
 @click.option("--dedup-key", help="Create nothing if an unfinished instance has this key.")
+@click.option("--timeout", help="The instance's deadline from now, e.g. '2 hours' (default: "
+              "the workflow's timeout).")  # fmt: skip
+@click.option("--on-conflict", type=click.Choice(["debounce", "replace_queued"]),
+              help="With --key: debounce a burst of creates (with --debounce), or replace the "
+              "key's instances that have not started.")  # fmt: skip
+@click.option("--debounce", help="The quiet period of --on-conflict debounce, e.g. '5 seconds'.")
 @json_option
 @pass_state
 def trigger(
@@ -167,6 +173,9 @@ def trigger(
     key: str | None,
     priority: int,
     dedup_key: str | None,
+    timeout: str | None,
+    on_conflict: str | None,
+    debounce: str | None,
     as_json: bool,
 ) -> None:
     """Create (queue) an instance of NAME with PARAMS_JSON (or --params-file) as its params.
@@ -175,7 +184,8 @@ def trigger(
     """
     with cli_errors():
         params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
-    flow = {"key": key, "priority": priority, "dedup_key": dedup_key}
+    flow = {"key": key, "priority": priority, "dedup_key": dedup_key, "timeout": timeout}
+    flow |= {"on_conflict": on_conflict, "debounce": debounce}
     created, new = run_async(_trigger(state, name, params, instance_id, flow))
     if not new:
         if as_json:

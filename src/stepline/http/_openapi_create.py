@@ -8,6 +8,11 @@ from typing import Any
 from ._openapi_common import NAME_PATTERN
 from ._openapi_common import ref as _ref
 
+_DURATION: dict[str, Any] = {
+    "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}],
+}
+"""A duration: seconds, or text such as ``"5 minutes"``."""
+
 
 def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str, Any]:
     flow_key: dict[str, Any] = {
@@ -51,6 +56,18 @@ def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str
                     "is created.",
                 },
                 "on_duplicate": {"enum": ["return", "raise"], "default": "return"},
+                "timeout": {
+                    **_DURATION,
+                    "description": "The instance's deadline from now (default: the "
+                    "workflow's `timeout`): past it, it errors with `WorkflowTimeoutError`.",
+                },
+                "on_conflict": {
+                    "enum": ["debounce", "replace_queued"],
+                    "description": "With `key`: `debounce` (and `debounce`) makes a burst of "
+                    "creates one instance with the last params; `replace_queued` terminates the "
+                    "key's instances that have not started. The answer names the instance.",
+                },
+                "debounce": {**_DURATION, "description": "The quiet period of `debounce`."},
             },
         },
         "BatchItem": {

@@ -1,0 +1,128 @@
+"""``create(key=..., on_conflict="debounce" | "replace_queued")``: one instance per burst, or the
+newest queued one kept; on both stores, with concurrent creates, on a manual clock."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from stepline import ManualClock, WorkflowEvent, WorkflowStep, workflow
+
+from ..conftest import EngineFactory, drain
+
+RAN: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    RAN.clear()
+
+
+@workflow(name="sync-user")
+async def sync_user(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    await step.do("sync", lambda: RAN.append(event.payload))
+    return event.payload
+
+
+async def test_a_burst_of_debounced_creates_runs_once_with_the_last_params(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([sync_user], clock=clock) as engine:
+        binding = engine.workflow("sync-user")
+        first = await binding.create(params=1, key="u1", on_conflict="debounce", debounce=5)
+        for n in (2, 3):
+            clock.advance(3)
+            again = await binding.create(params=n, key="u1", on_conflict="debounce", debounce=5)
+            assert again.id == first.id
+            await drain(engine)
+            assert RAN == []  # still in its quiet period
+        other = await binding.create(params="x", key="u2", on_conflict="debounce", debounce=5)
+        assert other.id != first.id
+        clock.advance(5)
+        await drain(engine)
+        assert sorted(map(str, RAN)) == ["3", "x"]
+        assert (await first.status()).output == 3
+        # After it started, a new burst makes a new instance.
+        later = await binding.create(params=4, key="u1", on_conflict="debounce", debounce=5)
+        assert later.id != first.id
+
+
+async def test_concurrent_debounced_creates_make_one_instance(
+    make_engine: EngineFactory,
+) -> None:
+    async with make_engine([sync_user]) as engine:
+        binding = engine.workflow("sync-user")
+        handles = await asyncio.gather(
+            *(
+                binding.create(params=n, key="k", on_conflict="debounce", debounce="1 hour")
+                for n in range(20)
+            )
+        )
+        assert len({h.id for h in handles}) == 1
+        page = await binding.list()
+        assert len(page.instances) == 1
+
+
+async def test_replace_queued_keeps_only_the_newest_queued(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([sync_user], clock=clock) as engine:
+        binding = engine.workflow("sync-user")
+        started = await binding.create(params=0, key="k", on_conflict="replace_queued")
+        await engine.store.control("sync-user", started.id, "pause")
+        await engine.store.control("sync-user", started.id, "resume")
+        running = await engine.store.claim("w", ["sync-user"], 1, 30, clock())
+        assert [c.instance.id for c in running.claims] == [started.id]
+        handles = [
+            await binding.create(params=n, key="k", on_conflict="replace_queued") for n in (1, 2, 3)
+        ]
+        statuses = [(await h.status()).status for h in handles]
+        assert statuses == ["terminated", "terminated", "queued"]
+        assert (await started.status()).status == "running"  # started: untouched
+        other = await binding.create(params=9, key="other", on_conflict="replace_queued")
+        assert (await other.status()).status == "queued"
+
+
+async def test_concurrent_replace_queued_leaves_one_queued(make_engine: EngineFactory) -> None:
+    async with make_engine([sync_user]) as engine:
+        binding = engine.workflow("sync-user")
+        await asyncio.gather(
+            *(binding.create(params=n, key="k", on_conflict="replace_queued") for n in range(20))
+        )
+        page = await binding.list(status="queued")
+        assert len(page.instances) == 1
+        assert len((await binding.list(status="terminated")).instances) == 19
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"on_conflict": "debounce", "debounce": 5}, "needs a key"),
+        ({"key": "k", "on_conflict": "debounce"}, "quiet period"),
+        ({"key": "k", "on_conflict": "debounce", "debounce": "soon"}, "'soon'"),
+        ({"key": "k", "on_conflict": "latest"}, "'latest'"),
+        ({"key": "k", "debounce": 5}, "debounce=5"),
+        ({"key": "k", "on_conflict": "replace_queued", "debounce": 5}, "debounce=5"),
+    ],
+)
+async def test_bad_keyed_options_are_refused_and_nothing_is_stored(
+    make_engine: EngineFactory, options: dict[str, Any], named: str
+) -> None:
+    async with make_engine([sync_user]) as engine:
+        binding = engine.workflow("sync-user")
+        with pytest.raises(ValueError, match=named):
+            await binding.create("x", **options)
+        assert (await binding.list()).instances == []
+
+
+async def test_an_existing_id_is_refused_by_a_keyed_create(make_engine: EngineFactory) -> None:
+    from stepline import InstanceAlreadyExistsError
+
+    async with make_engine([sync_user]) as engine:
+        binding = engine.workflow("sync-user")
+        await binding.create("a")
+        with pytest.raises(InstanceAlreadyExistsError):
+            await binding.create("a", key="k", on_conflict="replace_queued")
+        assert len((await binding.list()).instances) == 1
