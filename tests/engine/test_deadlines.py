@@ -221,3 +221,25 @@ async def test_a_pending_termination_is_kept_over_a_deadline(
         await drain(engine)
         assert (await inst.status()).status == "terminated"
         assert LOG == [("undo", None, "b1")]
+
+
+async def test_a_client_without_the_code_applies_the_registered_timeout(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([sleepy], clock=clock):
+        pass  # registers "sleepy" with its timeout
+    async with make_engine([], clock=clock) as client:
+        inst = await client.workflow("sleepy").create()
+        assert (await inst.record()).deadline_at == clock() + 3600
+
+
+async def test_a_running_worker_carries_out_a_deadline_on_time(
+    make_engine: EngineFactory,
+) -> None:
+    """The worker's own loop (real time): it wakes for the deadline while the instance sleeps."""
+    async with make_engine([sleepy], worker=True) as engine:
+        inst = await engine.workflow("sleepy").create(timeout=0.5)
+        status = await inst.wait(timeout=20)
+        assert status.status == "errored"
+        assert status.error is not None and status.error["name"] == "WorkflowTimeoutError"
+        assert LOG == [("undo", "WorkflowTimeoutError", "b1")]

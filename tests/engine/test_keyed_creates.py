@@ -126,3 +126,25 @@ async def test_an_existing_id_is_refused_by_a_keyed_create(make_engine: EngineFa
         with pytest.raises(InstanceAlreadyExistsError):
             await binding.create("a", key="k", on_conflict="replace_queued")
         assert len((await binding.list()).instances) == 1
+
+
+async def test_the_http_api_takes_the_keyed_options_and_the_timeout(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    import httpx
+
+    from stepline.http import create_app
+
+    async with make_engine([sync_user], clock=clock) as engine:
+        transport = httpx.ASGITransport(app=create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://s") as client:
+            url = "/api/workflows/sync-user/instances"
+            body = {"key": "u", "on_conflict": "debounce", "debounce": "5 seconds"}
+            first = await client.post(url, json={**body, "params": 1, "timeout": 60})
+            second = await client.post(url, json={**body, "params": 2})
+            assert first.status_code == second.status_code == 201, first.text
+            assert first.json()["id"] == second.json()["id"]
+            detail = (await client.get(f"{url}/{first.json()['id']}")).json()["workflow"]
+            assert detail["params"] == 2 and detail["deadline_at"] == clock() + 60
+            bad = await client.post(url, json={"timeout": [1]})
+            assert bad.status_code == 400 and "timeout" in bad.json()["error"]["message"]
