@@ -1,14 +1,56 @@
-"""Create options beyond an instance's params and flow control: a deadline (``timeout``) and
-what a create does with the instances its key holds (``on_conflict``: ``"debounce"``,
-``"replace_queued"``). Checked here, before anything is stored; executed by the store
-(``Store.create_keyed``, ``Store.expire_deadlines``). docs/operations.md tells the user."""
+"""A create's options, checked before anything is stored: the flow control key and priority,
+a deadline (``timeout``), and what a create does with the instances its key holds
+(``on_conflict``: ``"debounce"``, ``"replace_queued"``, executed by ``Store.create_keyed``;
+docs/operations.md tells the user)."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
+from ._shown import shown
 from .durations import Duration, parse_duration
 from .store.base import KeyedConflict
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+MAX_KEY_LENGTH = 200
+"""The longest ``key`` or ``dedup_key`` (characters)."""
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+"""The priorities a store keeps (a 32-bit signed integer); lower is claimed first."""
+
+
+def is_text(value: object) -> bool:
+    """A str without control characters that encodes to UTF-8 (no lone surrogate)."""
+    if not isinstance(value, str) or _CONTROL_CHARS.search(value):
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_key(value: object, *, what: str) -> str | None:
+    """A flow control key or dedup key: None, or text of 1 to 200 characters (UTF-8, no control
+    characters, which no store keeps alike); else ``ValueError`` naming ``what``."""
+    if value is None:
+        return None
+    if not is_text(value) or not 1 <= len(str(value)) <= MAX_KEY_LENGTH:
+        raise ValueError(
+            f"invalid {what} {shown(value)}: a string of 1 to {MAX_KEY_LENGTH} characters without "
+            "control characters (or None)"
+        )
+    return str(value)
+
+
+def check_priority(value: object, *, what: str = "priority") -> int:
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(
+            f"invalid {what} {shown(value)}: a whole number from {low} to {high} (lower runs first)"
+        )
+    return value
+
 
 OnConflict = Literal["debounce", "replace_queued"]
 ON_CONFLICT: tuple[OnConflict, ...] = ("debounce", "replace_queued")

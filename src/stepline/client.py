@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
 import time
 import uuid
 from collections.abc import (
@@ -20,10 +19,9 @@ from collections.abc import (
 from typing import Any, Literal, Protocol
 
 from . import _json
-from ._creating import OnConflict, deadline, keyed_conflict
+from ._creating import OnConflict, check_key, check_priority, deadline, is_text, keyed_conflict
 from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime.observer import Observer
-from ._shown import shown
 from ._traceparent import valid_traceparent
 from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
@@ -44,11 +42,6 @@ from .workflow import is_valid_name, validate_name
 CheckWorkflow = Callable[[str], Awaitable[None]]
 
 FINISHED_ORDER = tuple(s for s in INSTANCE_STATUSES if s in FINISHED_STATUSES)
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-MAX_KEY_LENGTH = 200
-"""The longest ``key`` or ``dedup_key`` (characters)."""
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-"""The priorities a store keeps (a 32-bit signed integer); lower is claimed first."""
 OnDuplicate = Literal["return", "raise"]
 StatusAction = Literal["pause", "resume", "terminate", "restart"]
 STATUS_ACTIONS: tuple[StatusAction, ...] = ("pause", "resume", "terminate", "restart")
@@ -63,48 +56,15 @@ def check_listing(status: str | None, limit: int) -> None:
         raise ValueError(f"limit must be at least 1, got {limit!r}")
 
 
-def _is_text(value: object) -> bool:
-    """A str without control characters that encodes to UTF-8 (no lone surrogate)."""
-    if not isinstance(value, str) or _CONTROL_CHARS.search(value):
-        return False
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_from_step(name: object) -> str:
     """A step name to restart from. No recorded step has a name that is not such text: refused
     here, it is refused alike by every store (PostgreSQL text cannot even hold a NUL)."""
-    if not _is_text(name):
+    if not is_text(name):
         raise ValueError(
             f"invalid step name {name!r} to restart from: step names are UTF-8 text without "
             "control characters"
         )
     return str(name)
-
-
-def _check_key(value: object, *, what: str) -> str | None:
-    """A flow control key or dedup key: None, or text of 1 to 200 characters (UTF-8, no control
-    characters, which no store keeps alike); else ``ValueError`` naming ``what``."""
-    if value is None:
-        return None
-    if not _is_text(value) or not 1 <= len(str(value)) <= MAX_KEY_LENGTH:
-        raise ValueError(
-            f"invalid {what} {shown(value)}: a string of 1 to {MAX_KEY_LENGTH} characters without "
-            "control characters (or None)"
-        )
-    return str(value)
-
-
-def _check_priority(value: object, *, what: str = "priority") -> int:
-    low, high = PRIORITY_RANGE
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(
-            f"invalid {what} {shown(value)}: a whole number from {low} to {high} (lower runs first)"
-        )
-    return value
 
 
 async def _delete(store: Store, workflow: str, ids: Sequence[str], force: bool) -> int:
@@ -476,7 +436,7 @@ class WorkflowBinding:
         """
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
-        checked_key = _check_key(key, what="key")
+        checked_key = check_key(key, what="key")
         conflict, quiet = keyed_conflict(on_conflict, checked_key, debounce)
         deadline(timeout, None, 0.0)  # checked before anything is read
         await self._check()
@@ -486,8 +446,8 @@ class WorkflowBinding:
             str(uuid.uuid4()) if id is None else validate_name(id, what="instance id"),
             _json.dumps(params, what="instance params", limit=self._max_payload),
             key=checked_key,
-            priority=_check_priority(priority),
-            dedup_key=_check_key(dedup_key, what="dedup_key"),
+            priority=check_priority(priority),
+            dedup_key=check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
             deadline_at=deadline_at,
         )
@@ -542,8 +502,8 @@ class WorkflowBinding:
                         what=f"params of batch item {index}",
                         limit=self._max_payload,
                     ),
-                    key=_check_key(item.get("key"), what=f"key of batch item {index}"),
-                    priority=_check_priority(
+                    key=check_key(item.get("key"), what=f"key of batch item {index}"),
+                    priority=check_priority(
                         item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
                     traceparent=valid_traceparent(item.get("traceparent")),
@@ -585,8 +545,8 @@ class WorkflowBinding:
         new = NewInstance(
             validate_name(id, what="instance id"),
             _json.dumps(params, what="instance params", limit=self._max_payload),
-            key=_check_key(key, what="key"),
-            priority=_check_priority(priority),
+            key=check_key(key, what="key"),
+            priority=check_priority(priority),
             deadline_at=deadline(None, self._default_timeout(), self._store.now()),
         )
         await self._create([new], trigger, skip_existing=True)
