@@ -64,7 +64,7 @@ class ClaimLoop:
         slot was taken."""
         self._pacing = Pacing()
         self._clock = ClockStepWatch(store.now)
-        self.deadlines = Deadlines(store, list(registry))
+        self.deadlines = Deadlines(store, registry.keys())
         self._claim_after = 0.0
         """Monotonic time before which the loop claims nothing (after a clock step)."""
 

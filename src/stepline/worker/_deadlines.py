@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection
 
 from ..errors import StoreError
 from ..store.base import Store
@@ -21,16 +21,17 @@ carried out at most this late)."""
 class Deadlines:
     """When the loop's workflows' next deadline is, and carrying out those due."""
 
-    def __init__(self, store: Store, workflows: Sequence[str]) -> None:
+    def __init__(self, store: Store, workflows: Collection[str]) -> None:
+        """``workflows``: the worker's, read at each look (a registry may grow)."""
         self._store = store
-        self._workflows = list(workflows)
+        self._workflows = workflows
         self._next: float | None = -math.inf
         self._checked = -math.inf
 
     @property
     def next_at(self) -> float | None:
-        """The next deadline known (None: none)."""
-        return self._next
+        """The next deadline known (None: none, or not looked yet)."""
+        return None if self._next == -math.inf else self._next
 
     async def expire(self, *, always: bool = False) -> None:
         """Carry out the deadlines due, if one may be (one known is due, the recheck came, or
@@ -42,8 +43,8 @@ class Deadlines:
         if not due and time.monotonic() - self._checked < RECHECK_SECONDS:
             return
         try:
-            self._next = await self._store.expire_deadlines(self._workflows, now)
+            self._next = await self._store.expire_deadlines(list(self._workflows), now)
         except StoreError as exc:
             log.log(outage_level(exc, logging.WARNING), "deadlines: %s; will retry", exc)
-            return
+            self._next = None  # not a timer to spin on: the recheck tries again
         self._checked = time.monotonic()

@@ -150,6 +150,10 @@ class Closing:
         """``Store.expire_deadlines``: the next deadline, and whether an instance changed."""
         q = self._q
         params: dict[str, Any] = {"workflows": list(workflows), "now": now, "limit": limit}
+        # A read first: a worker asks every second or so, and most find nothing due.
+        first = await self._db.read("reading the next deadline", q["ahead"], params)
+        if not first or float(first[0][0]) > now:
+            return (float(first[0][0]) if first else None), False
 
         async def body(conn: Conn) -> tuple[float | None, bool]:
             cur = await conn.execute(q["due"], params)

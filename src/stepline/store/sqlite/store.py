@@ -266,13 +266,9 @@ class SqliteStore(Store):
     async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
         if not workflows:
             return None
-        # A read first: a worker asks at every look, and most find nothing due.
-        if not await self._db.read(
-            closing.deadlines(len(workflows), due=True), (*workflows, now, 1)
-        ):
-            rows = await self._db.read(
-                closing.deadlines(len(workflows), due=False), (*workflows, 1)
-            )
+        # A read first: a worker asks every second or so, and most find nothing due.
+        rows = await self._db.read(closing.deadlines(len(workflows), due=False), (*workflows, 1))
+        if not rows or float(rows[0][0]) > now:
             return float(rows[0][0]) if rows else None
         result: tuple[float | None, bool] = await self._db.write(
             lambda c: closing.expire_deadlines(c, workflows, now, DEADLINE_BATCH), durable=True
