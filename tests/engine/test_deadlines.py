@@ -18,7 +18,7 @@ from stepline import (
 )
 from stepline.errors import DefinitionError
 
-from ..conftest import EngineFactory, drain
+from ..conftest import EngineFactory, TestEnvFactory, drain
 
 LOG: list[Any] = []
 GATE: dict[str, asyncio.Event] = {}
@@ -243,3 +243,14 @@ async def test_a_running_worker_carries_out_a_deadline_on_time(
         assert status.status == "errored"
         assert status.error is not None and status.error["name"] == "WorkflowTimeoutError"
         assert LOG == [("undo", "WorkflowTimeoutError", "b1")]
+
+
+async def test_the_testing_toolkit_passes_time_to_a_deadline(
+    make_test_env: TestEnvFactory,
+) -> None:
+    """A wait passes virtual time from timer to timer: a deadline is one of them."""
+    async with make_test_env([sleepy]) as env:
+        inst = await env.create(sleepy, id="t1", params={"wait": "event"})
+        status = await inst.wait()
+        assert status.status == "errored"
+        assert status.error is not None and status.error["name"] == "WorkflowTimeoutError"
