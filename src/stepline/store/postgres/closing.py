@@ -62,8 +62,13 @@ _TEMPLATES = {
     "fenced": """SELECT 1 FROM {s}.instances WHERE pk = %s AND lease_token = %s
         AND lease_owner = %s FOR UPDATE""",
     "key_lock": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 55))",
-    "replace": f"""UPDATE {{s}}.instances SET status = 'terminated', ready_at = NULL,
-        held_ready_at = NULL, ended_at = %(now)s, updated_at = %(now)s WHERE {_UNSTARTED}""",
+    # Locked in pk order first, as every statement that locks several instance rows does.
+    "replace": f"""WITH locked AS (
+            SELECT pk FROM {{s}}.instances WHERE {_UNSTARTED} ORDER BY pk FOR UPDATE
+        )
+        UPDATE {{s}}.instances i SET status = 'terminated', ready_at = NULL,
+            held_ready_at = NULL, ended_at = %(now)s, updated_at = %(now)s
+        FROM locked WHERE i.pk = locked.pk AND i.status = 'queued' AND i.started_at IS NULL""",
     "debounced": f"""SELECT pk FROM {{s}}.instances WHERE {_UNSTARTED}
         AND conflict = 'debounce' ORDER BY pk LIMIT 1 FOR UPDATE""",
     "join": """UPDATE {s}.instances SET params = %(params)s, ready_at = %(ready)s,
