@@ -59,8 +59,9 @@ _TEMPLATES = {
         AND {_UNFINISHED} AND workflow = ANY(%(workflows)s::text[])
         ORDER BY deadline_at LIMIT 1""",
     "clear_deadline": "UPDATE {s}.instances SET deadline_at = NULL WHERE pk = %s",
+    # As activation writes lock their row: a child ending meanwhile may still wake it.
     "fenced": """SELECT 1 FROM {s}.instances WHERE pk = %s AND lease_token = %s
-        AND lease_owner = %s FOR UPDATE""",
+        AND lease_owner = %s FOR KEY SHARE""",
     "key_lock": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 55))",
     # Locked in pk order first, as every statement that locks several instance rows does.
     "replace": f"""WITH locked AS (
