@@ -43,7 +43,9 @@ class Claim:
     instance: InstanceRecord
     lease: Lease
     control: str | None
-    """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out."""
+    """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out;
+    ``"timeout"`` or ``"cancel"`` when an interruption is (a deadline passed, a parent's end:
+    ``store._closing``): the rollbacks run, then the instance ends errored."""
     event_seq: int
     """A counter of what may wake the instance (events sent, children ended); passed back to
     :meth:`Store.finish` to catch what came during the activation."""
