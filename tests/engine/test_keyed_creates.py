@@ -148,3 +148,18 @@ async def test_the_http_api_takes_the_keyed_options_and_the_timeout(
             assert detail["params"] == 2 and detail["deadline_at"] == clock() + 60
             bad = await client.post(url, json={"timeout": [1]})
             assert bad.status_code == 400 and "timeout" in bad.json()["error"]["message"]
+
+
+def test_the_sync_facade_takes_the_deadline_and_keyed_options(tmp_path: Any) -> None:
+    from stepline import SyncEngine
+
+    with SyncEngine(f"sqlite:///{tmp_path}/x.db", [sync_user]) as engine:
+        binding = engine.workflow("sync-user")
+        first = binding.create(key="k", on_conflict="debounce", debounce=60, timeout=120)
+        again = binding.create(params=2, key="k", on_conflict="debounce", debounce=60)
+        assert again.id == first.id
+        record = engine._portal.call(engine.engine.store.get_instance("sync-user", first.id))
+        assert record.params == 2 and record.deadline_at is not None
+        assert record.deadline_at == pytest.approx(record.created_at + 120)
+        with pytest.raises(ValueError, match="needs a key"):
+            binding.create(on_conflict="replace_queued")
