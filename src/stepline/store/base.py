@@ -284,7 +284,8 @@ class Store(abc.ABC):
 
         Any other case raises ``IllegalStateError``; an unknown instance
         ``InstanceNotFoundError``. An instance that ends here (terminate) wakes a parent waiting
-        for it, as :meth:`finish` does.
+        for it, as :meth:`finish` does, and applies its children's ``on_parent_close`` as
+        :meth:`close_children` does.
         """
 
     @abc.abstractmethod
