@@ -1,6 +1,6 @@
-"""The PostgreSQL store's executions of ``store._closing`` (deadlines carried out, a parent's
-end applied to its children) and its keyed creates (``Store.create_keyed``). Each runs in an
-exactly-once transaction; rows are locked ``FOR UPDATE`` as control actions lock them."""
+"""The PostgreSQL store's executions of ``store._closing``: deadlines carried out, a parent's
+end applied to its children. Each runs in an exactly-once transaction; rows are locked ``FOR
+UPDATE`` as control actions lock them."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from typing import Any
 
 from ..._json import dumps
 from ...errors import LeaseLostError
-from ...records import InstanceRecord
 from .._closing import ERRORS, Interruption, interruption
-from .._rows import INTERRUPTED, instance_from_row
-from ..base import KeyedConflict, Lease, NewInstance
+from .._rows import INTERRUPTED
+from ..base import Lease
 from .db import Database
-from .instances import InstanceWrites
 from .notes import Notes
 from .parking import ParkingStatements, freed_params
 from .pools import Conn
@@ -23,10 +21,6 @@ from .sql import render
 _UNFINISHED = "status NOT IN ('complete', 'errored', 'terminated')"
 _ERRORS = {kind: dumps(error, what="error") for kind, error in ERRORS.items()}
 _INTERRUPTED = dumps(INTERRUPTED, what="error")
-_UNSTARTED = (
-    "workflow = %(workflow)s AND key = %(key)s AND key IS NOT NULL AND status = 'queued'"
-    " AND started_at IS NULL"
-)
 
 _TEMPLATES = {
     "state": """SELECT status, started_at, lease_owner, control FROM {s}.instances
@@ -62,33 +56,18 @@ _TEMPLATES = {
     # As activation writes lock their row: a child ending meanwhile may still wake it.
     "fenced": """SELECT 1 FROM {s}.instances WHERE pk = %s AND lease_token = %s
         AND lease_owner = %s FOR KEY SHARE""",
-    "key_lock": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 55))",
-    # Locked in pk order first, as every statement that locks several instance rows does.
-    "replace": f"""WITH locked AS (
-            SELECT pk FROM {{s}}.instances WHERE {_UNSTARTED} ORDER BY pk FOR UPDATE
-        )
-        UPDATE {{s}}.instances i SET status = 'terminated', ready_at = NULL,
-            held_ready_at = NULL, ended_at = %(now)s, updated_at = %(now)s
-        FROM locked WHERE i.pk = locked.pk AND i.status = 'queued' AND i.started_at IS NULL""",
-    "debounced": f"""SELECT pk FROM {{s}}.instances WHERE {_UNSTARTED}
-        AND conflict = 'debounce' ORDER BY pk LIMIT 1 FOR UPDATE""",
-    "join": """UPDATE {s}.instances SET params = %(params)s, ready_at = %(ready)s,
-        updated_at = %(now)s WHERE pk = %(pk)s RETURNING {icols}""",
-    "debouncing": """UPDATE {s}.instances SET conflict = 'debounce', ready_at = %(ready)s
-        WHERE pk = %(pk)s RETURNING {icols}""",
     "notify": "SELECT pg_notify(%s, %s)",
 }
 
 
 class Closing:
-    """Deadlines, parents' ends and keyed creates of one store."""
+    """Deadlines and parents' ends of one store."""
 
-    def __init__(self, db: Database, schema: str, notes: Notes, instances: InstanceWrites) -> None:
+    def __init__(self, db: Database, schema: str, notes: Notes) -> None:
         self._db = db
         self._q = render(_TEMPLATES, schema)
         self._notes = notes
         self._parking = ParkingStatements.for_schema(schema)
-        self._instances = instances
 
     async def interrupt(self, conn: Conn, pk: int, kind: Interruption, now: float) -> bool:
         """Stop unfinished instance ``pk`` as ``store._closing`` says; whether it changed."""
@@ -177,36 +156,3 @@ class Closing:
             return (None if ahead is None else float(ahead[0])), woke
 
         return await self._db.transaction("carrying out deadlines", body)
-
-    async def create_keyed(
-        self,
-        workflow: str,
-        item: NewInstance,
-        trigger: str,
-        on_conflict: KeyedConflict,
-        ready_at: float | None,
-        now: float,
-    ) -> InstanceRecord:
-        """``Store.create_keyed``, under a lock of the workflow's key for the transaction."""
-        q = self._q
-        keyed = {"workflow": workflow, "key": item.key, "now": now}
-        ready = now if ready_at is None else ready_at
-
-        async def body(conn: Conn) -> InstanceRecord:
-            await conn.execute(q["key_lock"], (f"{workflow}/{item.key}",))
-            if on_conflict == "replace_queued":
-                await conn.execute(q["replace"], keyed)
-            else:
-                cur = await conn.execute(q["debounced"], keyed)
-                joined = await cur.fetchone()
-                if joined is not None:
-                    at = {"pk": joined[0], "params": item.params, "ready": ready, "now": now}
-                    cur = await conn.execute(q["join"], at)
-                    return instance_from_row(await cur.fetchone() or ())
-            created = await self._instances.create_one(conn, workflow, item, trigger, now)
-            if on_conflict == "debounce":
-                cur = await conn.execute(q["debouncing"], {"pk": created.pk, "ready": ready})
-                return instance_from_row(await cur.fetchone() or ())
-            return created
-
-        return await self._db.transaction(f"creating an instance of {workflow!r}", body)

@@ -48,6 +48,7 @@ from .closing import Closing
 from .db import Database
 from .flow import PostgresFlow
 from .instances import InstanceWrites, Leased
+from .keyed import KeyedCreates
 from .listen import Listener
 from .messages import PostgresMessages
 from .migrate import migrate
@@ -104,7 +105,8 @@ class PostgresStore(Store):
         self._time = ServerClock(self._db, clock)
         self._claims = Claimer(self._db, self._sql, self.schema, self._notes)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
-        self._closing = Closing(self._db, self.schema, self._notes, self._instances)
+        self._closing = Closing(self._db, self.schema, self._notes)
+        self._keyed = KeyedCreates(self._db, self.schema, self._instances)
         self._instances.closing = self._closing.close_children
         self.workers = PostgresWorkers(self._db, self._sql)
         self._workflows = WorkflowCatalog(self._db, self._sql)
@@ -243,7 +245,7 @@ class PostgresStore(Store):
         on_conflict: KeyedConflict,
         ready_at: float | None = None,
     ) -> InstanceRecord:
-        record = await self._closing.create_keyed(
+        record = await self._keyed.create_keyed(
             workflow, item, trigger, on_conflict, ready_at, self.now()
         )
         self.signals.ready()
