@@ -147,3 +147,23 @@ async def test_an_unknown_policy_fails_the_step_naming_it(
         assert status.status == "errored"
         assert status.error is not None and repr(bad) in status.error["message"]
         assert (await engine.workflow("kid").list()).instances == []
+
+
+async def test_a_parent_whose_worker_died_after_closing_its_children_ends_on_the_next(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    """Closing the children and ending the parent are two writes: a worker dying between them
+    leaves the parent to the next, which closes (nothing more) and ends it."""
+    async with make_engine([boss, kid], clock=clock) as engine:
+        parent = await engine.workflow("boss").create("b", {"fail": True})
+        await drain(engine)
+        clock.advance(600)
+        (dead,) = (await engine.store.claim("dead", ["boss"], 1, 30, clock())).claims
+        await engine.store.close_children(dead.lease, clock())  # then the worker died
+        assert (await (await _kid(engine)).status()).status == "terminated"
+        assert (await parent.status()).status == "running"
+        clock.advance(31)
+        await drain(engine)
+        status = await parent.status()
+        assert status.status == "errored" and status.error is not None
+        assert status.error["message"] == "parent failed"
