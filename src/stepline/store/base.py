@@ -231,6 +231,14 @@ class Store(abc.ABC):
         still reads ``waiting`` here."""
 
     @abc.abstractmethod
+    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
+        """The step histories of ``instances`` (records as read from this store), by pk, each in
+        start order (``seq``) as :meth:`get_steps` reads it; an instance without steps, or no
+        longer stored, is absent. A few reads however many instances (what a replay check of
+        thousands of instances reads), and no write.
+        """
+
+    @abc.abstractmethod
     async def control(
         self,
         workflow: str,
