@@ -203,6 +203,9 @@ class InstanceRecord:
     """The W3C ``traceparent`` of the span that created it (its creator's, a queue message's,
     its parent workflow's), stored so that every activation continues one trace; None when its
     creator traced nothing (docs/observability.md)."""
+    delete_at: float | None = None
+    """When retention deletes it (epoch seconds), set as it ends from its outcome's retention
+    (its own, else its workflow's); None while unfinished, or when kept (docs/reliability.md)."""
 
     def due(self, now: float) -> bool:
         """Whether its time to run has come at ``now`` (queued, its wake-up time, or the expiry

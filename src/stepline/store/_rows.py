@@ -58,6 +58,7 @@ class InstanceRow(NamedTuple):
     priority: int
     dedup_key: str | None
     traceparent: str | None
+    delete_at: float | None
 
 
 class ScheduleRow(NamedTuple):
@@ -145,7 +146,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
     (
         pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
         updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule, key,
-        priority, dedup_key, traceparent,
+        priority, dedup_key, traceparent, delete_at,
     ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
         pk=pk,
@@ -169,6 +170,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
         priority=priority,
         dedup_key=dedup_key,
         traceparent=traceparent,
+        delete_at=delete_at,
     )
 
 

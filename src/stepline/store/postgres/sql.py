@@ -114,11 +114,13 @@ _TEMPLATES: dict[str, str] = {
                     THEN l.updated_at ELSE excluded.updated_at END
         )
         INSERT INTO {s}.workflows AS w (name, class_name, definition, limits, created_at,
-            updated_at)
-        SELECT n, c, d, l, %(now)s, %(now)s FROM unnest(%(names)s::text[], %(classes)s::text[],
-            %(definitions)s::text[], %(limits)s::text[]) AS t(n, c, d, l)
+            updated_at, retention)
+        SELECT n, c, d, l, %(now)s, %(now)s, r FROM unnest(%(names)s::text[],
+            %(classes)s::text[], %(definitions)s::text[], %(limits)s::text[],
+            %(retentions)s::text[]) AS t(n, c, d, l, r)
         ON CONFLICT (name) DO UPDATE SET class_name = excluded.class_name,
             definition = excluded.definition, limits = excluded.limits,
+            retention = excluded.retention,
             updated_at = CASE WHEN w.class_name IS NOT DISTINCT FROM excluded.class_name
                 AND w.definition IS NOT DISTINCT FROM excluded.definition
                 AND w.limits IS NOT DISTINCT FROM excluded.limits
@@ -139,18 +141,18 @@ _TEMPLATES: dict[str, str] = {
         WITH created AS (
             INSERT INTO {s}.instances (workflow, id, status, params, trigger, parent, ready_at,
                 created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at,
-                schedule, key, priority, dedup_key, traceparent)
+                schedule, key, priority, dedup_key, traceparent, retention)
             SELECT %(workflow)s, t.id, CASE WHEN t.leased THEN 'running' ELSE 'queued' END,
                 t.params, %(trigger)s, t.parent,
                 CASE WHEN t.leased THEN %(expires)s::float8 ELSE %(now)s END, %(now)s, %(now)s,
                 CASE WHEN t.leased THEN %(owner)s::text END, CASE WHEN t.leased THEN 1 ELSE 0 END,
                 CASE WHEN t.leased THEN %(expires)s::float8 END,
                 CASE WHEN t.leased THEN %(now)s::float8 END, t.schedule, t.key, t.priority,
-                t.dedup_key, t.traceparent
+                t.dedup_key, t.traceparent, t.retention
             FROM (SELECT r.*, r.ord < %(leased)s AS leased
                   FROM json_to_recordset(%(items)s::json) AS r(ord int, id text, params text,
                       parent text, schedule text, key text, priority int, dedup_key text,
-                      traceparent text)) AS t
+                      traceparent text, retention text)) AS t
             ORDER BY t.ord
             ON CONFLICT DO NOTHING
             RETURNING {icols}
@@ -297,6 +299,34 @@ _TEMPLATES: dict[str, str] = {
             DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
         )
         SELECT count(*) FROM d
+    """,
+    "purge_expired": """
+        WITH expired AS (
+            SELECT pk FROM {s}.instances WHERE delete_at <= %(now)s
+            ORDER BY delete_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        ), undated AS (
+            SELECT pk FROM {s}.instances WHERE %(cutoff)s::float8 IS NOT NULL
+                AND ended_at < %(cutoff)s::float8 AND delete_at IS NULL
+                AND status IN ('complete', 'errored', 'terminated')
+            ORDER BY ended_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        ), chosen AS (
+            SELECT pk FROM (SELECT pk FROM expired UNION ALL SELECT pk FROM undated) AS u
+            LIMIT %(limit)s
+        ), d AS (
+            DELETE FROM {s}.instances WHERE pk IN (SELECT pk FROM chosen)
+            RETURNING pk, workflow, status
+        ), ds AS (
+            DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
+        ), de AS (
+            DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
+        ), du AS (
+            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
+        ), dst AS (
+            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
+        ), dsi AS (
+            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
+        )
+        SELECT workflow, status, count(*) FROM d GROUP BY workflow, status
     """,
     # -- activations (the claim's statements are in claim_sql) ----------------------------------
     "record_step": _RECORD_STEP.replace("{conflict}", _STEP_UPSERT).replace("{consume}", ""),
@@ -508,6 +538,7 @@ class Statements:
     lock_finished: str
     delete_instances: str
     purge_instances: str
+    purge_expired: str
     record_step: str
     record_step_new: str
     record_step_consuming: str

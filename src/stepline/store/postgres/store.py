@@ -359,6 +359,11 @@ class PostgresStore(Store):
     ) -> int:
         return await self._instances.purge(workflow, list(statuses), older_than)
 
+    async def purge_expired(
+        self, now: float, limit: int, default_cutoff: float | None = None
+    ) -> dict[tuple[str, str], int]:
+        return await self._instances.purge_expired(now, limit, default_cutoff)
+
     # -- activations -----------------------------------------------------------------------------
 
     async def claim(

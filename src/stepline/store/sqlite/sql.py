@@ -75,10 +75,10 @@ def _marks(n: int) -> str:
 # -- workflows -------------------------------------------------------------------------------
 
 REGISTER_WORKFLOW = (
-    "INSERT INTO workflows (name, class_name, definition, limits, created_at, updated_at)"
-    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+    "INSERT INTO workflows (name, class_name, definition, limits, created_at, updated_at,"
+    " retention) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
     " class_name = excluded.class_name, definition = excluded.definition,"
-    " limits = excluded.limits,"
+    " limits = excluded.limits, retention = excluded.retention,"
     " updated_at = CASE WHEN workflows.class_name IS excluded.class_name AND"
     " workflows.definition IS excluded.definition AND workflows.limits IS excluded.limits"
     " THEN workflows.updated_at ELSE excluded.updated_at END"
@@ -106,8 +106,8 @@ def existing_ids(n: int) -> str:
 INSERT_INSTANCE = (
     "INSERT INTO instances (workflow, id, status, params, trigger, parent, ready_at,"
     " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at, schedule,"
-    " key, priority, dedup_key, traceparent)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " key, priority, dedup_key, traceparent, retention)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UNFINISHED = "status NOT IN ('complete', 'errored', 'terminated')"
 """Written as the dedup index's condition, so that SQLite reads that (partial) index."""
@@ -207,6 +207,15 @@ DELETE_INSTANCE = (
 STEPS_OF = f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq"
 
 
+EXPIRED = "SELECT pk FROM instances WHERE delete_at <= ? ORDER BY delete_at LIMIT ?"
+UNDATED = (
+    "SELECT pk FROM instances WHERE ended_at < ? AND delete_at IS NULL"
+    " AND status IN ('complete', 'errored', 'terminated') ORDER BY ended_at LIMIT ?"
+)
+"""Finished instances with no deadline of their own, past the workers' one retention."""
+DELETE_INSTANCE = "DELETE FROM instances WHERE pk = ? RETURNING workflow, status"
+
+
 def purge(n_statuses: int, *, workflow: bool) -> str:
     """Delete ended instances in ``n_statuses`` statuses ended before a time (then a workflow)."""
     clause = " AND workflow = ?" if workflow else ""
@@ -289,7 +298,7 @@ def claim_due(
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
         f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
-        f" priority, dedup_key, traceparent, {token}, control, event_seq, ready_at,"
+        f" priority, dedup_key, traceparent, delete_at, {token}, control, event_seq, ready_at,"
         " started_at IS NULL, status = 'queued' FROM instances"
     )
     order = f" ORDER BY ready_at, pk LIMIT {limit}"

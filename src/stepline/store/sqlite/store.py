@@ -293,6 +293,14 @@ class SqliteStore(Store):
         )
         return count
 
+    async def purge_expired(
+        self, now: float, limit: int, default_cutoff: float | None = None
+    ) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = await self._db.write(
+            lambda c: tx.purge_expired(c, now, limit, default_cutoff), durable=True
+        )
+        return counts
+
     # -- activations -----------------------------------------------------------------------------
 
     async def claim(

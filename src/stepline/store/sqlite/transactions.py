@@ -51,7 +51,11 @@ def register_workflows(
         declared = meta.limits.to_json()
         stored = None if declared is None else dumps(declared, what="workflow limits")
         before = c.execute(sql.LIMITS_OF, (meta.name,)).fetchone()
-        c.execute(sql.REGISTER_WORKFLOW, (meta.name, meta.class_name, definition, stored, now, now))
+        retention = None if meta.retention is None else dumps(meta.retention, what="retention")
+        c.execute(
+            sql.REGISTER_WORKFLOW,
+            (meta.name, meta.class_name, definition, stored, now, now, retention),
+        )
         if before is not None and before[0] != stored:
             # A changed key limit applies to the instances set aside under the old one too.
             c.execute(sql.UNPARK_WORKFLOW, (meta.name,))
@@ -108,7 +112,7 @@ def create(
                 (
                     workflow, item.id, status, item.params, trigger, item.parent, ready, now,
                     now, leased_to, token, expires, started, item.schedule, item.key,
-                    item.priority, item.dedup_key, item.traceparent,
+                    item.priority, item.dedup_key, item.traceparent, item.retention,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError:
@@ -138,6 +142,7 @@ def create(
             priority=item.priority,
             dedup_key=item.dedup_key,
             traceparent=item.traceparent,
+            delete_at=None,
         )
         created.append(instance_from_row(row))
     return created
@@ -291,6 +296,20 @@ def purge_instances(
     for pk in pks:
         _delete_children(c, pk)
     return len(pks)
+
+
+def purge_expired(
+    c: sqlite3.Connection, now: float, limit: int, default_cutoff: float | None
+) -> dict[tuple[str, str], int]:
+    pks = [pk for (pk,) in c.execute(sql.EXPIRED, (now, limit))]
+    if default_cutoff is not None and len(pks) < limit:
+        pks += [pk for (pk,) in c.execute(sql.UNDATED, (default_cutoff, limit - len(pks)))]
+    counts: dict[tuple[str, str], int] = {}
+    for pk in pks:
+        workflow, status = c.execute(sql.DELETE_INSTANCE, (pk,)).fetchone()
+        counts[workflow, status] = counts.get((workflow, status), 0) + 1
+        _delete_children(c, pk)
+    return counts
 
 
 def _delete_children(c: sqlite3.Connection, pk: int) -> None:

@@ -1,0 +1,94 @@
+"""Retention per workflow and outcome, and per instance: each instance is deleted at its own
+deadline under the test's clock, none early (both stores)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stepline import DefinitionError, InstanceNotFoundError, WorkflowEvent, WorkflowStep, workflow
+from stepline.clock import ManualClock
+
+from ..conftest import EngineFactory, drain
+
+DAY = 86400.0
+
+
+@workflow(name="kept", retention={"complete": "7 days", "errored": "30 days"})
+async def kept(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    if event.payload == "fail":
+        raise ValueError("failed on purpose")
+    if event.payload == "wait":
+        await step.wait_for_event("go", type="go", timeout="365 days")
+    return await step.do("work", lambda: "done")
+
+
+async def _exists(engine: Any, instance_id: str) -> bool:
+    try:
+        await engine.workflow("kept").get(instance_id)
+    except InstanceNotFoundError:
+        return False
+    return True
+
+
+async def test_each_instance_is_deleted_at_its_own_deadline_none_early(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([kept], clock=clock) as engine:
+        binding = engine.workflow("kept")
+        start = clock()
+        await binding.create("ok")
+        await binding.create("bad", "fail")
+        await binding.create("short", retention={"complete": "1 day"})
+        await binding.create("waiting", "wait")
+        await drain(engine)
+        record = await engine.store.get_instance("kept", "ok")
+        assert record.delete_at == pytest.approx(start + 7 * DAY)
+        assert (await engine.store.get_instance("kept", "short")).delete_at == pytest.approx(
+            start + DAY
+        )
+        expected = {"short": 1, "ok": 7, "bad": 30}
+        for instance_id, days in sorted(expected.items(), key=lambda item: item[1]):
+            clock.set(start + days * DAY - 1)
+            assert await engine.worker.purge_now() == 0
+            assert await _exists(engine, instance_id)
+            clock.set(start + days * DAY)
+            assert await engine.worker.purge_now() == 1
+            assert not await _exists(engine, instance_id)
+        assert await _exists(engine, "waiting")  # unfinished: never deleted
+
+
+async def test_the_global_setting_stays_the_default(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    @workflow(name="plain")
+    async def plain(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return 1
+
+    async with make_engine([plain], clock=clock, retention="2 days") as engine:
+        await engine.workflow("plain").create("p")
+        await drain(engine)
+        clock.advance(2 * DAY - 1)
+        assert await engine.worker.purge_now() == 0
+        clock.advance(2)
+        assert await engine.worker.purge_now() == 1
+
+
+def test_a_retention_that_is_not_a_duration_is_refused_naming_it() -> None:
+    with pytest.raises(DefinitionError, match=r"complete = 'soon' is not a duration"):
+
+        @workflow(name="bad", retention={"complete": "soon"})
+        async def bad(event: WorkflowEvent, step: WorkflowStep) -> Any:
+            return None
+
+
+async def test_a_bad_instance_retention_stores_nothing(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([kept], clock=clock) as engine:
+        with pytest.raises(ValueError, match=r"errored = 'a while' is not a duration"):
+            await engine.workflow("kept").create("x", retention={"errored": "a while"})
+        with pytest.raises(ValueError, match=r"unknown outcome 'done'"):
+            await engine.workflow("kept").create("x", retention={"done": "1 day"})
+        assert not await _exists(engine, "x")
