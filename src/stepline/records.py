@@ -232,6 +232,7 @@ class InstanceRecord:
             "key": self.key,
             "priority": self.priority,
             "dedup_key": self.dedup_key,
+            "delete_at": self.delete_at,
         }
 
 

@@ -3,12 +3,22 @@ deadline under the test's clock, none early (both stores)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stepline import DefinitionError, InstanceNotFoundError, WorkflowEvent, WorkflowStep, workflow
+from stepline import (
+    ConfigError,
+    DefinitionError,
+    InstanceNotFoundError,
+    WorkflowEvent,
+    WorkflowStep,
+    workflow,
+)
 from stepline.clock import ManualClock
+from stepline.project import load_project, load_workflow
+from stepline.workflow import definition_of
 
 from ..conftest import EngineFactory, drain
 
@@ -92,3 +102,47 @@ async def test_a_bad_instance_retention_stores_nothing(
         with pytest.raises(ValueError, match=r"unknown outcome 'done'"):
             await engine.workflow("kept").create("x", retention={"done": "1 day"})
         assert not await _exists(engine, "x")
+
+
+def _project(tmp_path: Path, retention: str) -> Path:
+    (tmp_path / "flows.py").write_text(
+        "from stepline import workflow\n\n"
+        "@workflow(name='orders', retention={'complete': '1 day'})\n"
+        "async def orders(event, step):\n    return 1\n",
+        encoding="utf-8",
+    )
+    config = tmp_path / "stepline.toml"
+    config.write_text(
+        '[[workflows]]\nname = "orders"\nclass_name = "flows:orders"\n'
+        f"retention = {retention}\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def test_stepline_toml_sets_a_workflows_retention_over_its_code(tmp_path: Path) -> None:
+    config = load_project(config_path=_project(tmp_path, '{complete = "2 days", errored = 60}'))
+    loaded = definition_of(load_workflow(config, config.workflows[0]))
+    assert loaded.retention == {"complete": 2 * DAY, "errored": 60.0}
+
+
+def test_stepline_toml_refuses_a_retention_that_is_not_a_duration(tmp_path: Path) -> None:
+    path = _project(tmp_path, '{terminated = "someday"}')
+    with pytest.raises(ConfigError, match=r"workflows\[0\]\.retention'.*terminated = 'someday'"):
+        load_project(config_path=path)
+
+
+async def test_a_terminate_sets_the_deadline_and_a_restart_clears_it(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([kept], clock=clock) as engine:
+        handle = await engine.workflow("kept").create(
+            "t", "wait", retention={"terminated": "3 days"}
+        )
+        await drain(engine)
+        await handle.terminate()
+        record = await engine.store.get_instance("kept", "t")
+        assert record.delete_at == pytest.approx(clock() + 3 * DAY)
+        assert record.to_json()["delete_at"] == record.delete_at
+        await handle.restart()
+        assert (await engine.store.get_instance("kept", "t")).delete_at is None

@@ -342,6 +342,8 @@ def instance_fields(
         fields.append(("Start", fmt_time(record.started_at)))
     if record.ended_at is not None:
         fields.append(("End", fmt_time(record.ended_at)))
+    if record.delete_at is not None:
+        fields.append(("Deleted At", fmt_time(record.delete_at)))
     if record.started_at is not None:
         fields.append(("Duration", fmt_span(record.started_at, record.ended_at or now)))
     if record.status == "waiting" and record.ready_at is not None:

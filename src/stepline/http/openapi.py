@@ -64,6 +64,10 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "started_at": _NUMBER_OR_NULL,
         "ended_at": _NUMBER_OR_NULL,
         "wake_at": {**_NUMBER_OR_NULL, "description": "When a waiting instance wakes up."},
+        "delete_at": {
+            **_NUMBER_OR_NULL,
+            "description": "When retention deletes this finished instance; null: kept.",
+        },
         "schedule": {
             **_OBJECT_OR_NULL,
             "description": (
