@@ -113,8 +113,7 @@ def _project(tmp_path: Path, retention: str) -> Path:
     )
     config = tmp_path / "stepline.toml"
     config.write_text(
-        '[[workflows]]\nname = "orders"\nclass_name = "flows:orders"\n'
-        f"retention = {retention}\n",
+        f'[[workflows]]\nname = "orders"\nclass_name = "flows:orders"\nretention = {retention}\n',
         encoding="utf-8",
     )
     return config
