@@ -213,7 +213,7 @@ UNDATED = (
     " AND status IN ('complete', 'errored', 'terminated') ORDER BY ended_at LIMIT ?"
 )
 """Finished instances with no deadline of their own, past the workers' one retention."""
-DELETE_INSTANCE = "DELETE FROM instances WHERE pk = ? RETURNING workflow, status"
+DELETE_EXPIRED = "DELETE FROM instances WHERE pk = ? RETURNING workflow, status"
 
 
 def purge(n_statuses: int, *, workflow: bool) -> str:

@@ -306,7 +306,7 @@ def purge_expired(
         pks += [pk for (pk,) in c.execute(sql.UNDATED, (default_cutoff, limit - len(pks)))]
     counts: dict[tuple[str, str], int] = {}
     for pk in pks:
-        workflow, status = c.execute(sql.DELETE_INSTANCE, (pk,)).fetchone()
+        workflow, status = c.execute(sql.DELETE_EXPIRED, (pk,)).fetchone()
         counts[workflow, status] = counts.get((workflow, status), 0) + 1
         _delete_children(c, pk)
     return counts
