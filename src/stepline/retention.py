@@ -46,3 +46,27 @@ def parse_retention(value: Any, *, where: str = "retention") -> Retention | None
             )
         policy[outcome] = seconds
     return policy
+
+
+def from_cloudflare(value: Any, success: str, error: str, *, where: str) -> dict[str, Any] | None:
+    """Cloudflare's retention as stepline's: ``{success: d, error: d}`` (``successRetention``
+    and ``errorRetention`` in a binding's create, ``success_retention`` and
+    ``error_retention`` in the REST API; a number is milliseconds there) becomes
+    ``{"complete": d, "errored": d}``, checked later as any retention."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"invalid {where} {shown(value)}: it must be an object")
+    unknown = sorted(set(value) - {success, error})
+    if unknown:
+        raise ValueError(
+            f"invalid {where}: unknown key {unknown[0]!r}; the keys are {success}, {error}"
+        )
+    policy: dict[str, Any] = {}
+    for key, outcome in ((success, "complete"), (error, "errored")):
+        given = value.get(key)
+        if isinstance(given, int | float) and not isinstance(given, bool):
+            given = given / 1000
+        if given is not None:
+            policy[outcome] = given
+    return policy

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from stepline import (
@@ -17,6 +18,7 @@ from stepline import (
     workflow,
 )
 from stepline.clock import ManualClock
+from stepline.http import create_app
 from stepline.project import load_project, load_workflow
 from stepline.workflow import definition_of
 
@@ -145,3 +147,26 @@ async def test_a_terminate_sets_the_deadline_and_a_restart_clears_it(
         assert record.to_json()["delete_at"] == record.delete_at
         await handle.restart()
         assert (await engine.store.get_instance("kept", "t")).delete_at is None
+
+
+async def test_over_http_and_cloudflares_api_an_instance_brings_its_own_retention(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([kept], clock=clock) as engine:
+        transport = httpx.ASGITransport(app=create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://stepline") as http:
+            url = "/api/workflows/kept/instances"
+            made = await http.post(url, json={"id": "a", "retention": {"complete": "2 hours"}})
+            assert made.status_code == 201, made.text
+            cf = "/client/v4/accounts/acct/workflows/kept/instances"
+            body = {"instance_id": "c", "instance_retention": {"success_retention": 3_600_000}}
+            assert (await http.post(cf, json=body)).status_code == 201
+            bad = await http.post(url, json={"id": "b", "retention": {"complete": "later"}})
+            assert bad.status_code == 400
+            assert "complete = 'later' is not a duration" in bad.json()["error"]["message"]
+            await drain(engine)
+            shown = (await http.get(f"{url}/a")).json()["workflow"]
+            assert shown["delete_at"] == pytest.approx(shown["ended_at"] + 2 * 3600)
+            ended = await engine.store.get_instance("kept", "c")
+            assert ended.delete_at == pytest.approx((ended.ended_at or 0) + 3600)
+            assert (await http.get(f"{url}/b")).status_code == 404
