@@ -213,6 +213,12 @@ UNDATED = (
     " AND status IN ('complete', 'errored', 'terminated') ORDER BY ended_at LIMIT ?"
 )
 """Finished instances with no deadline of their own, past the workers' one retention."""
+ANY_EXPIRED = (
+    "SELECT EXISTS (SELECT 1 FROM instances WHERE delete_at <= ?) OR (? IS NOT NULL AND EXISTS"
+    " (SELECT 1 FROM instances WHERE ended_at < ? AND delete_at IS NULL"
+    " AND status IN ('complete', 'errored', 'terminated')))"
+)
+"""Whether anything is to be deleted: a read first, so an idle look takes no write lock."""
 DELETE_EXPIRED = "DELETE FROM instances WHERE pk = ? RETURNING workflow, status"
 
 

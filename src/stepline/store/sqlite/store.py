@@ -296,6 +296,9 @@ class SqliteStore(Store):
     async def purge_expired(
         self, now: float, limit: int, default_cutoff: float | None = None
     ) -> dict[tuple[str, str], int]:
+        [(due,)] = await self._db.read(sql.ANY_EXPIRED, (now, default_cutoff, default_cutoff))
+        if not due:
+            return {}
         counts: dict[tuple[str, str], int] = await self._db.write(
             lambda c: tx.purge_expired(c, now, limit, default_cutoff), durable=True
         )
