@@ -17,6 +17,7 @@ from stepline import (
     WorkflowStep,
     workflow,
 )
+from stepline.cli._render import fmt_time, instance_fields
 from stepline.clock import ManualClock
 from stepline.http import create_app
 from stepline.project import load_project, load_workflow
@@ -170,3 +171,17 @@ async def test_over_http_and_cloudflares_api_an_instance_brings_its_own_retentio
             ended = await engine.store.get_instance("kept", "c")
             assert ended.delete_at == pytest.approx((ended.ended_at or 0) + 3600)
             assert (await http.get(f"{url}/b")).status_code == 404
+
+
+async def test_describe_shows_when_retention_deletes_the_instance(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([kept], clock=clock) as engine:
+        await engine.workflow("kept").create("d", retention={"complete": "1 day"})
+        await engine.workflow("kept").create("w", "wait")
+        await drain(engine)
+        done = await engine.store.get_instance("kept", "d")
+        fields = dict(instance_fields(done, [], now=clock(), value=str))
+        assert str(fields["Deleted At"]) == str(fmt_time(clock() + DAY))
+        waiting = await engine.store.get_instance("kept", "w")
+        assert "Deleted At" not in dict(instance_fields(waiting, [], now=clock(), value=str))
