@@ -126,7 +126,9 @@ async def _histories(
     cursor: str | None = None
     while left is None or left > 0:
         size = PAGE if left is None else min(PAGE, left)
-        page = await store.list_instances(workflow, None, size, cursor)
+        # One status: the store filters (an index); several: this loop does.
+        only = statuses[0] if len(statuses) == 1 else None
+        page = await store.list_instances(workflow, only, size, cursor)
         chosen = [
             i
             for i in page.instances
