@@ -293,6 +293,8 @@ class WorkflowInfo:
     counts: dict[str, int] = field(default_factory=dict)
     limits: dict[str, Any] | None = None
     """Its flow control as registered (``WorkflowLimits.to_json``), None without limits."""
+    retention: dict[str, float] | None = None
+    """Its retention as registered, seconds by outcome; None without one."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -303,6 +305,7 @@ class WorkflowInfo:
             "definition": self.definition,
             "counts": self.counts,
             "limits": self.limits,
+            "retention": self.retention,
         }
 
 

@@ -17,7 +17,7 @@ from stepline import (
     WorkflowStep,
     workflow,
 )
-from stepline.cli._render import fmt_time, instance_fields
+from stepline.cli._render import describe_workflow, fmt_time, instance_fields
 from stepline.clock import ManualClock
 from stepline.http import create_app
 from stepline.project import load_project, load_workflow
@@ -185,3 +185,13 @@ async def test_describe_shows_when_retention_deletes_the_instance(
         assert str(fields["Deleted At"]) == str(fmt_time(clock() + DAY))
         waiting = await engine.store.get_instance("kept", "w")
         assert "Deleted At" not in dict(instance_fields(waiting, [], now=clock(), value=str))
+
+
+async def test_a_workflows_retention_is_listed_with_it(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([kept], clock=clock) as engine:
+        [info] = await engine.list_workflows()
+        assert info.retention == {"complete": 7 * DAY, "errored": 30 * DAY}
+        shown = str(describe_workflow(info, None))
+        assert "Retention" in shown and "complete 1 week; errored 4.3 weeks" in shown

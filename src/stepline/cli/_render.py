@@ -224,6 +224,9 @@ def describe_workflow(info: WorkflowInfo, configured: str | None) -> Text:
     limits = WorkflowLimits.from_json(info.limits).describe()
     if limits:
         fields.append(("Limits", "; ".join(limits)))
+    if info.retention:
+        kept = (f"{outcome} {format_duration(s)}" for outcome, s in info.retention.items())
+        fields.append(("Retention", "; ".join(kept)))
     doc = definition.get("doc")
     if doc:
         fields.append(("Description", " ".join(str(doc).split())))

@@ -102,7 +102,13 @@ async def _describe(state: State, name: str) -> WorkflowInfo:
         raise WorkflowNotFoundError(name, sorted({*found, *state.project.workflow_names}))
     definition = definition_of(load_workflow(state.project, entry))
     return WorkflowInfo(
-        name, entry.class_name, 0.0, 0.0, definition.describe(), limits=definition.limits.to_json()
+        name,
+        entry.class_name,
+        0.0,
+        0.0,
+        definition.describe(),
+        limits=definition.limits.to_json(),
+        retention=definition.retention,
     )
 
 

@@ -148,6 +148,11 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                     "description": "Its flow control: concurrency, worker_concurrency, rate "
                     "([count, seconds]), key_concurrency, limits (named); null without any.",
                 },
+                "retention": {
+                    **_OBJECT_OR_NULL,
+                    "description": "How long its finished instances are kept, seconds by "
+                    "outcome (complete, errored, terminated); null without one.",
+                },
                 "counts": {
                     "type": "object",
                     "description": "Instances by status (every status present).",

@@ -23,7 +23,16 @@ from ._replay import Replayer, ReplayError
 PAGE = 500
 """Instances read (with their histories) per round of reads."""
 
-STATUSES = ("complete", "errored", "terminated", "queued", "running", "paused", "waiting")
+STATUSES = (
+    "complete",
+    "errored",
+    "terminated",
+    "queued",
+    "running",
+    "paused",
+    "waiting",
+    "waitingForPause",
+)
 """What a check replays by default: every instance, finished or in flight."""
 
 

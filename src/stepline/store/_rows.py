@@ -108,6 +108,7 @@ class WorkflowRow(NamedTuple):
     updated_at: float
     definition: str | None
     limits: str | None
+    retention: str | None
 
 
 class WorkerRow(NamedTuple):
@@ -338,7 +339,7 @@ def event_from_row(row: Sequence[Any]) -> InstanceEvent:
 def workflow_from_row(row: Sequence[Any], counts: Mapping[str, dict[str, int]]) -> WorkflowInfo:
     """The workflow of a :class:`WorkflowRow`, with its instance counts by status (``counts``:
     by workflow name, then status)."""
-    name, class_name, created_at, updated_at, definition, limits = row
+    name, class_name, created_at, updated_at, definition, limits, retention = row
     return WorkflowInfo(
         name,
         class_name,
@@ -347,6 +348,7 @@ def workflow_from_row(row: Sequence[Any], counts: Mapping[str, dict[str, int]]) 
         loads(definition),
         counts.get(name, {}),
         loads(limits),
+        loads(retention),
     )
 
 

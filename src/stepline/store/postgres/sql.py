@@ -127,8 +127,8 @@ _TEMPLATES: dict[str, str] = {
                 THEN w.updated_at ELSE excluded.updated_at END
     """,
     "list_workflows": """
-        SELECT name, class_name, created_at, updated_at, definition, limits FROM {s}.workflows
-        ORDER BY name
+        SELECT name, class_name, created_at, updated_at, definition, limits, retention
+        FROM {s}.workflows ORDER BY name
     """,
     "count_instances": """
         SELECT workflow, status, count(*) FROM {s}.instances GROUP BY workflow, status
