@@ -308,19 +308,3 @@ class InstanceWrites:
             return int(row[0]) if row else 0
 
         return await self._db.transaction("purging finished instances", body)
-
-    async def purge_expired(
-        self, now: float, limit: int, default_cutoff: float | None
-    ) -> dict[tuple[str, str], int]:
-        """:meth:`~stepline.store.base.Store.purge_expired`."""
-        params = {"now": now, "limit": limit, "cutoff": default_cutoff}
-        rows = await self._db.transaction(
-            "deleting expired instances",
-            lambda conn: _rows(conn, self._sql.purge_expired, params),
-        )
-        return {(workflow, status): int(n) for workflow, status, n in rows}
-
-
-async def _rows(conn: Conn, query: str, params: dict[str, Any]) -> list[Any]:
-    cur = await conn.execute(query, params)
-    return await cur.fetchall()

@@ -300,34 +300,6 @@ _TEMPLATES: dict[str, str] = {
         )
         SELECT count(*) FROM d
     """,
-    "purge_expired": """
-        WITH expired AS (
-            SELECT pk FROM {s}.instances WHERE delete_at <= %(now)s
-            ORDER BY delete_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-        ), undated AS (
-            SELECT pk FROM {s}.instances WHERE %(cutoff)s::float8 IS NOT NULL
-                AND ended_at < %(cutoff)s::float8 AND delete_at IS NULL
-                AND status IN ('complete', 'errored', 'terminated')
-            ORDER BY ended_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-        ), chosen AS (
-            SELECT pk FROM (SELECT pk FROM expired UNION ALL SELECT pk FROM undated) AS u
-            LIMIT %(limit)s
-        ), d AS (
-            DELETE FROM {s}.instances WHERE pk IN (SELECT pk FROM chosen)
-            RETURNING pk, workflow, status
-        ), ds AS (
-            DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
-        ), de AS (
-            DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
-        ), du AS (
-            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
-        ), dst AS (
-            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
-        ), dsi AS (
-            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
-        )
-        SELECT workflow, status, count(*) FROM d GROUP BY workflow, status
-    """,
     # -- activations (the claim's statements are in claim_sql) ----------------------------------
     "record_step": _RECORD_STEP.replace("{conflict}", _STEP_UPSERT).replace("{consume}", ""),
     "record_step_new": _RECORD_STEP.replace("{conflict}", "").replace("{consume}", ""),
@@ -538,7 +510,6 @@ class Statements:
     lock_finished: str
     delete_instances: str
     purge_instances: str
-    purge_expired: str
     record_step: str
     record_step_new: str
     record_step_consuming: str

@@ -50,6 +50,7 @@ from .messages import PostgresMessages
 from .migrate import applied_migrations, migrate, read_only_conninfo
 from .notes import Notes
 from .parking import ParkingStatements
+from .retention import Expiry
 from .schedules import PostgresSchedules, ScheduleWrites
 from .slots import Slots
 from .sql import Statements
@@ -111,6 +112,7 @@ class PostgresStore(Store):
         self._time = ServerClock(self._db, clock)
         self._claims = Claimer(self._db, self._sql, self.schema, self._notes)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
+        self._expiry = Expiry(self._db, self.schema)
         self.workers = PostgresWorkers(self._db, self._sql)
         self._workflows = WorkflowCatalog(self._db, self._sql)
         schedules = ScheduleWrites(self._db, self.schema, self._instances)
@@ -362,7 +364,7 @@ class PostgresStore(Store):
     async def purge_expired(
         self, now: float, limit: int, default_cutoff: float | None = None
     ) -> dict[tuple[str, str], int]:
-        return await self._instances.purge_expired(now, limit, default_cutoff)
+        return await self._expiry.purge(now, limit, default_cutoff)
 
     # -- activations -----------------------------------------------------------------------------
 

@@ -207,21 +207,6 @@ DELETE_INSTANCE = (
 STEPS_OF = f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq"
 
 
-EXPIRED = "SELECT pk FROM instances WHERE delete_at <= ? ORDER BY delete_at LIMIT ?"
-UNDATED = (
-    "SELECT pk FROM instances WHERE ended_at < ? AND delete_at IS NULL"
-    " AND status IN ('complete', 'errored', 'terminated') ORDER BY ended_at LIMIT ?"
-)
-"""Finished instances with no deadline of their own, past the workers' one retention."""
-ANY_EXPIRED = (
-    "SELECT EXISTS (SELECT 1 FROM instances WHERE delete_at <= ?) OR (? IS NOT NULL AND EXISTS"
-    " (SELECT 1 FROM instances WHERE ended_at < ? AND delete_at IS NULL"
-    " AND status IN ('complete', 'errored', 'terminated')))"
-)
-"""Whether anything is to be deleted: a read first, so an idle look takes no write lock."""
-DELETE_EXPIRED = "DELETE FROM instances WHERE pk = ? RETURNING workflow, status"
-
-
 def purge(n_statuses: int, *, workflow: bool) -> str:
     """Delete ended instances in ``n_statuses`` statuses ended before a time (then a workflow)."""
     clause = " AND workflow = ?" if workflow else ""

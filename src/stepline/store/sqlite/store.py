@@ -44,7 +44,7 @@ from ..base import (
     Store,
     WorkflowMeta,
 )
-from . import flow, sql
+from . import flow, retention, sql
 from . import transactions as tx
 from .db import Database, missing_message
 from .flow import SqliteFlow
@@ -296,11 +296,11 @@ class SqliteStore(Store):
     async def purge_expired(
         self, now: float, limit: int, default_cutoff: float | None = None
     ) -> dict[tuple[str, str], int]:
-        [(due,)] = await self._db.read(sql.ANY_EXPIRED, (now, default_cutoff, default_cutoff))
+        [(due,)] = await self._db.read(retention.ANY_EXPIRED, (now, default_cutoff, default_cutoff))
         if not due:
             return {}
         counts: dict[tuple[str, str], int] = await self._db.write(
-            lambda c: tx.purge_expired(c, now, limit, default_cutoff), durable=True
+            lambda c: retention.purge_expired(c, now, limit, default_cutoff), durable=True
         )
         return counts
 

@@ -279,7 +279,7 @@ def delete_instances(
     for instance_id in instance_ids:
         for pk, ran, key in c.execute(sql.DELETE_INSTANCE, (workflow, instance_id)).fetchall():
             deleted += 1
-            _delete_children(c, pk)
+            delete_children(c, pk)
             if ran:  # its slots are free: the next in line of its key may run now
                 flow.freed(c, pk, workflow, key, now)
     return deleted
@@ -294,25 +294,11 @@ def purge_instances(
     statement = sql.purge(len(statuses), workflow=workflow is not None)
     pks = [pk for (pk,) in c.execute(statement, params)]
     for pk in pks:
-        _delete_children(c, pk)
+        delete_children(c, pk)
     return len(pks)
 
 
-def purge_expired(
-    c: sqlite3.Connection, now: float, limit: int, default_cutoff: float | None
-) -> dict[tuple[str, str], int]:
-    pks = [pk for (pk,) in c.execute(sql.EXPIRED, (now, limit))]
-    if default_cutoff is not None and len(pks) < limit:
-        pks += [pk for (pk,) in c.execute(sql.UNDATED, (default_cutoff, limit - len(pks)))]
-    counts: dict[tuple[str, str], int] = {}
-    for pk in pks:
-        workflow, status = c.execute(sql.DELETE_EXPIRED, (pk,)).fetchone()
-        counts[workflow, status] = counts.get((workflow, status), 0) + 1
-        _delete_children(c, pk)
-    return counts
-
-
-def _delete_children(c: sqlite3.Connection, pk: int) -> None:
+def delete_children(c: sqlite3.Connection, pk: int) -> None:
     c.execute(sql.DELETE_STEPS, (pk,))
     c.execute(sql.DELETE_EVENTS, (pk,))
     for statement in message_writes.DELETE_OF_INSTANCE:
