@@ -35,6 +35,7 @@ from .records import (
     InstanceStatus,
     StepRecord,
 )
+from .retention import parse_retention
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
 from .workflow import is_valid_name, validate_name
@@ -406,6 +407,7 @@ class WorkflowBinding:
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
         traceparent: str | None = None,
+        retention: Mapping[str, Duration] | None = None,
         timeout: Duration | None = None,
         on_conflict: OnConflict | None = None,
         debounce: Duration | None = None,
@@ -427,6 +429,8 @@ class WorkflowBinding:
         server received); by default, while stepline traces, the caller's current span's. An
         invalid one is ignored (docs/observability.md).
 
+        ``retention``: how long this instance is kept once it ends, by outcome (``{"complete":
+        "1 day"}``), over its workflow's retention (docs/reliability.md, "Retention").
         ``timeout``: the instance's deadline from now (default: the workflow's ``timeout``):
         past it, it errors with :class:`~stepline.WorkflowTimeoutError` after its rollbacks.
         ``on_conflict`` (with ``key``): ``"debounce"`` (with ``debounce``, a quiet period) makes
@@ -449,6 +453,7 @@ class WorkflowBinding:
             priority=check_priority(priority),
             dedup_key=check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
+            retention=_retention_json(retention),
             deadline_at=deadline_at,
         )
         if conflict is not None:
@@ -599,3 +604,9 @@ class WorkflowBinding:
         if not self._possible:
             return 0
         return await self._store.purge_instances(self.name, chosen, self._store.now() - age)
+
+
+def _retention_json(retention: Mapping[str, Duration] | None) -> str | None:
+    """An instance's own retention as stored: JSON seconds by outcome; ValueError if bad."""
+    policy = parse_retention(retention, where="retention of the instance")
+    return None if policy is None else _json.dumps(policy, what="retention")

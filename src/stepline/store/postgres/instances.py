@@ -42,6 +42,7 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
             "priority": i.priority,
             "dedup_key": i.dedup_key,
             "traceparent": i.traceparent,
+            "retention": i.retention,
             "deadline_at": i.deadline_at,
             "parent_pk": i.parent_pk,
             "on_parent_close": i.on_parent_close,
