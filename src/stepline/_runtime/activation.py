@@ -131,7 +131,7 @@ class Activation:
         check = self._state.replay.check
         try:
             try:
-                await self.workflow.run(self._event(), self.step)
+                await self.workflow.run(await self._event(), self.step)
             finally:
                 self._calls.drop_unawaited()
         except SuspendInstance:
@@ -188,7 +188,7 @@ class Activation:
         state = self._state
         try:
             try:
-                output = await self.workflow.run(self._event(), self.step)
+                output = await self.workflow.run(await self._event(), self.step)
             finally:
                 unawaited = self._calls.drop_unawaited()
         except SuspendInstance:
@@ -211,7 +211,7 @@ class Activation:
             if fatal is not None:
                 return await self._errored(fatal)
         try:
-            encoded = state.encode(output, "the output of run()")
+            encoded = await state.seal(output, "the output of run()", "output")
         except InvalidPayloadError as exc:
             return await self._errored(InstanceFatalError("InvalidPayloadError", str(exc)))
         return Finish("complete", output=encoded)
@@ -232,10 +232,10 @@ class Activation:
         rollback = await run_rollbacks(self._state, exc)
         return Finish("errored", error=info, rollback=rollback)
 
-    def _event(self) -> WorkflowEvent:
+    async def _event(self) -> WorkflowEvent:
         instance = self._state.instance
         return WorkflowEvent(
-            payload=instance.params,
+            payload=await self._state.open(instance.params, "params"),
             timestamp=datetime.fromtimestamp(instance.created_at, UTC),
             instance_id=instance.id,
             workflow_name=instance.workflow,

@@ -101,7 +101,7 @@ class Lookup:
         """An instance's record and its steps; a missing one is a 404 naming what is missing."""
         async with self.instance_errors():
             instance = await self.engine.workflow(workflow).get(instance_id)
-            return await instance.record(), await instance.steps()
+            return await instance.record(), await instance.steps(redact=True)
 
     async def detail(self, workflow: str, instance_id: str) -> dict[str, Any]:
         """An instance as the detail view shows it: its record, its steps, its DAG graph, the
