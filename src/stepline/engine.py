@@ -149,7 +149,7 @@ class Engine:
             listeners=tuple(listeners),
             hooks=hooks,
         )
-        self._messaging = Messaging(self.store, max_payload, self._registry)
+        self._messaging = Messaging(self.store, max_payload, self._registry, self.payloads)
 
     # -- registry --------------------------------------------------------------------------------
 

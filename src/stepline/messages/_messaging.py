@@ -11,6 +11,7 @@ from .._runtime import ActivationSettings, check_update
 from ..durations import Duration
 from ..errors import UpdateRejectedError
 from ..handlers import UpdateHandler, handlers_of
+from ..payloads import PayloadCodec
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, StreamItem, StreamRead, UpdateRecord
 from ..workflow import WorkflowDefinition
@@ -26,11 +27,13 @@ class Messaging:
         store: Store,
         max_payload: int,
         code: Mapping[str, WorkflowDefinition] | None = None,
+        payloads: PayloadCodec | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._code: Mapping[str, WorkflowDefinition] = code if code is not None else {}
-        self._settings = ActivationSettings(max_payload)
+        codec = payloads or PayloadCodec(max_payload=max_payload)
+        self._settings = ActivationSettings(max_payload, payloads=codec)
 
     async def query(
         self,
