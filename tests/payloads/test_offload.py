@@ -174,3 +174,27 @@ async def test_a_200_mb_result_round_trips_with_a_row_under_2_kb(
         assert row_sizes([raw["make"]])[0] < 2048
         steps = {s.name: s.output for s in await instance.steps()}
         assert len(steps["make"]) == size and steps["make"] == "x" * size
+
+
+@workflow_decorator(name="large_output")
+async def large_output(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    await step.do("small", lambda: 1)
+    return "o" * 100_000
+
+
+async def test_an_output_the_blob_store_refuses_is_stored_on_a_later_try(
+    store_url: str, tmp_path: Path, clock: ManualClock
+) -> None:
+    root = tmp_path / "blobs"
+    config = PayloadConfig(offload_over=64 * 1024, blobs=BlobsConfig(url=root.as_uri()))
+    async with Engine(store_url, [large_output], worker=False, clock=clock, payloads=config) as eng:
+        counting = CountingStore(root)
+        eng.payloads.blobs = counting
+        counting.failing_puts = 1
+        instance = await eng.workflow("large_output").create("o")
+        await drain(eng)
+        assert (await instance.status()).status == "waiting"
+        clock.advance(30)
+        await drain(eng)
+        assert (await instance.status()).output == "o" * 100_000
+        assert [s.attempts[-1].number for s in await instance.steps()] == [1]
