@@ -22,6 +22,7 @@ ENC = "$enc"
 BLOB = "$blob"
 ESC = "$esc"
 RESERVED = frozenset({ENC, BLOB, ESC})
+_PREFIXES = tuple(f'{{"{key}":' for key in sorted(RESERVED))
 
 
 def envelope_kind(value: Any) -> str | None:
@@ -35,7 +36,7 @@ def envelope_kind(value: Any) -> str | None:
 
 def escaped(text: str) -> str:
     """``text`` (a value's JSON), escaped if it would read as an envelope."""
-    if not text.startswith('{"$'):  # the cheap test: orjson writes no spaces
+    if not text.startswith(_PREFIXES):  # the cheap test: orjson writes no spaces
         return text
     if envelope_kind(orjson.loads(text)) is None:
         return text
