@@ -55,6 +55,14 @@ async def test_the_workflow_uses_the_value_every_reader_sees_it_redacted(
         transport = httpx.ASGITransport(app=create_app(engine))
         async with httpx.AsyncClient(transport=transport, base_url="http://stepline") as http:
             resp = await http.get("/api/workflows/sens/instances/s1")
+            cloudflare = "/client/v4/accounts/acc/workflows/sens/instances/s1"
+            cf_detail = await http.get(cloudflare)
+            cf_step = await http.get(
+                f"{cloudflare}/step", params={"name": "token-1", "type": "step"}
+            )
+        for answer in (cf_detail, cf_step):
+            assert answer.status_code == 200, answer.text
+            assert TOKEN not in answer.text and "[redacted]" in answer.text
         assert resp.status_code == 200
         assert TOKEN not in resp.text
         shown = {s["step"]: s["output"] for s in resp.json()["steps"]}
