@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from stepline import Engine, ManualClock, PayloadKeyError, WorkflowEvent, WorkflowStep
+import stepline
+from stepline import (
+    Engine,
+    ManualClock,
+    PayloadKeyError,
+    Workflow,
+    WorkflowEvent,
+    WorkflowStep,
+)
 from stepline import workflow as workflow_decorator
 from stepline.payloads import BlobsConfig, KeySource, PayloadConfig
 
@@ -114,3 +123,67 @@ async def test_a_missing_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("TEST_STEPLINE_K2")
     with pytest.raises(ConfigError, match="'k2': environment variable TEST_STEPLINE_K2 is not set"):
         Engine("sqlite:///:memory:", payloads=config("k2"))
+
+
+class Tally(Workflow):
+    """Sums its params' numbers in steps; a query replays the (encrypted) history."""
+
+    name = "tally"
+
+    def __init__(self) -> None:
+        self.sum = 0
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        for n in event.payload["numbers"]:
+            self.sum += await step.do(f"add {n}", lambda n=n: n)
+        await step.wait_for_event("close", type="close", timeout="1 day")
+        return self.sum
+
+    @stepline.query
+    def total(self) -> int:
+        return self.sum
+
+
+async def test_a_query_replays_an_encrypted_history(store_url: str, clock: ManualClock) -> None:
+    async with Engine(store_url, [Tally], worker=False, clock=clock, payloads=config("k1")) as e:
+        instance = await e.workflow("tally").create("t", {"numbers": [1, 2, 3]})
+        await drain(e)
+        raw = await e.store.get_steps("tally", "t")
+        assert all("$enc" in step.output for step in raw if step.kind == "do")
+        assert await instance.query("total") == 6
+
+
+FLOWS = """
+from stepline import workflow
+
+
+@workflow(name="hello")
+async def hello(event, step):
+    return await step.do("greet", lambda: "hello " + event.payload["name"])
+"""
+
+
+def test_the_cli_reads_its_keys_from_stepline_toml(tmp_path: Path) -> None:
+    (tmp_path / "flows.py").write_text(FLOWS, encoding="utf-8")
+    (tmp_path / "k1.key").write_text(KEYS["TEST_STEPLINE_K1"], encoding="utf-8")
+    (tmp_path / "stepline.toml").write_text(
+        '[[workflows]]\nname = "hello"\nclass_name = "flows:hello"\n'
+        '[encryption]\nkeys = [{id = "k1", file = "k1.key"}]\n',
+        encoding="utf-8",
+    )
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "stepline.cli", *args],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    done = cli("run", "hello", '{"name": "PLAINTEXT-NAME"}', "--id", "h1")
+    assert done.returncode == 0, done.stderr
+    shown = cli("workflows", "instances", "describe", "hello", "h1", "--json")
+    assert shown.returncode == 0 and "hello PLAINTEXT-NAME" in shown.stdout, shown.stderr
+    assert b"PLAINTEXT-NAME" not in dump(f"sqlite:///{tmp_path / 'stepline.db'}")
+    (tmp_path / "k1.key").unlink()
+    missing = cli("workflows", "instances", "describe", "hello", "h1")
+    assert missing.returncode == 2
+    assert f"encryption key 'k1': cannot read {tmp_path / 'k1.key'}" in missing.stderr
