@@ -283,15 +283,19 @@ class Engine:
         cursor: str | None = None,
         *,
         oldest_first: bool = False,
+        values: bool = True,
     ) -> InstancePage:
         """Page through instances, newest first (or oldest first); pass ``page.cursor`` back
-        for the next page."""
+        for the next page. ``values=False``: params and outputs as stored (offloaded or
+        encrypted ones not fetched nor opened), for listings that do not show them."""
         check_listing(status, limit)
         if workflow is not None and not is_valid_name(workflow):
             return InstancePage([], None)  # no workflow can have that name: nothing to read
         page = await self.store.list_instances(
             workflow, status, limit, cursor, oldest_first=oldest_first
         )
+        if not values:
+            return page
         return InstancePage(await open_instances(self.payloads, page.instances), page.cursor)
 
     def now(self) -> float:

@@ -9,10 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 
 from stepline import BlobStoreError, Engine, ManualClock, WorkflowEvent, WorkflowStep
 from stepline import workflow as workflow_decorator
+from stepline.http import create_app
 from stepline.payloads import BlobsConfig, FileBlobStore, PayloadConfig
 
 from ..conftest import drain
@@ -198,3 +200,21 @@ async def test_an_output_the_blob_store_refuses_is_stored_on_a_later_try(
         await drain(eng)
         assert (await instance.status()).output == "o" * 100_000
         assert [s.attempts[-1].number for s in await instance.steps()] == [1]
+
+
+async def test_listings_that_do_not_show_values_fetch_no_blob(
+    store_url: str, tmp_path: Path, clock: ManualClock
+) -> None:
+    async with engine(store_url, tmp_path / "blobs", clock) as eng:
+        counting = eng.payloads.blobs
+        assert isinstance(counting, CountingStore)
+        await eng.workflow("big").create("one", {"size": 10, "pad": "p" * 100_000})
+        transport = httpx.ASGITransport(app=create_app(eng))
+        async with httpx.AsyncClient(transport=transport, base_url="http://stepline") as http:
+            listed = await http.get("/api/workflows/big/instances")
+            assert [i["id"] for i in listed.json()["instances"]] == ["one"]
+            cloudflare = await http.get("/client/v4/accounts/acc/workflows/big/instances")
+            assert cloudflare.status_code == 200, cloudflare.text
+        assert counting.gets == 0
+        (record,) = (await eng.list_instances("big")).instances  # the Python API opens them
+        assert record.params == {"size": 10, "pad": "p" * 100_000} and counting.gets == 1
