@@ -128,6 +128,14 @@ async def test_offloaded_blobs_are_encrypted_too(tmp_path: Path) -> None:
     assert b"secret" not in blob and "secret" not in stored
 
 
+async def test_over_max_payload_a_value_is_offloaded_whatever_offload_over(
+    tmp_path: Path,
+) -> None:
+    codec = PayloadCodec(max_payload=100, offload_over=10_000, blobs=FileBlobStore(tmp_path))
+    stored, back = await roundtrip(codec, "x" * 200)
+    assert back == "x" * 200 and "$blob" in stored
+
+
 async def test_without_a_blob_store_the_limit_refuses_large_values() -> None:
     codec = PayloadCodec(max_payload=100, keys=ring("k1"))
     with pytest.raises(InvalidPayloadError, match="over the limit of 100 bytes"):

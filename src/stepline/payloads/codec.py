@@ -85,9 +85,11 @@ class PayloadCodec:
         if blobs is None and keys is None:
             return body
         size = len(body)
-        if blobs is not None and size * 4 > self.offload_over:  # a char is 1 to 4 bytes
+        # Over max_payload a value is offloaded too, whatever offload_over says.
+        over = min(self.offload_over, self.max_payload)
+        if blobs is not None and size * 4 > over:  # a character is 1 to 4 bytes
             data = body.encode()
-            if len(data) > self.offload_over:
+            if len(data) > over:
                 return await self._offload(blobs, data, slot)
         if size > self.max_payload and len(body.encode()) > self.max_payload:
             raise InvalidPayloadError(
