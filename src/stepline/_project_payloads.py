@@ -48,14 +48,12 @@ def read_payloads(payloads: Any, encryption: Any, path: Path, prefix: str) -> Pa
         if not isinstance(payloads, dict):
             raise ConfigError(f"{path}: key '{key}' must be a table ([payloads])")
         check_keys(payloads, PAYLOADS_KEYS, path, key)
-        try:
-            if "offload_over" in payloads:
-                found["offload_over"] = parse_size(payloads["offload_over"], what="the value")
-            if "sweep_grace" in payloads:
-                found["sweep_grace"] = parse_duration(payloads["sweep_grace"], what="the value")
-        except ValueError as exc:
-            name = "offload_over" if "offload_over" not in found else "sweep_grace"
-            raise ConfigError(f"{path}: key '{key}.{name}': {exc}") from None
+        for name, parse in (("offload_over", parse_size), ("sweep_grace", parse_duration)):
+            if name in payloads:
+                try:
+                    found[name] = parse(payloads[name], what="the value")
+                except ValueError as exc:
+                    raise ConfigError(f"{path}: key '{key}.{name}': {exc}") from None
         blobs = payloads.get("blobs")
         if blobs is not None:
             if not isinstance(blobs, dict):

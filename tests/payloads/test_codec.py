@@ -156,6 +156,13 @@ def test_keys_come_from_the_environment_or_a_file(tmp_path: Path) -> None:
         KeyRing.load(sources, "k2", {"TEST_KEY_K1": "short"})
 
 
+def test_a_key_source_names_one_place() -> None:
+    with pytest.raises(ConfigError, match="exactly one of env"):
+        KeySource("k1")
+    with pytest.raises(ConfigError, match="exactly one of env"):
+        KeySource("k1", env="A", file=Path("b"))
+
+
 def test_sizes() -> None:
     assert parse_size("256 KiB", what="x") == 256 * 1024
     assert parse_size("2MB", what="x") == 2_000_000
@@ -168,6 +175,7 @@ def test_sizes() -> None:
 CONFIGS: list[tuple[str, str]] = [
     ("[payloads]\noffload_over = 'big'", "key 'payloads.offload_over'"),
     ("[payloads]\nmore = 1", "unknown key 'payloads.more'"),
+    ("[payloads]\nsweep_grace = 'soon'", "key 'payloads.sweep_grace'"),
     ("[payloads.blobs]\nurl = 'ftp://x'", "url 'ftp://x' is not supported"),
     ("[payloads.blobs]\nurl = 'file://relative'", "must be absolute"),
     ("[encryption]\nkeys = []", "key 'encryption.keys' must be a list"),

@@ -32,6 +32,15 @@ class KeySource:
     env: str | None = None
     file: Path | None = None
 
+    def __post_init__(self) -> None:
+        if not self.id or len(self.id.encode()) > 255:
+            raise ConfigError(f"encryption key id {self.id!r} must be 1 to 255 bytes")
+        if (self.env is None) == (self.file is None):
+            raise ConfigError(
+                f"encryption key {self.id!r} must come from exactly one of env (an environment "
+                "variable) or file"
+            )
+
     def where(self) -> str:
         return f"environment variable {self.env}" if self.env else f"file {self.file}"
 
