@@ -28,7 +28,13 @@ from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .messages import Messaging
 from .payloads import PayloadCodec, Slot, event_column
-from .payloads.records import open_events, open_instance, open_instances, open_steps
+from .payloads.records import (
+    open_events,
+    open_instance,
+    open_instances,
+    open_steps,
+    open_stream_items,
+)
 from .records import (
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
@@ -347,7 +353,8 @@ class Instance:
 
     async def streams(self) -> list[StreamItem]:
         """The last item of each of the instance's streams, by stream name."""
-        return await self._store.messages.latest_stream_items(self.workflow, self.id)
+        items = await self._store.messages.latest_stream_items(self.workflow, self.id)
+        return await open_stream_items(self._payloads, self.workflow, self.id, items)
 
     async def wait(self, timeout: Duration | None = None) -> InstanceStatus:
         """Wait until the instance is complete, errored or terminated; return its status.

@@ -30,11 +30,18 @@ KEYS = {
     "TEST_STEPLINE_K1": base64.b64encode(b"a" * 32).decode(),
     "TEST_STEPLINE_K2": base64.b64encode(b"b" * 32).decode(),
 }
-MARKERS = ("PARAMS-PLAINTEXT", "RESULT-PLAINTEXT", "EVENT-PLAINTEXT", "OUTPUT-PLAINTEXT")
+MARKERS = (
+    "PARAMS-PLAINTEXT",
+    "RESULT-PLAINTEXT",
+    "EVENT-PLAINTEXT",
+    "OUTPUT-PLAINTEXT",
+    "STREAM-PLAINTEXT",
+)
 
 
 @workflow_decorator(name="secret")
 async def secret(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    await step.publish("progress", {"s": "STREAM-PLAINTEXT"})
     result = await step.do("result", lambda: {"r": "RESULT-PLAINTEXT", "big": "z" * 3000})
     got = await step.wait_for_event("go", type="go", timeout="1 hour")
     return {"o": "OUTPUT-PLAINTEXT", "p": event.payload, "r": result["r"], "e": got.payload}
@@ -87,6 +94,12 @@ async def test_a_dump_holds_no_plaintext(
             "e": {"e": "EVENT-PLAINTEXT"},
         }
         assert [e.payload for e in await instance.events()] == [{"e": "EVENT-PLAINTEXT"}]
+        (item,) = await instance.streams()
+        assert item.value == {"s": "STREAM-PLAINTEXT"}
+        read = await instance.read_stream("progress")
+        assert [i.value for i in read.items] == [{"s": "STREAM-PLAINTEXT"}]
+        async for followed in instance.subscribe("progress", follow=False):
+            assert followed.value == {"s": "STREAM-PLAINTEXT"}
     data = dump(store_url) + b"".join(p.read_bytes() for p in blobs.rglob("*") if p.is_file())
     assert b"$enc" in data or b'"$blob"' in data  # the dump did read the rows
     for marker in MARKERS:

@@ -110,7 +110,8 @@ class Lookup:
         async with self.instance_errors():
             (warning,) = await self.engine.unserved_warnings([record])
             held = await read_held_reasons(self.engine.store, record)
-            streams = await self.engine.store.messages.latest_stream_items(workflow, instance_id)
+            instance = await self.engine.workflow(workflow).get(instance_id)
+            streams = await instance.streams()
         retry = None if record.status in FINISHED_STATUSES else retry_of(steps)
         graph = graph_of(await self.definition(workflow))
         if graph is not None:

@@ -11,6 +11,7 @@ from .codec import (
     event_column,
     step_column,
     step_slot,
+    stream_column,
 )
 from .config import BlobsConfig, PayloadConfig, build_codec, parse_size
 from .keys import KeyRing, KeySource, new_key
@@ -35,5 +36,6 @@ __all__ = [
     "parse_size",
     "step_column",
     "step_slot",
+    "stream_column",
     "sweep_orphans",
 ]

@@ -50,6 +50,10 @@ def event_column(event_type: str) -> str:
     return f"event:{event_type}"
 
 
+def stream_column(stream: str) -> str:
+    return f"stream:{stream}"
+
+
 def step_slot(workflow: str, instance_id: str, name: str, count: int) -> Slot:
     return Slot(workflow, instance_id, step_column(name, count))
 
@@ -76,12 +80,13 @@ class PayloadCodec:
         else ``max_payload``."""
         return 1 << 62 if self.blobs is not None else self.max_payload
 
-    async def seal(self, text: str, slot: Slot) -> str:
+    async def seal(self, text: str, slot: Slot, *, offload: bool = True) -> str:
         """The text to store for a value whose JSON is ``text``. Raises ``BlobStoreError``
         when the blob store fails (nothing is stored then), ``InvalidPayloadError`` when the
-        value is over ``max_payload`` and cannot be offloaded."""
+        value is over ``max_payload`` and cannot be offloaded. ``offload=False``: kept in its
+        row whatever its size (stream items, which their stream's bounds delete)."""
         body = escaped(text)
-        blobs, keys = self.blobs, self.keys
+        blobs, keys = self.blobs if offload else None, self.keys
         if blobs is None and keys is None:
             return body
         size = len(body)

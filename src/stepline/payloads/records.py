@@ -6,7 +6,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from ..records import InstanceEvent, InstanceRecord, StepRecord
-from .codec import PayloadCodec, Slot, event_column, step_column
+from ..store.types import StreamItem
+from .codec import PayloadCodec, Slot, event_column, step_column, stream_column
 
 REDACTED = "[redacted]"
 """What a step run with ``{"sensitive": True}`` shows instead of its result."""
@@ -62,4 +63,17 @@ async def open_events(
             slot = Slot(workflow, instance_id, event_column(event.type))
             event = dataclasses.replace(event, payload=await codec.open(event.payload, slot))
         shown.append(event)
+    return shown
+
+
+async def open_stream_items(
+    codec: PayloadCodec, workflow: str, instance_id: str, items: Sequence[StreamItem]
+) -> list[StreamItem]:
+    """Stream items with their (encrypted) values opened."""
+    if not any(codec.is_sealed(item.value) for item in items):
+        return list(items)
+    shown: list[StreamItem] = []
+    for item in items:
+        slot = Slot(workflow, instance_id, stream_column(item.stream))
+        shown.append(dataclasses.replace(item, value=await codec.open(item.value, slot)))
     return shown
