@@ -22,6 +22,7 @@ from . import (
     messages,
     payloads,
     recovery,
+    replay_check,
     sequential,
     spread,
     telemetry,
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     virtual_time.NAME: virtual_time.run,
     beside_dbos.NAME: beside_dbos.run,
     handoff.NAME: handoff.run,
+    replay_check.NAME: replay_check.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 

@@ -157,7 +157,7 @@ class Worker:
         return await self._queries.answer_now()
 
     async def purge_now(self) -> int:
-        """Delete finished instances older than the retention setting; return how many."""
+        """Delete the finished instances whose retention has run out; return how many."""
         return await self._retention.purge_now()
 
     async def sweep_blobs_now(self, now: float | None = None) -> int:
@@ -192,10 +192,9 @@ class Worker:
             asyncio.create_task(self._renewer.loop(), name=f"stepline-renew-{self.id}"),
             asyncio.create_task(self._queries.loop(), name=f"stepline-queries-{self.id}"),
         ]
-        if self.settings.retention is not None:
-            side_tasks.append(
-                asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")
-            )
+        side_tasks.append(
+            asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")
+        )
         if self.settings.payloads.blobs is not None:
             side_tasks.append(
                 asyncio.create_task(self._sweep.loop(), name=f"stepline-blob-sweep-{self.id}")
