@@ -200,3 +200,26 @@ def test_the_cli_reads_its_keys_from_stepline_toml(tmp_path: Path) -> None:
     missing = cli("workflows", "instances", "describe", "hello", "h1")
     assert missing.returncode == 2
     assert f"encryption key 'k1': cannot read {tmp_path / 'k1.key'}" in missing.stderr
+
+
+@workflow_decorator(name="checked")
+async def checked(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    big = await step.do("big", lambda: "b" * 5000)  # offloaded and encrypted
+    return await step.do("small", lambda: len(big) + len(event.payload["p"]))
+
+
+async def test_replay_check_opens_sealed_histories(
+    store_url: str, tmp_path: Path, clock: ManualClock
+) -> None:
+    from stepline.testing import replay_check
+
+    payloads = config("k1", blobs=tmp_path / "blobs")
+    async with Engine(store_url, [checked], worker=False, clock=clock, payloads=payloads) as e:
+        done = await e.workflow("checked").create("c", {"p": "PARAMS-PLAINTEXT"})
+        await drain(e)
+        assert (await done.status()).output == 5016
+    # A complete instance's output compares with the replay's, both opened (not envelopes).
+    report = await replay_check(store_url, [checked], payloads=payloads)
+    assert report.ok and [r.id for r in report.results] == ["c"]
+    with pytest.raises(PayloadKeyError, match=r"replay of checked/c: .* encrypted \(key 'k1'\)"):
+        await replay_check(store_url, [checked])
