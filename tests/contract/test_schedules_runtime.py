@@ -27,10 +27,10 @@ async def test_create_stores_an_api_schedule(store: Store, clock: ManualClock) -
 async def test_create_refuses_a_taken_name_of_either_source(store: Store) -> None:
     await store.schedules.sync_schedules(["wf"], [declared("code")])
     await store.schedules.create_schedule(declared("api"))
-    with pytest.raises(ScheduleExistsError, match="'code'.*declared in code") as caught:
+    with pytest.raises(ScheduleExistsError, match=r"'code'.*declared in code") as caught:
         await store.schedules.create_schedule(declared("code", cron="0 * * * *"))
     assert caught.value.source == "code"
-    with pytest.raises(ScheduleExistsError, match="'api'.*run time"):
+    with pytest.raises(ScheduleExistsError, match=r"'api'.*run time"):
         await store.schedules.create_schedule(declared("api", cron="0 * * * *"))
     assert (await store.schedules.get_schedule("code")).cron == "*/5 * * * *"
     assert (await store.schedules.get_schedule("code")).source == "code"

@@ -46,7 +46,8 @@ _TEMPLATES = {
     ),
     "get_for_update": "SELECT {cols} FROM {s}.schedules WHERE name = %s FOR UPDATE",
     "update_api": (
-        "UPDATE {s}.schedules SET " + ", ".join(f"{c} = %s" for c in _DECLARED)
+        "UPDATE {s}.schedules SET "
+        + ", ".join(f"{c} = %s" for c in _DECLARED)
         + ", updated_at = %s WHERE name = %s AND source = 'api'"
     ),
     "delete_api": "DELETE FROM {s}.schedules WHERE name = %s AND source = 'api'",
@@ -116,7 +117,8 @@ class ScheduleWrites:
             if inserted is None:  # the name is taken (a concurrent create included)
                 cur = await conn.execute(q["get"], (s.name,))
                 found = await cur.fetchone()
-                raise ScheduleExistsError(s.name, schedule_from_row(found).source)
+                source = "api" if found is None else schedule_from_row(found).source
+                raise ScheduleExistsError(s.name, source)
             return inserted
 
         row = await self._db.transaction(f"creating schedule {s.name!r}", body, pipelined=False)
