@@ -30,6 +30,9 @@ The configuration is found by walking up from the current directory, like ``wran
     [cloudflare]                              # stepline serve's Cloudflare API: _project_cloudflare
     account_id = "0123abcd"
 
+    [http]                                    # stepline serve's API tokens: _project_http
+    tokens = [{name = "ci", role = "read", sha256 = "..."}]
+
     [telemetry]                               # traces and metrics, [logging]: _project_telemetry
     metrics_port = 9464
 
@@ -55,6 +58,7 @@ from typing import Any
 
 from ._config_keys import check_keys
 from ._project_cloudflare import CloudflareConfig, read_cloudflare
+from ._project_http import HttpConfig, read_http
 from ._project_overrides import (
     check_limit_references,
     named_limits,
@@ -76,7 +80,7 @@ DEFAULT_DATABASE_FILE = "stepline.db"
 
 _TOP_KEYS = (
     "database", "workflows", "worker", "triggers", "schedules", "limits", "cloudflare",
-    "telemetry", "logging",
+    "telemetry", "logging", "http",
 )  # fmt: skip
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
@@ -167,6 +171,7 @@ class ProjectConfig:
     cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     """The ``[telemetry]`` and ``[logging]`` tables."""
+    http: HttpConfig = field(default_factory=HttpConfig)
 
     @property
     def workflow_names(self) -> list[str]:
@@ -405,6 +410,7 @@ class _FileConfig:
     limits: tuple[Limit, ...] = ()
     cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
 
 
 def read_config(path: Path) -> _FileConfig:
@@ -437,8 +443,9 @@ def read_config(path: Path) -> _FileConfig:
             )
     cloudflare = read_cloudflare(data.get("cloudflare"), path, prefix)
     telemetry = read_telemetry(data.get("telemetry"), data.get("logging"), path, prefix)
+    http = read_http(data.get("http"), path, prefix)
     return _FileConfig(
-        database, workflows, worker, triggers, schedules, limits, cloudflare, telemetry
+        database, workflows, worker, triggers, schedules, limits, cloudflare, telemetry, http
     )
 
 
@@ -488,6 +495,7 @@ def load_project(
         read.limits,
         read.cloudflare,
         read.telemetry,
+        read.http,
     )
 
 
