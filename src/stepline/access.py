@@ -89,17 +89,18 @@ class TokenSet:
 
     def __init__(self, tokens: Iterable[Token] = ()) -> None:
         self.tokens = tuple(tokens)
-        names = [t.name for t in self.tokens]
-        for name in names:
-            if names.count(name) > 1:
-                raise ConfigError(f"two API tokens are named {name!r}: give each its own name")
-        digests = [t.sha256 for t in self.tokens]
+        names: set[str] = set()
+        digests: dict[str, str] = {}
         for token in self.tokens:
-            if digests.count(token.sha256) > 1:
+            if token.name in names:
+                raise ConfigError(f"two API tokens are named {token.name!r}: give each its own")
+            if token.sha256 in digests:
                 raise ConfigError(
-                    f"API token {token.name!r} has the same sha256 as another: mint one token "
-                    "per name ('stepline tokens new')"
+                    f"API token {token.name!r} has the same sha256 as {digests[token.sha256]!r}: "
+                    "mint one token per name ('stepline tokens new')"
                 )
+            names.add(token.name)
+            digests[token.sha256] = token.name
         self._digests = [bytes.fromhex(t.sha256) for t in self.tokens]
 
     def __bool__(self) -> bool:
