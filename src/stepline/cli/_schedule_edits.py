@@ -14,6 +14,7 @@ from ..schedule import CATCH_UPS, OVERLAPS
 from ..triggers.cron import ScheduleInfo
 from ._common import (
     State,
+    cli_errors,
     json_option,
     pass_state,
     print_json,
@@ -69,7 +70,8 @@ def _given(**values: Any) -> dict[str, Any]:
     params_json = values.pop("params_json")
     given = {key: value for key, value in values.items() if value is not None}
     if params_json is not None:
-        given["params"] = parse_json_argument(params_json, what="--params")
+        with cli_errors():
+            given["params"] = parse_json_argument(params_json, what="--params")
     return given
 
 
