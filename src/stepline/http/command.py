@@ -215,7 +215,7 @@ def serve_command(
     click.echo(f"database: {redact(project.database)} ({project.database_source})", err=True)
     if tokens:
         roles = ", ".join(f"{t.name} ({t.role})" for t in tokens.tokens)
-        click.echo(f"API tokens required (Authorization: Bearer ...): {roles}", err=True)
+        click.echo(f"API token required (Authorization: Bearer ...); tokens: {roles}", err=True)
     elif not is_loopback(host):
         click.echo(
             "WARNING: no token and not on loopback: anyone who reaches it may use it", err=True
