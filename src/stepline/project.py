@@ -28,10 +28,7 @@ The configuration is found by walking up from the current directory, like ``wran
     workflow = "documents"
 
     [cloudflare]                              # stepline serve's Cloudflare API: _project_cloudflare
-    account_id = "0123abcd"
-
-    [http]                                    # stepline serve's API tokens: _project_http
-    tokens = [{name = "ci", role = "read", sha256 = "..."}]
+    account_id = "0123abcd"                   # ([http] tokens: _project_http)
 
     [telemetry]                               # traces and metrics, [logging]: _project_telemetry
     metrics_port = 9464
@@ -484,19 +481,9 @@ def load_project(
     else:
         url, source = resolve_database_url(f"sqlite:///{DEFAULT_DATABASE_FILE}", root), "default"
     return ProjectConfig(
-        root,
-        url,
-        source,
-        path,
-        read.workflows,
-        read.worker,
-        read.triggers,
-        read.schedules,
-        read.limits,
-        read.cloudflare,
-        read.telemetry,
-        read.http,
-    )
+        root, url, source, path, read.workflows, read.worker, read.triggers, read.schedules,
+        read.limits, read.cloudflare, read.telemetry, read.http,
+    )  # fmt: skip
 
 
 # -- importing workflow code --------------------------------------------------------------------

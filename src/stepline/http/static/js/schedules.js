@@ -1,5 +1,6 @@
 // Cron schedules: the schedules panel on the workflows page (GET /api/schedules), with pause,
-// resume and trigger buttons.
+// resume and trigger buttons, and delete for those made at run time (source "api"); the buttons
+// need an admin token (hidden otherwise, see app.js).
 
 import { api, enc } from "./api.js";
 import { h, replace, timeCell, toast } from "./dom.js";
@@ -28,6 +29,16 @@ export function schedulesPanel() {
   async function act(s, action, button) {
     button.disabled = true;
     try {
+      if (action === "delete") {
+        if (!confirm(`Delete schedule ${s.name}? Its instances stay.`)) {
+          button.disabled = false;
+          return;
+        }
+        await api("DELETE", `/api/schedules/${enc(s.name)}`);
+        toast(`Schedule ${s.name} deleted`);
+        await load();
+        return;
+      }
       const path = `/api/schedules/${enc(s.name)}/${action}`;
       const result = await api("POST", path);
       if (action === "trigger") {
@@ -46,16 +57,22 @@ export function schedulesPanel() {
   function row(s) {
     const toggle = h(
       "button",
-      { type: "button", class: "small", "data-testid": s.paused ? "schedule-resume" : "schedule-pause" },
+      { type: "button", class: "small", "data-needs": "admin", "data-testid": s.paused ? "schedule-resume" : "schedule-pause" },
       s.paused ? "Resume" : "Pause",
     );
     toggle.addEventListener("click", () => act(s, s.paused ? "resume" : "pause", toggle));
-    const trigger = h("button", { type: "button", class: "small", "data-testid": "schedule-trigger" }, "Trigger now");
+    const trigger = h("button", { type: "button", class: "small", "data-needs": "admin", "data-testid": "schedule-trigger" }, "Trigger now");
     trigger.addEventListener("click", () => act(s, "trigger", trigger));
+    let remove = null;
+    if (s.source === "api") {
+      remove = h("button", { type: "button", class: "small danger ghost", "data-needs": "admin", "data-testid": "schedule-delete" }, "Delete");
+      remove.addEventListener("click", () => act(s, "delete", remove));
+    }
     return h(
       "tr",
-      { "data-testid": "schedule-row", "data-name": s.name, "data-paused": String(s.paused) },
+      { "data-testid": "schedule-row", "data-name": s.name, "data-paused": String(s.paused), "data-source": s.source },
       h("td", { class: "mono id-cell", title: s.name }, s.name),
+      h("td", { "data-testid": "schedule-source", title: s.source === "api" ? "made at run time" : "declared in code" }, s.source),
       h("td", { class: "mono" }, s.workflow),
       h("td", { class: "mono", title: s.timezone }, `${s.cron} · ${s.timezone}`),
       h(
@@ -67,7 +84,7 @@ export function schedulesPanel() {
       h("td", {}, s.last_run === null ? "—" : timeCell(s.last_run)),
       h("td", { "data-testid": "schedule-next" }, s.next_run === null ? "—" : timeCell(s.next_run)),
       h("td", { class: "muted" }, policies(s)),
-      h("td", { class: "schedule-actions" }, toggle, trigger),
+      h("td", { class: "schedule-actions" }, toggle, trigger, remove),
     );
   }
 
@@ -84,7 +101,7 @@ export function schedulesPanel() {
           h(
             "p",
             { class: "schedules-none", "data-testid": "no-schedules" },
-            "No cron schedules are stored: a worker serving a workflow that declares schedules stores them when it starts.",
+            "No cron schedules are stored: a worker serving a workflow that declares schedules stores them when it starts; `stepline schedules create` or POST /api/schedules makes one at run time.",
           ),
         );
         return;
@@ -94,7 +111,7 @@ export function schedulesPanel() {
         h(
           "table",
           { class: "table" },
-          h("thead", {}, h("tr", {}, ["Schedule", "Workflow", "Cron", "State", "Last run", "Next run", "Policies", ""].map((t) => h("th", {}, t)))),
+          h("thead", {}, h("tr", {}, ["Schedule", "Source", "Workflow", "Cron", "State", "Last run", "Next run", "Policies", ""].map((t) => h("th", {}, t)))),
           h("tbody", {}, data.schedules.map(row)),
         ),
       );

@@ -72,7 +72,7 @@ function triggerForm(wf) {
     "Trigger");
   const form = h(
     "form",
-    { class: "trigger", "data-testid": `trigger-form-${wf.name}` },
+    { class: "trigger", "data-testid": `trigger-form-${wf.name}`, "data-needs": "operate" },
     h("label", { class: "field" }, h("span", {}, "Params (JSON)"), params),
     h("div", { class: "row" }, id, button),
     error,
