@@ -32,6 +32,8 @@ EXPECTED = {
     "RetryAfter",
     "RetryConfig",
     "Schedule",
+    "ScheduleExistsError",
+    "ScheduleReadOnlyError",
     "StepConfig",
     "StepContext",
     "StepFailedError",
