@@ -72,7 +72,7 @@ function triggerForm(wf) {
     "Trigger");
   const form = h(
     "form",
-    { class: "trigger", "data-testid": `trigger-form-${wf.name}`, "data-needs": "operate" },
+    { class: "trigger", "data-testid": `trigger-form-${wf.name}` },
     h("label", { class: "field" }, h("span", {}, "Params (JSON)"), params),
     h("div", { class: "row" }, id, button),
     error,
@@ -138,7 +138,7 @@ function card(wf, forms) {
     counts(wf),
     h(
       "details",
-      { class: "trigger-box", "data-key": `trigger-${wf.name}`, open: forms.has(wf.name) },
+      { class: "trigger-box", "data-key": `trigger-${wf.name}`, "data-needs": "operate", open: forms.has(wf.name) },
       h("summary", {}, "Trigger an instance"),
       triggerForm(wf),
     ),
