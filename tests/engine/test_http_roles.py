@@ -4,6 +4,7 @@ both APIs; /api/whoami; several tokens at once."""
 
 from __future__ import annotations
 
+import hmac
 import re
 from collections.abc import AsyncIterator, Iterator
 
@@ -162,3 +163,20 @@ def test_the_token_set_compares_digests_and_refuses_duplicates() -> None:
         TokenSet([TOKENS[0], Token("t-read", "admin", digest("other"))])
     with pytest.raises(ValueError, match="'again' has the same sha256 as 't-read'"):
         TokenSet([TOKENS[0], Token("again", "admin", TOKENS[0].sha256)])
+
+
+def test_every_digest_is_compared_whichever_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    tokens = TokenSet(TOKENS)
+    for secret in (SECRETS["read"], SECRETS["admin"], "nobody"):
+        calls.clear()
+        tokens.identify(secret.encode())
+        assert len(calls) == len(TOKENS), secret  # no early exit on the first match
+        assert all(len(a) == len(b) == 32 for a, b in calls)
