@@ -192,3 +192,17 @@ def test_the_sync_facade_creates_updates_and_deletes(store_url: str) -> None:
         assert client.update("s", cron="0 10 * * *").record.cron == "0 10 * * *"
         assert client.delete("s").name == "s"
         assert client.list() == []
+
+
+async def test_an_update_at_the_same_instant_as_the_last_read_is_seen(
+    make_engine: MakeEngine, clock: ManualClock
+) -> None:
+    """The scheduler keeps what it built of a run-time schedule until its declaration changes,
+    not its ``updated_at`` (which a clock that did not move leaves equal)."""
+    engine = await make_engine(Report)
+    client = engine.schedules()
+    await client.create("r", "report", "* * * * *")
+    assert await engine.scheduler.run_once(clock()) == []  # read at this instant
+    await client.update("r", cron="*/5 * * * *")  # the same instant: updated_at unchanged
+    clock.advance(MINUTE)  # 12:01:30: a tick of the old cron, none of the new
+    assert await engine.scheduler.run_once(clock()) == []

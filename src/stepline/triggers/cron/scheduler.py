@@ -58,8 +58,8 @@ class Scheduler:
         given = list(definitions)
         self._workflows = [d.name for d in given]
         self._served = served(given)
-        # Run-time schedules as of the last iteration, rebuilt when their row changes.
-        self._runtime: dict[str, tuple[float, Served]] = {}
+        # Run-time schedules as of the last iteration, rebuilt when their declaration changes.
+        self._runtime: dict[str, tuple[tuple[object, ...], Served]] = {}
         self._wake = asyncio.Event()
         self.grace = grace
         self.max_wait = max_wait
@@ -146,15 +146,19 @@ class Scheduler:
     def _track_runtime(self, records: Iterable[ScheduleRecord]) -> None:
         """Keep the run-time schedules of the served workflows: new ones are added, changed
         ones rebuilt, deleted ones dropped."""
-        kept: dict[str, tuple[float, Served]] = {}
+        kept: dict[str, tuple[tuple[object, ...], Served]] = {}
         for record in records:
             if record.source != "api" or record.workflow not in self._workflows:
                 continue
+            declared = (
+                record.workflow, record.cron, record.timezone, record.params, record.catch_up,
+                record.catch_up_limit, record.overlap,
+            )  # fmt: skip
             known = self._runtime.get(record.name)
-            if known is not None and known[0] == record.updated_at:
+            if known is not None and known[0] == declared:
                 kept[record.name] = known
             else:
-                kept[record.name] = (record.updated_at, from_record(record))
+                kept[record.name] = (declared, from_record(record))
         self._runtime = kept
 
     async def _fire(self, entry: Served, record: ScheduleRecord, now: float) -> list[str]:
