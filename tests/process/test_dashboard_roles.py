@@ -89,6 +89,8 @@ def test_the_dashboard_hides_what_the_role_cannot_do(
             shown.to_be_visible() if admin else shown.to_be_hidden()
         delete = expect(api_row.locator("[data-testid=schedule-delete]"))
         delete.to_be_visible() if admin else delete.to_be_hidden()
+        new = expect(page.locator("[data-testid=new-schedule]"))
+        new.to_be_visible() if admin else new.to_be_hidden()
         trigger = expect(page.locator("details.trigger-box"))
         trigger.to_be_hidden() if role == "read" else trigger.to_be_visible()
 
@@ -111,3 +113,22 @@ def test_an_admin_deletes_a_run_time_schedule_from_the_panel(browser: Browser, s
         admin = {"Authorization": f"Bearer {SECRETS['admin']}"}
         resp = httpx.get(f"{site}/api/schedules/nightly-api", headers=admin, timeout=10)
         assert resp.status_code == 404
+
+
+def test_an_admin_creates_a_schedule_from_the_panel(browser: Browser, site: str) -> None:
+    for page in as_role(browser, "admin"):
+        page.goto(f"{site}/#/workflows")
+        page.locator("[data-testid=new-schedule] summary").click()
+        page.locator("[data-testid=new-schedule-name]").fill("from-the-panel")
+        page.locator("[data-testid=new-schedule-workflow]").fill("nightly")
+        page.locator("[data-testid=new-schedule-cron]").fill("0 5 * *")
+        page.locator("[data-testid=new-schedule-create]").click()
+        error = page.locator("[data-testid=new-schedule-error]")
+        expect(error).to_contain_text("invalid cron expression '0 5 * *'")
+        page.locator("[data-testid=new-schedule-cron]").fill("0 5 * * *")
+        page.locator("[data-testid=new-schedule-timezone]").fill("Europe/Paris")
+        page.locator("[data-testid=new-schedule-create]").click()
+        row = page.locator("[data-testid=schedule-row][data-name=from-the-panel]")
+        expect(row).to_have_attribute("data-source", "api")
+        expect(row).to_contain_text("0 5 * * * · Europe/Paris")
+        expect(error).to_be_empty()

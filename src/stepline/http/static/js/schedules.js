@@ -13,6 +13,43 @@ function policies(s) {
   return `catch-up ${catchUp}, overlap ${s.overlap}`;
 }
 
+/** The admin's form that makes a schedule at run time (POST /api/schedules); kept outside the
+ * refreshed table so what is typed survives a refresh. */
+function createForm(onCreated) {
+  const field = (name, placeholder, label) =>
+    h("input", { type: "text", autocomplete: "off", placeholder, "aria-label": label, "data-testid": `new-schedule-${name}` });
+  const name = field("name", "name", "schedule name");
+  const workflow = field("workflow", "workflow", "workflow");
+  const cron = field("cron", "0 3 * * *", "cron expression");
+  const zone = field("timezone", "UTC", "time zone");
+  const error = h("div", { class: "form-error", role: "alert", "data-testid": "new-schedule-error" });
+  const button = h("button", { type: "submit", class: "primary", "data-testid": "new-schedule-create" }, "Create");
+  const form = h("form", { class: "schedule-form" }, h("div", { class: "row" }, name, workflow, cron, zone, button), error);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    error.textContent = "";
+    const body = { name: name.value.trim(), workflow: workflow.value.trim(), cron: cron.value.trim() };
+    if (zone.value.trim()) body.timezone = zone.value.trim();
+    button.disabled = true;
+    try {
+      const made = await api("POST", "/api/schedules", body);
+      toast(`Schedule ${made.name} created`, "ok");
+      for (const input of [name, workflow, cron, zone]) input.value = "";
+      await onCreated();
+    } catch (err) {
+      error.textContent = err.message;
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return h(
+    "details",
+    { class: "schedule-new", "data-needs": "admin", "data-testid": "new-schedule" },
+    h("summary", {}, "New schedule"),
+    form,
+  );
+}
+
 /** The schedules panel: a card that lists the stored schedules and refreshes itself. */
 export function schedulesPanel() {
   const summary = h("span", { class: "muted", "data-testid": "schedules-summary" });
@@ -22,6 +59,7 @@ export function schedulesPanel() {
     { class: "card table-card schedules-card", "data-testid": "schedules" },
     h("h3", {}, "Schedules ", summary),
     body,
+    createForm(() => load()),
   );
   let timer = null;
   let stopped = false;
