@@ -67,6 +67,7 @@ from ._project_telemetry import TelemetryConfig, read_telemetry
 from .durations import parse_worker_duration
 from .errors import ConfigError, DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Limit
+from .retention import parse_retention
 from .schedule import Schedule
 from .workflow import Workflow, definition_of, validate_name
 
@@ -81,7 +82,7 @@ _TOP_KEYS = (
 )  # fmt: skip
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
-_WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS)
+_WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS, "retention")
 _SCHEDULE_KEYS = (
     "workflow", "cron", "timezone", "params", "name", "catch_up", "catch_up_limit", "overlap",
 )  # fmt: skip
@@ -97,7 +98,8 @@ class WorkflowEntry:
     key: str
     """Where the entry is in the file, for error messages: ``workflows[0]``."""
     limits: Mapping[str, Any] = field(default_factory=dict)
-    """The flow control keys it sets (checked), in place of what the code declares."""
+    """The flow control keys and the ``retention`` it sets (checked), in place of what the code
+    declares."""
 
 
 @dataclass(frozen=True)
@@ -312,6 +314,12 @@ def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
             )
         seen[name] = where
         limits = workflow_limit_settings(item, name, path, where)
+        if "retention" in item:
+            try:
+                parse_retention(item["retention"], where="retention")
+            except ValueError as exc:
+                raise ConfigError(f"{path}: key '{where}.retention': {exc}") from None
+            limits["retention"] = item["retention"]
         entries.append(WorkflowEntry(name, class_name, where, limits))
     return tuple(entries)
 
@@ -441,9 +449,8 @@ def read_config(path: Path) -> _FileConfig:
     cloudflare = read_cloudflare(data.get("cloudflare"), path, prefix)
     telemetry = read_telemetry(data.get("telemetry"), data.get("logging"), path, prefix)
     http = read_http(data.get("http"), path, prefix)
-    return _FileConfig(
-        database, workflows, worker, triggers, schedules, limits, cloudflare, telemetry, http
-    )
+    return _FileConfig(database, workflows, worker, triggers, schedules, limits, cloudflare,
+                       telemetry, http)  # fmt: skip
 
 
 def load_project(

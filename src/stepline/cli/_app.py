@@ -11,6 +11,7 @@ import click
 from .. import __version__
 from . import (
     _messages,  # noqa: F401 - registers query, update and subscribe
+    _replay,  # noqa: F401 - registers workflows replay-check
     _schedule_edits,  # noqa: F401 - registers schedules create, update and delete
 )
 from ._common import State
