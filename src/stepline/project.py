@@ -63,10 +63,12 @@ from ._project_overrides import (
     with_schedules,
     workflow_limit_settings,
 )
+from ._project_payloads import read_payloads
 from ._project_telemetry import TelemetryConfig, read_telemetry
 from .durations import parse_worker_duration
 from .errors import ConfigError, DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Limit
+from .payloads import PayloadConfig
 from .retention import parse_retention
 from .schedule import Schedule
 from .workflow import Workflow, definition_of, validate_name
@@ -78,7 +80,7 @@ DEFAULT_DATABASE_FILE = "stepline.db"
 
 _TOP_KEYS = (
     "database", "workflows", "worker", "triggers", "schedules", "limits", "cloudflare",
-    "telemetry", "logging", "http",
+    "telemetry", "logging", "payloads", "encryption", "http",
 )  # fmt: skip
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
@@ -170,6 +172,8 @@ class ProjectConfig:
     cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     """The ``[telemetry]`` and ``[logging]`` tables."""
+    payloads: PayloadConfig | None = None
+    """The ``[payloads]`` and ``[encryption]`` tables, for ``Engine(payloads=...)``."""
     http: HttpConfig = field(default_factory=HttpConfig)
 
     @property
@@ -415,6 +419,7 @@ class _FileConfig:
     limits: tuple[Limit, ...] = ()
     cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    payloads: PayloadConfig | None = None
     http: HttpConfig = field(default_factory=HttpConfig)
 
 
@@ -448,9 +453,10 @@ def read_config(path: Path) -> _FileConfig:
             )
     cloudflare = read_cloudflare(data.get("cloudflare"), path, prefix)
     telemetry = read_telemetry(data.get("telemetry"), data.get("logging"), path, prefix)
+    payloads = read_payloads(data.get("payloads"), data.get("encryption"), path, prefix)
     http = read_http(data.get("http"), path, prefix)
     return _FileConfig(database, workflows, worker, triggers, schedules, limits, cloudflare,
-                       telemetry, http)  # fmt: skip
+                       telemetry, payloads, http)  # fmt: skip
 
 
 def load_project(
@@ -489,7 +495,7 @@ def load_project(
         url, source = resolve_database_url(f"sqlite:///{DEFAULT_DATABASE_FILE}", root), "default"
     return ProjectConfig(
         root, url, source, path, read.workflows, read.worker, read.triggers, read.schedules,
-        read.limits, read.cloudflare, read.telemetry, read.http,
+        read.limits, read.cloudflare, read.telemetry, read.payloads, read.http,
     )  # fmt: skip
 
 
