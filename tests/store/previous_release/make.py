@@ -56,7 +56,9 @@ def main() -> None:
     asyncio.run(fill(f"{PG}?schema={SCHEMA}"))
     dump = subprocess.run(
         ["pg_dump", "--schema", SCHEMA, "--no-owner", "--no-privileges", PG],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     (HERE / "postgres.sql").write_text(dump)
     with psycopg.connect(PG, autocommit=True) as conn:
