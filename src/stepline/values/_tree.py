@@ -175,29 +175,29 @@ def describe(value: object) -> str:
 
 
 def from_tree(node: Any) -> Any:
-    """The value a tree encodes. Never raises: a tag it cannot read (an unknown kind, a class
-    this process does not have, a codec that fails) reads as its plain data."""
+    """The value a tree encodes. Never raises: a tag it cannot read (an unknown kind, a bad
+    value, a codec that fails) stays the data it is, and a class this process does not have
+    reads as its stored data (docs/data.md)."""
     cls = type(node)
     if cls is dict:
         kind = node.get(TAG)
-        if kind is None:
-            return {key: from_tree(item) for key, item in node.items()}
-        try:
-            return _untag(kind, node)
-        except Exception:
-            return _plain(node)
+        if kind is not None:
+            try:
+                return _untag(kind, node)
+            except Exception:
+                pass
+        return {key: from_tree(item) for key, item in node.items()}
     if cls is list:
         return [from_tree(item) for item in node]
     return node
 
 
-def _plain(node: dict[str, Any]) -> Any:
-    if set(node) <= {TAG, "c", "v", "z"} and "v" in node:
-        return node["v"] if node.get(TAG) == "model" else from_tree(node["v"])
-    return {key: from_tree(item) for key, item in node.items()}
+_CLASS_KINDS = frozenset({"enum", "model", "dataclass", "type"})
 
 
 def _untag(kind: Any, node: dict[str, Any]) -> Any:
+    if kind in _CLASS_KINDS:
+        return _instance(kind, node["c"], node["v"])
     data = node["v"]
     if kind == "dict":
         return {key: from_tree(item) for key, item in data.items()}
@@ -230,21 +230,35 @@ def _untag(kind: Any, node: dict[str, Any]) -> Any:
         return decimal.Decimal(data)
     if kind == "uuid":
         return uuid.UUID(data)
-    if kind == "type":
-        codec = _classes.codec_named(node["c"])
-        return from_tree(data) if codec is None else codec.decode(from_tree(data))
-    found = _classes.resolve(node["c"])
-    if kind == "enum" and found is not None and issubclass(found, enum.Enum):
-        return found(from_tree(data))
-    if kind == "model":
+    raise ValueError(f"no kind {kind!r}")
+
+
+def _instance(kind: str, path: Any, data: Any) -> Any:
+    """An enum member, model, dataclass or registered type; its stored data when the class is
+    not in this process or the data no longer makes one."""
+    if kind == "model":  # the model's own JSON data, not tagged inside
+        found = _classes.resolve(path)
         model = pydantic_model()
         if found is not None and model is not None and issubclass(found, model):
-            # JSON-mode validation: what model_dump(mode="json") wrote (strict models too)
-            return found.model_validate_json(orjson.dumps(data))  # type: ignore[attr-defined]
+            try:
+                # JSON-mode validation: what model_dump(mode="json") wrote (strict models too)
+                return found.model_validate_json(orjson.dumps(data))  # type: ignore[attr-defined]
+            except Exception:
+                return data
         return data
-    if kind == "dataclass" and found is not None and dataclasses.is_dataclass(found):
-        return build_dataclass(found, {key: from_tree(item) for key, item in data.items()})
-    return _plain(node)
+    value = from_tree(data)
+    try:
+        if kind == "type":
+            codec = _classes.codec_named(path)
+            return value if codec is None else codec.decode(value)
+        found = _classes.resolve(path)
+        if kind == "enum" and found is not None and issubclass(found, enum.Enum):
+            return found(value)
+        if kind == "dataclass" and found is not None and dataclasses.is_dataclass(found):
+            return build_dataclass(found, value)
+    except Exception:
+        return value
+    return value
 
 
 def build_dataclass(cls: type, fields: dict[str, Any]) -> Any:
