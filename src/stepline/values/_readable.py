@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from . import _classes
-from ._tree import pydantic_model
+from ._tree import ordered, pydantic_model
 
 BYTES_SHOWN = 4
 """How many leading bytes a readable ``bytes`` shows (in hex)."""
@@ -30,8 +30,10 @@ def readable(value: Any) -> Any:
     if cls is list:
         items = [readable(item) for item in value]
         return value if all(a is b for a, b in zip(items, value, strict=True)) else items
-    if cls is tuple or cls is set or cls is frozenset:
+    if cls is tuple:
         return [readable(item) for item in value]
+    if cls is set or cls is frozenset:
+        return [readable(item) for item in ordered(value)]
     if cls is bytes or cls is bytearray:
         return bytes_shown(bytes(value))
     if isinstance(value, datetime.date | datetime.time):

@@ -81,7 +81,7 @@ def to_tree(value: Any, path: Path) -> Any:
     if cls is tuple:
         return {TAG: "tuple", "v": [to_tree(item, [*path, i]) for i, item in enumerate(value)]}
     if cls is set or cls is frozenset:
-        items = [to_tree(item, path) for item in _ordered(value)]
+        items = [to_tree(item, path) for item in ordered(value)]
         return {TAG: cls.__name__, "v": items}
     if cls is bytes or cls is bytearray:
         return {TAG: cls.__name__, "v": base64.b64encode(value).decode("ascii")}
@@ -127,7 +127,7 @@ def _shown_key(key: Any) -> str | int:
     return key if isinstance(key, str | int) else repr(key)
 
 
-def _ordered(items: set[Any] | frozenset[Any]) -> list[Any]:
+def ordered(items: set[Any] | frozenset[Any]) -> list[Any]:
     """A set's members in a stable order where they sort (the stored text then is stable)."""
     try:
         return sorted(items)
