@@ -24,7 +24,7 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024  # 1 MiB
 
 _EXACT = frozenset({str, int, bool, type(None)})
 """Types orjson encodes exactly or refuses (never changes): no read-back check needed."""
-_PLAIN_ONLY = (
+PLAIN_ONLY = (
     orjson.OPT_PASSTHROUGH_SUBCLASS
     | orjson.OPT_PASSTHROUGH_DATETIME
     | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -57,7 +57,7 @@ def encode(value: Any, *, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> tuple[
             data = None  # a wide integer or a lone surrogate: named below
     elif not isinstance(value, enum.Enum):  # an IntEnum or StrEnum equals its plain value
         try:
-            data = orjson.dumps(value, option=_PLAIN_ONLY)
+            data = orjson.dumps(value, option=PLAIN_ONLY)
         except TypeError:
             pass
         else:
