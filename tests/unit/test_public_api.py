@@ -58,6 +58,7 @@ EXPECTED = {
     "__version__",
     "parse_duration",
     "query",
+    "register_type",
     "update",
     "workflow",
 }
