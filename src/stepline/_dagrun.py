@@ -125,7 +125,6 @@ def _copy(value: dict[str, Any]) -> dict[str, Any]:
     return copied if copied == value else copy.deepcopy(value)
 
 
-
 class Runner:
     """One activation's walk over the graph.
 
