@@ -291,3 +291,20 @@ def test_readable_shows_typed_values_as_people_read_them() -> None:
     plain = {"a": [1, {"b": None}]}
     assert readable(plain) is plain
     orjson.dumps(shown)  # plain JSON
+
+
+class Attrs(dict[str, Any]):
+    """A dict subclass, as Cloudflare's layer and many libraries have."""
+
+
+class Name(str):
+    pass
+
+
+def test_subclasses_of_plain_types_are_stored_as_their_base() -> None:
+    value = {"a": Attrs(x=1), "n": Name("ada")}
+    text, back = encode(value, what="x")
+    assert text == '{"a":{"x":1},"n":"ada"}' and back == value
+    typed = [Attrs(at=datetime.date(2026, 1, 1)), Name("x")]
+    text, back = encode(typed, what="x")
+    assert back == typed and loads(text) == typed

@@ -107,6 +107,21 @@ def to_tree(value: Any, path: Path) -> Any:
             for f in dataclasses.fields(value)
         }
         return {TAG: "dataclass", "c": _classes.seen(cls), "v": fields}
+    return _subclassed(value, path)
+
+
+def _subclassed(value: Any, path: Path) -> Any:
+    """A subclass of a plain type (an OrderedDict, a str subclass, a namedtuple) as its base:
+    it reads back equal (as stepline always stored it)."""
+    if isinstance(value, dict):
+        return _dict(value, path)
+    if isinstance(value, list):
+        return [to_tree(item, [*path, i]) for i, item in enumerate(value)]
+    if isinstance(value, tuple):
+        return {TAG: "tuple", "v": [to_tree(item, [*path, i]) for i, item in enumerate(value)]}
+    for base in (str, int, float):
+        if isinstance(value, base):
+            return to_tree(base(value), path)
     raise Unstorable(path, describe(value))
 
 
