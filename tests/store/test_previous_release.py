@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,11 +22,9 @@ from stepline.http import create_app
 
 from .._pg import drop_schema, pg_admin_url
 from ..conftest import drain
+from .previous_release.workflows import Orders
 
 HERE = Path(__file__).resolve().parent / "previous_release"
-sys.path.insert(0, str(HERE))
-
-from workflows import Orders  # noqa: E402
 
 ORDER_7 = {"id": 7, "items": [1, 2.5, "x", None, True], "é": "ü"}
 ORDER_8 = {"id": 8, "items": [1, 2.5, "x", None, True], "é": "ü"}
