@@ -38,6 +38,7 @@ from .records import (
 )
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
+from .values import convert
 from .workflow import is_valid_name, validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
@@ -156,9 +157,11 @@ class Instance:
         instance_id: str,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         messaging: Messaging | None = None,
+        params_type: Any = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
+        self._params_type = params_type
         self._messaging = messaging or Messaging(store, max_payload)
         self.workflow = workflow
         self.id = instance_id
@@ -370,9 +373,11 @@ class WorkflowBinding:
         reserve: ReserveSlots | None = None,
         observer: Observer | None = None,
         messaging: Messaging | None = None,
+        params_type: Any = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
+        self._params_type = params_type
         self._messaging = messaging or Messaging(store, max_payload)
         self.name = name
         self._check_known = check
@@ -387,6 +392,13 @@ class WorkflowBinding:
 
     async def _check(self) -> None:
         await self._check_known(self.name)
+
+    def _params(self, params: Any, what: str) -> str:
+        """Params as stored, checked against the type ``run()`` declares for them
+        (``WorkflowEvent[Order]``) when this process has the workflow: stored as given."""
+        if self._params_type is not None and params is not None:
+            convert(params, self._params_type, what)
+        return _json.dumps(params, what=what, limit=self._max_payload)
 
     async def _create(
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
@@ -462,7 +474,7 @@ class WorkflowBinding:
         await self._check()
         new = NewInstance(
             str(uuid.uuid4()) if id is None else validate_name(id, what="instance id"),
-            _json.dumps(params, what="instance params", limit=self._max_payload),
+            self._params(params, "instance params"),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
@@ -508,11 +520,7 @@ class WorkflowBinding:
             new.append(
                 NewInstance(
                     instance_id,
-                    _json.dumps(
-                        item.get("params"),
-                        what=f"params of batch item {index}",
-                        limit=self._max_payload,
-                    ),
+                    self._params(item.get("params"), f"params of batch item {index}"),
                     key=_check_key(item.get("key"), what=f"key of batch item {index}"),
                     priority=_check_priority(
                         item.get("priority", 0), what=f"priority of batch item {index}"
@@ -554,7 +562,7 @@ class WorkflowBinding:
         await self._check()
         new = NewInstance(
             validate_name(id, what="instance id"),
-            _json.dumps(params, what="instance params", limit=self._max_payload),
+            self._params(params, "instance params"),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
         )

@@ -322,13 +322,14 @@ def check_schedule_names(
             )
 
 
-def payload_type(workflow: Workflow) -> Any:
+def payload_type(workflow: Workflow | type[Workflow]) -> Any:
     """The type ``run()`` declares for its event's payload (``event: WorkflowEvent[Order]``),
     if payloads are converted into it; else None."""
-    run = type(workflow).run
+    cls = workflow if isinstance(workflow, type) else type(workflow)
+    run = cls.run
     found = _PAYLOAD_TYPES.get(run, _UNSEEN)
     if found is _UNSEEN:
-        found = _payload_type(getattr(type(workflow), "__wrapped__", None) or run)
+        found = _payload_type(getattr(cls, "__wrapped__", None) or run)
         _PAYLOAD_TYPES[run] = found
     return found
 

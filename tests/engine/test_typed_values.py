@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 import pydantic
+import pytest
 
-from stepline import Engine, ManualClock, WorkflowEvent, WorkflowStep
+from stepline import Engine, InvalidPayloadError, ManualClock, WorkflowEvent, WorkflowStep
 from stepline import workflow as workflow_decorator
 from stepline.http import create_app
 
@@ -170,8 +171,19 @@ async def test_values_that_do_not_convert_are_errors_naming_the_step_and_the_typ
 ) -> None:
     async with make_engine([invalid, invalid_params], clock=clock) as engine:
         bad_result = await engine.workflow("invalid").create("r")
+        # Where the process has the workflow, create checks the params (nothing stored)...
+        with pytest.raises(InvalidPayloadError, match=r"instance params does not read back as"):
+            await engine.workflow("invalid-params").create("p", {"id": 1})
+        with pytest.raises(InvalidPayloadError, match=r"params of batch item 0 .* Order"):
+            await engine.workflow("invalid-params").create_batch([{"params": {"at": 1}}])
+        assert (await engine.list_instances("invalid-params")).instances == []
+    # ... and an instance created elsewhere (here: by an engine without the workflow) fails.
+    async with make_engine([], clock=clock) as engine:
         bad_params = await engine.workflow("invalid-params").create("p", {"id": 1})
+    async with make_engine([invalid, invalid_params], clock=clock) as engine:
         await drain(engine)
+        bad_result = await engine.workflow("invalid").get("r")
+        bad_params = await engine.workflow("invalid-params").get("p")
         status = await bad_result.status()
         assert status.status == "errored" and status.error is not None, status
         message = status.error["message"]
