@@ -246,3 +246,21 @@ async def test_http_shows_typed_values_readably(
     assert cloudflare["success"], cloudflare
     shown = {s["name"]: s for s in cloudflare["result"]["steps"] if "name" in s}
     assert shown["order-1"]["output"]["at"] == "2026-12-07T10:00:00+01:00", shown
+
+
+async def test_http_refuses_params_that_do_not_convert(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([invalid_params, declared], clock=clock) as engine:
+        transport = httpx.ASGITransport(app=create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://s") as http:
+            base = "/api/workflows/invalid-params/instances"
+            resp = await http.post(base, json={"id": "h", "params": {"id": "x"}})
+            assert resp.status_code == 400, resp.text
+            message = resp.json()["error"]["message"]
+            assert "instance params does not read back as" in message and "Order" in message
+            ok = await http.post(
+                "/api/workflows/declared/instances", json={"id": "j", "params": order_dict()}
+            )
+            assert ok.status_code == 201, ok.text
+        assert [r.id for r in (await engine.list_instances()).instances] == ["j"]
