@@ -31,8 +31,6 @@ _TAG = b'"$t"'
 _LONG_DIGITS = re.compile(r"\d{19}")
 """An integer literal outside the 64-bit range has at least 19 digits."""
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "INT_MAX", "INT_MIN"]
-
 
 def dumps(value: Any, *, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
     """Encode ``value`` as JSON text, or raise :class:`InvalidPayloadError` naming ``what``.
