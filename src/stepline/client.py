@@ -36,6 +36,7 @@ from .records import (
     InstanceStatus,
     StepRecord,
 )
+from .retention import parse_retention
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
 from .values import convert
@@ -451,6 +452,7 @@ class WorkflowBinding:
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
         traceparent: str | None = None,
+        retention: Mapping[str, Duration] | None = None,
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
         engine's own worker has room for it.
@@ -468,6 +470,9 @@ class WorkflowBinding:
         ``traceparent``: a W3C trace context for the instance's trace to continue (what an HTTP
         server received); by default, while stepline traces, the caller's current span's. An
         invalid one is ignored (docs/observability.md).
+
+        ``retention``: how long this instance is kept once it ends, by outcome (``{"complete":
+        "1 day"}``), over its workflow's retention (docs/reliability.md, "Retention").
         """
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
@@ -479,6 +484,7 @@ class WorkflowBinding:
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
+            retention=_retention_json(retention),
         )
         try:
             await self._create([new], trigger, skip_existing=False)
@@ -616,3 +622,9 @@ class WorkflowBinding:
         if not self._possible:
             return 0
         return await self._store.purge_instances(self.name, chosen, self._store.now() - age)
+
+
+def _retention_json(retention: Mapping[str, Duration] | None) -> str | None:
+    """An instance's own retention as stored: JSON seconds by outcome; ValueError if bad."""
+    policy = parse_retention(retention, where="retention of the instance")
+    return None if policy is None else _json.dumps(policy, what="retention")
