@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -128,6 +129,31 @@ class WorkflowStep:
         rollback: RollbackCallback | None = None,
         rollback_config: StepConfig | dict[str, Any] | None = None,
     ) -> Callable[[StepCallback], StepHandle]: ...
+
+    @overload
+    def do(
+        self,
+        name: str,
+        callback: StepCallback,
+        /,
+        *,
+        rollback: RollbackCallback | None = None,
+        rollback_config: StepConfig | dict[str, Any] | None = None,
+        type: builtins.type[_T],
+    ) -> Coroutine[Any, Any, _T]: ...
+
+    @overload
+    def do(
+        self,
+        name: str,
+        config: StepConfig | dict[str, Any],
+        callback: StepCallback,
+        /,
+        *,
+        rollback: RollbackCallback | None = None,
+        rollback_config: StepConfig | dict[str, Any] | None = None,
+        type: builtins.type[_T],
+    ) -> Coroutine[Any, Any, _T]: ...
 
     @overload
     def do(
