@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import logging
 import sys
 import uuid
 import zoneinfo
@@ -168,7 +169,7 @@ def test_old_rows_with_a_tag_key_read_back_unchanged() -> None:
         assert loads(text) == orjson.loads(text), text
 
 
-def test_stored_data_never_imports_a_module() -> None:
+def test_stored_data_never_imports_a_module(caplog: pytest.LogCaptureFixture) -> None:
     missing = "stepline_no_such_module_for_tests"
     text = '{"$t":"model","c":"' + missing + ':Thing","v":{"a":1}}'
     assert loads(text) == {"a": 1}
@@ -178,8 +179,12 @@ def test_stored_data_never_imports_a_module() -> None:
         assert loads('{"$t":"' + kind + '","c":"os:system","v":{"a":"echo hi"}}') == {
             "a": "echo hi"
         }
-    # A known class that no longer validates: its data, as stored.
-    assert loads('{"$t":"model","c":"tests.values.test_codec:Order","v":{"id":"x"}}') == {"id": "x"}
+    # A known class that no longer validates: its data, as stored, and a warning saying why.
+    with caplog.at_level(logging.WARNING, logger="stepline.values"):
+        stale = '{"$t":"model","c":"tests.values.test_codec:Order","v":{"id":"x"}}'
+        assert loads(stale) == {"id": "x"}
+    assert "tests.values.test_codec:Order reads as its stored data" in caplog.text
+    assert "validation error" in caplog.text
 
 
 def test_a_class_defined_in_a_function_reads_back_in_the_process() -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import logging
 import math
 import sys
 import uuid
@@ -23,6 +24,8 @@ import orjson
 
 from . import _classes
 from ._classes import TAG
+
+log = logging.getLogger("stepline.values")
 
 INT_MIN = -(2**63)
 INT_MAX = 2**64 - 1
@@ -258,7 +261,8 @@ def _instance(kind: str, path: Any, data: Any) -> Any:
             try:
                 # JSON-mode validation: what model_dump(mode="json") wrote (strict models too)
                 return found.model_validate_json(orjson.dumps(data))  # type: ignore[attr-defined]
-            except Exception:
+            except Exception as exc:  # no longer valid: its data
+                _unread(path, exc)
                 return data
         return data
     value = from_tree(data)
@@ -271,9 +275,16 @@ def _instance(kind: str, path: Any, data: Any) -> Any:
             return found(value)
         if kind == "dataclass" and found is not None and dataclasses.is_dataclass(found):
             return build_dataclass(found, value)
-    except Exception:
+    except Exception as exc:  # the user's class or codec refused its data
+        _unread(path, exc)
         return value
     return value
+
+
+def _unread(path: Any, exc: Exception) -> None:
+    """Say why a stored value reads as its data rather than as its class."""
+    reason = str(exc).strip().replace("\n", "; ")[:300]
+    log.warning("a stored value of %s reads as its stored data: %s", path, reason)
 
 
 def build_dataclass(cls: type, fields: dict[str, Any]) -> Any:
