@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from .errors import InvalidPayloadError
-from .values import INT_MAX, INT_MIN, decode_text, encode_typed, subject, wide_int
+from .values import INT_MAX, INT_MIN, TAG_BYTES, decode_text, encode_typed, subject, wide_int
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024  # 1 MiB
 
@@ -27,7 +27,6 @@ _EXACT = frozenset({str, int, bool, type(None)})
 PLAIN_ONLY = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 """orjson refuses datetimes and dataclasses rather than encoding them its own way (a subclass
 of dict, list, str or int is stored as its base: it reads back equal)."""
-_TAG = b'"$t"'
 _LONG_DIGITS = re.compile(r"\d{19}")
 """An integer literal outside the 64-bit range has at least 19 digits."""
 
@@ -58,7 +57,7 @@ def encode(value: Any, *, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> tuple[
         else:
             # Plain JSON reads back equal; a dict with a "$t" key of its own must be escaped.
             back = orjson.loads(data)
-            if back != value or _TAG in data:
+            if back != value or TAG_BYTES in data:
                 data = None
     if data is None:
         data, back = encode_typed(value, what)

@@ -10,7 +10,7 @@ encryption, redaction) is another layer's.
 from __future__ import annotations
 
 from ._classes import TAG, register_type, unregister_type
-from ._codec import decode_text, encode_typed, refusal, subject
+from ._codec import TAG_BYTES, decode_text, encode_typed, refusal, subject
 from ._readable import bytes_shown, readable
 from ._tree import INT_MAX, INT_MIN, describe, from_tree, to_tree, wide_int
 from ._typed import convert, convertible, declared, returns_of
@@ -19,6 +19,7 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "TAG",
+    "TAG_BYTES",
     "bytes_shown",
     "convert",
     "convertible",
