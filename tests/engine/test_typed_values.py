@@ -6,12 +6,14 @@ values readably."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 import decimal
 import enum
 import uuid
 import zoneinfo
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,6 +23,7 @@ import pytest
 from stepline import Engine, InvalidPayloadError, ManualClock, WorkflowEvent, WorkflowStep
 from stepline import workflow as workflow_decorator
 from stepline.http import create_app
+from stepline.payloads import BlobsConfig, KeySource, PayloadConfig
 
 from ..conftest import EngineFactory, drain
 
@@ -264,3 +267,34 @@ async def test_http_refuses_params_that_do_not_convert(
             )
             assert ok.status_code == 201, ok.text
         assert [r.id for r in (await engine.list_instances()).instances] == ["j"]
+
+
+# -- under the payload codecs: typed values encrypted and offloaded ---------------------------
+
+
+async def test_typed_values_survive_encryption_and_offload(
+    store_url: str, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The payload codecs wrap the tagged text; what comes back is still typed."""
+    monkeypatch.setenv("TEST_STEPLINE_TYPED_KEY", base64.b64encode(bytes(range(32))).decode())
+    payloads = PayloadConfig(
+        offload_over=1024,  # the params (a large bytes value) go to the blob store
+        blobs=BlobsConfig(url=(tmp_path / "blobs").as_uri()),
+        keys=(KeySource("k1", env="TEST_STEPLINE_TYPED_KEY"),),
+        current_key="k1",
+    )
+    SEEN.clear()
+    params = {"order": ORDER, "scan": b"\x89PNG" + bytes(4096)}
+    async with Engine(store_url, [typed], worker=False, clock=clock, payloads=payloads) as engine:
+        instance = await engine.workflow("typed").create("enc", params)
+        await drain(engine)
+        await instance.send_event("more", {"at": AT})
+        await drain(engine)
+    async with Engine(store_url, [typed], worker=False, clock=clock, payloads=payloads) as engine:
+        instance = await engine.workflow("typed").get("enc")
+        status = await instance.status()
+        assert status.status == "complete", status
+        assert status.output == {"params": params, "values": VALUES, "event": {"at": AT}}
+        steps = {s.name: s.output for s in await instance.steps()}
+        assert type(steps["order"]) is Order and steps["values"] == VALUES
+    assert SEEN == [(VALUES, ORDER), (VALUES, ORDER)]
