@@ -64,6 +64,7 @@ EXPECTED = {
     "__version__",
     "parse_duration",
     "query",
+    "register_type",
     "update",
     "workflow",
 }

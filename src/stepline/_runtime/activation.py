@@ -30,7 +30,8 @@ from ..records import EventRecord
 from ..step import ChildOptions, EventMatch, RollbackCallback, StepCallback, WorkflowStep
 from ..store._closing import ERRORS, INTERRUPTIONS
 from ..store.base import Claim, Finish, History, Store
-from ..workflow import Workflow, WorkflowEvent
+from ..values import convert
+from ..workflow import Workflow, WorkflowEvent, payload_type
 from . import children, do, streams, updates, waits
 from .calls import StepCalls
 from .observer import ActivationObservation
@@ -267,8 +268,12 @@ class Activation:
 
     async def _event(self) -> WorkflowEvent:
         instance = self._state.instance
+        payload = await self._state.open(instance.params, "params")
+        declared = payload_type(self.workflow)
+        if declared is not None and payload is not None:
+            payload = convert(payload, declared, f"the params of instance {instance.id!r}")
         return WorkflowEvent(
-            payload=await self._state.open(instance.params, "params"),
+            payload=payload,
             timestamp=datetime.fromtimestamp(instance.created_at, UTC),
             instance_id=instance.id,
             workflow_name=instance.workflow,
