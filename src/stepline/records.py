@@ -36,9 +36,11 @@ StepKind = Literal[
     "wait_for_workflow",
     "update",
     "publish",
+    "patch",
 ]
 """``update``: an update's handler accepted (its reply is the record's output or error);
-``publish``: an item ``run()`` published to a stream (docs/messaging.md)."""
+``publish``: an item ``run()`` published to a stream (docs/messaging.md); ``patch``: the marker
+of a patch the instance took (``step.patched``, docs/versioning.md)."""
 StepStatus = Literal["running", "waiting", "complete", "errored"]
 
 
