@@ -26,6 +26,8 @@ INSTANCE_STATUSES: tuple[InstanceStatusName, ...] = (
     "waitingForPause",
 )
 FINISHED_STATUSES: frozenset[str] = frozenset({"errored", "terminated", "complete"})
+DEFAULT_VERSION = "1"
+"""The version of a workflow that declares none (docs/versioning.md)."""
 
 StepKind = Literal[
     "do",
@@ -205,6 +207,9 @@ class InstanceRecord:
     """The W3C ``traceparent`` of the span that created it (its creator's, a queue message's,
     its parent workflow's), stored so that every activation continues one trace; None when its
     creator traced nothing (docs/observability.md)."""
+    version: str = DEFAULT_VERSION
+    """The version of its workflow's code it started under: only that code runs it
+    (docs/versioning.md)."""
 
     def due(self, now: float) -> bool:
         """Whether its time to run has come at ``now`` (queued, its wake-up time, or the expiry
@@ -231,6 +236,7 @@ class InstanceRecord:
             "key": self.key,
             "priority": self.priority,
             "dedup_key": self.dedup_key,
+            "version": self.version,
         }
 
 
@@ -355,10 +361,18 @@ class WorkerInfo:
     concurrency: int
     running: int
     """Activations it was running at its last heartbeat."""
+    versions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The versions of each of its workflows it runs (a workflow absent: version "1")."""
 
     def live(self, now: float) -> bool:
         """Whether its last heartbeat is recent enough (:data:`WORKER_LIVE_BEATS`) at ``now``."""
         return now - self.last_seen <= self.heartbeat * WORKER_LIVE_BEATS
+
+    def serves(self, workflow: str, version: str) -> bool:
+        """Whether it runs ``version`` of ``workflow``."""
+        return workflow in self.workflows and version in self.versions.get(
+            workflow, (DEFAULT_VERSION,)
+        )
 
     def to_json(self, now: float) -> dict[str, Any]:
         return {
@@ -369,6 +383,9 @@ class WorkerInfo:
             "last_seen": self.last_seen,
             "heartbeat": self.heartbeat,
             "workflows": list(self.workflows),
+            "versions": {
+                name: list(self.versions.get(name, (DEFAULT_VERSION,))) for name in self.workflows
+            },
             "concurrency": self.concurrency,
             "running": self.running,
             "live": self.live(now),

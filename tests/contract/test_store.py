@@ -75,6 +75,7 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     for index in ("instances_workflow_ready", "instances_workflow_started"):  # SQLite's only
         raw(store_url, f"DROP INDEX IF EXISTS {index}")
     raw(store_url, "ALTER TABLE instances DROP COLUMN traceparent")
+    raw(store_url, "ALTER TABLE instances DROP COLUMN version")
     raw(store_url, "DROP INDEX instances_key_parked")
     raw(store_url, "ALTER TABLE instances DROP COLUMN held_ready_at")
     raw(store_url, "ALTER TABLE instances DROP COLUMN parked_on")

@@ -11,7 +11,15 @@ from typing import Any, Literal
 
 from ..flow.claiming import NextLook
 from ..limits import WorkflowLimits
-from ..records import Attempt, InstanceRecord, PendingEvent, StepKind, StepRecord, StepStatus
+from ..records import (
+    DEFAULT_VERSION,
+    Attempt,
+    InstanceRecord,
+    PendingEvent,
+    StepKind,
+    StepRecord,
+    StepStatus,
+)
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,8 @@ class NewInstance:
     """No two unfinished instances of a workflow share one (see :meth:`Store.create_instances`)."""
     traceparent: str | None = None
     """The W3C trace context its activations continue (see :attr:`InstanceRecord.traceparent`)."""
+    version: str = DEFAULT_VERSION
+    """The version of its workflow it starts under (see :attr:`InstanceRecord.version`)."""
 
 
 @dataclass(frozen=True)

@@ -139,18 +139,18 @@ _TEMPLATES: dict[str, str] = {
         WITH created AS (
             INSERT INTO {s}.instances (workflow, id, status, params, trigger, parent, ready_at,
                 created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at,
-                schedule, key, priority, dedup_key, traceparent)
+                schedule, key, priority, dedup_key, traceparent, version)
             SELECT %(workflow)s, t.id, CASE WHEN t.leased THEN 'running' ELSE 'queued' END,
                 t.params, %(trigger)s, t.parent,
                 CASE WHEN t.leased THEN %(expires)s::float8 ELSE %(now)s END, %(now)s, %(now)s,
                 CASE WHEN t.leased THEN %(owner)s::text END, CASE WHEN t.leased THEN 1 ELSE 0 END,
                 CASE WHEN t.leased THEN %(expires)s::float8 END,
                 CASE WHEN t.leased THEN %(now)s::float8 END, t.schedule, t.key, t.priority,
-                t.dedup_key, t.traceparent
+                t.dedup_key, t.traceparent, t.version
             FROM (SELECT r.*, r.ord < %(leased)s AS leased
                   FROM json_to_recordset(%(items)s::json) AS r(ord int, id text, params text,
                       parent text, schedule text, key text, priority int, dedup_key text,
-                      traceparent text)) AS t
+                      traceparent text, version text)) AS t
             ORDER BY t.ord
             ON CONFLICT DO NOTHING
             RETURNING {icols}
@@ -449,13 +449,14 @@ _TEMPLATES: dict[str, str] = {
             WHERE id <> %(id)s AND last_seen + heartbeat * %(expire_beats)s < %(now)s
         )
         INSERT INTO {s}.workers (id, host, pid, started_at, last_seen, heartbeat, workflows,
-            concurrency, running)
+            concurrency, running, versions)
         VALUES (%(id)s, %(host)s, %(pid)s, %(started_at)s, %(now)s, %(heartbeat)s,
-            %(workflows)s, %(concurrency)s, %(running)s)
+            %(workflows)s, %(concurrency)s, %(running)s, %(versions)s)
         ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
             started_at = excluded.started_at, last_seen = excluded.last_seen,
             heartbeat = excluded.heartbeat, workflows = excluded.workflows,
-            concurrency = excluded.concurrency, running = excluded.running
+            concurrency = excluded.concurrency, running = excluded.running,
+            versions = excluded.versions
     """,
     "running_by_worker": """
         SELECT lease_owner, workflow, count(*) FROM {s}.instances
@@ -464,7 +465,8 @@ _TEMPLATES: dict[str, str] = {
         GROUP BY lease_owner, workflow
     """,
     "list_workers": """
-        SELECT id, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running
+        SELECT id, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running,
+            versions
         FROM {s}.workers ORDER BY started_at, id
     """,
     "forget_worker": "DELETE FROM {s}.workers WHERE id = %s",

@@ -106,8 +106,8 @@ def existing_ids(n: int) -> str:
 INSERT_INSTANCE = (
     "INSERT INTO instances (workflow, id, status, params, trigger, parent, ready_at,"
     " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at, schedule,"
-    " key, priority, dedup_key, traceparent)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " key, priority, dedup_key, traceparent, version)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UNFINISHED = "status NOT IN ('complete', 'errored', 'terminated')"
 """Written as the dedup index's condition, so that SQLite reads that (partial) index."""
@@ -289,7 +289,7 @@ def claim_due(
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
         f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
-        f" priority, dedup_key, traceparent, {token}, control, event_seq, ready_at,"
+        f" priority, dedup_key, traceparent, version, {token}, control, event_seq, ready_at,"
         " started_at IS NULL, status = 'queued' FROM instances"
     )
     order = f" ORDER BY ready_at, pk LIMIT {limit}"
@@ -597,7 +597,7 @@ no room. Parameters: now, now, the instance, the workflow, the limit it parks on
 EXPIRE_WORKERS = "DELETE FROM workers WHERE id <> ? AND last_seen + heartbeat * ? < ?"
 UPSERT_WORKER = (
     "INSERT OR REPLACE INTO workers (id, host, pid, started_at, last_seen, heartbeat,"
-    " workflows, concurrency, running) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " workflows, concurrency, running, versions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 LIST_WORKERS = f"SELECT {columns(WorkerRow._fields)} FROM workers ORDER BY started_at, id"
 FORGET_WORKER = "DELETE FROM workers WHERE id = ?"

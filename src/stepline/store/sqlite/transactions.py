@@ -31,6 +31,7 @@ from .._rows import (
     control_assignments,
     control_transition,
     instance_from_row,
+    worker_versions_json,
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
 from ..types import new_lease_token
@@ -108,7 +109,7 @@ def create(
                 (
                     workflow, item.id, status, item.params, trigger, item.parent, ready, now,
                     now, leased_to, token, expires, started, item.schedule, item.key,
-                    item.priority, item.dedup_key, item.traceparent,
+                    item.priority, item.dedup_key, item.traceparent, item.version,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError:
@@ -138,6 +139,7 @@ def create(
             priority=item.priority,
             dedup_key=item.dedup_key,
             traceparent=item.traceparent,
+            version=item.version,
         )
         created.append(instance_from_row(row))
     return created
@@ -471,6 +473,7 @@ def heartbeat(c: sqlite3.Connection, info: WorkerInfo, workflows: str, now: floa
             workflows,
             info.concurrency,
             info.running,
+            worker_versions_json(info),
         ),
     )
 
