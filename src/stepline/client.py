@@ -28,6 +28,7 @@ from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .messages import Messaging
 from .records import (
+    DEFAULT_VERSION,
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
     InstanceEvent,
@@ -38,7 +39,7 @@ from .records import (
 )
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
-from .workflow import is_valid_name, validate_name
+from .workflow import is_valid_name, validate_name, validate_version
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
 
@@ -130,10 +131,19 @@ class Reservation(Protocol):
     def release(self) -> None: ...
 
 
-ReserveSlots = Callable[[str, int], Reservation | None]
+ReserveSlots = Callable[[str, int, str], Reservation | None]
 """Asks the worker running in this process, if one is, to hold slots for up to ``count``
-instances of ``workflow`` about to be created (:meth:`stepline.worker.Worker.reserve`); None
-when it takes none."""
+instances of ``workflow`` at a version about to be created
+(:meth:`stepline.worker.Worker.reserve`); None when it takes none."""
+
+VersionOf = Callable[[str, str | None], Awaitable[str]]
+"""The version a create of ``workflow`` uses, given the one asked for (None: the newest);
+raises ``ValueError`` naming an unknown one."""
+
+
+async def _given_version(workflow: str, version: str | None) -> str:
+    """A binding's :data:`VersionOf` when none is given: the version asked for, or the default."""
+    return DEFAULT_VERSION if version is None else validate_version(version)
 
 
 def _hand_over(
@@ -370,8 +380,10 @@ class WorkflowBinding:
         reserve: ReserveSlots | None = None,
         observer: Observer | None = None,
         messaging: Messaging | None = None,
+        version_of: VersionOf | None = None,
     ) -> None:
         self._store = store
+        self._version_of = version_of or _given_version
         self._max_payload = max_payload
         self._messaging = messaging or Messaging(store, max_payload)
         self.name = name
@@ -406,7 +418,9 @@ class WorkflowBinding:
     async def _create_observed(
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
     ) -> list[InstanceRecord]:
-        reservation = self._reserve(self.name, len(items)) if self._reserve is not None else None
+        version = items[0].version if items else DEFAULT_VERSION  # one version per create
+        reserve = self._reserve
+        reservation = reserve(self.name, len(items), version) if reserve is not None else None
         if reservation is None:
             return await self._store.create_instances(
                 self.name, items, trigger=trigger, skip_existing=skip_existing
@@ -439,6 +453,7 @@ class WorkflowBinding:
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
         traceparent: str | None = None,
+        version: str | None = None,
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
         engine's own worker has room for it.
@@ -456,10 +471,15 @@ class WorkflowBinding:
         ``traceparent``: a W3C trace context for the instance's trace to continue (what an HTTP
         server received); by default, while stepline traces, the caller's current span's. An
         invalid one is ignored (docs/observability.md).
+
+        ``version``: the version of the workflow's code to run it (docs/versioning.md); by
+        default the newest (of this engine's registry, else of the live workers'). One no
+        worker or registry here has raises ``ValueError`` naming it; nothing is created.
         """
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
         await self._check()
+        chosen = await self._version_of(self.name, version)
         new = NewInstance(
             str(uuid.uuid4()) if id is None else validate_name(id, what="instance id"),
             _json.dumps(params, what="instance params", limit=self._max_payload),
@@ -467,6 +487,7 @@ class WorkflowBinding:
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
+            version=chosen,
         )
         try:
             await self._create([new], trigger, skip_existing=False)
@@ -477,7 +498,11 @@ class WorkflowBinding:
         return self._instance(new.id)
 
     async def create_batch(
-        self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        trigger: str = "api",
+        version: str | None = None,
     ) -> list[Instance]:
         """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...,
         "key"?: ..., "priority"?: ..., "traceparent"?: ...}, ...]`` (``key``, ``priority`` and
@@ -485,9 +510,11 @@ class WorkflowBinding:
 
         Idempotent: ids that already exist are skipped. Returns a handle for every item, in order.
         Items take no ``dedup_key``: a duplicate would be skipped, and its handle would name an
-        instance that was never created; use :meth:`create` for those.
+        instance that was never created; use :meth:`create` for those. ``version``: as in
+        :meth:`create`, for every item.
         """
         await self._check()
+        chosen = await self._version_of(self.name, version)
         new: list[NewInstance] = []
         for index, item in enumerate(items):
             if not isinstance(item, Mapping):
@@ -518,6 +545,7 @@ class WorkflowBinding:
                         item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
                     traceparent=valid_traceparent(item.get("traceparent")),
+                    version=chosen,
                 )
             )
         await self._create(new, trigger, skip_existing=True)
@@ -557,6 +585,7 @@ class WorkflowBinding:
             _json.dumps(params, what="instance params", limit=self._max_payload),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
+            version=await self._version_of(self.name, None),
         )
         await self._create([new], trigger, skip_existing=True)
         return await self._instance(new.id).update(

@@ -16,7 +16,7 @@ from .clock import SystemClock
 from .durations import Duration, parse_duration, parse_worker_duration
 from .errors import DefinitionError
 from .limits import Limit
-from .liveness import unserved_warning
+from .liveness import unserved_warning, version_served
 from .local import LocalWorker
 from .messages import Messaging
 from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, WorkflowInfo
@@ -137,6 +137,7 @@ class Engine:
             worker_id=worker_id,
             listeners=tuple(listeners),
             hooks=hooks,
+            versions=self.registry.versions,
         )
         self._messaging = Messaging(self.store, max_payload, self._registry)
 
@@ -253,10 +254,20 @@ class Engine:
             self._local.reserve,
             self.observer,
             self._messaging,
+            self._version_of,
         )
 
     async def _check_workflow(self, name: str) -> None:
         await self.registry.check_known(self.store, name)
+
+    async def _version_of(self, name: str, version: str | None) -> str:
+        """The version a create of ``name`` uses: ``version`` (checked), or the newest one.
+        Known from this engine's registry, else from the versions live workers serve."""
+        if name in self.registry.versions:
+            return self.registry.version_of(name, version)
+        now = self.store.now()
+        live = [w for w in await self.store.workers.list_workers() if w.live(now)]
+        return version_served(name, version, live)
 
     async def get_instance(self, workflow: str, instance_id: str) -> Instance:
         """A handle on an existing instance of ``workflow``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -80,6 +81,26 @@ class History:
     """In start order (``seq``)."""
     events: list[PendingEvent]
     """In send order."""
+
+
+ROUTE_SEPARATOR = "\x1f"
+"""Between a workflow's name and a version in a route (``chr(31)`` in SQL)."""
+
+
+def routes(
+    workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None
+) -> tuple[str, ...] | None:
+    """The (workflow, version) pairs a claim may take, as ``name + ROUTE_SEPARATOR + version``
+    (what the stores compare ``workflow || chr(31) || version`` with): for each of
+    ``workflows``, its ``versions`` (absent: the default version); None for ``versions`` None
+    (every version)."""
+    if versions is None:
+        return None
+    return tuple(
+        f"{name}{ROUTE_SEPARATOR}{version}"
+        for name in workflows
+        for version in versions.get(name, (DEFAULT_VERSION,))
+    )
 
 
 @dataclass(frozen=True)

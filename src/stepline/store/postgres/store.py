@@ -343,8 +343,9 @@ class PostgresStore(Store):
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> Claimed:
-        return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps)
+        return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps, versions)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
         if write.update is not None or write.publish is not None:
@@ -367,5 +368,7 @@ class PostgresStore(Store):
         await self._writes.release(lease, now)
         self.signals.ready()
 
-    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
-        return await self._claims.next_wakeup(workflows, self.now())
+    async def next_wakeup(
+        self, workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None = None
+    ) -> float | None:
+        return await self._claims.next_wakeup(workflows, self.now(), versions)

@@ -228,13 +228,26 @@ def _each_workflow(n_workflows: int, first: int) -> str:
     return "(VALUES " + ",".join(f"(?{first + i})" for i in range(n_workflows)) + ") w"
 
 
-def any_due(n_workflows: int) -> str:
+def _routed(n_routes: int | None, first: int) -> str:
+    """The condition that an instance's (workflow, version) is one of ``n_routes`` routes
+    (``store.types.routes``), from parameter number ``first`` on; none for None (every
+    version). A filter on the rows an index read finds: no read of its own."""
+    return _routed_in(None if n_routes is None else [f"?{first + i}" for i in range(n_routes)])
+
+
+def _routed_in(marks: list[str] | None) -> str:
+    """:func:`_routed` with its parameters ``marks``."""
+    return "" if marks is None else f" AND workflow || char(31) || version IN ({', '.join(marks)})"
+
+
+@functools.lru_cache(maxsize=256)
+def any_due(n_workflows: int, n_routes: int | None = None) -> str:
     """Whether anything is due: a read first, so an idle poll takes no write lock. One seek per
-    workflow (``instances_workflow_ready``). Parameters: now, the workflows."""
+    workflow (``instances_workflow_ready``). Parameters: now, the workflows, the routes."""
     return (
         f"SELECT 1 FROM {_each_workflow(n_workflows, 2)} WHERE EXISTS (SELECT 1 FROM instances"
-        " INDEXED BY instances_workflow_ready WHERE workflow = w.column1 AND ready_at <= ?1)"
-        " LIMIT 1"
+        " INDEXED BY instances_workflow_ready WHERE workflow = w.column1 AND ready_at <= ?1"
+        f"{_routed(n_routes, 2 + n_workflows)}) LIMIT 1"
     )
 
 
@@ -249,13 +262,15 @@ def claim_due(
     each: bool = False,
     parking: bool = False,
     resuming: int = 0,
+    n_routes: int | None = None,
 ) -> str:
     """The due instances of one priority as claimed, in claim order (``InstanceRow`` columns
     after :func:`take_leases`), then their new lease token, ``control`` and ``event_seq``, then
     their ``ready_at``, whether a claim would be their first start and whether they are
     queued (may be set aside behind a busy key). Parameters: now
     (updated_at), now (started_at if unset), the lease expiry (ready_at), the owner, the lease
-    token, the priority, now (due), the workflows, then the ``excluding`` full keys (workflow,
+    token, the priority, now (due), the workflows, the ``n_routes`` routes (:func:`_routed`;
+    None: every version), then the ``excluding`` full keys (workflow,
     key) whose instances the read leaves out (:func:`_excluding`), then ``ready_at`` and ``pk``
     to read after if ``after``, then the limit. A ``waitingForPause`` row keeps its status (a
     claim pauses it instead).
@@ -279,6 +294,7 @@ def claim_due(
 
     now, started, expiry, owner, token, priority, due = marks(7)
     workflows = marks(n_workflows)
+    routed = _routed_in(None if n_routes is None else marks(n_routes))
     skip = f" AND {_excluding(excluding, marks, parking)}" if excluding else ""
     ranges = [f" AND ready_at <= {due}"]
     if after:
@@ -305,7 +321,7 @@ def claim_due(
         else [f" WHERE +workflow IN ({', '.join(workflows)})"]
     )
     arms = [
-        f"{select}{source} AND priority = {priority}{span}{skip}{order}"
+        f"{select}{source} AND priority = {priority}{span}{routed}{skip}{order}"
         for source in sources
         for span in ranges
     ]
@@ -421,14 +437,16 @@ RELEASE = (
 UNREADY_PAUSED = "UPDATE instances SET ready_at = NULL WHERE pk = ? AND status = 'paused'"
 
 
-def next_wakeup(n_workflows: int, *, after: bool = False) -> str:
+@functools.lru_cache(maxsize=256)
+def next_wakeup(n_workflows: int, *, after: bool = False, n_routes: int | None = None) -> str:
     """The earliest ``ready_at`` of the workflows, one seek per workflow (after a time if
-    ``after``: parameters the time, then the workflows)."""
+    ``after``: parameters the time, then the workflows, then the routes)."""
     since = "ready_at > ?1" if after else "ready_at IS NOT NULL"
+    first = 2 if after else 1
     return (
         "SELECT min((SELECT min(ready_at) FROM instances INDEXED BY instances_workflow_ready"
-        f" WHERE workflow = w.column1 AND {since}))"
-        f" FROM {_each_workflow(n_workflows, 2 if after else 1)}"
+        f" WHERE workflow = w.column1 AND {since}{_routed(n_routes, first + n_workflows)}))"
+        f" FROM {_each_workflow(n_workflows, first)}"
     )
 
 

@@ -44,6 +44,7 @@ from ..base import (
     Store,
     WorkflowMeta,
 )
+from ..types import routes
 from . import flow, sql
 from . import transactions as tx
 from .db import Database, missing_message
@@ -289,15 +290,18 @@ class SqliteStore(Store):
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> Claimed:
         if not workflows or limit <= 0:
             return Claimed([])
+        served = routes(workflows, versions)
         # A read first: an idle poll must not take the database's write lock.
-        if not await self._db.read(sql.any_due(len(workflows)), (now, *workflows)):
+        due = sql.any_due(len(workflows), None if served is None else len(served))
+        if not await self._db.read(due, (now, *workflows, *(served or ()))):
             return Claimed([])
         expires = now + lease_seconds
         claimed: tuple[list[Claim], NextLook | None] = await self._db.write(
-            lambda c: tx.claim(c, owner, workflows, limit, expires, now, caps)
+            lambda c: tx.claim(c, owner, workflows, limit, expires, now, caps, served)
         )
         return Claimed(*claimed)
 
@@ -328,11 +332,14 @@ class SqliteStore(Store):
         await self._db.write(lambda c: tx.release(c, lease, now))
         self.signals.ready()
 
-    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
+    async def next_wakeup(
+        self, workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None = None
+    ) -> float | None:
         if not workflows:
             return None
         now = self.now()
+        served = routes(workflows, versions)
         earliest: float | None = await self._db.read_with(
-            lambda c: flow.next_wakeup(c, workflows, now)
+            lambda c: flow.next_wakeup(c, workflows, now, served)
         )
         return earliest

@@ -313,6 +313,7 @@ def claim(
     expires: float,
     now: float,
     caps: Mapping[str, int] | None = None,
+    routes: Sequence[str] | None = None,
 ) -> tuple[list[Claim], NextLook | None]:
     """The instances the limits let run, offered to the claim in claim order with their claimed
     columns (``flow.pick``, under the write lock), leased in one UPDATE, then their histories:
@@ -322,17 +323,17 @@ def claim(
     token = new_lease_token()
     flow.bring_back_expired(c, rules, workflows, now)
     session = flow.claim_session(c, rules, workflows, limit, now, caps)
-    rows = flow.pick(c, session, now, (now, now, expires, owner, token))
+    rows = flow.pick(c, session, now, (now, now, expires, owner, token), routes)
     for pk in session.pauses:
         c.execute(sql.PAUSE_UNCLAIMED, (now, pk))
         flow.freed_pk(c, pk, now)
     flow.park(c, session, now)
     if not rows:
-        return [], flow.next_look(c, session, now)
+        return [], flow.next_look(c, session, now, routes)
     claims = [claim_from_row(row, owner) for row in rows]
     pks = [taken.lease.pk for taken in claims]
     c.execute(sql.take_leases(len(pks)), (owner, token, expires, expires, now, now, *pks))
-    look = flow.next_look(c, session, now)  # after the leases: their expiry is a timer too
+    look = flow.next_look(c, session, now, routes)  # after the leases: their expiry is a timer too
     add_history_rows(
         {taken.lease.pk: taken.history for taken in claims},
         c.execute(sql.history_steps(len(pks)), pks).fetchall(),
