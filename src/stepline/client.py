@@ -166,10 +166,12 @@ class Instance:
         instance_id: str,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         messaging: Messaging | None = None,
+        version_of: VersionOf | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._messaging = messaging or Messaging(store, max_payload)
+        self._version_of = version_of or _given_version
         self.workflow = workflow
         self.id = instance_id
 
@@ -233,13 +235,19 @@ class Instance:
         """
         await self._store.control(self.workflow, self.id, "terminate", rollback=rollback)
 
-    async def restart(self, from_step: str | None = None, *, count: int = 1) -> None:
+    async def restart(
+        self, from_step: str | None = None, *, count: int = 1, version: str | None = None
+    ) -> None:
         """Run again from the start, or from step ``from_step`` (occurrence ``count``), keeping
-        the results recorded before it."""
+        the results recorded before it. It keeps its version unless ``version`` names another
+        (one unknown raises ``ValueError`` naming it, and nothing changes)."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 2**31:
             raise ValueError(f"invalid step count {count!r}: a whole number from 1")
         target = (_check_from_step(from_step), count) if from_step is not None else None
-        await self._store.control(self.workflow, self.id, "restart", from_step=target)
+        chosen = None if version is None else await self._version_of(self.workflow, version)
+        await self._store.control(
+            self.workflow, self.id, "restart", from_step=target, version=chosen
+        )
 
     async def control(
         self,
@@ -248,10 +256,14 @@ class Instance:
         rollback: bool = False,
         from_step: str | None = None,
         count: int = 1,
+        version: str | None = None,
     ) -> InstanceStatus:
         """Apply one of :data:`STATUS_ACTIONS` by name (what the HTTP APIs receive): ``pause``,
         ``resume``, ``terminate`` (with ``rollback``) or ``restart`` (``from_step``,
-        ``count``); return the status after it. Unknown actions raise ``ValueError``."""
+        ``count``, ``version``); return the status after it. Unknown actions raise
+        ``ValueError``."""
+        if version is not None and action != "restart":
+            raise ValueError(f"a version goes with 'restart' only, not with {action!r}")
         if action == "pause":
             await self.pause()
         elif action == "resume":
@@ -259,7 +271,7 @@ class Instance:
         elif action == "terminate":
             await self.terminate(rollback=rollback)
         elif action == "restart":
-            await self.restart(from_step, count=count)
+            await self.restart(from_step, count=count, version=version)
         else:
             raise ValueError(f"unknown action {action!r}; use one of {', '.join(STATUS_ACTIONS)}")
         return await self.status()
@@ -561,7 +573,14 @@ class WorkflowBinding:
         return self._instance(id)
 
     def _instance(self, instance_id: str) -> Instance:
-        return Instance(self._store, self.name, instance_id, self._max_payload, self._messaging)
+        return Instance(
+            self._store,
+            self.name,
+            instance_id,
+            self._max_payload,
+            self._messaging,
+            self._version_of,
+        )
 
     async def create_and_update(
         self,

@@ -25,6 +25,7 @@ from .retrying import read_retries
 from .store import Store, create_store
 from .telemetry import Activity, ActivityReadings, Telemetry
 from .triggers.cron import ScheduleClient, Scheduler
+from .versions import VersionState, version_states
 from .worker import Worker, WorkerSettings
 from .workflow import WorkflowDefinition, definition_of, is_valid_name
 
@@ -320,6 +321,16 @@ class Engine:
         One read for all the records (a page of :meth:`list_instances`), none if all are
         finished."""
         return await read_retries(self.store, records)
+
+    async def workflow_versions(self, name: str) -> list[VersionState]:
+        """Per version of workflow ``name``: its instances by status, the live workers that
+        serve it, whether it is drained (:mod:`stepline.versions`). Unknown workflows raise
+        :class:`~stepline.WorkflowNotFoundError`."""
+        await self._check_workflow(name)
+        counts = await self.store.version_counts(name)
+        workers = await self.store.workers.list_workers()
+        known = self.registry.versions.get(name, {})
+        return version_states(name, counts, workers, self.store.now(), known)
 
     async def unserved_warnings(self, records: Sequence[InstanceRecord]) -> list[str | None]:
         """For each record, ``"no live worker serves 'name'"`` if it is due to run and no live

@@ -113,3 +113,17 @@ async def test_a_restart_keeps_the_version(make_engine: EngineFactory) -> None:
         await inst.restart()
         await drain(engine)
         assert (await inst.status()).output == "v1"
+
+
+async def test_a_restart_may_move_an_instance_to_another_version(
+    make_engine: EngineFactory,
+) -> None:
+    async with make_engine([OrderV1, OrderV2]) as engine:
+        inst = await engine.workflow("order").create("a", version="1")
+        await drain(engine)
+        with pytest.raises(ValueError, match="'9'"):
+            await inst.restart(version="9")
+        assert (await engine.store.get_instance("order", "a")).status == "complete"
+        await inst.restart(version="2")
+        await drain(engine)
+        assert (await inst.status()).output == "v2"

@@ -325,24 +325,6 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                 },
             },
         },
-        "StatusChange": {
-            "type": "object",
-            "required": ["status"],
-            "additionalProperties": False,
-            "properties": {
-                "status": {"type": "string", "enum": ["pause", "resume", "terminate", "restart"]},
-                "from": {"type": "string", "description": "restart: the step to restart at."},
-                "count": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "restart: which occurrence of `from` (default 1).",
-                },
-                "rollback": {
-                    "type": "boolean",
-                    "description": "terminate: run the rollbacks of finished steps first.",
-                },
-            },
-        },
         "EventAccepted": {
             "type": "object",
             "required": ["id", "type", "status"],
@@ -419,6 +401,14 @@ def _paths() -> dict[str, Any]:
                 "summary": "One workflow: definition, DAG graph if any, counts by status.",
                 "parameters": [_NAME],
                 "responses": _responses(_ok(200, "The workflow.", "Workflow"), 404),
+            }
+        },
+        "/api/workflows/{name}/versions": {
+            "get": {
+                "operationId": "getWorkflowVersions",
+                "summary": "A deploy: per version, instances by status, live workers, drained.",
+                "parameters": [_NAME],
+                "responses": _responses(_ok(200, "The versions.", "VersionList"), 404),
             }
         },
         "/api/instances": {

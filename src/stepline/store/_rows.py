@@ -351,6 +351,14 @@ def workflow_from_row(row: Sequence[Any], counts: Mapping[str, dict[str, int]]) 
     )
 
 
+def count_by_version(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, int]]:
+    """Instance counts by version, then status, from rows of (version, status, count)."""
+    counts: dict[str, dict[str, int]] = {}
+    for version, status, n in rows:
+        counts.setdefault(version, {})[status] = int(n)
+    return counts
+
+
 def worker_from_row(row: Sequence[Any]) -> WorkerInfo:
     """The worker of a :class:`WorkerRow`."""
     id_, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running, versions = (

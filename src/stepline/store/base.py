@@ -151,6 +151,11 @@ class Store(abc.ABC):
     async def list_workflows(self) -> list[WorkflowInfo]:
         """Every registered workflow, sorted by name, with instance counts by status."""
 
+    @abc.abstractmethod
+    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
+        """The instances of ``workflow`` by version, then status: ``{"1": {"complete": 3}}``
+        (only the versions and statuses some instance has). One read."""
+
     # -- instances (client side) -------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -239,6 +244,7 @@ class Store(abc.ABC):
         *,
         rollback: bool = False,
         from_step: tuple[str, int] | None = None,
+        version: str | None = None,
     ) -> InstanceRecord:
         """Pause, resume, terminate or restart an instance durably; return its new state.
 
@@ -252,7 +258,8 @@ class Store(abc.ABC):
           ``terminated``.
         - restart: any instance. Steps are deleted (all of them, or from ``from_step`` = (name,
           count) on, in start order), the output/error cleared, and the instance queued; a
-          running activation is fenced out. Unknown ``from_step``: ``ValueError``.
+          running activation is fenced out. Unknown ``from_step``: ``ValueError``. The
+          instance keeps its version, or takes ``version`` if given (other actions ignore it).
 
         Any other case raises ``IllegalStateError``; an unknown instance
         ``InstanceNotFoundError``. An instance that ends here (terminate) wakes a parent waiting

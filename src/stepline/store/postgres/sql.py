@@ -131,6 +131,10 @@ _TEMPLATES: dict[str, str] = {
     "count_instances": """
         SELECT workflow, status, count(*) FROM {s}.instances GROUP BY workflow, status
     """,
+    "version_counts": """
+        SELECT version, status, count(*) FROM {s}.instances WHERE workflow = %s
+        GROUP BY version, status
+    """,
     # -- instances -------------------------------------------------------------------------------
     # Workers are told only of instances left queued, not of those leased on creation. A row
     # that would repeat an id, or the dedup key of an unfinished instance (instances_dedup), is
@@ -224,7 +228,8 @@ _TEMPLATES: dict[str, str] = {
         UPDATE {s}.instances SET status = 'queued', output = NULL, error = NULL, rollback = NULL,
             control = NULL, ready_at = %(now)s, held_ready_at = NULL,
             lease_token = lease_token + 1, lease_owner = NULL,
-            lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = %(now)s
+            lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = %(now)s,
+            version = COALESCE(%(version)s::text, version)
         WHERE pk = %(pk)s
     """,
     "send_event": """
@@ -480,6 +485,7 @@ class Statements:
     register_workflows: str
     list_workflows: str
     count_instances: str
+    version_counts: str
     create_instances: str
     existing_ids: str
     dedup_holders: str

@@ -198,6 +198,9 @@ class PostgresStore(Store):
     async def list_workflows(self) -> list[WorkflowInfo]:
         return await self._workflows.list()
 
+    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
+        return await self._workflows.version_counts(workflow)
+
     # -- instances -------------------------------------------------------------------------------
 
     async def create_instances(
@@ -292,9 +295,10 @@ class PostgresStore(Store):
         *,
         rollback: bool = False,
         from_step: tuple[str, int] | None = None,
+        version: str | None = None,
     ) -> InstanceRecord:
         record, woke = await self._instances.control(
-            workflow, instance_id, action, rollback, from_step, self.now()
+            workflow, instance_id, action, rollback, from_step, self.now(), version
         )
         self.signals.changed(workflow, instance_id)
         if record.ready_at is not None or woke:

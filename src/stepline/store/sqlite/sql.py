@@ -92,6 +92,9 @@ UPSERT_LIMIT = (
 )
 LIST_WORKFLOWS = f"SELECT {columns(WorkflowRow._fields)} FROM workflows ORDER BY name"
 COUNT_INSTANCES = "SELECT workflow, status, count(*) FROM instances GROUP BY workflow, status"
+VERSION_COUNTS = (
+    "SELECT version, status, count(*) FROM instances WHERE workflow = ? GROUP BY version, status"
+)
 
 # -- instances -------------------------------------------------------------------------------
 
@@ -184,7 +187,8 @@ RESTART = (
     "UPDATE instances SET status = 'queued', output = NULL, error = NULL, rollback = NULL,"
     " control = NULL, ready_at = ?, held_ready_at = NULL, lease_token = lease_token + 1,"
     " lease_owner = NULL,"
-    " lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = ? WHERE pk = ?"
+    " lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = ?,"
+    " version = COALESCE(?, version) WHERE pk = ?"
 )
 INSERT_EVENT = "INSERT INTO events (instance_pk, type, payload, created_at) VALUES (?, ?, ?, ?)"
 # An event, or a child's end, bumps ``event_seq`` so that a running activation does not sleep.

@@ -25,6 +25,7 @@ from ...records import (
 )
 from .._rows import (
     claims_on_creation,
+    count_by_version,
     decode_cursor,
     encode_cursor,
     event_from_row,
@@ -133,6 +134,9 @@ class SqliteStore(Store):
             counts.setdefault(workflow, {})[status] = n
         return [workflow_from_row(row, counts) for row in rows]
 
+    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
+        return count_by_version(await self._db.read(sql.VERSION_COUNTS, (workflow,)))
+
     # -- instances -------------------------------------------------------------------------------
 
     async def create_instances(
@@ -232,10 +236,13 @@ class SqliteStore(Store):
         *,
         rollback: bool = False,
         from_step: tuple[str, int] | None = None,
+        version: str | None = None,
     ) -> InstanceRecord:
         now = self.now()
         result: tuple[InstanceRecord, bool] = await self._db.write(
-            lambda c: tx.control(c, workflow, instance_id, action, rollback, from_step, now),
+            lambda c: tx.control(
+                c, workflow, instance_id, action, rollback, from_step, now, version
+            ),
             durable=True,
         )
         record, woke = result

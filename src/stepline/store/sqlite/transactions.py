@@ -200,13 +200,14 @@ def control(
     rollback: bool,
     from_step: tuple[str, int] | None,
     now: float,
+    version: str | None = None,
 ) -> tuple[InstanceRecord, bool]:
     """The instance after the action, and whether it made another runnable: its parent (it
     ended a child), or the next in line of its key."""
     found = _lookup(c, workflow, instance_id)
     ended = freed = False
     if action == "restart":
-        _restart(c, found.pk, from_step, now)
+        _restart(c, found.pk, from_step, now, version)
     else:
         change = control_transition(
             workflow, instance_id, found.status, found.lease_owner is not None, action, rollback
@@ -223,7 +224,13 @@ def control(
     return record, (ended and _wake_parent(c, record.parent, now)) or freed
 
 
-def _restart(c: sqlite3.Connection, pk: int, from_step: tuple[str, int] | None, now: float) -> None:
+def _restart(
+    c: sqlite3.Connection,
+    pk: int,
+    from_step: tuple[str, int] | None,
+    now: float,
+    version: str | None,
+) -> None:
     for workflow, dedup_key in c.execute(sql.DEDUP_OF_FINISHED, (pk,)).fetchall():
         # Unfinished again, it would hold its dedup key: unless another instance took it since.
         _check_dedup_key(c, workflow, dedup_key)
@@ -240,7 +247,7 @@ def _restart(c: sqlite3.Connection, pk: int, from_step: tuple[str, int] | None, 
         (seq,) = row
         for removed, removed_count in c.execute(sql.DELETE_STEPS_FROM, (pk, seq)).fetchall():
             c.execute(sql.UNCONSUME_EVENT, (pk, f"{removed}-{removed_count}"))
-    c.execute(sql.RESTART, (now, now, pk))
+    c.execute(sql.RESTART, (now, now, version, pk))
 
 
 def send_event(
