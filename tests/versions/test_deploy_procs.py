@@ -42,9 +42,9 @@ async def all_records(client: Engine) -> list[InstanceRecord]:
 async def wait_counts(
     client: Engine,
     pools: list[WorkerPool],
-    done: callable,
+    done: Callable[[dict[str, int]], bool],
     what: str,
-    timeout: float,  # type: ignore[valid-type]
+    timeout: float,
 ) -> None:
     deadline = time.monotonic() + timeout
     while True:
