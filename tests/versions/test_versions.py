@@ -4,11 +4,23 @@ refused naming the value. On both stores."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stepline import DefinitionError, Engine, Workflow, WorkflowEvent, WorkflowStep, workflow
+from stepline import (
+    ConfigError,
+    DefinitionError,
+    Engine,
+    Workflow,
+    WorkflowEvent,
+    WorkflowStep,
+    workflow,
+)
+from stepline.project import load_project, load_workflows
+from stepline.workflow import definition_of
 
 from ..conftest import EngineFactory, drain
 
@@ -127,3 +139,27 @@ async def test_a_restart_may_move_an_instance_to_another_version(
         await inst.restart(version="2")
         await drain(engine)
         assert (await inst.status()).output == "v2"
+
+
+def test_stepline_toml_sets_a_version(tmp_path: Path) -> None:
+    (tmp_path / "shop_v.py").write_text(
+        "from stepline import Workflow\n"
+        "class Order(Workflow):\n"
+        "    name = 'order'\n"
+        "    async def run(self, event, step):\n"
+        "        return 1\n",
+        encoding="utf-8",
+    )
+    table = '[[workflows]]\nname = "order"\nclass_name = "shop_v:Order"\n'
+    (tmp_path / "stepline.toml").write_text(table + table + 'version = "2"\n', encoding="utf-8")
+    before_modules, before_path = set(sys.modules), list(sys.path)
+    try:
+        found = [definition_of(w) for w in load_workflows(load_project(tmp_path, environ={}))]
+        assert [(d.name, d.version) for d in found] == [("order", "1"), ("order", "2")]
+        (tmp_path / "stepline.toml").write_text(table + 'version = "no way"\n', encoding="utf-8")
+        with pytest.raises(ConfigError, match=r"workflows\[0\]\.version.*'no way'"):
+            load_project(tmp_path, environ={})
+    finally:
+        for name in set(sys.modules) - before_modules:
+            del sys.modules[name]
+        sys.path[:] = before_path
