@@ -17,26 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from stepline import Engine, InstanceRecord
+from stepline import Engine
 
 from .._procs import WorkerPool, WorkerProc
+from ..flow.test_fleet import records_of
 from ._deploy_flows import NAME, V2, OldV1, PatchedV1
 
 pytestmark = pytest.mark.slow
 
 V1_COUNT = 1000
 V2_COUNT = 300
-
-
-async def all_records(client: Engine) -> list[InstanceRecord]:
-    found: list[InstanceRecord] = []
-    cursor = None
-    while True:
-        page = await client.list_instances(NAME, limit=500, cursor=cursor, oldest_first=True)
-        found += page.instances
-        cursor = page.cursor
-        if cursor is None:
-            return found
 
 
 async def wait_counts(
@@ -113,7 +103,7 @@ async def test_a_rolling_deploy_runs_every_instance_on_its_own_code(
                 after, pools, lambda c: c.get("complete", 0) == V1_COUNT + V2_COUNT
                 or c.get("errored", 0) > 0, "every instance complete", 240,
             )  # fmt: skip
-            records = await all_records(after)
+            records = await records_of(after, NAME)
             drained = {v.version: v.drained for v in await after.workflow_versions(NAME)}
         new_pool.stop_all()
     finally:
