@@ -140,7 +140,7 @@ class Engine:
             hooks=hooks,
             versions=self.registry.versions,
         )
-        self._messaging = Messaging(self.store, max_payload, self._registry)
+        self._messaging = Messaging(self.store, max_payload, self._registry, self.registry.versions)
 
     # -- registry --------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import stepline
 from stepline import (
     ConfigError,
     DefinitionError,
@@ -163,3 +164,35 @@ def test_stepline_toml_sets_a_version(tmp_path: Path) -> None:
         for name in set(sys.modules) - before_modules:
             del sys.modules[name]
         sys.path[:] = before_path
+
+
+async def test_a_query_replays_the_code_of_the_instances_version(
+    make_engine: EngineFactory,
+) -> None:
+    class Asked(Workflow):
+        name = "asked"
+
+        @stepline.query
+        def code(self) -> str:
+            return "v1"
+
+        async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+            await step.sleep("nap", 60)
+
+    class AskedV2(Workflow):
+        name = "asked"
+        version = "2"
+
+        @stepline.query
+        def code(self) -> str:
+            return "v2"
+
+        async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+            await step.sleep("nap", 60)
+
+    async with make_engine([Asked, AskedV2]) as engine:
+        old = await engine.workflow("asked").create("old", version="1")
+        new = await engine.workflow("asked").create("new")
+        await drain(engine)
+        assert await old.query("code") == "v1"
+        assert await new.query("code") == "v2"

@@ -26,10 +26,12 @@ class Messaging:
         store: Store,
         max_payload: int,
         code: Mapping[str, WorkflowDefinition] | None = None,
+        versions: Mapping[str, Mapping[str, WorkflowDefinition]] | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._code: Mapping[str, WorkflowDefinition] = code if code is not None else {}
+        self._versions = versions if versions is not None else {}
         self._settings = ActivationSettings(max_payload)
 
     async def query(
@@ -47,8 +49,9 @@ class Messaging:
                 self._store, workflow, instance_id, name, encoded, timeout
             )
         text = await _queries.answer_here(
-            self._store, definition, instance_id, name, _json.loads(encoded), self._settings
-        )
+            self._store, definition, instance_id, name, _json.loads(encoded), self._settings,
+            self._versions.get(workflow),
+        )  # fmt: skip
         return _json.loads(text)
 
     async def send_update(

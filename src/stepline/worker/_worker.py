@@ -78,7 +78,7 @@ class Worker:
             store, self.id, self.settings, self._workflows, self._slots, self._served
         )
         self._retention = Retention(store, self.settings.retention)
-        self._queries = QueryService(store, self.id, registry, self.settings)
+        self._queries = QueryService(store, self.id, registry, self.settings, self.versions)
         self._stopping = asyncio.Event()
         self._at_once = asyncio.Event()
         """Set by ``stop(at_once=True)``: cut the grace period short."""
