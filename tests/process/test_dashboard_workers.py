@@ -162,4 +162,6 @@ def test_the_versions_box_shows_a_deploy(page: Page, site: Site, db: Path) -> No
     expect(row).to_contain_text("no live worker")
     served = page.locator("[data-testid=versions-quick]")
     served.locator("summary").click()
-    expect(served.locator("[data-testid=version-row][data-version='1']")).to_contain_text("none")
+    row = served.locator("[data-testid=version-row][data-version='1']")
+    expect(row).to_contain_text("drained")  # served by the server's live worker, nothing left
+    expect(row).not_to_contain_text("no live worker")
