@@ -12,6 +12,7 @@ from typing import Any
 
 from .._runtime import ActivationSettings, Observer, RunningMarks, RuntimeHooks
 from ..errors import StoreError
+from ..records import DEFAULT_VERSION
 from ..store.base import Claim, Store
 from ..workflow import WorkflowDefinition
 from ._activate import activate
@@ -133,7 +134,9 @@ class Worker:
         """Something may be runnable: look at the database now instead of at the next poll."""
         self._loop.wake()
 
-    def reserve(self, workflow: str, count: int, version: str) -> Reservation | None:
+    def reserve(
+        self, workflow: str, count: int, version: str = DEFAULT_VERSION
+    ) -> Reservation | None:
         """Hold free slots for up to ``count`` instances of ``workflow`` about to be created in
         this process, or None.
 
