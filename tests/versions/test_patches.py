@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from stepline import Dag, WorkflowEvent, WorkflowStep, workflow
+from stepline.testing import ReplayError
 
 from ..conftest import TestEnvFactory
 
@@ -187,3 +188,17 @@ async def test_a_dag_node_added_under_a_patch(make_test_env: TestEnvFactory) -> 
         assert status.status == "complete", status
         assert sorted(CALLS) == ["a", "b", "c"]
         assert "patch:b-node" in [s.name for s in await inst.steps()]
+
+
+async def test_the_toolkits_replay_check_sees_a_removed_patch(
+    make_test_env: TestEnvFactory,
+) -> None:
+    CODE["v"] = "patched"
+    async with make_test_env([reminder]) as env:
+        inst = await env.create("reminder", params={"where": "before"})
+        await env.advance(11)
+        assert (await inst.status()).status == "complete"
+        await env.replay(inst)  # the code that recorded the marker replays it
+        CODE["v"] = "old"
+        with pytest.raises(ReplayError, match="patch:sms-reminder-1"):
+            await env.replay(inst)
