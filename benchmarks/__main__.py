@@ -21,6 +21,7 @@ from . import (
     loops,
     messages,
     recovery,
+    replay_check,
     sequential,
     spread,
     telemetry,
@@ -48,6 +49,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     virtual_time.NAME: virtual_time.run,
     beside_dbos.NAME: beside_dbos.run,
     handoff.NAME: handoff.run,
+    replay_check.NAME: replay_check.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 

@@ -37,6 +37,7 @@ from .records import (
     InstanceStatus,
     StepRecord,
 )
+from .retention import parse_retention
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
 from .workflow import is_valid_name, validate_name, validate_version
@@ -466,6 +467,7 @@ class WorkflowBinding:
         on_duplicate: OnDuplicate = "return",
         traceparent: str | None = None,
         version: str | None = None,
+        retention: Mapping[str, Duration] | None = None,
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
         engine's own worker has room for it.
@@ -487,6 +489,8 @@ class WorkflowBinding:
         ``version``: the version of the workflow's code to run it (docs/versioning.md); by
         default the newest (of this engine's registry, else of the live workers'). One no
         worker or registry here has raises ``ValueError`` naming it; nothing is created.
+        ``retention``: how long this instance is kept once it ends, by outcome (``{"complete":
+        "1 day"}``), over its workflow's retention (docs/reliability.md, "Retention").
         """
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
@@ -500,6 +504,7 @@ class WorkflowBinding:
             dedup_key=_check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
             version=chosen,
+            retention=_retention_json(retention),
         )
         try:
             await self._create([new], trigger, skip_existing=False)
@@ -656,3 +661,9 @@ class WorkflowBinding:
         if not self._possible:
             return 0
         return await self._store.purge_instances(self.name, chosen, self._store.now() - age)
+
+
+def _retention_json(retention: Mapping[str, Duration] | None) -> str | None:
+    """An instance's own retention as stored: JSON seconds by outcome; ValueError if bad."""
+    policy = parse_retention(retention, where="retention of the instance")
+    return None if policy is None else _json.dumps(policy, what="retention")

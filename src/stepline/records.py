@@ -210,6 +210,9 @@ class InstanceRecord:
     version: str = DEFAULT_VERSION
     """The version of its workflow's code it started under: only that code runs it
     (docs/versioning.md)."""
+    delete_at: float | None = None
+    """When retention deletes it (epoch seconds), set as it ends from its outcome's retention
+    (its own, else its workflow's); None while unfinished, or when kept (docs/reliability.md)."""
 
     def due(self, now: float) -> bool:
         """Whether its time to run has come at ``now`` (queued, its wake-up time, or the expiry
@@ -237,6 +240,7 @@ class InstanceRecord:
             "priority": self.priority,
             "dedup_key": self.dedup_key,
             "version": self.version,
+            "delete_at": self.delete_at,
         }
 
 
@@ -297,6 +301,8 @@ class WorkflowInfo:
     counts: dict[str, int] = field(default_factory=dict)
     limits: dict[str, Any] | None = None
     """Its flow control as registered (``WorkflowLimits.to_json``), None without limits."""
+    retention: dict[str, float] | None = None
+    """Its retention as registered, seconds by outcome; None without one."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -307,6 +313,7 @@ class WorkflowInfo:
             "definition": self.definition,
             "counts": self.counts,
             "limits": self.limits,
+            "retention": self.retention,
         }
 
 

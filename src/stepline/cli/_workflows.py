@@ -7,6 +7,7 @@ from typing import Any
 import click
 from rich.text import Text
 
+from .._json import parse_json_argument
 from ..errors import DuplicateInstanceError, WorkflowNotFoundError
 from ..project import load_workflow
 from ..records import WorkflowInfo
@@ -102,7 +103,13 @@ async def _describe(state: State, name: str) -> WorkflowInfo:
         raise WorkflowNotFoundError(name, sorted({*found, *state.project.workflow_names}))
     definition = definition_of(load_workflow(state.project, entry))
     return WorkflowInfo(
-        name, entry.class_name, 0.0, 0.0, definition.describe(), limits=definition.limits.to_json()
+        name,
+        entry.class_name,
+        0.0,
+        0.0,
+        definition.describe(),
+        limits=definition.limits.to_json(),
+        retention=definition.retention,
     )
 
 
@@ -158,6 +165,8 @@ async def _trigger(
               help="Lower runs first among runnable instances.")  # fmt: skip
 @click.option("--dedup-key", help="Create nothing if an unfinished instance has this key.")
 @click.option("--version", help="The workflow version to run it (default: the newest).")
+@click.option("--retention", "retention_json", metavar="JSON",
+              help='Keep it so long once ended: \'{"complete": "1 day"}\'.')  # fmt: skip
 @json_option
 @pass_state
 def trigger(
@@ -170,6 +179,7 @@ def trigger(
     priority: int,
     dedup_key: str | None,
     version: str | None,
+    retention_json: str | None,
     as_json: bool,
 ) -> None:
     """Create (queue) an instance of NAME with PARAMS_JSON (or --params-file) as its params.
@@ -178,7 +188,15 @@ def trigger(
     """
     with cli_errors():
         params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
-    flow = {"key": key, "priority": priority, "dedup_key": dedup_key, "version": version}
+    flow: dict[str, Any] = {
+        "key": key,
+        "priority": priority,
+        "dedup_key": dedup_key,
+        "version": version,
+    }
+    if retention_json is not None:
+        with cli_errors():
+            flow["retention"] = parse_json_argument(retention_json, what="--retention")
     created, new = run_async(_trigger(state, name, params, instance_id, flow))
     if not new:
         if as_json:

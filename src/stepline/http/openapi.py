@@ -64,6 +64,10 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "started_at": _NUMBER_OR_NULL,
         "ended_at": _NUMBER_OR_NULL,
         "wake_at": {**_NUMBER_OR_NULL, "description": "When a waiting instance wakes up."},
+        "delete_at": {
+            **_NUMBER_OR_NULL,
+            "description": "When retention deletes this finished instance; null: kept.",
+        },
         "schedule": {
             **_OBJECT_OR_NULL,
             "description": (
@@ -143,6 +147,11 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                     **_OBJECT_OR_NULL,
                     "description": "Its flow control: concurrency, worker_concurrency, rate "
                     "([count, seconds]), key_concurrency, limits (named); null without any.",
+                },
+                "retention": {
+                    **_OBJECT_OR_NULL,
+                    "description": "How long its finished instances are kept, seconds by "
+                    "outcome (complete, errored, terminated); null without one.",
                 },
                 "counts": {
                     "type": "object",

@@ -123,6 +123,9 @@ class NewInstance:
     """The W3C trace context its activations continue (see :attr:`InstanceRecord.traceparent`)."""
     version: str = DEFAULT_VERSION
     """The version of its workflow it starts under (see :attr:`InstanceRecord.version`)."""
+    retention: str | None = None
+    """JSON text ``{outcome: seconds}``: its own retention, over its workflow's (see
+    :meth:`Store.purge_expired`)."""
 
 
 @dataclass(frozen=True)
@@ -297,6 +300,9 @@ class WorkflowMeta:
     definition: dict[str, Any] | None = None
     limits: WorkflowLimits = field(default_factory=WorkflowLimits)
     """Its flow control, which every worker's claims apply (see :meth:`Store.claim`)."""
+    retention: dict[str, float] | None = None
+    """Seconds its instances are kept after they end, by outcome: what sets each one's
+    ``delete_at`` when it ends (see :meth:`Store.purge_expired`)."""
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
             "dedup_key": i.dedup_key,
             "traceparent": i.traceparent,
             "version": i.version,
+            "retention": i.retention,
         }
         for n, i in items
     )
