@@ -149,8 +149,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
     (
         pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
         updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule, key,
-        priority, dedup_key, traceparent, version,
-        priority, dedup_key, traceparent, delete_at,
+        priority, dedup_key, traceparent, version, delete_at,
     ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
         pk=pk,
