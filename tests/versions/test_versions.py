@@ -21,6 +21,7 @@ from stepline import (
     workflow,
 )
 from stepline.project import load_project, load_workflows
+from stepline.testing import replay_check
 from stepline.workflow import definition_of
 
 from ..conftest import EngineFactory, drain
@@ -196,3 +197,30 @@ async def test_a_query_replays_the_code_of_the_instances_version(
         await drain(engine)
         assert await old.query("code") == "v1"
         assert await new.query("code") == "v2"
+
+
+async def test_replay_check_replays_each_instance_with_its_versions_code(store_url: str) -> None:
+    class NappingV1(Workflow):
+        name = "napping"
+
+        async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+            await step.do("a", lambda: 1)
+            await step.sleep("nap", 60)
+
+    class NappingV2(Workflow):
+        name = "napping"
+        version = "2"
+
+        async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+            await step.do("other", lambda: 2)
+            await step.sleep("nap", 60)
+
+    async with Engine(store_url, [NappingV1, NappingV2], worker=False) as engine:
+        await engine.workflow("napping").create("one", version="1")
+        await engine.workflow("napping").create("two")
+        await drain(engine)
+    report = await replay_check(store_url, [NappingV1, NappingV2])
+    assert report.ok, report.diverged
+    assert sorted(r.id for r in report.results) == ["one", "two"]
+    only_new = await replay_check(store_url, [NappingV2])
+    assert [r.id for r in only_new.results] == ["two"]  # no code of today's runs "one"
