@@ -13,6 +13,7 @@ from .dag import Dag, Pipeline
 from .durations import parse_duration
 from .engine import Engine
 from .errors import (
+    BlobStoreError,
     ConfigError,
     DefinitionError,
     DuplicateInstanceError,
@@ -24,7 +25,10 @@ from .errors import (
     MessageError,
     NonDeterminismError,
     NonRetryableError,
+    PayloadKeyError,
     QueryError,
+    ScheduleExistsError,
+    ScheduleReadOnlyError,
     StepFailedError,
     SteplineError,
     StepTimeoutError,
@@ -51,12 +55,14 @@ from .schedule import Schedule
 from .step import StepContext, Stream, WorkflowStep
 from .store.types import StreamItem
 from .sync import SyncEngine, SyncInstance, SyncWorkflowBinding
+from .values import register_type
 from .workflow import Workflow, WorkflowEvent, workflow
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_NON_RETRYABLE",
+    "BlobStoreError",
     "ConfigError",
     "Dag",
     "DefinitionError",
@@ -78,6 +84,7 @@ __all__ = [
     "MessageError",
     "NonDeterminismError",
     "NonRetryableError",
+    "PayloadKeyError",
     "PendingRetry",
     "Pipeline",
     "QueryError",
@@ -85,6 +92,8 @@ __all__ = [
     "RetryAfter",
     "RetryConfig",
     "Schedule",
+    "ScheduleExistsError",
+    "ScheduleReadOnlyError",
     "StepConfig",
     "StepContext",
     "StepFailedError",
@@ -111,6 +120,7 @@ __all__ = [
     "__version__",
     "parse_duration",
     "query",
+    "register_type",
     "update",
     "workflow",
 ]

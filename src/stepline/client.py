@@ -27,6 +27,14 @@ from ._traceparent import valid_traceparent
 from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .messages import Messaging
+from .payloads import PayloadCodec, Slot, event_column
+from .payloads.records import (
+    open_events,
+    open_instance,
+    open_instances,
+    open_steps,
+    open_stream_items,
+)
 from .records import (
     DEFAULT_VERSION,
     FINISHED_STATUSES,
@@ -40,6 +48,7 @@ from .records import (
 from .retention import parse_retention
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
+from .values import convert
 from .workflow import is_valid_name, validate_name, validate_version
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
@@ -108,8 +117,20 @@ def _check_priority(value: object, *, what: str = "priority") -> int:
     return value
 
 
-async def _delete(store: Store, workflow: str, ids: Sequence[str], force: bool) -> int:
-    return await store.delete_instances(workflow, ids, finished_only=not force)
+async def _delete(
+    store: Store, codec: PayloadCodec, workflow: str, ids: Sequence[str], force: bool
+) -> int:
+    deleted = await store.delete_instances(workflow, ids, finished_only=not force)
+    if deleted:
+        await codec.forget(workflow, list(ids))  # the blobs go with their instances
+    return deleted
+
+
+async def _sealed_params(
+    codec: PayloadCodec, workflow: str, instance_id: str, params: Any, what: str
+) -> str:
+    text = _json.dumps(params, what=what, limit=codec.encode_limit)
+    return await codec.seal(text, Slot(workflow, instance_id, "params"))
 
 
 class Reservation(Protocol):
@@ -168,11 +189,13 @@ class Instance:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         messaging: Messaging | None = None,
         version_of: VersionOf | None = None,
+        payloads: PayloadCodec | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._messaging = messaging or Messaging(store, max_payload)
         self._version_of = version_of or _given_version
+        self._payloads = payloads or PayloadCodec(max_payload=max_payload)
         self.workflow = workflow
         self.id = instance_id
 
@@ -181,7 +204,8 @@ class Instance:
 
     async def record(self) -> InstanceRecord:
         """Everything stored about the instance (params, timestamps, ...)."""
-        return await self._store.get_instance(self.workflow, self.id)
+        record = await self._store.get_instance(self.workflow, self.id)
+        return await open_instance(self._payloads, record)
 
     async def status(self) -> InstanceStatus:
         """``InstanceStatus(status, output, error, rollback, retry)``: ``retry``
@@ -191,15 +215,19 @@ class Instance:
         (retry,) = await read_retries(self._store, [rec])
         return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback, retry)
 
-    async def steps(self) -> list[StepRecord]:
-        """The full step history in start order, with every attempt."""
-        return await self._store.get_steps(self.workflow, self.id)
+    async def steps(self, *, redact: bool = False) -> list[StepRecord]:
+        """The full step history in start order, with every attempt. ``redact``: the result of
+        a step run with ``{"sensitive": True}`` reads ``"[redacted]"`` (what the CLI, the HTTP
+        APIs and the dashboard show)."""
+        steps = await self._store.get_steps(self.workflow, self.id)
+        return await open_steps(self._payloads, self.workflow, self.id, steps, redact=redact)
 
     async def events(self) -> list[InstanceEvent]:
         """Every event sent to the instance, in send order: ``type``, ``payload``, ``sent_at``
         and ``consumed_by`` (the ``wait_for_event`` step that took it, ``name-count``; None
         while it is pending)."""
-        return await self._store.get_events(self.workflow, self.id)
+        events = await self._store.get_events(self.workflow, self.id)
+        return await open_events(self._payloads, self.workflow, self.id, events)
 
     async def delete(self, *, force: bool = False) -> None:
         """Delete the instance with its steps and events.
@@ -208,7 +236,7 @@ class Instance:
         otherwise :class:`~stepline.IllegalStateError` (terminate it first). The status is
         checked in the deleting transaction. Unknown: ``InstanceNotFoundError``.
         """
-        deleted = await _delete(self._store, self.workflow, [self.id], force)
+        deleted = await _delete(self._store, self._payloads, self.workflow, [self.id], force)
         if not deleted:
             raise InstanceNotFoundError(self.workflow, self.id)
 
@@ -280,7 +308,12 @@ class Instance:
     async def send_event(self, type: str, payload: Any = None) -> None:
         """Deliver an event to ``wait_for_event(type=...)``; kept until a wait consumes it."""
         validate_name(type, what="event type")
-        encoded = _json.dumps(payload, what=f"payload of event {type!r}", limit=self._max_payload)
+        what = f"payload of event {type!r}"
+        codec = self._payloads
+        encoded = await codec.seal(
+            _json.dumps(payload, what=what, limit=codec.encode_limit),
+            Slot(self.workflow, self.id, event_column(type)),
+        )
         await self._store.send_event(self.workflow, self.id, type, encoded)
 
     # -- messages (docs/messaging.md) -------------------------------------------------------------
@@ -344,7 +377,8 @@ class Instance:
 
     async def streams(self) -> list[StreamItem]:
         """The last item of each of the instance's streams, by stream name."""
-        return await self._store.messages.latest_stream_items(self.workflow, self.id)
+        items = await self._store.messages.latest_stream_items(self.workflow, self.id)
+        return await open_stream_items(self._payloads, self.workflow, self.id, items)
 
     async def wait(self, timeout: Duration | None = None) -> InstanceStatus:
         """Wait until the instance is complete, errored or terminated; return its status.
@@ -394,11 +428,15 @@ class WorkflowBinding:
         observer: Observer | None = None,
         messaging: Messaging | None = None,
         version_of: VersionOf | None = None,
+        payloads: PayloadCodec | None = None,
+        params_type: Any = None,
     ) -> None:
         self._store = store
         self._version_of = version_of or _given_version
         self._max_payload = max_payload
+        self._params_type = params_type
         self._messaging = messaging or Messaging(store, max_payload)
+        self._payloads = payloads or PayloadCodec(max_payload=max_payload)
         self.name = name
         self._check_known = check
         self._reserve = reserve
@@ -412,6 +450,13 @@ class WorkflowBinding:
 
     async def _check(self) -> None:
         await self._check_known(self.name)
+
+    async def _params(self, instance_id: str, params: Any, what: str) -> str:
+        """Params as stored, checked against the type ``run()`` declares for them
+        (``WorkflowEvent[Order]``) when this process has the workflow: stored as given."""
+        if self._params_type is not None and params is not None:
+            convert(params, self._params_type, what)
+        return await _sealed_params(self._payloads, self.name, instance_id, params, what)
 
     async def _create(
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
@@ -496,9 +541,10 @@ class WorkflowBinding:
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
         await self._check()
         chosen = await self._version_of(self.name, version)
+        instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
         new = NewInstance(
-            str(uuid.uuid4()) if id is None else validate_name(id, what="instance id"),
-            _json.dumps(params, what="instance params", limit=self._max_payload),
+            instance_id,
+            await self._params(instance_id, params, "instance params"),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
@@ -552,10 +598,8 @@ class WorkflowBinding:
             new.append(
                 NewInstance(
                     instance_id,
-                    _json.dumps(
-                        item.get("params"),
-                        what=f"params of batch item {index}",
-                        limit=self._max_payload,
+                    await self._params(
+                        instance_id, item.get("params"), f"params of batch item {index}"
                     ),
                     key=_check_key(item.get("key"), what=f"key of batch item {index}"),
                     priority=_check_priority(
@@ -585,6 +629,7 @@ class WorkflowBinding:
             self._max_payload,
             self._messaging,
             self._version_of,
+            self._payloads,
         )
 
     async def create_and_update(
@@ -604,9 +649,10 @@ class WorkflowBinding:
         idempotent (an existing id is kept; ``update_id`` makes the update run once), so a
         caller that retries after a failure between them gets one instance and one run."""
         await self._check()
+        instance_id = validate_name(id, what="instance id")
         new = NewInstance(
-            validate_name(id, what="instance id"),
-            _json.dumps(params, what="instance params", limit=self._max_payload),
+            instance_id,
+            await self._params(instance_id, params, "instance params"),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
             version=await self._version_of(self.name, None),
@@ -628,9 +674,10 @@ class WorkflowBinding:
         check_listing(status, limit)
         if not self._possible:
             return InstancePage([], None)
-        return await self._store.list_instances(
+        page = await self._store.list_instances(
             self.name, status, limit, cursor, oldest_first=oldest_first
         )
+        return InstancePage(await open_instances(self._payloads, page.instances), page.cursor)
 
     async def delete(self, ids: Iterable[str], *, force: bool = False) -> int:
         """Delete the instances ``ids`` (with their steps and events); return how many existed.
@@ -642,7 +689,7 @@ class WorkflowBinding:
         chosen = [validate_name(i, what="instance id") for i in ids]
         if not self._possible:
             return 0
-        return await _delete(self._store, self.name, chosen, force)
+        return await _delete(self._store, self._payloads, self.name, chosen, force)
 
     async def purge(
         self, *, statuses: Iterable[str] = FINISHED_ORDER, older_than: Duration = 0

@@ -19,6 +19,8 @@ from .limits import Limit
 from .liveness import unserved_warning, version_served
 from .local import LocalWorker
 from .messages import Messaging
+from .payloads import PayloadConfig, build_codec
+from .payloads.records import open_instances
 from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, WorkflowInfo
 from .registry import Registry
 from .retrying import read_retries
@@ -27,7 +29,7 @@ from .telemetry import Activity, ActivityReadings, Telemetry
 from .triggers.cron import ScheduleClient, Scheduler
 from .versions import VersionState, version_states
 from .worker import Worker, WorkerSettings
-from .workflow import WorkflowDefinition, definition_of, is_valid_name
+from .workflow import WorkflowDefinition, definition_of, is_valid_name, payload_type
 
 log = logging.getLogger("stepline")
 
@@ -72,6 +74,10 @@ class Engine:
     ``telemetry``: traces, metrics and the log context (:class:`stepline.telemetry.Telemetry`);
     by default traces are on when an OpenTelemetry tracer provider is configured, and nothing
     else is (docs/observability.md).
+
+    ``payloads`` (:class:`~stepline.payloads.PayloadConfig`): offload values over
+    ``offload_over`` to a blob store, encrypt stored values (docs/data.md); keys are read when
+    the engine is made. Default: neither.
     """
 
     def __init__(
@@ -96,12 +102,15 @@ class Engine:
         limits: Iterable[Limit] = (),
         hooks: RuntimeHooks | None = None,
         telemetry: Telemetry | None = None,
+        payloads: PayloadConfig | None = None,
     ) -> None:
         self.url = url or os.environ.get("STEPLINE_DATABASE_URL") or DEFAULT_URL
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if max_payload < 1:
             raise ValueError(f"max_payload must be positive, got {max_payload}")
+        self.payloads = build_codec(payloads, self.url, max_payload)
+        """Seals stored values and opens them (offload, encryption; docs/data.md)."""
         self.settings = WorkerSettings(
             concurrency=concurrency,
             lease=parse_worker_duration("lease", lease, what="lease"),
@@ -118,6 +127,8 @@ class Engine:
             stream_keep_for=None
             if stream_keep_for is None
             else parse_duration(stream_keep_for, what="stream_keep_for"),
+            payloads=self.payloads,
+            sweep_grace=payloads.sweep_grace if payloads is not None else 3600.0,
         )
         self.clock = clock or SystemClock()
         # Without a clock of the user's the store keeps real time its own way (PostgreSQL: the
@@ -141,7 +152,9 @@ class Engine:
             hooks=hooks,
             versions=self.registry.versions,
         )
-        self._messaging = Messaging(self.store, max_payload, self._registry, self.registry.versions)
+        self._messaging = Messaging(
+            self.store, max_payload, self._registry, self.registry.versions, self.payloads
+        )
 
     # -- registry --------------------------------------------------------------------------------
 
@@ -192,6 +205,7 @@ class Engine:
         _threads.release_idle()  # the threads of sync callbacks that no longer run
         if self._opened:
             await self.store.close()
+            await self.payloads.close()
             self._opened = False
 
     async def __aenter__(self) -> Engine:
@@ -240,14 +254,25 @@ class Engine:
         return self._local.scheduler
 
     def schedules(self) -> ScheduleClient:
-        """List, pause, resume, trigger and backfill the schedules stored in the database."""
-        return ScheduleClient(self.store)
+        """Create, update and delete schedules at run time; list, pause, resume, trigger and
+        backfill the schedules stored in the database."""
+        return ScheduleClient(
+            self.store,
+            check_workflow=self._check_workflow,
+            declared=self._declared_schedules,
+            changed=self._local.wake_scheduler,
+        )
+
+    def _declared_schedules(self) -> set[str]:
+        """The names of the schedules the registered workflows declare (stored or not yet)."""
+        return {s.key for d in self.registry.definitions.values() for s in d.schedules}
 
     # -- client ----------------------------------------------------------------------------------
 
     def workflow(self, workflow: str | Any) -> WorkflowBinding:
         """A binding to create and look up instances: by name, class, Pipeline or Dag."""
         name = workflow if isinstance(workflow, str) else definition_of(workflow).name
+        definition = self.registry.definitions.get(name)
         return WorkflowBinding(
             self.store,
             name,
@@ -257,6 +282,8 @@ class Engine:
             self.observer,
             self._messaging,
             self._version_of,
+            self.payloads,
+            params_type=None if definition is None else payload_type(definition.cls),
         )
 
     async def _check_workflow(self, name: str) -> None:
@@ -283,15 +310,20 @@ class Engine:
         cursor: str | None = None,
         *,
         oldest_first: bool = False,
+        values: bool = True,
     ) -> InstancePage:
         """Page through instances, newest first (or oldest first); pass ``page.cursor`` back
-        for the next page."""
+        for the next page. ``values=False``: params and outputs as stored (offloaded or
+        encrypted ones not fetched nor opened), for listings that do not show them."""
         check_listing(status, limit)
         if workflow is not None and not is_valid_name(workflow):
             return InstancePage([], None)  # no workflow can have that name: nothing to read
-        return await self.store.list_instances(
+        page = await self.store.list_instances(
             workflow, status, limit, cursor, oldest_first=oldest_first
         )
+        if not values:
+            return page
+        return InstancePage(await open_instances(self.payloads, page.instances), page.cursor)
 
     def now(self) -> float:
         """The store's clock (seconds since the epoch): the time timers and leases follow (on

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .values import readable
+
 InstanceStatusName = Literal[
     "queued",
     "running",
@@ -121,7 +123,7 @@ class StepRecord:
             "seq": self.seq,
             "type": self.kind,
             "status": self.status,
-            "output": self.output,
+            "output": readable(self.output),
             "error": self.error,
             "wake_at": self.wake_at,
             "started_at": self.started_at,
@@ -156,7 +158,7 @@ class InstanceEvent:
     def to_json(self) -> dict[str, Any]:
         return {
             "type": self.type,
-            "payload": self.payload,
+            "payload": readable(self.payload),
             "sent_at": self.sent_at,
             "consumed_by": self.consumed_by,
         }
@@ -224,8 +226,8 @@ class InstanceRecord:
             "workflow": self.workflow,
             "id": self.id,
             "status": self.status,
-            "params": self.params,
-            "output": self.output,
+            "params": readable(self.params),
+            "output": readable(self.output),
             "error": self.error,
             "rollback": self.rollback,
             "trigger": self.trigger,
@@ -399,9 +401,12 @@ class WorkerInfo:
         }
 
 
+ScheduleSource = Literal["code", "api"]
+
+
 @dataclass(frozen=True)
 class ScheduleRecord:
-    """A cron schedule as stored: its declaration (synced from code) and its state.
+    """A cron schedule as stored: its declaration (from code, or made at run time) and its state.
 
     ``last_tick``: the latest tick the scheduler handled (fired, skipped or buffered), None
     before the first; ``last_instance``: the id of the instance it last created;
@@ -423,10 +428,14 @@ class ScheduleRecord:
     buffered_tick: float | None
     created_at: float
     updated_at: float
+    source: ScheduleSource = "code"
+    """``code``: declared by a workflow, synced by schedulers, read-only at run time; ``api``:
+    created at run time (``engine.schedules().create``), changed and deleted the same way."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "source": self.source,
             "workflow": self.workflow,
             "cron": self.cron,
             "timezone": self.timezone,

@@ -3,6 +3,7 @@
 import stepline
 
 EXPECTED = {
+    "BlobStoreError",
     "ConfigError",
     "DEFAULT_NON_RETRYABLE",
     "Dag",
@@ -25,6 +26,7 @@ EXPECTED = {
     "MessageError",
     "NonDeterminismError",
     "NonRetryableError",
+    "PayloadKeyError",
     "PendingRetry",
     "Pipeline",
     "QueryError",
@@ -32,6 +34,8 @@ EXPECTED = {
     "RetryAfter",
     "RetryConfig",
     "Schedule",
+    "ScheduleExistsError",
+    "ScheduleReadOnlyError",
     "StepConfig",
     "StepContext",
     "StepFailedError",
@@ -58,6 +62,7 @@ EXPECTED = {
     "__version__",
     "parse_duration",
     "query",
+    "register_type",
     "update",
     "workflow",
 }

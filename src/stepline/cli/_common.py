@@ -25,7 +25,9 @@ from ..errors import (
     InstanceNotFoundError,
     InvalidPayloadError,
     QueryError,
+    ScheduleExistsError,
     ScheduleNotFoundError,
+    ScheduleReadOnlyError,
     SteplineError,
     UpdateRejectedError,
     WorkflowNotFoundError,
@@ -34,6 +36,7 @@ from ..project import ProjectConfig, load_project
 from ..records import InstanceRecord
 from ..store.sqlite import directory_message, path_from_url
 from ..telemetry import Telemetry
+from ..values import readable
 from ..workflow import validate_name
 
 T = TypeVar("T")
@@ -52,7 +55,9 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     InvalidPayloadError,
+    ScheduleExistsError,
     ScheduleNotFoundError,
+    ScheduleReadOnlyError,
     UpdateRejectedError,
     WorkflowNotFoundError,
     ValueError,
@@ -171,6 +176,7 @@ class State:
         self.check_not_directory()
         options.setdefault("worker", False)
         options.setdefault("limits", self.project.limits)
+        options.setdefault("payloads", self.project.payloads)
         if "telemetry" not in options:  # traces as [telemetry] says (clients' creates too)
             options["telemetry"] = Telemetry(traces=self.project.telemetry.traces)
         merged = {**self.project.worker.engine_options(), **options}
@@ -244,7 +250,8 @@ pass_state = click.make_pass_decorator(State, ensure=True)
 
 def print_json(value: Any) -> None:
     """Machine-readable output: indented JSON on stdout."""
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    text = orjson.dumps(readable(value), option=orjson.OPT_INDENT_2).decode()
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 

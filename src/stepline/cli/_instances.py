@@ -152,7 +152,7 @@ async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
     """The instance's steps and events, and its workflow's stored definition (for DAG
     graphs)."""
     instance = await engine.get_instance(record.workflow, record.id)
-    steps = await instance.steps()
+    steps = await instance.steps(redact=True)
     events = await instance.events()
     definition = next(
         (w.definition for w in await engine.list_workflows() if w.name == record.workflow), None

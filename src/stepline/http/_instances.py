@@ -59,7 +59,8 @@ class InstanceEndpoints:
         if workflow is not None:
             await self.lookup.require_workflow(workflow)
         with client_errors():
-            page = await self.engine.list_instances(workflow, status, limit, cursor)
+            # The summaries leave params and outputs out: nothing offloaded is fetched.
+            page = await self.engine.list_instances(workflow, status, limit, cursor, values=False)
             warnings = await self.engine.unserved_warnings(page.instances)
             retries = await self.engine.retries(page.instances)
         summaries = [

@@ -15,15 +15,19 @@ from ..errors import (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     InvalidPayloadError,
+    ScheduleExistsError,
     ScheduleNotFoundError,
+    ScheduleReadOnlyError,
     StoreError,
     WorkflowNotFoundError,
 )
+from ..values import readable
 
 #: The error codes the API returns, by HTTP status (the table of docs/http.md lists them).
 ERROR_CODES: dict[int, tuple[str, ...]] = {
     400: ("invalid_input",),
     401: ("unauthorized",),
+    403: ("forbidden",),
     404: (
         "workflow_not_found",
         "instance_not_found",
@@ -34,7 +38,13 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "update_not_found",
     ),
     405: ("method_not_allowed",),
-    409: ("instance_exists", "duplicate_instance", "illegal_state"),
+    409: (
+        "instance_exists",
+        "duplicate_instance",
+        "illegal_state",
+        "schedule_exists",
+        "schedule_read_only",
+    ),
     413: ("payload_too_large",),
     414: ("uri_too_long",),
     422: ("invalid_json", "query_failed", "update_rejected", "update_failed"),
@@ -61,8 +71,12 @@ class JsonResponse(JSONResponse):
     """A JSON response encoded with orjson (the encoder stepline stores data with)."""
 
     def render(self, content: Any) -> bytes:
-        # Responses carry stored values, already checked when they were stored.
-        return orjson.dumps(content)
+        # Responses carry stored values, already checked when they were stored; typed ones
+        # (a query's answer, an update's reply) are shown readably (docs/data.md).
+        try:
+            return orjson.dumps(content)
+        except TypeError:
+            return orjson.dumps(readable(content))
 
 
 def error_response(
@@ -87,6 +101,10 @@ def client_errors() -> Iterator[None]:
         raise ApiError(404, "instance_not_found", str(exc)) from exc
     except ScheduleNotFoundError as exc:
         raise ApiError(404, "schedule_not_found", str(exc)) from exc
+    except ScheduleExistsError as exc:
+        raise ApiError(409, "schedule_exists", str(exc)) from exc
+    except ScheduleReadOnlyError as exc:
+        raise ApiError(409, "schedule_read_only", str(exc)) from exc
     except InstanceAlreadyExistsError as exc:
         raise ApiError(409, "instance_exists", str(exc)) from exc
     except DuplicateInstanceError as exc:

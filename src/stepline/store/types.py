@@ -21,6 +21,7 @@ from ..records import (
     StepRecord,
     StepStatus,
 )
+from ..values import readable
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ class StreamItem:
         return {
             "stream": self.stream,
             "seq": self.seq,
-            "value": self.value,
+            "value": readable(self.value),
             "created_at": self.created_at,
         }
 

@@ -42,7 +42,7 @@ class QueryService:
         self.registry = registry
         self.versions = versions or {}
         self.settings = settings
-        self._activation = ActivationSettings(settings.max_payload)
+        self._activation = ActivationSettings(settings.max_payload, payloads=settings.payloads)
         self._wake = asyncio.Event()
 
     def wake(self) -> None:

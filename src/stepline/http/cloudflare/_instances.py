@@ -64,7 +64,9 @@ class InstanceEndpoints:
         """The page after ``cursor``, or page number ``page`` (read through the pages before
         it: stepline's pages are cursors); past the last page, an empty one."""
         for number in range(1 if cursor is not None else page):
-            listing = await self.engine.list_instances(name, status, size, cursor, oldest_first=asc)
+            listing = await self.engine.list_instances(
+                name, status, size, cursor, oldest_first=asc, values=False
+            )
             cursor = listing.cursor
             if cursor is None and number < page - 1:
                 return InstancePage([], None)
