@@ -12,8 +12,8 @@ from typing import Any
 from .. import _json
 from ..durations import Duration, parse_duration
 from ..errors import StepTimeoutError, WorkflowFailedError
-from ..records import DEFAULT_VERSION
 from ..payloads import Slot, step_column
+from ..records import DEFAULT_VERSION
 from ..store.base import NewInstance
 from ..workflow import validate_name
 from .state import ActivationState

@@ -29,8 +29,8 @@ from ..records import (
     StepRecord,
     WorkflowInfo,
 )
-from ..versions import VersionState
 from ..values import readable
+from ..versions import VersionState
 
 DEFAULT_TRUNCATE = 5000
 LIST_ERROR_CUT = 60
