@@ -11,6 +11,7 @@ the limit keys of ``[[workflows]]`` tables, which override what the code declare
     rate_limit = "60/minute"         # or [60, "1 minute"]
     key_concurrency = 1              # per key (create(key=...))
     limits = ["payments"]            # named limits its instances also count toward
+    version = "2"                    # the code's version (docs/versioning.md)
     timeout = "2 hours"              # each instance's deadline (docs/operations.md)
 
     [[limits]]
@@ -41,14 +42,14 @@ from .limits import (
     workflow_limits,
 )
 from .schedule import Schedule
-from .workflow import definition_of
+from .workflow import definition_of, validate_version
 
 
 def workflow_limit_settings(
     item: Mapping[str, Any], name: str, path: Path, where: str
 ) -> dict[str, Any]:
-    """The flow control keys a ``[[workflows]]`` table sets, and its ``timeout``, each checked
-    on its own so that an error names it (``workflows[0].concurrency``)."""
+    """The flow control keys (and the ``version`` and ``timeout``) a ``[[workflows]]`` table
+    sets, each checked on its own so that an error names it (``workflows[0].concurrency``)."""
     settings: dict[str, Any] = {}
     for key in WORKFLOW_LIMIT_KEYS:
         if key not in item:
@@ -58,6 +59,11 @@ def workflow_limit_settings(
         except DefinitionError as exc:
             raise ConfigError(f"{path}: key '{where}.{key}': {exc}") from None
         settings[key] = item[key]
+    if "version" in item:
+        try:
+            settings["version"] = validate_version(item["version"], what=f"version of {name!r}")
+        except ValueError as exc:
+            raise ConfigError(f"{path}: key '{where}.version': {exc}") from None
     if "timeout" in item:  # not a limit, but set over the code alike
         try:
             parse_duration(item["timeout"], what="timeout")

@@ -35,6 +35,7 @@ from .payloads.records import (
     open_stream_items,
 )
 from .records import (
+    DEFAULT_VERSION,
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
     InstanceEvent,
@@ -47,7 +48,7 @@ from .retention import parse_retention
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
 from .values import convert
-from .workflow import is_valid_name, validate_name
+from .workflow import is_valid_name, validate_name, validate_version
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
 
@@ -113,10 +114,19 @@ class Reservation(Protocol):
     def release(self) -> None: ...
 
 
-ReserveSlots = Callable[[str, int], Reservation | None]
+ReserveSlots = Callable[[str, int, str], Reservation | None]
 """Asks the worker running in this process, if one is, to hold slots for up to ``count``
-instances of ``workflow`` about to be created (:meth:`stepline.worker.Worker.reserve`); None
-when it takes none."""
+instances of ``workflow`` at a version about to be created
+(:meth:`stepline.worker.Worker.reserve`); None when it takes none."""
+
+VersionOf = Callable[[str, str | None], Awaitable[str]]
+"""The version a create of ``workflow`` uses, given the one asked for (None: the newest);
+raises ``ValueError`` naming an unknown one."""
+
+
+async def _given_version(workflow: str, version: str | None) -> str:
+    """A binding's :data:`VersionOf` when none is given: the version asked for, or the default."""
+    return DEFAULT_VERSION if version is None else validate_version(version)
 
 
 def _hand_over(
@@ -139,11 +149,13 @@ class Instance:
         instance_id: str,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         messaging: Messaging | None = None,
+        version_of: VersionOf | None = None,
         payloads: PayloadCodec | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._messaging = messaging or Messaging(store, max_payload)
+        self._version_of = version_of or _given_version
         self._payloads = payloads or PayloadCodec(max_payload=max_payload)
         self.workflow = workflow
         self.id = instance_id
@@ -213,13 +225,19 @@ class Instance:
         """
         await self._store.control(self.workflow, self.id, "terminate", rollback=rollback)
 
-    async def restart(self, from_step: str | None = None, *, count: int = 1) -> None:
+    async def restart(
+        self, from_step: str | None = None, *, count: int = 1, version: str | None = None
+    ) -> None:
         """Run again from the start, or from step ``from_step`` (occurrence ``count``), keeping
-        the results recorded before it."""
+        the results recorded before it. It keeps its version unless ``version`` names another
+        (one unknown raises ``ValueError`` naming it, and nothing changes)."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 2**31:
             raise ValueError(f"invalid step count {count!r}: a whole number from 1")
         target = (_check_from_step(from_step), count) if from_step is not None else None
-        await self._store.control(self.workflow, self.id, "restart", from_step=target)
+        chosen = None if version is None else await self._version_of(self.workflow, version)
+        await self._store.control(
+            self.workflow, self.id, "restart", from_step=target, version=chosen
+        )
 
     async def control(
         self,
@@ -228,10 +246,14 @@ class Instance:
         rollback: bool = False,
         from_step: str | None = None,
         count: int = 1,
+        version: str | None = None,
     ) -> InstanceStatus:
         """Apply one of :data:`STATUS_ACTIONS` by name (what the HTTP APIs receive): ``pause``,
         ``resume``, ``terminate`` (with ``rollback``) or ``restart`` (``from_step``,
-        ``count``); return the status after it. Unknown actions raise ``ValueError``."""
+        ``count``, ``version``); return the status after it. Unknown actions raise
+        ``ValueError``."""
+        if version is not None and action != "restart":
+            raise ValueError(f"a version goes with 'restart' only, not with {action!r}")
         if action == "pause":
             await self.pause()
         elif action == "resume":
@@ -239,7 +261,7 @@ class Instance:
         elif action == "terminate":
             await self.terminate(rollback=rollback)
         elif action == "restart":
-            await self.restart(from_step, count=count)
+            await self.restart(from_step, count=count, version=version)
         else:
             raise ValueError(f"unknown action {action!r}; use one of {', '.join(STATUS_ACTIONS)}")
         return await self.status()
@@ -366,11 +388,13 @@ class WorkflowBinding:
         reserve: ReserveSlots | None = None,
         observer: Observer | None = None,
         messaging: Messaging | None = None,
+        version_of: VersionOf | None = None,
         payloads: PayloadCodec | None = None,
         params_type: Any = None,
         timeout_of: Callable[[str], float | None] | None = None,
     ) -> None:
         self._store = store
+        self._version_of = version_of or _given_version
         self._max_payload = max_payload
         self._params_type = params_type
         self._messaging = messaging or Messaging(store, max_payload)
@@ -419,7 +443,9 @@ class WorkflowBinding:
     async def _create_observed(
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
     ) -> list[InstanceRecord]:
-        reservation = self._reserve(self.name, len(items)) if self._reserve is not None else None
+        version = items[0].version if items else DEFAULT_VERSION  # one version per create
+        reserve = self._reserve
+        reservation = reserve(self.name, len(items), version) if reserve is not None else None
         if reservation is None:
             return await self._store.create_instances(
                 self.name, items, trigger=trigger, skip_existing=skip_existing
@@ -452,6 +478,7 @@ class WorkflowBinding:
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
         traceparent: str | None = None,
+        version: str | None = None,
         retention: Mapping[str, Duration] | None = None,
         timeout: Duration | None = None,
         on_conflict: OnConflict | None = None,
@@ -474,6 +501,9 @@ class WorkflowBinding:
         server received); by default, while stepline traces, the caller's current span's. An
         invalid one is ignored (docs/observability.md).
 
+        ``version``: the version of the workflow's code to run it (docs/versioning.md); by
+        default the newest (of this engine's registry, else of the live workers'). One no
+        worker or registry here has raises ``ValueError`` naming it; nothing is created.
         ``retention``: how long this instance is kept once it ends, by outcome (``{"complete":
         "1 day"}``), over its workflow's retention (docs/reliability.md, "Retention").
         ``timeout``: the instance's deadline from now (default: the workflow's ``timeout``):
@@ -489,6 +519,7 @@ class WorkflowBinding:
         conflict, quiet = keyed_conflict(on_conflict, checked_key, debounce)
         deadline(timeout, None, 0.0)  # checked before anything is read
         await self._check()
+        chosen = await self._version_of(self.name, version)
         now = self._store.now()
         deadline_at = deadline(timeout, self._default_timeout(), now)
         instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
@@ -499,6 +530,7 @@ class WorkflowBinding:
             priority=check_priority(priority),
             dedup_key=check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
+            version=chosen,
             retention=_retention_json(retention),
             deadline_at=deadline_at,
         )
@@ -517,7 +549,11 @@ class WorkflowBinding:
         return self._instance(new.id)
 
     async def create_batch(
-        self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        trigger: str = "api",
+        version: str | None = None,
     ) -> list[Instance]:
         """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...,
         "key"?: ..., "priority"?: ..., "traceparent"?: ...}, ...]`` (``key``, ``priority`` and
@@ -525,9 +561,11 @@ class WorkflowBinding:
 
         Idempotent: ids that already exist are skipped. Returns a handle for every item, in order.
         Items take no ``dedup_key``: a duplicate would be skipped, and its handle would name an
-        instance that was never created; use :meth:`create` for those.
+        instance that was never created; use :meth:`create` for those. ``version``: as in
+        :meth:`create`, for every item.
         """
         await self._check()
+        chosen = await self._version_of(self.name, version)
         new: list[NewInstance] = []
         for index, item in enumerate(items):
             if not isinstance(item, Mapping):
@@ -556,6 +594,7 @@ class WorkflowBinding:
                         item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
                     traceparent=valid_traceparent(item.get("traceparent")),
+                    version=chosen,
                     deadline_at=deadline(None, self._default_timeout(), self._store.now()),
                 )
             )
@@ -578,6 +617,7 @@ class WorkflowBinding:
             instance_id,
             self._max_payload,
             self._messaging,
+            self._version_of,
             self._payloads,
         )
 
@@ -605,6 +645,7 @@ class WorkflowBinding:
             key=check_key(key, what="key"),
             priority=check_priority(priority),
             deadline_at=deadline(None, self._default_timeout(), self._store.now()),
+            version=await self._version_of(self.name, None),
         )
         await self._create([new], trigger, skip_existing=True)
         return await self._instance(new.id).update(

@@ -13,6 +13,7 @@ from .. import _json
 from ..durations import Duration, parse_duration
 from ..errors import StepTimeoutError, WorkflowFailedError
 from ..payloads import Slot, step_column
+from ..records import DEFAULT_VERSION
 from ..step import ChildOptions
 from ..store.base import NewInstance
 from ..workflow import validate_name
@@ -67,6 +68,7 @@ async def start_workflow(
             encoded,
             _json.dumps(parent, what="parent"),
             traceparent=traceparent,
+            version=state.settings.child_versions.get(workflow, DEFAULT_VERSION),
             deadline_at=_child_deadline(state, workflow, options, step.started_at),
             parent_pk=instance.pk,
             on_parent_close=options.on_parent_close,

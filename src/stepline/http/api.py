@@ -109,6 +109,7 @@ def api_routes(api: Api) -> list[Route]:
         "/activity": {"GET": api.activity},
         "/workflows": {"GET": workflows.list_workflows},
         "/workflows/{name}": {"GET": workflows.get_workflow},
+        "/workflows/{name}/versions": {"GET": workflows.get_versions},
         "/instances": {"GET": instances.list_all_instances},
         base: {"GET": instances.list_instances, "POST": instances.create_instance},
         base + "/batch": {"POST": instances.create_batch},

@@ -36,6 +36,7 @@ ROUTE_ROLES: dict[str, dict[str, dict[str, Role]]] = {
         "/activity": {"GET": "read"},
         "/workflows": {"GET": "read"},
         "/workflows/{name}": {"GET": "read"},
+        "/workflows/{name}/versions": {"GET": "read"},
         "/instances": {"GET": "read"},
         _I: {"GET": "read", "POST": "operate"},
         _I + "/batch": {"POST": "operate"},
