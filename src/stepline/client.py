@@ -17,7 +17,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Unpack
 
 from . import _json
 from ._json import DEFAULT_MAX_PAYLOAD
@@ -27,6 +27,8 @@ from ._traceparent import valid_traceparent
 from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .messages import Messaging
+from .operations.language import Filter
+from .operations.search import Ranges, build_filter, listing_filter, search, tags_json
 from .records import (
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
@@ -439,6 +441,7 @@ class WorkflowBinding:
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
         traceparent: str | None = None,
+        tags: Mapping[str, Any] | None = None,
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
         engine's own worker has room for it.
@@ -456,6 +459,9 @@ class WorkflowBinding:
         ``traceparent``: a W3C trace context for the instance's trace to continue (what an HTTP
         server received); by default, while stepline traces, the caller's current span's. An
         invalid one is ignored (docs/observability.md).
+
+        ``tags``: up to 20 ``key: value`` pairs (text, numbers, booleans) to find it by with a
+        filter (docs/operations.md); ``TagError`` names one that breaks the rules.
         """
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
@@ -467,6 +473,7 @@ class WorkflowBinding:
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
+            tags=tags_json(tags),
         )
         try:
             await self._create([new], trigger, skip_existing=False)
@@ -480,8 +487,8 @@ class WorkflowBinding:
         self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
     ) -> list[Instance]:
         """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...,
-        "key"?: ..., "priority"?: ..., "traceparent"?: ...}, ...]`` (``key``, ``priority`` and
-        ``traceparent`` as in :meth:`create`).
+        "key"?: ..., "priority"?: ..., "traceparent"?: ..., "tags"?: ...}, ...]`` (``key``,
+        ``priority``, ``traceparent`` and ``tags`` as in :meth:`create`).
 
         Idempotent: ids that already exist are skipped. Returns a handle for every item, in order.
         Items take no ``dedup_key``: a duplicate would be skipped, and its handle would name an
@@ -495,11 +502,11 @@ class WorkflowBinding:
                     f"create_batch item {index} must be a dict like {{'id': ..., 'params': ...}}, "
                     f"got {type(item).__name__}"
                 )
-            unknown = set(item) - {"id", "params", "key", "priority", "traceparent"}
+            unknown = set(item) - {"id", "params", "key", "priority", "traceparent", "tags"}
             if unknown:
                 raise ValueError(
                     f"create_batch item {index}: unknown key {sorted(unknown)[0]!r} (items take "
-                    "id, params, key, priority and traceparent)"
+                    "id, params, key, priority, traceparent and tags)"
                 )
             raw_id = item.get("id")
             instance_id = (
@@ -518,6 +525,7 @@ class WorkflowBinding:
                         item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
                     traceparent=valid_traceparent(item.get("traceparent")),
+                    tags=tags_json(item.get("tags"), where=f"tags of batch item {index}"),
                 )
             )
         await self._create(new, trigger, skip_existing=True)
@@ -570,14 +578,28 @@ class WorkflowBinding:
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        where: str | Filter | None = None,
+        **ranges: Unpack[Ranges],
     ) -> InstancePage:
-        """Instances of this workflow, newest first (or oldest first)."""
+        """Instances of this workflow, newest first (or oldest first). ``where``: a filter
+        (docs/operations.md; ``FilterError`` names the column of a mistake); the ranges bound
+        the creation and end times. A filtered list's records carry their tags."""
         check_listing(status, limit)
+        chosen = listing_filter(where, workflow=self.name, status=status, **ranges)
         if not self._possible:
             return InstancePage([], None)
+        if chosen is not None:
+            return await search(self._store, chosen, limit, cursor, oldest_first=oldest_first)
         return await self._store.list_instances(
             self.name, status, limit, cursor, oldest_first=oldest_first
         )
+
+    async def count(self, where: str | Filter | None = None) -> int:
+        """How many instances of this workflow match ``where`` (all of them without)."""
+        chosen = build_filter(where, workflow=self.name)
+        if not self._possible or chosen is None:
+            return 0
+        return await self._store.operations.count(chosen)
 
     async def delete(self, ids: Iterable[str], *, force: bool = False) -> int:
         """Delete the instances ``ids`` (with their steps and events); return how many existed.

@@ -203,6 +203,9 @@ class InstanceRecord:
     """The W3C ``traceparent`` of the span that created it (its creator's, a queue message's,
     its parent workflow's), stored so that every activation continues one trace; None when its
     creator traced nothing (docs/observability.md)."""
+    tags: dict[str, Any] | None = None
+    """Its tags (docs/operations.md), where the read that made this record read them (a
+    filtered list, ``describe``); None where it did not."""
 
     def due(self, now: float) -> bool:
         """Whether its time to run has come at ``now`` (queued, its wake-up time, or the expiry
@@ -229,6 +232,7 @@ class InstanceRecord:
             "key": self.key,
             "priority": self.priority,
             "dedup_key": self.dedup_key,
+            **({} if self.tags is None else {"tags": self.tags}),
         }
 
 

@@ -92,6 +92,9 @@ class NewInstance:
     """No two unfinished instances of a workflow share one (see :meth:`Store.create_instances`)."""
     traceparent: str | None = None
     """The W3C trace context its activations continue (see :attr:`InstanceRecord.traceparent`)."""
+    tags: str | None = None
+    """JSON text of its tags, an object of key to text, number or boolean (checked by
+    ``operations.language.check_tags``); None for none."""
 
 
 @dataclass(frozen=True)

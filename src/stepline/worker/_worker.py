@@ -12,6 +12,7 @@ from typing import Any
 
 from .._runtime import ActivationSettings, Observer, RunningMarks, RuntimeHooks
 from ..errors import StoreError
+from ..operations.runner import BulkRunner
 from ..store.base import Claim, Store
 from ..workflow import WorkflowDefinition
 from ._activate import activate
@@ -65,6 +66,7 @@ class Worker:
         self._renewer = LeaseRenewer(store, self._slots, self.settings.lease)
         self._heartbeat = Heartbeat(store, self.id, self.settings, self._workflows, self._slots)
         self._retention = Retention(store, self.settings.retention)
+        self._bulk = BulkRunner(store)
         self._queries = QueryService(store, self.id, registry, self.settings)
         self._stopping = asyncio.Event()
         self._at_once = asyncio.Event()
@@ -184,6 +186,7 @@ class Worker:
         side_tasks = [
             asyncio.create_task(self._renewer.loop(), name=f"stepline-renew-{self.id}"),
             asyncio.create_task(self._queries.loop(), name=f"stepline-queries-{self.id}"),
+            asyncio.create_task(self._bulk.loop(), name=f"stepline-bulk-{self.id}"),
         ]
         if self.settings.retention is not None:
             side_tasks.append(
