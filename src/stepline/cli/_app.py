@@ -10,6 +10,7 @@ import click
 
 from .. import __version__
 from . import _messages  # noqa: F401 - registers query, update and subscribe
+from ._bulk import bulk
 from ._common import State
 from ._consume import consume
 from ._db import db
@@ -78,6 +79,7 @@ cli.add_command(workers)
 cli.add_command(schedules)
 cli.add_command(run)
 cli.add_command(db)
+cli.add_command(bulk)
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ from ..errors import (
 )
 from ..project import ProjectConfig, load_project
 from ..records import InstanceRecord
+from ..store.operations import BulkJobNotFoundError
 from ..store.sqlite import directory_message, path_from_url
 from ..telemetry import Telemetry
 from ..workflow import validate_name
@@ -55,6 +56,7 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
     ScheduleNotFoundError,
     UpdateRejectedError,
     WorkflowNotFoundError,
+    BulkJobNotFoundError,
     ValueError,
 )
 

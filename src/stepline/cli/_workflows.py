@@ -8,6 +8,7 @@ import click
 from rich.text import Text
 
 from ..errors import DuplicateInstanceError, WorkflowNotFoundError
+from ..operations.language.tags import parse_tag_option
 from ..project import load_workflow
 from ..records import WorkflowInfo
 from ..workflow import definition_of, validate_name
@@ -156,6 +157,8 @@ async def _trigger(
 @click.option("--priority", type=int, default=0, show_default=True,
               help="Lower runs first among runnable instances.")  # fmt: skip
 @click.option("--dedup-key", help="Create nothing if an unfinished instance has this key.")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE",
+              help="A tag to find it by (repeatable); true/false, numbers typed.")  # fmt: skip
 @json_option
 @pass_state
 def trigger(
@@ -167,6 +170,7 @@ def trigger(
     key: str | None,
     priority: int,
     dedup_key: str | None,
+    tags: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Create (queue) an instance of NAME with PARAMS_JSON (or --params-file) as its params.
@@ -175,7 +179,8 @@ def trigger(
     """
     with cli_errors():
         params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
-    flow = {"key": key, "priority": priority, "dedup_key": dedup_key}
+        tagged = dict(parse_tag_option(option) for option in tags)
+    flow = {"key": key, "priority": priority, "dedup_key": dedup_key, "tags": tagged}
     created, new = run_async(_trigger(state, name, params, instance_id, flow))
     if not new:
         if as_json:

@@ -12,6 +12,7 @@ from starlette.responses import Response
 from ..engine import Engine
 from ..errors import DuplicateInstanceError, IllegalStateError
 from ..records import InstanceRecord
+from ._bulk import list_filters
 from ._input import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -58,8 +59,9 @@ class InstanceEndpoints:
         cursor = request.query_params.get("cursor") or None
         if workflow is not None:
             await self.lookup.require_workflow(workflow)
+        filters = list_filters(request)
         with client_errors():
-            page = await self.engine.list_instances(workflow, status, limit, cursor)
+            page = await self.engine.list_instances(workflow, status, limit, cursor, **filters)
             warnings = await self.engine.unserved_warnings(page.instances)
             retries = await self.engine.retries(page.instances)
         summaries = [

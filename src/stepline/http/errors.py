@@ -19,6 +19,7 @@ from ..errors import (
     StoreError,
     WorkflowNotFoundError,
 )
+from ..store.operations import BulkJobNotFoundError
 
 #: The error codes the API returns, by HTTP status (the table of docs/http.md lists them).
 ERROR_CODES: dict[int, tuple[str, ...]] = {
@@ -32,6 +33,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "metrics_off",
         "query_not_found",
         "update_not_found",
+        "bulk_job_not_found",
     ),
     405: ("method_not_allowed",),
     409: ("instance_exists", "duplicate_instance", "illegal_state"),
@@ -87,6 +89,8 @@ def client_errors() -> Iterator[None]:
         raise ApiError(404, "instance_not_found", str(exc)) from exc
     except ScheduleNotFoundError as exc:
         raise ApiError(404, "schedule_not_found", str(exc)) from exc
+    except BulkJobNotFoundError as exc:
+        raise ApiError(404, "bulk_job_not_found", str(exc)) from exc
     except InstanceAlreadyExistsError as exc:
         raise ApiError(409, "instance_exists", str(exc)) from exc
     except DuplicateInstanceError as exc:

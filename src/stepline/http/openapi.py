@@ -21,6 +21,7 @@ from ._openapi_common import ref as _ref
 from ._openapi_common import responses as _responses
 from ._openapi_create import create_schemas
 from ._openapi_messages import messages_paths, messages_schemas
+from ._openapi_operations import FILTER_PARAMS, operations_paths, operations_schemas
 from ._openapi_schedules import schedule_paths, schedule_schemas
 
 _NAME = _path_param("name", "The workflow name.")
@@ -64,6 +65,7 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "started_at": _NUMBER_OR_NULL,
         "ended_at": _NUMBER_OR_NULL,
         "wake_at": {**_NUMBER_OR_NULL, "description": "When a waiting instance wakes up."},
+        "tags": {"type": "object", "description": "Its tags, in a filtered list (`where`)."},
         "schedule": {
             **_OBJECT_OR_NULL,
             "description": (
@@ -207,12 +209,19 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         },
         "InstanceSummary": {
             "type": "object",
-            "required": list(summary_props),
+            "required": [p for p in summary_props if p != "tags"],
             "properties": summary_props,
         },
         "Instance": {
             "type": "object",
-            "required": [*summary_props, "params", "output", "rollback", "parent", "held"],
+            "required": [
+                *(p for p in summary_props if p != "tags"),
+                "params",
+                "output",
+                "rollback",
+                "parent",
+                "held",
+            ],
             "properties": {
                 **summary_props,
                 "held": {
@@ -433,6 +442,7 @@ def _paths() -> dict[str, Any]:
                         "schema": {"type": "string", "pattern": NAME_PATTERN},
                     },
                     *_PAGING,
+                    *FILTER_PARAMS,
                 ],
                 "responses": _responses(_ok(200, "One page.", "InstancePage"), 404),
             }
@@ -441,7 +451,7 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "listInstances",
                 "summary": "Instances of a workflow, newest first, in pages.",
-                "parameters": [_NAME, *_PAGING],
+                "parameters": [_NAME, *_PAGING, *FILTER_PARAMS],
                 "responses": _responses(_ok(200, "One page.", "InstancePage"), 404),
             },
             "post": {
@@ -594,12 +604,19 @@ def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[
                 f"{max_body:,} bytes; params and event payloads to {max_payload:,} bytes."
             ),
         },
-        "paths": {**_paths(), **schedule_paths(), **activity_paths(), **messages_paths()},
+        "paths": {
+            **_paths(),
+            **schedule_paths(),
+            **activity_paths(),
+            **messages_paths(),
+            **operations_paths(),
+        },
         "components": {
             "schemas": {
                 **_schemas(max_payload),
                 **create_schemas(max_payload, status_enum=_STATUS_ENUM),
                 **schedule_schemas(),
+                **operations_schemas(),
                 **activity_schemas(),
                 **messages_schemas(),
             }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
@@ -92,6 +93,8 @@ def to_seconds(moment: Moment, *, what: str) -> float:
     if isinstance(moment, bool):
         raise ValueError(f"{what}: a time, not a boolean")
     if isinstance(moment, int | float):
+        if not math.isfinite(moment):
+            raise ValueError(f"{what}: {moment!r} is not a time")
         return float(moment)
     if isinstance(moment, str):
         try:

@@ -114,6 +114,10 @@ def parse(text: str) -> Filter:
         raise FilterError(str(text), 0, f"a filter is text, not {type(text).__name__}")
     if len(text) > MAX_FILTER:
         raise FilterError(text[:80], MAX_FILTER, f"filter is longer than {MAX_FILTER} characters")
+    for position, char in enumerate(text):
+        # Neither database stores a NUL, nor a lone surrogate (it is not UTF-8).
+        if char == "\x00" or "\ud800" <= char <= "\udfff":
+            raise FilterError(text, position, f"character {char!r} is not allowed")
     tokens = tokenize(text)
     if tokens[0].kind == "end":
         return Filter(None, "")

@@ -53,6 +53,8 @@ def check_value(key: str, value: object, *, where: str = "tags") -> TagValue:
             raise TagError(f"{where}: tag {key!r}: number {value!r} is out of range")
         return value
     if isinstance(value, str):
+        if "\x00" in value or any("\ud800" <= c <= "\udfff" for c in value):
+            raise TagError(f"{where}: tag {key!r}: a NUL or lone surrogate is not allowed")
         if len(value) > MAX_VALUE:
             raise TagError(
                 f"{where}: tag {key!r}: value of {len(value)} characters, at most {MAX_VALUE}"
