@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from . import (
     beside_dbos,
     create,
+    filter,
     fleet,
     handoff,
     held,
@@ -48,6 +49,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     virtual_time.NAME: virtual_time.run,
     beside_dbos.NAME: beside_dbos.run,
     handoff.NAME: handoff.run,
+    filter.NAME: filter.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 

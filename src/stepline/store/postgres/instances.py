@@ -180,10 +180,16 @@ class InstanceWrites:
 
         async def body(conn: Conn) -> InstanceRecord:
             nonlocal woke
-            record, woke = await self.control_in(
+            pk, woke = await self.control_in(
                 conn, workflow, instance_id, action, rollback, from_step, now
             )
-            return record
+            note = self._notes.note(workflow, instance_id)
+            await conn.execute(self._sql.notify, (self._notes.channel, note))
+            cur = await conn.execute(self._sql.get_instance_by_pk, (pk,))
+            row = await cur.fetchone()
+            if row is None:  # pragma: no cover - the row is locked by this transaction
+                raise InstanceNotFoundError(workflow, instance_id)
+            return instance_from_row(row)
 
         record = await self._db.transaction(f"{action} of instance {instance_id!r}", body)
         return record, woke
@@ -197,9 +203,11 @@ class InstanceWrites:
         rollback: bool,
         from_step: tuple[str, int] | None,
         now: float,
-    ) -> tuple[InstanceRecord, bool]:
-        """:meth:`control` in the caller's transaction. Every refusal (``IllegalStateError``,
-        ``DuplicateInstanceError``, ``ValueError``) comes before it writes anything."""
+    ) -> tuple[int, bool]:
+        """:meth:`control` in the caller's transaction, without its notification: the
+        instance's pk, and whether it made another runnable. Every refusal
+        (``IllegalStateError``, ``DuplicateInstanceError``, ``ValueError``) comes before it
+        writes anything."""
         q = self._sql
         woke_parent = freed = False
         pk, status, owner = await self._lock(conn, workflow, instance_id)
@@ -225,13 +233,7 @@ class InstanceWrites:
             if change.get("end"):  # a child ended: wake a parent waiting for it
                 cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
                 woke_parent = bool(await cur.fetchall())
-        note = self._notes.note(workflow, instance_id)
-        await conn.execute(q.notify, (self._notes.channel, note))
-        cur = await conn.execute(q.get_instance_by_pk, (pk,))
-        row = await cur.fetchone()
-        if row is None:  # pragma: no cover - the row is locked by this transaction
-            raise InstanceNotFoundError(workflow, instance_id)
-        return instance_from_row(row), woke_parent or freed
+        return pk, woke_parent or freed
 
     async def _lock(
         self, conn: Conn, workflow: str, instance_id: str

@@ -29,6 +29,7 @@ from ..signals import Signals
 from ..types import Lease
 from .db import Database
 from .instances import InstanceWrites
+from .notes import Notes
 from .pools import Conn
 from .sql import INSTANCE_COLUMNS
 
@@ -63,10 +64,12 @@ class PostgresOperations(OperationsStore):
         db: Database,
         schema: str,
         instances: InstanceWrites,
+        notes: Notes,
         now: Callable[[], float],
         signals: Signals,
     ) -> None:
         self._db = db
+        self._notes = notes
         self._q = Statements(schema)
         self._instances = instances
         self._now = now
@@ -181,6 +184,9 @@ class PostgresOperations(OperationsStore):
                     last_skip = f"{workflow}/{instance_id}: {exc}"
                 else:
                     acted.append((workflow, instance_id))
+            if acted:  # one notification for the batch: idle workers look for work
+                notes = self._notes
+                await conn.execute("SELECT pg_notify(%s, %s)", (notes.channel, notes.note()))
             ended = len(rows) < batch
             cur = await conn.execute(
                 f"UPDATE {s}.bulk_jobs SET cursor = %s, done = done + %s,"

@@ -119,7 +119,7 @@ class PostgresStore(Store):
         )
         self.messages = self._messages
         self.operations = PostgresOperations(
-            self._db, self.schema, self._instances, self.now, self.signals
+            self._db, self.schema, self._instances, self._notes, self.now, self.signals
         )
         self._step_writes: Batcher[StepRow, str] = Batcher(
             self._writes.record_steps,
