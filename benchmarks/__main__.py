@@ -22,6 +22,7 @@ from . import (
     loops,
     messages,
     recovery,
+    replay_check,
     sequential,
     spread,
     telemetry,
@@ -49,6 +50,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     virtual_time.NAME: virtual_time.run,
     beside_dbos.NAME: beside_dbos.run,
     handoff.NAME: handoff.run,
+    replay_check.NAME: replay_check.run,
     filter.NAME: filter.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""

@@ -38,6 +38,7 @@ from .records import (
     InstanceStatus,
     StepRecord,
 )
+from .retention import parse_retention
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
 from .workflow import is_valid_name, validate_name
@@ -441,6 +442,7 @@ class WorkflowBinding:
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
         traceparent: str | None = None,
+        retention: Mapping[str, Duration] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
@@ -460,6 +462,8 @@ class WorkflowBinding:
         server received); by default, while stepline traces, the caller's current span's. An
         invalid one is ignored (docs/observability.md).
 
+        ``retention``: how long this instance is kept once it ends, by outcome (``{"complete":
+        "1 day"}``), over its workflow's retention (docs/reliability.md, "Retention").
         ``tags``: up to 20 ``key: value`` pairs (text, numbers, booleans) to find it by with a
         filter (docs/operations.md); ``TagError`` names one that breaks the rules.
         """
@@ -473,6 +477,7 @@ class WorkflowBinding:
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
+            retention=_retention_json(retention),
             tags=tags_json(tags),
         )
         try:
@@ -630,3 +635,9 @@ class WorkflowBinding:
         if not self._possible:
             return 0
         return await self._store.purge_instances(self.name, chosen, self._store.now() - age)
+
+
+def _retention_json(retention: Mapping[str, Duration] | None) -> str | None:
+    """An instance's own retention as stored: JSON seconds by outcome; ValueError if bad."""
+    policy = parse_retention(retention, where="retention of the instance")
+    return None if policy is None else _json.dumps(policy, what="retention")

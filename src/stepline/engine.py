@@ -49,7 +49,8 @@ class Engine:
     without renewal: a dead worker's instances move on after it), ``poll_interval`` (longest idle
     wait between looks at the database), ``grace_period`` (how long running steps may finish at
     shutdown), ``max_payload`` (bytes, for params, results and event payloads), ``retention``
-    (finished instances are deleted this long after they ended; default: kept forever),
+    (the default retention: finished instances whose workflow or own retention does not name
+    their outcome are deleted this long after they ended; default: kept forever),
     ``heartbeat`` (how often the worker writes its row in the worker list, which shows it live
     while its last heartbeat is at most three intervals old), ``stream_keep`` and
     ``stream_keep_for`` (what each stream an instance publishes to keeps: its last items, for

@@ -66,6 +66,7 @@ from ._project_telemetry import TelemetryConfig, read_telemetry
 from .durations import parse_worker_duration
 from .errors import ConfigError, DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Limit
+from .retention import parse_retention
 from .schedule import Schedule
 from .workflow import Workflow, definition_of, validate_name
 
@@ -80,7 +81,7 @@ _TOP_KEYS = (
 )  # fmt: skip
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
-_WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS)
+_WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS, "retention")
 _SCHEDULE_KEYS = (
     "workflow", "cron", "timezone", "params", "name", "catch_up", "catch_up_limit", "overlap",
 )  # fmt: skip
@@ -96,7 +97,8 @@ class WorkflowEntry:
     key: str
     """Where the entry is in the file, for error messages: ``workflows[0]``."""
     limits: Mapping[str, Any] = field(default_factory=dict)
-    """The flow control keys it sets (checked), in place of what the code declares."""
+    """The flow control keys and the ``retention`` it sets (checked), in place of what the code
+    declares."""
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,12 @@ def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
             )
         seen[name] = where
         limits = workflow_limit_settings(item, name, path, where)
+        if "retention" in item:
+            try:
+                parse_retention(item["retention"], where="retention")
+            except ValueError as exc:
+                raise ConfigError(f"{path}: key '{where}.retention': {exc}") from None
+            limits["retention"] = item["retention"]
         entries.append(WorkflowEntry(name, class_name, where, limits))
     return tuple(entries)
 

@@ -203,6 +203,9 @@ class InstanceRecord:
     """The W3C ``traceparent`` of the span that created it (its creator's, a queue message's,
     its parent workflow's), stored so that every activation continues one trace; None when its
     creator traced nothing (docs/observability.md)."""
+    delete_at: float | None = None
+    """When retention deletes it (epoch seconds), set as it ends from its outcome's retention
+    (its own, else its workflow's); None while unfinished, or when kept (docs/reliability.md)."""
     tags: dict[str, Any] | None = None
     """Its tags (docs/operations.md), where the read that made this record read them (a
     filtered list, ``describe``); None where it did not."""
@@ -232,6 +235,7 @@ class InstanceRecord:
             "key": self.key,
             "priority": self.priority,
             "dedup_key": self.dedup_key,
+            "delete_at": self.delete_at,
             **({} if self.tags is None else {"tags": self.tags}),
         }
 
@@ -293,6 +297,8 @@ class WorkflowInfo:
     counts: dict[str, int] = field(default_factory=dict)
     limits: dict[str, Any] | None = None
     """Its flow control as registered (``WorkflowLimits.to_json``), None without limits."""
+    retention: dict[str, float] | None = None
+    """Its retention as registered, seconds by outcome; None without one."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -303,6 +309,7 @@ class WorkflowInfo:
             "definition": self.definition,
             "counts": self.counts,
             "limits": self.limits,
+            "retention": self.retention,
         }
 
 

@@ -43,9 +43,12 @@ class Registry:
 
     def metas(self, definitions: Iterable[WorkflowDefinition] | None = None) -> list[WorkflowMeta]:
         """What the store keeps of ``definitions`` (default: all): their code's name, their
-        description and their limits."""
+        description, their limits and their retention."""
         chosen = self.definitions.values() if definitions is None else definitions
-        return [WorkflowMeta(d.name, d.class_name, d.describe(), limits=d.limits) for d in chosen]
+        return [
+            WorkflowMeta(d.name, d.class_name, d.describe(), limits=d.limits, retention=d.retention)
+            for d in chosen
+        ]
 
     async def check_known(self, store: Store, name: str) -> None:
         """Raise :class:`~stepline.WorkflowNotFoundError` unless workflow ``name`` is defined

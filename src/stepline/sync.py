@@ -149,6 +149,7 @@ class SyncWorkflowBinding:
         priority: int = 0,
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
+        retention: Mapping[str, Duration] | None = None,
     ) -> SyncInstance:
         made = self._binding.create(
             id,
@@ -158,6 +159,7 @@ class SyncWorkflowBinding:
             priority=priority,
             dedup_key=dedup_key,
             on_duplicate=on_duplicate,
+            retention=retention,
         )
         return SyncInstance(self._portal, self._portal.call(made))
 

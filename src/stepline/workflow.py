@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -14,6 +14,7 @@ from ._source_steps import static_steps, step_graph
 from .durations import Duration
 from .errors import DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Rate, WorkflowLimits, workflow_limits
+from .retention import Retention, parse_retention
 from .schedule import Schedule, as_schedule
 from .step import WorkflowStep
 
@@ -76,6 +77,9 @@ class Workflow:
     limits: Iterable[str] = ()
     """Names of shared limits (``[[limits]]`` in stepline.toml, ``Engine(limits=...)``) that its
     instances also count toward."""
+    retention: ClassVar[Mapping[str, Duration] | None] = None
+    """How long finished instances are kept, by outcome: ``{"complete": "7 days", "errored":
+    "30 days", "terminated": "1 day"}`` (outcomes not named: the workers' ``retention``)."""
 
     async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.run() is not implemented")
@@ -138,6 +142,7 @@ def workflow(
     rate_limit: RateLimit | None = None,
     key_concurrency: int | None = None,
     limits: Iterable[str] = (),
+    retention: Mapping[str, Duration] | None = None,
 ) -> Callable[[RunFunction], type[Workflow]]:
     """Decorator form: ``@workflow(name="greeting")`` on ``async def fn(event, step)``.
 
@@ -161,6 +166,7 @@ def workflow(
         _check_run(fn, f"@workflow function {label!r}", ("event", "step"))
         wf_name = validate_name(name or kebab_case(fn.__name__), what="workflow name")
         workflow_limits(settings, what=f"workflow {wf_name!r} ({label})")
+        _retention(retention, f"workflow {wf_name!r} ({label})")
 
         async def run(self: Workflow, event: WorkflowEvent, step: WorkflowStep) -> Any:
             return await fn(event, step)
@@ -171,6 +177,7 @@ def workflow(
             {
                 "name": wf_name,
                 "schedules": declared,
+                "retention": retention,
                 **settings,
                 "run": run,
                 "__doc__": fn.__doc__,
@@ -194,6 +201,8 @@ class WorkflowDefinition:
     """The declared schedules, each with its name set (:meth:`Schedule.named`)."""
     limits: WorkflowLimits = field(default_factory=WorkflowLimits, kw_only=True)
     """Its flow control, checked (:func:`~stepline.limits.workflow_limits`)."""
+    retention: Retention | None = field(default=None, kw_only=True, hash=False)
+    """How long its finished instances are kept, seconds by outcome (:mod:`stepline.retention`)."""
 
     @property
     def class_name(self) -> str:
@@ -245,8 +254,12 @@ def definition_of(obj: Any) -> WorkflowDefinition:
             obj.__dict__.get("name") or kebab_case(obj.__name__), what="workflow name"
         )
         schedules = _schedules(obj.schedules, name, f"workflow class {obj.__qualname__}")
-        limits = _limits(obj, f"workflow {name!r} ({obj.__qualname__})")
-        return WorkflowDefinition(name, obj, schedules=schedules, limits=limits)
+        what = f"workflow {name!r} ({obj.__qualname__})"
+        limits = _limits(obj, what)
+        retention = _retention(obj.retention, what)
+        return WorkflowDefinition(
+            name, obj, schedules=schedules, limits=limits, retention=retention
+        )
     if isinstance(obj, Workflow):
         check_workflow_class(type(obj))
         obj.validate()
@@ -254,7 +267,12 @@ def definition_of(obj: Any) -> WorkflowDefinition:
         what = f"workflow {name!r} ({type(obj).__qualname__})"
         schedules = _schedules(obj.schedules, name, what)
         return _InstanceDefinition(
-            name, type(obj), obj, schedules=schedules, limits=_limits(obj, what)
+            name,
+            type(obj),
+            obj,
+            schedules=schedules,
+            limits=_limits(obj, what),
+            retention=_retention(obj.retention, what),
         )
     raise DefinitionError(
         f"{obj!r} is not a workflow: pass a Workflow subclass, a @workflow function, "
@@ -265,6 +283,14 @@ def definition_of(obj: Any) -> WorkflowDefinition:
 def _limits(obj: Any, what: str) -> WorkflowLimits:
     """The flow control a class or object declares (its attributes, inherited ones included)."""
     return workflow_limits({key: getattr(obj, key) for key in WORKFLOW_LIMIT_KEYS}, what=what)
+
+
+def _retention(declared: Any, what: str) -> Retention | None:
+    """The declared retention checked; a bad one raises :class:`DefinitionError` naming it."""
+    try:
+        return parse_retention(declared, where=f"retention of {what}")
+    except ValueError as exc:
+        raise DefinitionError(str(exc)) from None
 
 
 def _schedules(declared: Any, workflow: str, what: str) -> tuple[Schedule, ...]:

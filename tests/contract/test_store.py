@@ -74,6 +74,19 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
         raw(store_url, f"DROP INDEX {index}")
     for index in ("instances_workflow_ready", "instances_workflow_started"):  # SQLite's only
         raw(store_url, f"DROP INDEX IF EXISTS {index}")
+    raw(
+        store_url,
+        "DROP TRIGGER instances_delete_at" + ("" if store_kind == "sqlite" else " ON instances"),
+    )
+    if store_kind == "postgres":
+        raw(store_url, "DROP FUNCTION instances_delete_at()")
+    raw(store_url, "DROP INDEX instances_delete_at")
+    for table, column in (
+        ("instances", "delete_at"),
+        ("instances", "retention"),
+        ("workflows", "retention"),
+    ):
+        raw(store_url, f"ALTER TABLE {table} DROP COLUMN {column}")
     raw(store_url, "ALTER TABLE instances DROP COLUMN traceparent")
     raw(store_url, "DROP INDEX instances_key_parked")
     raw(store_url, "ALTER TABLE instances DROP COLUMN held_ready_at")

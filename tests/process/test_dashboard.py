@@ -275,6 +275,14 @@ def test_trigger_from_the_form_and_watch_it_complete(page: Page, site: Site) -> 
     assert site.status("quick", "from-form") == "complete"
 
 
+def test_a_finished_instance_shows_when_retention_deletes_it(page: Page, site: Site) -> None:
+    body = {"id": "kept-a-day", "params": {"customer": "Ada"}, "retention": {"complete": "1 day"}}
+    site.post("/api/workflows/quick/instances", body)
+    site.wait_status("quick", "kept-a-day", "complete")
+    page.goto(f"{site.url}/#/workflows/quick/instances/kept-a-day")
+    expect(page.locator(".fact", has_text="Deleted")).to_have_count(1)
+
+
 def test_trigger_form_reports_bad_json_and_duplicate_ids(page: Page, site: Site) -> None:
     site.post("/api/workflows/quick/instances", {"id": "taken"})
     page.goto(f"{site.url}/#/workflows")

@@ -9,7 +9,10 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from . import _messages  # noqa: F401 - registers query, update and subscribe
+from . import (
+    _messages,  # noqa: F401 - registers query, update and subscribe
+    _replay,  # noqa: F401 - registers workflows replay-check
+)
 from ._bulk import bulk
 from ._common import State
 from ._consume import consume

@@ -224,6 +224,9 @@ def describe_workflow(info: WorkflowInfo, configured: str | None) -> Text:
     limits = WorkflowLimits.from_json(info.limits).describe()
     if limits:
         fields.append(("Limits", "; ".join(limits)))
+    if info.retention:
+        kept = (f"{outcome} {format_duration(s)}" for outcome, s in info.retention.items())
+        fields.append(("Retention", "; ".join(kept)))
     doc = definition.get("doc")
     if doc:
         fields.append(("Description", " ".join(str(doc).split())))
@@ -342,6 +345,8 @@ def instance_fields(
         fields.append(("Start", fmt_time(record.started_at)))
     if record.ended_at is not None:
         fields.append(("End", fmt_time(record.ended_at)))
+    if record.delete_at is not None:
+        fields.append(("Deleted At", fmt_time(record.delete_at)))
     if record.started_at is not None:
         fields.append(("Duration", fmt_span(record.started_at, record.ended_at or now)))
     if record.status == "waiting" and record.ready_at is not None:

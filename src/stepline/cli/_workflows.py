@@ -7,6 +7,7 @@ from typing import Any
 import click
 from rich.text import Text
 
+from .._json import parse_json_argument
 from ..errors import DuplicateInstanceError, WorkflowNotFoundError
 from ..operations.language.tags import parse_tag_option
 from ..project import load_workflow
@@ -102,7 +103,13 @@ async def _describe(state: State, name: str) -> WorkflowInfo:
         raise WorkflowNotFoundError(name, sorted({*found, *state.project.workflow_names}))
     definition = definition_of(load_workflow(state.project, entry))
     return WorkflowInfo(
-        name, entry.class_name, 0.0, 0.0, definition.describe(), limits=definition.limits.to_json()
+        name,
+        entry.class_name,
+        0.0,
+        0.0,
+        definition.describe(),
+        limits=definition.limits.to_json(),
+        retention=definition.retention,
     )
 
 
@@ -159,6 +166,8 @@ async def _trigger(
 @click.option("--dedup-key", help="Create nothing if an unfinished instance has this key.")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE",
               help="A tag to find it by (repeatable); true/false, numbers typed.")  # fmt: skip
+@click.option("--retention", "retention_json", metavar="JSON",
+              help='Keep it so long once ended: \'{"complete": "1 day"}\'.')  # fmt: skip
 @json_option
 @pass_state
 def trigger(
@@ -171,6 +180,7 @@ def trigger(
     priority: int,
     dedup_key: str | None,
     tags: tuple[str, ...],
+    retention_json: str | None,
     as_json: bool,
 ) -> None:
     """Create (queue) an instance of NAME with PARAMS_JSON (or --params-file) as its params.
@@ -179,8 +189,12 @@ def trigger(
     """
     with cli_errors():
         params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
-        tagged = dict(parse_tag_option(option) for option in tags)
-    flow = {"key": key, "priority": priority, "dedup_key": dedup_key, "tags": tagged}
+    flow: dict[str, Any] = {"key": key, "priority": priority, "dedup_key": dedup_key}
+    with cli_errors():
+        flow["tags"] = dict(parse_tag_option(option) for option in tags)
+    if retention_json is not None:
+        with cli_errors():
+            flow["retention"] = parse_json_argument(retention_json, what="--retention")
     created, new = run_async(_trigger(state, name, params, instance_id, flow))
     if not new:
         if as_json:

@@ -11,6 +11,7 @@ from typing import Any
 from ..client import Instance
 from ..client import WorkflowBinding as ClientBinding
 from ..engine import Engine
+from ..retention import from_cloudflare
 from ._values import AttrDict, converted
 
 _CREATE_KEYS = ("id", "params", "retention", "locationHint")
@@ -80,9 +81,15 @@ class WorkflowBinding:
         self, options: Mapping[str, Any] | None = None, /, **kwargs: Any
     ) -> WorkflowInstance:
         """``create()``, ``create(id=..., params=...)`` or ``create({"id": ..., "params":
-        ...})``; ``retention`` and ``locationHint`` are accepted and have no effect."""
+        ...})``; ``retention`` (``{"successRetention", "errorRetention"}``) is the instance's
+        retention; ``locationHint`` is accepted and has no effect."""
         given = _options(options, kwargs, "create")
-        instance = await self._client().create(given.get("id"), given.get("params"))
+        retention = from_cloudflare(
+            given.get("retention"), "successRetention", "errorRetention", where="retention"
+        )
+        instance = await self._client().create(
+            given.get("id"), given.get("params"), retention=retention
+        )
         return WorkflowInstance(instance)
 
     async def create_batch(self, batch: Iterable[Mapping[str, Any]]) -> list[WorkflowInstance]:

@@ -81,8 +81,8 @@ class RequestReader:
 
     def new_instance(self, item: Any, where: str, *, single: bool = True) -> dict[str, Any]:
         """A create's item: ``id``, ``params``, ``key`` and ``priority``, and for a single
-        create ``dedup_key`` and ``on_duplicate``; absent keys are left out (the client's
-        defaults apply). The client checks the values' ranges."""
+        create ``dedup_key``, ``on_duplicate`` and ``retention``; absent keys are left out (the
+        client's defaults apply). The client checks the values' ranges."""
         if not isinstance(item, dict):
             raise ApiError(
                 400, "invalid_input", f"{where} must be a JSON object like "
@@ -99,6 +99,13 @@ class RequestReader:
         for key in ("id", "key", "dedup_key", "on_duplicate"):
             if item.get(key) is not None and not isinstance(item[key], str):
                 raise ApiError(400, "invalid_input", f"{where}: {key!r} must be a string or null")
+        if item.get("retention") is not None and not isinstance(item["retention"], dict):
+            raise ApiError(
+                400,
+                "invalid_input",
+                f"{where}: 'retention' must be an object like "
+                '{"complete": "7 days", "errored": "30 days"}, or null',
+            )
         priority = item.get("priority", 0)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ApiError(400, "invalid_input", f"{where}: 'priority' must be an integer")
@@ -131,7 +138,7 @@ class RequestReader:
 
 
 _BATCH_KEYS = ("id", "params", "key", "priority", "tags")
-_SINGLE_KEYS = (*_BATCH_KEYS, "dedup_key", "on_duplicate")
+_SINGLE_KEYS = (*_BATCH_KEYS, "dedup_key", "on_duplicate", "retention")
 
 
 def query_int(request: Request, key: str, default: int, low: int, high: int) -> int:

@@ -53,6 +53,13 @@ def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str
                     "is created.",
                 },
                 "on_duplicate": {"enum": ["return", "raise"], "default": "return"},
+                "retention": {
+                    "type": ["object", "null"],
+                    "additionalProperties": {"type": ["string", "number"]},
+                    "description": "How long this instance is kept once it ends, by outcome "
+                    '(`{"complete": "7 days", "errored": "30 days", "terminated": "1 day"}`), '
+                    "over its workflow's retention.",
+                },
             },
         },
         "BatchItem": {

@@ -65,6 +65,10 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "started_at": _NUMBER_OR_NULL,
         "ended_at": _NUMBER_OR_NULL,
         "wake_at": {**_NUMBER_OR_NULL, "description": "When a waiting instance wakes up."},
+        "delete_at": {
+            **_NUMBER_OR_NULL,
+            "description": "When retention deletes this finished instance; null: kept.",
+        },
         "tags": {"type": "object", "description": "Its tags, in a filtered list (`where`)."},
         "schedule": {
             **_OBJECT_OR_NULL,
@@ -145,6 +149,11 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                     **_OBJECT_OR_NULL,
                     "description": "Its flow control: concurrency, worker_concurrency, rate "
                     "([count, seconds]), key_concurrency, limits (named); null without any.",
+                },
+                "retention": {
+                    **_OBJECT_OR_NULL,
+                    "description": "How long its finished instances are kept, seconds by "
+                    "outcome (complete, errored, terminated); null without one.",
                 },
                 "counts": {
                     "type": "object",

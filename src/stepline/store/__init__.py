@@ -13,7 +13,11 @@ __all__ = ["SqliteStore", "Store", "create_store"]
 
 
 def create_store(
-    url: str, clock: Callable[[], float] | None = None, *, create: bool = True
+    url: str,
+    clock: Callable[[], float] | None = None,
+    *,
+    create: bool = True,
+    read_only: bool = False,
 ) -> Store:
     """A store for ``url``: ``sqlite:///file.db`` or ``postgresql://user@host/db``.
 
@@ -24,15 +28,19 @@ def create_store(
     instead of being created (a PostgreSQL database always has to exist; its schema is created
     either way).
 
+    ``read_only=True``: the store can only read (the database refuses its writes), and opening
+    it migrates nothing: a schema behind this code's is a ``StoreError`` (what a check of a
+    production database opens; a missing SQLite file is an error too).
+
     The PostgreSQL store is imported only when a PostgreSQL URL is used: importing psycopg
     is slow enough to notice, and every ``stepline`` command on the embedded SQLite database
     would otherwise pay for it (this is start-up time, not a way around an import cycle).
     """
     if url.startswith("sqlite:"):
-        return SqliteStore(url, clock, create=create)
+        return SqliteStore(url, clock, create=create, read_only=read_only)
     if url.startswith(("postgresql:", "postgres:")):
         module = importlib.import_module(".postgres", __name__)
-        return cast(Store, module.PostgresStore(url, clock))
+        return cast(Store, module.PostgresStore(url, clock, read_only=read_only))
     raise ValueError(
         f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or "
         "postgresql://user:password@host:5432/dbname"

@@ -58,6 +58,7 @@ class InstanceRow(NamedTuple):
     priority: int
     dedup_key: str | None
     traceparent: str | None
+    delete_at: float | None
 
 
 class ScheduleRow(NamedTuple):
@@ -107,6 +108,7 @@ class WorkflowRow(NamedTuple):
     updated_at: float
     definition: str | None
     limits: str | None
+    retention: str | None
 
 
 class WorkerRow(NamedTuple):
@@ -145,7 +147,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
     (
         pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
         updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule, key,
-        priority, dedup_key, traceparent,
+        priority, dedup_key, traceparent, delete_at,
     ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
         pk=pk,
@@ -169,6 +171,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
         priority=priority,
         dedup_key=dedup_key,
         traceparent=traceparent,
+        delete_at=delete_at,
     )
 
 
@@ -336,7 +339,7 @@ def event_from_row(row: Sequence[Any]) -> InstanceEvent:
 def workflow_from_row(row: Sequence[Any], counts: Mapping[str, dict[str, int]]) -> WorkflowInfo:
     """The workflow of a :class:`WorkflowRow`, with its instance counts by status (``counts``:
     by workflow name, then status)."""
-    name, class_name, created_at, updated_at, definition, limits = row
+    name, class_name, created_at, updated_at, definition, limits, retention = row
     return WorkflowInfo(
         name,
         class_name,
@@ -345,6 +348,7 @@ def workflow_from_row(row: Sequence[Any], counts: Mapping[str, dict[str, int]]) 
         loads(definition),
         counts.get(name, {}),
         loads(limits),
+        loads(retention),
     )
 
 

@@ -236,6 +236,14 @@ class Store(abc.ABC):
         still reads ``waiting`` here."""
 
     @abc.abstractmethod
+    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
+        """The step histories of ``instances`` (records as read from this store), by pk, each in
+        start order (``seq``) as :meth:`get_steps` reads it; an instance without steps, or no
+        longer stored, is absent. A few reads however many instances (what a replay check of
+        thousands of instances reads), and no write.
+        """
+
+    @abc.abstractmethod
     async def control(
         self,
         workflow: str,
@@ -301,6 +309,23 @@ class Store(abc.ABC):
     ) -> int:
         """Delete finished instances in ``statuses`` that ended before ``older_than`` (with what
         :meth:`delete_instances` deletes)."""
+
+    @abc.abstractmethod
+    async def purge_expired(
+        self, now: float, limit: int, default_cutoff: float | None = None
+    ) -> dict[tuple[str, str], int]:
+        """Delete at most ``limit`` finished instances whose ``delete_at`` has come (``<=
+        now``), earliest first, and with ``default_cutoff`` finished instances without a
+        ``delete_at`` that ended before it (the workers' one ``retention``), with what
+        :meth:`delete_instances` deletes, in one transaction. Returns how many it deleted by
+        (workflow, status); fewer than ``limit`` in all means none is left to delete.
+
+        ``delete_at`` is set by the database as an instance ends (``ended_at`` set): its end
+        plus the retention of its outcome, from the instance's own ``NewInstance.retention``,
+        else its workflow's ``WorkflowMeta.retention`` as registered then; None (kept) when
+        neither names the outcome. A restart (``ended_at`` cleared) clears it. Concurrent
+        callers delete different instances (rows another holds are skipped).
+        """
 
     # -- activations (worker side) ---------------------------------------------------------------
 

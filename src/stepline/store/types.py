@@ -92,6 +92,9 @@ class NewInstance:
     """No two unfinished instances of a workflow share one (see :meth:`Store.create_instances`)."""
     traceparent: str | None = None
     """The W3C trace context its activations continue (see :attr:`InstanceRecord.traceparent`)."""
+    retention: str | None = None
+    """JSON text ``{outcome: seconds}``: its own retention, over its workflow's (see
+    :meth:`Store.purge_expired`)."""
     tags: str | None = None
     """JSON text of its tags, an object of key to text, number or boolean (checked by
     ``operations.language.check_tags``); None for none."""
@@ -269,6 +272,9 @@ class WorkflowMeta:
     definition: dict[str, Any] | None = None
     limits: WorkflowLimits = field(default_factory=WorkflowLimits)
     """Its flow control, which every worker's claims apply (see :meth:`Store.claim`)."""
+    retention: dict[str, float] | None = None
+    """Seconds its instances are kept after they end, by outcome: what sets each one's
+    ``delete_at`` when it ends (see :meth:`Store.purge_expired`)."""
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,20 @@ and replay checks, and a pytest plugin (fixtures ``stepline_env`` and ``stepline
 See docs/testing.md.
 """
 
+from ..replaycheck import ReplayError, ReplayReport, ReplayResult, replay_check
 from ._awaiting import NotAwaitedError
 from ._driver import StallError
 from ._env import WorkflowTestEnv
 from ._instance import StuckError, TestInstance
 from ._mocks import MockError, StepError, StubError
-from ._replay import ReplayError
 from ._sync import TestInstanceSync, WorkflowTestEnvSync
 
 __all__ = [
     "MockError",
     "NotAwaitedError",
     "ReplayError",
+    "ReplayReport",
+    "ReplayResult",
     "StallError",
     "StepError",
     "StubError",
@@ -30,4 +32,5 @@ __all__ = [
     "TestInstanceSync",
     "WorkflowTestEnv",
     "WorkflowTestEnvSync",
+    "replay_check",
 ]

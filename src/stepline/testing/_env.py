@@ -12,13 +12,13 @@ from ..client import Instance
 from ..clock import ManualClock
 from ..durations import Duration, parse_duration
 from ..engine import Engine
+from ..replaycheck import replay
 from ..step import WorkflowStep
 from ..workflow import WorkflowEvent, definition_of, workflow
 from ._awaiting import Tracker, tracked
 from ._driver import Driver
 from ._instance import TestInstance
 from ._mocks import MockError, Mocking, Rules, TestHooks, stub, unknown_names
-from ._replay import replay
 from ._stores import Database
 
 DEFAULT_START = 1_767_225_600.0

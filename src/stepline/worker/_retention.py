@@ -1,4 +1,4 @@
-"""Retention: the side task that deletes finished instances once they are old enough."""
+"""Retention: the side task that deletes finished instances once their time has come."""
 
 from __future__ import annotations
 
@@ -9,22 +9,27 @@ from ..errors import StoreError
 from ..store.base import Store
 from ._log import log, outage_level
 
+BATCH = 500
+"""Instances deleted per transaction: small, so a clean-up never holds locks for long."""
+
+CHECK_EVERY = 60.0
+"""Seconds between looks for expired instances when nothing else says (at most a minute late)."""
+
 
 class Retention:
-    """Deletes complete, errored and terminated instances ``retention`` seconds after they
-    ended; nothing when ``retention`` is None."""
+    """Deletes finished instances whose ``delete_at`` has come (set as each ended, from its
+    own or its workflow's retention by outcome), and with ``retention`` (the workers' one
+    setting, the default) those without one ``retention`` seconds after they ended."""
 
     def __init__(self, store: Store, retention: float | None) -> None:
         self.store = store
         self.retention = retention
 
     async def loop(self) -> None:
+        # Often enough that nothing outlives its retention by more than a tenth of the global
+        # one, or a minute; rarely enough to cost one indexed read.
         retention = self.retention
-        if retention is None:
-            return
-        # Often enough that nothing outlives its retention by more than a tenth of it (at most an
-        # hour late), rarely enough to cost nothing.
-        interval = min(max(retention / 10, 1.0), 3600.0)
+        interval = CHECK_EVERY if retention is None else min(max(retention / 10, 1.0), CHECK_EVERY)
         while True:
             try:
                 await self.purge_now()
@@ -37,13 +42,24 @@ class Retention:
             await asyncio.sleep(interval)
 
     async def purge_now(self) -> int:
-        """Delete finished instances older than the retention setting; return how many."""
-        if self.retention is None:
-            return 0
-        cutoff = self.store.now() - self.retention
-        deleted = await self.store.purge_instances(
-            None, ("complete", "errored", "terminated"), cutoff
-        )
-        if deleted:
-            log.info("retention: deleted %d finished instances", deleted)
-        return deleted
+        """Delete what has expired, a batch at a time, logging each batch; return how many."""
+        total = 0
+        while True:
+            now = self.store.now()
+            cutoff = None if self.retention is None else now - self.retention
+            counts = await self.store.purge_expired(now, BATCH, cutoff)
+            deleted = sum(counts.values())
+            if deleted:
+                total += deleted
+                by = " ".join(f"{wf}/{status}={n}" for (wf, status), n in sorted(counts.items()))
+                log.info(
+                    "retention: deleted=%d %s",
+                    deleted,
+                    by,
+                    extra={
+                        "deleted": deleted,
+                        "by": {f"{w}/{s}": n for (w, s), n in counts.items()},
+                    },
+                )
+            if deleted < BATCH:
+                return total

@@ -156,7 +156,7 @@ class Worker:
         return await self._queries.answer_now()
 
     async def purge_now(self) -> int:
-        """Delete finished instances older than the retention setting; return how many."""
+        """Delete the finished instances whose retention has run out; return how many."""
         return await self._retention.purge_now()
 
     async def run_once(self) -> int:
@@ -188,10 +188,9 @@ class Worker:
             asyncio.create_task(self._queries.loop(), name=f"stepline-queries-{self.id}"),
             asyncio.create_task(self._bulk.loop(), name=f"stepline-bulk-{self.id}"),
         ]
-        if self.settings.retention is not None:
-            side_tasks.append(
-                asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")
-            )
+        side_tasks.append(
+            asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")
+        )
         if self._shares.needed:
             await self._join_fleet()
             fleet_tasks.append(

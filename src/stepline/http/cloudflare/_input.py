@@ -8,6 +8,7 @@ from typing import Any
 from starlette.requests import Request
 
 from ...client import STATUS_ACTIONS
+from ...retention import from_cloudflare
 from .._input import MAX_BATCH, RequestReader
 from ..errors import ApiError
 
@@ -45,9 +46,10 @@ def page_of(request: Request, default_per_page: int) -> tuple[int, int]:
 
 
 def new_instance(reader: RequestReader, item: Any, where: str) -> dict[str, Any]:
-    """A create's ``{"instance_id"?, "params"?, ...}`` as the client's ``{"id", "params"}``.
-    ``instance_retention`` and ``location_hint`` are accepted and have no effect: stepline's
-    retention is the worker's setting and it runs where its workers are."""
+    """A create's ``{"instance_id"?, "params"?, ...}`` as the client's ``{"id", "params",
+    "retention"}``: ``instance_retention`` (``success_retention``, ``error_retention``) is the
+    instance's retention; ``location_hint`` is accepted and has no effect (it runs where its
+    workers are)."""
     if not isinstance(item, dict):
         raise bad(f'{where} must be a JSON object like {{"instance_id"?: ..., "params"?: ...}}')
     unknown = sorted(set(item) - set(_CREATE_KEYS))
@@ -58,14 +60,20 @@ def new_instance(reader: RequestReader, item: Any, where: str) -> dict[str, Any]
     instance_id = item.get("instance_id")
     if instance_id is not None and not isinstance(instance_id, str):
         raise bad(f"{where}: 'instance_id' must be a string")
-    retention = item.get("instance_retention")
-    if retention is not None and not isinstance(retention, dict):
-        raise bad(f"{where}: 'instance_retention' must be an object")
+    try:
+        retention = from_cloudflare(
+            item.get("instance_retention"),
+            "success_retention",
+            "error_retention",
+            where=f"{where}: 'instance_retention'",
+        )
+    except ValueError as exc:
+        raise bad(str(exc)) from None
     hint = item.get("location_hint")
     if hint is not None and not isinstance(hint, str):
         raise bad(f"{where}: 'location_hint' must be a string")
     reader.check_size(item.get("params"), f"{where}: params")
-    return {"id": instance_id, "params": item.get("params")}
+    return {"id": instance_id, "params": item.get("params"), "retention": retention}
 
 
 def new_instances(reader: RequestReader, body: Any) -> list[dict[str, Any]]:

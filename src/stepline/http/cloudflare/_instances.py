@@ -94,12 +94,16 @@ class InstanceEndpoints:
         item = _input.new_instance(self.reader, {} if body is MISSING else body, "the request body")
         binding = self.engine.workflow(request.path_params["name"])
         with client_errors():
-            instance = await binding.create(item["id"], item["params"], trigger="http")
+            instance = await binding.create(
+                item["id"], item["params"], trigger="http", retention=item["retention"]
+            )
             record = await instance.record()
         return ok(shapes.created_json(record), status=201)
 
     async def create_batch(self, request: Request) -> Response:
-        items = _input.new_instances(self.reader, await self.reader.json(request))
+        given = _input.new_instances(self.reader, await self.reader.json(request))
+        # A batch creates in one transaction with no per-instance retention: theirs is ignored.
+        items = [{"id": item["id"], "params": item["params"]} for item in given]
         binding = self.engine.workflow(request.path_params["name"])
         with client_errors():
             created = await binding.create_batch(items, trigger="http")

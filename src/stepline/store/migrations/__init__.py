@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
+from ...errors import StoreError
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -27,3 +29,17 @@ def load_migrations(dialect: str) -> list[Migration]:
     if versions != list(range(1, len(found) + 1)):
         raise RuntimeError(f"{dialect} migrations are not numbered 1..n: {versions}")
     return found
+
+
+def check_current(where: str, applied: set[int], migrations: list[Migration]) -> tuple[int, int]:
+    """For a store opened read-only, which migrates nothing: its schema versions (before and
+    after, the same), or ``StoreError`` if the database lacks migrations this code needs."""
+    latest = max((m.version for m in migrations), default=0)
+    have = max(applied, default=0)
+    if have < latest:
+        raise StoreError(
+            f"the database at {where} has schema version {have}, this stepline needs {latest}: "
+            "it opens read-only here and migrates nothing; upgrade it first (start a worker or "
+            "run `stepline db init`)"
+        )
+    return have, have

@@ -42,6 +42,7 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
             "priority": i.priority,
             "dedup_key": i.dedup_key,
             "traceparent": i.traceparent,
+            "retention": i.retention,
             "tags": i.tags,
         }
         for n, i in items

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..migrations import Migration
 from .db import Database
@@ -56,3 +57,19 @@ async def migrate(
         return max(done, default=0), latest
 
     return await db.transaction("migrating the schema", body, pipelined=False)
+
+
+async def applied_migrations(db: Database, schema: str) -> set[int]:
+    """The migrations applied to ``schema`` (none when it has no schema yet), read only."""
+    table = sql.Identifier(schema, "schema_migrations").as_string(None)
+    [(exists,)] = await db.read("reading the schema version", "SELECT to_regclass(%s)", (table,))
+    if exists is None:
+        return set()
+    rows = await db.read("reading the schema version", f"SELECT version FROM {table}")
+    return {row[0] for row in rows}
+
+
+def read_only_conninfo(conninfo: str) -> str:
+    """``conninfo`` whose sessions are read-only: the server refuses every write."""
+    options = conninfo_to_dict(conninfo).get("options") or ""
+    return make_conninfo(conninfo, options=f"{options} -c default_transaction_read_only=on".strip())

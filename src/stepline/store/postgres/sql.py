@@ -114,19 +114,21 @@ _TEMPLATES: dict[str, str] = {
                     THEN l.updated_at ELSE excluded.updated_at END
         )
         INSERT INTO {s}.workflows AS w (name, class_name, definition, limits, created_at,
-            updated_at)
-        SELECT n, c, d, l, %(now)s, %(now)s FROM unnest(%(names)s::text[], %(classes)s::text[],
-            %(definitions)s::text[], %(limits)s::text[]) AS t(n, c, d, l)
+            updated_at, retention)
+        SELECT n, c, d, l, %(now)s, %(now)s, r FROM unnest(%(names)s::text[],
+            %(classes)s::text[], %(definitions)s::text[], %(limits)s::text[],
+            %(retentions)s::text[]) AS t(n, c, d, l, r)
         ON CONFLICT (name) DO UPDATE SET class_name = excluded.class_name,
             definition = excluded.definition, limits = excluded.limits,
+            retention = excluded.retention,
             updated_at = CASE WHEN w.class_name IS NOT DISTINCT FROM excluded.class_name
                 AND w.definition IS NOT DISTINCT FROM excluded.definition
                 AND w.limits IS NOT DISTINCT FROM excluded.limits
                 THEN w.updated_at ELSE excluded.updated_at END
     """,
     "list_workflows": """
-        SELECT name, class_name, created_at, updated_at, definition, limits FROM {s}.workflows
-        ORDER BY name
+        SELECT name, class_name, created_at, updated_at, definition, limits, retention
+        FROM {s}.workflows ORDER BY name
     """,
     "count_instances": """
         SELECT workflow, status, count(*) FROM {s}.instances GROUP BY workflow, status
@@ -139,18 +141,18 @@ _TEMPLATES: dict[str, str] = {
         WITH created AS (
             INSERT INTO {s}.instances (workflow, id, status, params, trigger, parent, ready_at,
                 created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at,
-                schedule, key, priority, dedup_key, traceparent, tags)
+                schedule, key, priority, dedup_key, traceparent, retention, tags)
             SELECT %(workflow)s, t.id, CASE WHEN t.leased THEN 'running' ELSE 'queued' END,
                 t.params, %(trigger)s, t.parent,
                 CASE WHEN t.leased THEN %(expires)s::float8 ELSE %(now)s END, %(now)s, %(now)s,
                 CASE WHEN t.leased THEN %(owner)s::text END, CASE WHEN t.leased THEN 1 ELSE 0 END,
                 CASE WHEN t.leased THEN %(expires)s::float8 END,
                 CASE WHEN t.leased THEN %(now)s::float8 END, t.schedule, t.key, t.priority,
-                t.dedup_key, t.traceparent, t.tags
+                t.dedup_key, t.traceparent, t.retention, t.tags
             FROM (SELECT r.*, r.ord < %(leased)s AS leased
                   FROM json_to_recordset(%(items)s::json) AS r(ord int, id text, params text,
                       parent text, schedule text, key text, priority int, dedup_key text,
-                      traceparent text, tags text)) AS t
+                      traceparent text, retention text, tags text)) AS t
             ORDER BY t.ord
             ON CONFLICT DO NOTHING
             RETURNING {icols}
@@ -184,6 +186,10 @@ _TEMPLATES: dict[str, str] = {
             WHERE instance_pk = p.pk AND status IN ('running', 'waiting') ORDER BY seq
         ) AS s
         ORDER BY p.pk, s.seq
+    """,
+    "histories": """
+        SELECT instance_pk, {scols} FROM {s}.steps WHERE instance_pk = ANY(%s::bigint[])
+        ORDER BY instance_pk, seq
     """,
     "history_events": """
         SELECT instance_pk, pk, type, payload, created_at FROM {s}.events
@@ -485,6 +491,7 @@ class Statements:
     get_instance_by_pk: str
     history_steps: str
     unfinished_steps: str
+    histories: str
     history_events: str
     steps_of_instance: str
     lock_instance: str

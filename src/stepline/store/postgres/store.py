@@ -38,7 +38,7 @@ from ..base import (
     Store,
     WorkflowMeta,
 )
-from ..migrations import load_migrations
+from ..migrations import check_current, load_migrations
 from . import sql
 from .claim import Claimer
 from .clock import ServerClock
@@ -47,10 +47,11 @@ from .flow import PostgresFlow
 from .instances import InstanceWrites, Leased
 from .listen import Listener
 from .messages import PostgresMessages
-from .migrate import migrate
+from .migrate import applied_migrations, migrate, read_only_conninfo
 from .notes import Notes
 from .operations import PostgresOperations
 from .parking import ParkingStatements
+from .retention import Expiry
 from .schedules import PostgresSchedules, ScheduleWrites
 from .slots import Slots
 from .sql import Statements
@@ -78,17 +79,27 @@ class PostgresStore(Store):
     ``clock``: the time to follow as it is (a test's manual clock); by default (None) the
     server's clock, so that every machine means the same instant (see :meth:`now`).
     ``pool_size`` (tests): the main pool's size, instead of what ``max_connections`` leaves it.
+    ``read_only``: every session is read-only (the server refuses writes), :meth:`open`
+    migrates nothing (a schema behind this code's is a ``StoreError``) and listens to nothing.
     """
 
     pushes_notifications = True
 
     def __init__(
-        self, url: str, clock: Callable[[], float] | None = None, *, pool_size: int | None = None
+        self,
+        url: str,
+        clock: Callable[[], float] | None = None,
+        *,
+        pool_size: int | None = None,
+        read_only: bool = False,
     ) -> None:
         super().__init__(clock)
         self.url = url
+        self.read_only = read_only
         parsed = parse_url(url)
         conninfo, self.schema = parsed.conninfo, parsed.schema
+        if read_only:
+            conninfo = read_only_conninfo(conninfo)
         self._db = Database(
             conninfo,
             describe(conninfo, self.schema),
@@ -102,6 +113,7 @@ class PostgresStore(Store):
         self._time = ServerClock(self._db, clock)
         self._claims = Claimer(self._db, self._sql, self.schema, self._notes)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
+        self._expiry = Expiry(self._db, self.schema)
         self.workers = PostgresWorkers(self._db, self._sql)
         self._workflows = WorkflowCatalog(self._db, self._sql)
         schedules = ScheduleWrites(self._db, self.schema, self._instances)
@@ -156,7 +168,14 @@ class PostgresStore(Store):
             return
         await self._db.open()
         try:
-            self.schema_versions = await migrate(self._db, self.schema, load_migrations("postgres"))
+            migrations = load_migrations("postgres")
+            if self.read_only:
+                applied = await applied_migrations(self._db, self.schema)
+                self.schema_versions = check_current(self._db.where, applied, migrations)
+                await self._time.measure()
+                self._time.start()
+                return
+            self.schema_versions = await migrate(self._db, self.schema, migrations)
             await self._time.measure()
             await self._listener.start(self.channel, self._dispatch, self._wake_everything)
         except BaseException:
@@ -288,6 +307,16 @@ class PostgresStore(Store):
             found.setdefault(row[0], []).append(step_from_row(row[1:]))
         return found
 
+    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
+        found: dict[int, list[StepRecord]] = {}
+        if not instances:
+            return found
+        pks = list(dict.fromkeys(i.pk for i in instances))
+        for row in await self._db.read("reading step histories", self._sql.histories, (pks,)):
+            found.setdefault(row[0], []).append(step_from_row(row[1:]))
+        now = self.now()
+        return {i.pk: settle_sleeps(found[i.pk], i, now) for i in instances if i.pk in found}
+
     async def control(
         self,
         workflow: str,
@@ -335,6 +364,11 @@ class PostgresStore(Store):
         self, workflow: str | None, statuses: Sequence[str], older_than: float
     ) -> int:
         return await self._instances.purge(workflow, list(statuses), older_than)
+
+    async def purge_expired(
+        self, now: float, limit: int, default_cutoff: float | None = None
+    ) -> dict[tuple[str, str], int]:
+        return await self._expiry.purge(now, limit, default_cutoff)
 
     # -- activations -----------------------------------------------------------------------------
 

@@ -46,6 +46,10 @@ class WorkflowCatalog:
                 for m in latest.values()
             ],
             "limits": [_limits_json(m) for m in latest.values()],
+            "retentions": [
+                None if m.retention is None else dumps(m.retention, what="retention")
+                for m in latest.values()
+            ],
             "limit_names": list(named),
             "limit_concurrency": [n.concurrency for n in named.values()],
             "rate_counts": [None if n.rate is None else n.rate.count for n in named.values()],

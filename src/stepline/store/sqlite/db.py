@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from ...errors import ConfigError, SteplineError, StoreError, StoreUnavailableError
 from .._batcher import Batcher, Busy
-from ..migrations import Migration, load_migrations
+from ..migrations import Migration, check_current, load_migrations
 from . import sql
 
 # The store's logger keeps its name: the lines an operator filters on do not move.
@@ -112,6 +112,16 @@ def split_statements(script: str) -> list[str]:
     return statements
 
 
+def _applied(c: sqlite3.Connection) -> set[int]:
+    """The migrations applied to the database (none when it has no schema yet)."""
+    try:
+        return {version for (version,) in c.execute(sql.APPLIED_MIGRATIONS)}
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return set()
+        raise
+
+
 def migrate(c: sqlite3.Connection, migrations: Sequence[Migration]) -> tuple[int, int]:
     """Apply the ``migrations`` not applied yet; the schema versions before and after (0:
     none)."""
@@ -152,12 +162,15 @@ class Database:
     """One SQLite file: its connection, migrations, reads and group-committed writes.
 
     ``create``: make a missing file (and its directories) when opened; else a missing file
-    raises :class:`~stepline.ConfigError` naming it, and nothing is created.
+    raises :class:`~stepline.ConfigError` naming it, and nothing is created. ``read_only``:
+    open the file read-only (SQLite refuses every write), migrating nothing (a schema behind
+    this code's is a ``StoreError``); a missing file is an error then too.
     """
 
-    def __init__(self, path: str, *, create: bool) -> None:
+    def __init__(self, path: str, *, create: bool, read_only: bool = False) -> None:
         self.path = path
-        self.create = create
+        self.create = create and not read_only
+        self.read_only = read_only
         self.schema_versions: tuple[int, int] | None = None
         """What :meth:`open` did: the schema versions before and after (0: none)."""
         self.retry_seconds = LOCK_GIVE_UP_SECONDS
@@ -191,11 +204,15 @@ class Database:
         if self._conn is not None:
             return
         conn = self._conn = self._connect()
+        migrations = load_migrations("sqlite")
+        if self.read_only:
+            applied = await self._retry_locked(lambda: _applied(conn))
+            self.schema_versions = check_current(repr(self.path), applied, migrations)
+            return
         (mode,) = await self._retry_locked(lambda: conn.execute(sql.JOURNAL_MODE_WAL).fetchone())
         if self.path != ":memory:" and str(mode).lower() != "wal":
             raise StoreError(f"cannot switch {self.path!r} to WAL mode (got {mode!r})")
         conn.execute(sql.SYNCHRONOUS_NORMAL)
-        migrations = load_migrations("sqlite")
         self.schema_versions = await self.write(lambda c: migrate(c, migrations), durable=True)
 
     def _connect(self) -> sqlite3.Connection:
@@ -209,7 +226,8 @@ class Database:
             if not Path(self.path).is_file():
                 raise ConfigError(missing_message(self.path))
             # Read-write, never create: a file removed since the check is not made anew.
-            target = Path(self.path).resolve().as_uri() + "?mode=rw"
+            mode = "ro" if self.read_only else "rw"
+            target = Path(self.path).resolve().as_uri() + f"?mode={mode}"
         try:
             return sqlite3.connect(
                 target,
@@ -234,7 +252,8 @@ class Database:
         await self._writes.drain()
         conn, self._conn = self._conn, None
         with contextlib.suppress(sqlite3.Error):
-            conn.execute(sql.OPTIMIZE)
+            if not self.read_only:
+                conn.execute(sql.OPTIMIZE)
         conn.close()
 
     def require(self) -> sqlite3.Connection:

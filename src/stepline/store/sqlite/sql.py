@@ -75,10 +75,10 @@ def _marks(n: int) -> str:
 # -- workflows -------------------------------------------------------------------------------
 
 REGISTER_WORKFLOW = (
-    "INSERT INTO workflows (name, class_name, definition, limits, created_at, updated_at)"
-    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+    "INSERT INTO workflows (name, class_name, definition, limits, created_at, updated_at,"
+    " retention) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
     " class_name = excluded.class_name, definition = excluded.definition,"
-    " limits = excluded.limits,"
+    " limits = excluded.limits, retention = excluded.retention,"
     " updated_at = CASE WHEN workflows.class_name IS excluded.class_name AND"
     " workflows.definition IS excluded.definition AND workflows.limits IS excluded.limits"
     " THEN workflows.updated_at ELSE excluded.updated_at END"
@@ -106,8 +106,8 @@ def existing_ids(n: int) -> str:
 INSERT_INSTANCE = (
     "INSERT INTO instances (workflow, id, status, params, trigger, parent, ready_at,"
     " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at, schedule,"
-    " key, priority, dedup_key, traceparent, tags)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " key, priority, dedup_key, traceparent, retention, tags)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UNFINISHED = "status NOT IN ('complete', 'errored', 'terminated')"
 """Written as the dedup index's condition, so that SQLite reads that (partial) index."""
@@ -289,7 +289,7 @@ def claim_due(
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
         f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
-        f" priority, dedup_key, traceparent, {token}, control, event_seq, ready_at,"
+        f" priority, dedup_key, traceparent, delete_at, {token}, control, event_seq, ready_at,"
         " started_at IS NULL, status = 'queued' FROM instances"
     )
     order = f" ORDER BY ready_at, pk LIMIT {limit}"
@@ -363,6 +363,14 @@ def history_steps(n: int) -> str:
     return (
         f"SELECT instance_pk, {STEP_COLUMNS} FROM steps"
         f" WHERE instance_pk IN ({_marks(n)}) ORDER BY instance_pk, seq"
+    )
+
+
+def steps_of_many(n: int) -> str:
+    """Every step of ``n`` instances: ``instance_pk`` and the ``STEP_COLUMNS``."""
+    return (
+        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({_marks(n)})"
+        " ORDER BY instance_pk, seq"
     )
 
 

@@ -44,7 +44,7 @@ from ..base import (
     Store,
     WorkflowMeta,
 )
-from . import flow, sql
+from . import flow, retention, sql
 from . import transactions as tx
 from .db import Database, missing_message
 from .flow import SqliteFlow
@@ -55,8 +55,8 @@ from .stats import SqliteStats
 from .workers import SqliteWorkers
 
 UNFINISHED_STEPS_BATCH = 500
-"""Instances per read of :meth:`SqliteStore.unfinished_steps` (SQLite caps the parameters of
-one statement)."""
+"""Instances per read of :meth:`SqliteStore.unfinished_steps` and ``histories`` (SQLite caps
+the parameters of one statement)."""
 
 
 def path_from_url(url: str) -> str:
@@ -82,13 +82,18 @@ class SqliteStore(Store):
     """
 
     def __init__(
-        self, url: str, clock: Callable[[], float] | None = None, *, create: bool = True
+        self,
+        url: str,
+        clock: Callable[[], float] | None = None,
+        *,
+        create: bool = True,
+        read_only: bool = False,
     ) -> None:
         super().__init__(clock)
         self.url = url
         self.path = path_from_url(url)
         self.create = create
-        self._db = Database(self.path, create=create)
+        self._db = Database(self.path, create=create, read_only=read_only)
         self.schedules = SqliteSchedules(self._db, self.now, self.signals.ready)
         self.flow = SqliteFlow(self._db, self.now, self.signals.ready)
         self.stats = SqliteStats(self._db)
@@ -217,11 +222,21 @@ class SqliteStore(Store):
         return settle_sleeps([step_from_row(row) for row in rows], instance, self.now())
 
     async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
+        return await self._steps_of(instance_pks, sql.unfinished_steps)
+
+    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
+        found = await self._steps_of([i.pk for i in instances], sql.steps_of_many)
+        now = self.now()
+        return {i.pk: settle_sleeps(found[i.pk], i, now) for i in instances if i.pk in found}
+
+    async def _steps_of(
+        self, instance_pks: Sequence[int], query: Callable[[int], str]
+    ) -> dict[int, list[StepRecord]]:
         found: dict[int, list[StepRecord]] = {}
         pks = list(dict.fromkeys(instance_pks))
         for start in range(0, len(pks), UNFINISHED_STEPS_BATCH):
             chunk = pks[start : start + UNFINISHED_STEPS_BATCH]
-            for row in await self._db.read(sql.unfinished_steps(len(chunk)), chunk):
+            for row in await self._db.read(query(len(chunk)), chunk):
                 found.setdefault(row[0], []).append(step_from_row(row[1:]))
         return found
 
@@ -279,6 +294,17 @@ class SqliteStore(Store):
             lambda c: tx.purge_instances(c, workflow, statuses, older_than), durable=True
         )
         return count
+
+    async def purge_expired(
+        self, now: float, limit: int, default_cutoff: float | None = None
+    ) -> dict[tuple[str, str], int]:
+        [(due,)] = await self._db.read(retention.ANY_EXPIRED, (now, default_cutoff, default_cutoff))
+        if not due:
+            return {}
+        counts: dict[tuple[str, str], int] = await self._db.write(
+            lambda c: retention.purge_expired(c, now, limit, default_cutoff), durable=True
+        )
+        return counts
 
     # -- activations -----------------------------------------------------------------------------
 

@@ -51,7 +51,11 @@ def register_workflows(
         declared = meta.limits.to_json()
         stored = None if declared is None else dumps(declared, what="workflow limits")
         before = c.execute(sql.LIMITS_OF, (meta.name,)).fetchone()
-        c.execute(sql.REGISTER_WORKFLOW, (meta.name, meta.class_name, definition, stored, now, now))
+        retention = None if meta.retention is None else dumps(meta.retention, what="retention")
+        c.execute(
+            sql.REGISTER_WORKFLOW,
+            (meta.name, meta.class_name, definition, stored, now, now, retention),
+        )
         if before is not None and before[0] != stored:
             # A changed key limit applies to the instances set aside under the old one too.
             c.execute(sql.UNPARK_WORKFLOW, (meta.name,))
@@ -108,7 +112,8 @@ def create(
                 (
                     workflow, item.id, status, item.params, trigger, item.parent, ready, now,
                     now, leased_to, token, expires, started, item.schedule, item.key,
-                    item.priority, item.dedup_key, item.traceparent, item.tags,
+                    item.priority, item.dedup_key, item.traceparent, item.retention,
+                    item.tags,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError:
@@ -138,6 +143,7 @@ def create(
             priority=item.priority,
             dedup_key=item.dedup_key,
             traceparent=item.traceparent,
+            delete_at=None,
         )
         created.append(instance_from_row(row))
     return created
@@ -274,7 +280,7 @@ def delete_instances(
     for instance_id in instance_ids:
         for pk, ran, key in c.execute(sql.DELETE_INSTANCE, (workflow, instance_id)).fetchall():
             deleted += 1
-            _delete_children(c, pk)
+            delete_children(c, pk)
             if ran:  # its slots are free: the next in line of its key may run now
                 flow.freed(c, pk, workflow, key, now)
     return deleted
@@ -289,11 +295,11 @@ def purge_instances(
     statement = sql.purge(len(statuses), workflow=workflow is not None)
     pks = [pk for (pk,) in c.execute(statement, params)]
     for pk in pks:
-        _delete_children(c, pk)
+        delete_children(c, pk)
     return len(pks)
 
 
-def _delete_children(c: sqlite3.Connection, pk: int) -> None:
+def delete_children(c: sqlite3.Connection, pk: int) -> None:
     c.execute(sql.DELETE_STEPS, (pk,))
     c.execute(sql.DELETE_EVENTS, (pk,))
     for statement in message_writes.DELETE_OF_INSTANCE:

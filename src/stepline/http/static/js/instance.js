@@ -321,6 +321,7 @@ export function render(root, params) {
       inst.priority ? fact("Priority", String(inst.priority)) : null,
       fact("Steps", String(detail.steps.length)),
       inst.wake_at ? fact("Wakes", timeCell(inst.wake_at)) : null,
+      inst.delete_at ? fact("Deleted", timeCell(inst.delete_at)) : null,
       inst.parent ? fact("Parent", h("a", { href: `#/workflows/${enc(inst.parent.workflow)}/instances/${enc(inst.parent.id)}` }, `${inst.parent.workflow}/${inst.parent.id}`)) : null,
     );
     replace(paramsBox, jsonBlock(inst.params, "params"));

@@ -11,6 +11,7 @@ runs (a step that would run one ends the replay there: everything before it matc
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,7 +28,15 @@ _SCRATCH = "sqlite://:memory:"
 
 
 class ReplayError(AssertionError):
-    """The workflow's code no longer follows an instance's recorded history."""
+    """The workflow's code no longer follows an instance's recorded history; ``step`` is the
+    step where it leaves it (``name-count``), when one is to blame."""
+
+    def __init__(self, message: str, step: str | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+_RECORDED = re.compile(r"recorded step\(s\) '([^']+)'")
 
 
 class _NewStep(ActivationAborted):
@@ -57,6 +66,56 @@ class _ReplayHooks(RuntimeHooks):
         return at
 
 
+class Replayer:
+    """Replays instances one after another on one scratch store (opened by ``async with``):
+    a replay costs a few writes to memory, not a store of its own."""
+
+    def __init__(self, clock: ManualClock, max_payload: int) -> None:
+        self.clock = clock
+        self.max_payload = max_payload
+        self._scratch = create_store(_SCRATCH, clock)
+        self._registered: set[str] = set()
+        self._next = 0
+
+    async def __aenter__(self) -> Replayer:
+        await self._scratch.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._scratch.close()
+
+    async def replay(
+        self, record: InstanceRecord, steps: list[StepRecord], workflow: Workflow
+    ) -> None:
+        """Replay ``record``'s recorded ``steps`` with ``workflow``; raise :class:`ReplayError`
+        naming the diverging step if the code no longer follows them."""
+        scratch = self._scratch
+        if record.workflow not in self._registered:
+            await scratch.register_workflows([WorkflowMeta(record.workflow, "replay", {})])
+            self._registered.add(record.workflow)
+        # A scratch id of its own: the same instance may be replayed twice on one scratch.
+        self._next += 1
+        _, [claim] = await scratch.create_and_claim(
+            record.workflow,
+            [NewInstance(f"replay-{self._next}", None)],
+            trigger="replay",
+            skip_existing=False,
+            owner="replay",
+            lease_seconds=3600.0,
+            limit=1,
+        )
+        # Run as the instance itself (its id, params, creation time), writing to the scratch.
+        claim = dataclasses.replace(claim, instance=record, control=None)
+        hooks = _ReplayHooks()
+        settings = ActivationSettings(self.max_payload, hooks=hooks)
+        activation = Activation(scratch, claim, History(steps, []), workflow, settings)
+        try:
+            finish: Finish | None = await activation.execute()
+        except _NewStep:
+            finish = None
+        _judge(record, finish, hooks.new_steps)
+
+
 async def replay(
     record: InstanceRecord,
     steps: list[StepRecord],
@@ -64,28 +123,10 @@ async def replay(
     clock: ManualClock,
     max_payload: int,
 ) -> None:
-    """Replay ``record``'s recorded ``steps`` with ``workflow``; raise :class:`ReplayError`
-    naming the diverging step if the code no longer follows them."""
-    scratch = create_store(_SCRATCH, clock)
-    await scratch.open()
-    try:
-        await scratch.register_workflows([WorkflowMeta(record.workflow, "replay", {})])
-        await scratch.create_instances(
-            record.workflow, [NewInstance(record.id, None)], trigger="replay", skip_existing=False
-        )
-        [claim] = (await scratch.claim("replay", [record.workflow], 1, 3600.0, clock())).claims
-        # Run as the instance itself (its id, params, creation time), writing to the scratch.
-        claim = dataclasses.replace(claim, instance=record, control=None)
-        hooks = _ReplayHooks()
-        settings = ActivationSettings(max_payload, hooks=hooks)
-        activation = Activation(scratch, claim, History(steps, []), workflow, settings)
-        try:
-            finish: Finish | None = await activation.execute()
-        except _NewStep:
-            finish = None
-    finally:
-        await scratch.close()
-    _judge(record, finish, hooks.new_steps)
+    """Replay ``record``'s recorded ``steps`` with ``workflow`` on a scratch store of its own;
+    raise :class:`ReplayError` naming the diverging step if the code no longer follows them."""
+    async with Replayer(clock, max_payload) as replayer:
+        await replayer.replay(record, steps, workflow)
 
 
 def _judge(record: InstanceRecord, finish: Finish | None, new_steps: list[str]) -> None:
@@ -94,13 +135,17 @@ def _judge(record: InstanceRecord, finish: Finish | None, new_steps: list[str]) 
     if finish is not None and finish.status == "errored":
         error = finish.error or {}
         if error.get("name") == "NonDeterminismError":
-            raise ReplayError(f"replay of {label} diverged: {error.get('message')}")
+            message = str(error.get("message"))
+            blamed = _RECORDED.search(message)
+            step = blamed.group(1) if blamed else None
+            raise ReplayError(f"replay of {label} diverged: {message}", step)
     if record.status not in ("complete", "errored"):
         return  # unfinished: steps past its history are how a workflow grows
     if new_steps:
         raise ReplayError(
             f"replay of {label} diverged: the instance ended {record.status} after its recorded "
-            f"steps, but run() now goes on to the new step {new_steps[0]!r}"
+            f"steps, but run() now goes on to the new step {new_steps[0]!r}",
+            new_steps[0],
         )
     if finish is None or finish.status != record.status:
         now = "suspends" if finish is None or finish.status == "waiting" else finish.status
