@@ -159,6 +159,8 @@ async def test_tags_and_bulk_over_http(make_engine: EngineFactory, clock: Manual
             assert resp.status_code == 201, resp.text
             bad = await client.post(base, json={"id": "h3", "tags": {"k": "\x00"}})
             assert bad.status_code == 400
+            detail = (await client.get(base + "/h1")).json()
+            assert detail["workflow"]["tags"] == {"campaign": "spring"}
             listed = await client.get(base, params={"where": "campaign = 'spring'"})
             assert [i["id"] for i in listed.json()["instances"]] == ["h1"]
             assert listed.json()["instances"][0]["tags"] == {"campaign": "spring"}

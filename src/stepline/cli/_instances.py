@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import click
@@ -175,6 +175,8 @@ async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
     """The instance's steps and events, and its workflow's stored definition (for DAG
     graphs)."""
     instance = await engine.get_instance(record.workflow, record.id)
+    tags = await engine.store.operations.tags_of([record.pk])
+    record = replace(record, tags=tags.get(record.pk, {}))
     steps = await instance.steps()
     events = await instance.events()
     definition = next(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 from typing import Any
 
 from ..dag import node_states
@@ -111,6 +112,8 @@ class Lookup:
             (warning,) = await self.engine.unserved_warnings([record])
             held = await read_held_reasons(self.engine.store, record)
             streams = await self.engine.store.messages.latest_stream_items(workflow, instance_id)
+            tags = await self.engine.store.operations.tags_of([record.pk])
+        record = replace(record, tags=tags.get(record.pk, {}))
         retry = None if record.status in FINISHED_STATUSES else retry_of(steps)
         graph = graph_of(await self.definition(workflow))
         if graph is not None:
