@@ -200,13 +200,37 @@ async def test_a_bulk_job_acts_on_what_matched_when_it_started(store: Store, clo
     assert (await store.get_instance(WF, "late")).status == "queued"
 
 
-async def test_a_crash_in_a_batch_acts_on_nothing(store: Store, monkeypatch: pytest.MonkeyPatch):
+CRASHES: dict[str, tuple[str | None, str]] = {
+    # action: (what brings the instances where it applies, the filter of those it acted on)
+    "pause": (None, "status = 'paused'"),
+    "resume": ("pause", "status = 'queued'"),
+    "terminate": (None, "status = 'terminated'"),
+    "restart": ("terminate", "status = 'queued'"),
+    "delete": ("terminate", "workflow = 'gone'"),
+}
+
+
+@pytest.mark.parametrize("action", list(CRASHES))
+async def test_a_crash_in_a_batch_acts_on_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch, action: Any
+):
     """A batch that dies after acting on some instances commits none of them nor its cursor:
-    the next batch acts on each exactly once (a second pause would be skipped)."""
+    the next batch acts on each exactly once (a second pause, resume, terminate or delete of
+    one would be skipped, or find it gone)."""
+    prepare, acted_on = CRASHES[action]
     await store.create_instances(
         WF, [NewInstance(f"i{n}", None) for n in range(7)], trigger="api", skip_existing=False
     )
-    await store.operations.start_bulk(NewBulkJob("c", "pause", parse("workflow = 'wf'")))
+    for n in range(7):
+        if prepare is not None:
+            await store.control(WF, f"i{n}", prepare)
+    await store.operations.start_bulk(NewBulkJob("c", action, parse("workflow = 'wf'")))
+
+    async def acted() -> int:
+        if action == "delete":
+            return 7 - await store.operations.count(parse("workflow = 'wf'"))
+        return await store.operations.count(parse(acted_on))
+
     await store.operations.run_bulk_batch("c", 2)
     operations = type(store.operations)
     acting = operations._act if hasattr(operations, "_act") else None
@@ -238,13 +262,11 @@ async def test_a_crash_in_a_batch_acts_on_nothing(store: Store, monkeypatch: pyt
     with pytest.raises(StoreError):
         await store.operations.run_bulk_batch("c", 3)
     job = await store.operations.bulk_job("c")
-    assert (job.done, job.cursor) == (2, job.cursor)
-    paused = await store.operations.count(parse("status = 'paused'"))
-    assert paused == 2
+    assert job.done == 2 and await acted() == 2
     monkeypatch.undo()
     job = await _run(store, "c", batch=3)
     assert (job.done, job.skipped, job.total) == (7, 0, 7)
-    assert await store.operations.count(parse("status = 'paused'")) == 7
+    assert await acted() == 7
 
 
 async def test_cancel_and_lookups(store: Store):
