@@ -13,6 +13,7 @@ from .dag import Dag, Pipeline
 from .durations import parse_duration
 from .engine import Engine
 from .errors import (
+    BlobStoreError,
     ConfigError,
     DefinitionError,
     DuplicateInstanceError,
@@ -24,6 +25,7 @@ from .errors import (
     MessageError,
     NonDeterminismError,
     NonRetryableError,
+    PayloadKeyError,
     QueryError,
     StepFailedError,
     SteplineError,
@@ -57,6 +59,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_NON_RETRYABLE",
+    "BlobStoreError",
     "ConfigError",
     "Dag",
     "DefinitionError",
@@ -78,6 +81,7 @@ __all__ = [
     "MessageError",
     "NonDeterminismError",
     "NonRetryableError",
+    "PayloadKeyError",
     "PendingRetry",
     "Pipeline",
     "QueryError",

@@ -29,6 +29,14 @@ from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .messages import Messaging
 from .operations.language import Filter
 from .operations.search import Ranges, build_filter, listing_filter, search, tags_json
+from .payloads import PayloadCodec, Slot, event_column
+from .payloads.records import (
+    open_events,
+    open_instance,
+    open_instances,
+    open_steps,
+    open_stream_items,
+)
 from .records import (
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
@@ -109,8 +117,20 @@ def _check_priority(value: object, *, what: str = "priority") -> int:
     return value
 
 
-async def _delete(store: Store, workflow: str, ids: Sequence[str], force: bool) -> int:
-    return await store.delete_instances(workflow, ids, finished_only=not force)
+async def _delete(
+    store: Store, codec: PayloadCodec, workflow: str, ids: Sequence[str], force: bool
+) -> int:
+    deleted = await store.delete_instances(workflow, ids, finished_only=not force)
+    if deleted:
+        await codec.forget(workflow, list(ids))  # the blobs go with their instances
+    return deleted
+
+
+async def _sealed_params(
+    codec: PayloadCodec, workflow: str, instance_id: str, params: Any, what: str
+) -> str:
+    text = _json.dumps(params, what=what, limit=codec.encode_limit)
+    return await codec.seal(text, Slot(workflow, instance_id, "params"))
 
 
 class Reservation(Protocol):
@@ -159,10 +179,12 @@ class Instance:
         instance_id: str,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         messaging: Messaging | None = None,
+        payloads: PayloadCodec | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._messaging = messaging or Messaging(store, max_payload)
+        self._payloads = payloads or PayloadCodec(max_payload=max_payload)
         self.workflow = workflow
         self.id = instance_id
 
@@ -171,7 +193,8 @@ class Instance:
 
     async def record(self) -> InstanceRecord:
         """Everything stored about the instance (params, timestamps, ...)."""
-        return await self._store.get_instance(self.workflow, self.id)
+        record = await self._store.get_instance(self.workflow, self.id)
+        return await open_instance(self._payloads, record)
 
     async def status(self) -> InstanceStatus:
         """``InstanceStatus(status, output, error, rollback, retry)``: ``retry``
@@ -181,15 +204,19 @@ class Instance:
         (retry,) = await read_retries(self._store, [rec])
         return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback, retry)
 
-    async def steps(self) -> list[StepRecord]:
-        """The full step history in start order, with every attempt."""
-        return await self._store.get_steps(self.workflow, self.id)
+    async def steps(self, *, redact: bool = False) -> list[StepRecord]:
+        """The full step history in start order, with every attempt. ``redact``: the result of
+        a step run with ``{"sensitive": True}`` reads ``"[redacted]"`` (what the CLI, the HTTP
+        APIs and the dashboard show)."""
+        steps = await self._store.get_steps(self.workflow, self.id)
+        return await open_steps(self._payloads, self.workflow, self.id, steps, redact=redact)
 
     async def events(self) -> list[InstanceEvent]:
         """Every event sent to the instance, in send order: ``type``, ``payload``, ``sent_at``
         and ``consumed_by`` (the ``wait_for_event`` step that took it, ``name-count``; None
         while it is pending)."""
-        return await self._store.get_events(self.workflow, self.id)
+        events = await self._store.get_events(self.workflow, self.id)
+        return await open_events(self._payloads, self.workflow, self.id, events)
 
     async def delete(self, *, force: bool = False) -> None:
         """Delete the instance with its steps and events.
@@ -198,7 +225,7 @@ class Instance:
         otherwise :class:`~stepline.IllegalStateError` (terminate it first). The status is
         checked in the deleting transaction. Unknown: ``InstanceNotFoundError``.
         """
-        deleted = await _delete(self._store, self.workflow, [self.id], force)
+        deleted = await _delete(self._store, self._payloads, self.workflow, [self.id], force)
         if not deleted:
             raise InstanceNotFoundError(self.workflow, self.id)
 
@@ -260,7 +287,12 @@ class Instance:
     async def send_event(self, type: str, payload: Any = None) -> None:
         """Deliver an event to ``wait_for_event(type=...)``; kept until a wait consumes it."""
         validate_name(type, what="event type")
-        encoded = _json.dumps(payload, what=f"payload of event {type!r}", limit=self._max_payload)
+        what = f"payload of event {type!r}"
+        codec = self._payloads
+        encoded = await codec.seal(
+            _json.dumps(payload, what=what, limit=codec.encode_limit),
+            Slot(self.workflow, self.id, event_column(type)),
+        )
         await self._store.send_event(self.workflow, self.id, type, encoded)
 
     # -- messages (docs/messaging.md) -------------------------------------------------------------
@@ -324,7 +356,8 @@ class Instance:
 
     async def streams(self) -> list[StreamItem]:
         """The last item of each of the instance's streams, by stream name."""
-        return await self._store.messages.latest_stream_items(self.workflow, self.id)
+        items = await self._store.messages.latest_stream_items(self.workflow, self.id)
+        return await open_stream_items(self._payloads, self.workflow, self.id, items)
 
     async def wait(self, timeout: Duration | None = None) -> InstanceStatus:
         """Wait until the instance is complete, errored or terminated; return its status.
@@ -373,10 +406,12 @@ class WorkflowBinding:
         reserve: ReserveSlots | None = None,
         observer: Observer | None = None,
         messaging: Messaging | None = None,
+        payloads: PayloadCodec | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._messaging = messaging or Messaging(store, max_payload)
+        self._payloads = payloads or PayloadCodec(max_payload=max_payload)
         self.name = name
         self._check_known = check
         self._reserve = reserve
@@ -470,9 +505,10 @@ class WorkflowBinding:
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
         await self._check()
+        instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
         new = NewInstance(
-            str(uuid.uuid4()) if id is None else validate_name(id, what="instance id"),
-            _json.dumps(params, what="instance params", limit=self._max_payload),
+            instance_id,
+            await _sealed_params(self._payloads, self.name, instance_id, params, "instance params"),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
@@ -520,10 +556,12 @@ class WorkflowBinding:
             new.append(
                 NewInstance(
                     instance_id,
-                    _json.dumps(
+                    await _sealed_params(
+                        self._payloads,
+                        self.name,
+                        instance_id,
                         item.get("params"),
-                        what=f"params of batch item {index}",
-                        limit=self._max_payload,
+                        f"params of batch item {index}",
                     ),
                     key=_check_key(item.get("key"), what=f"key of batch item {index}"),
                     priority=_check_priority(
@@ -546,7 +584,14 @@ class WorkflowBinding:
         return self._instance(id)
 
     def _instance(self, instance_id: str) -> Instance:
-        return Instance(self._store, self.name, instance_id, self._max_payload, self._messaging)
+        return Instance(
+            self._store,
+            self.name,
+            instance_id,
+            self._max_payload,
+            self._messaging,
+            self._payloads,
+        )
 
     async def create_and_update(
         self,
@@ -565,9 +610,10 @@ class WorkflowBinding:
         idempotent (an existing id is kept; ``update_id`` makes the update run once), so a
         caller that retries after a failure between them gets one instance and one run."""
         await self._check()
+        instance_id = validate_name(id, what="instance id")
         new = NewInstance(
-            validate_name(id, what="instance id"),
-            _json.dumps(params, what="instance params", limit=self._max_payload),
+            instance_id,
+            await _sealed_params(self._payloads, self.name, instance_id, params, "instance params"),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
         )
@@ -594,10 +640,12 @@ class WorkflowBinding:
         if not self._possible:
             return InstancePage([], None)
         if chosen is not None:
-            return await search(self._store, chosen, limit, cursor, oldest_first=oldest_first)
-        return await self._store.list_instances(
-            self.name, status, limit, cursor, oldest_first=oldest_first
-        )
+            page = await search(self._store, chosen, limit, cursor, oldest_first=oldest_first)
+        else:
+            page = await self._store.list_instances(
+                self.name, status, limit, cursor, oldest_first=oldest_first
+            )
+        return InstancePage(await open_instances(self._payloads, page.instances), page.cursor)
 
     async def count(self, where: str | Filter | None = None) -> int:
         """How many instances of this workflow match ``where`` (all of them without)."""
@@ -616,7 +664,7 @@ class WorkflowBinding:
         chosen = [validate_name(i, what="instance id") for i in ids]
         if not self._possible:
             return 0
-        return await _delete(self._store, self.name, chosen, force)
+        return await _delete(self._store, self._payloads, self.name, chosen, force)
 
     async def purge(
         self, *, statuses: Iterable[str] = FINISHED_ORDER, older_than: Duration = 0

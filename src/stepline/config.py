@@ -31,7 +31,7 @@ DEFAULT_NON_RETRYABLE: tuple[ErrorType, ...] = (TypeError, NameError, AttributeE
 
 _BACKOFFS = ("constant", "linear", "exponential")
 _RETRY_KEYS = ("limit", "delay", "backoff", "non_retryable")
-_STEP_KEYS = ("retries", "timeout", "limit", "inline")
+_STEP_KEYS = ("retries", "timeout", "limit", "inline", "sensitive")
 _ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -202,12 +202,15 @@ class StepConfig:
     per-attempt ``timeout`` (a duration, default 10 minutes), ``limit``, the name of a named
     limit (:class:`~stepline.Limit`) each attempt holds a slot of while it runs, and ``inline``:
     a sync callback that never blocks runs on the event loop instead of in a thread (cheaper,
-    but the loop, and every other instance of the worker, waits while it runs)."""
+    but the loop, and every other instance of the worker, waits while it runs); ``sensitive``:
+    the result is used by the workflow but shown as ``[redacted]`` everywhere else (the
+    client's step history, the CLI, the HTTP APIs, the dashboard)."""
 
     retries: RetryConfig
     timeout: float
     limit: str | None
     inline: bool
+    sensitive: bool
 
     def __init__(
         self,
@@ -215,6 +218,7 @@ class StepConfig:
         timeout: Duration = DEFAULT_TIMEOUT,
         limit: str | None = None,
         inline: bool = False,
+        sensitive: bool = False,
     ) -> None:
         if limit is not None and not is_valid_limit_name(limit):
             raise _invalid(
@@ -225,7 +229,10 @@ class StepConfig:
         if not isinstance(inline, bool):
             raise _invalid("inline", f"{shown(inline)} (True or False)")
         object.__setattr__(self, "limit", limit)
+        if not isinstance(sensitive, bool):
+            raise _invalid("sensitive", f"{shown(sensitive)} (True or False)")
         object.__setattr__(self, "inline", inline)
+        object.__setattr__(self, "sensitive", sensitive)
         object.__setattr__(self, "retries", _parse_retries(retries))
         try:
             seconds = parse_duration(timeout, what="timeout")
@@ -240,6 +247,8 @@ class StepConfig:
             described["limit"] = self.limit
         if self.inline:
             described["inline"] = True
+        if self.sensitive:
+            described["sensitive"] = True
         return described
 
 
@@ -263,7 +272,7 @@ DEFAULT_STEP_CONFIG = StepConfig()
 
 def parse_step_config(value: object) -> StepConfig:
     """Validate a ``StepConfig`` or a dict ``{"retries": {...}, "timeout": ..., "limit": ...,
-    "inline": ...}``.
+    "inline": ..., "sensitive": ...}``.
 
     Unknown keys and invalid values raise :class:`ValueError` naming the key.
     """

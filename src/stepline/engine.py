@@ -22,6 +22,8 @@ from .messages import Messaging
 from .operations.bulk import Bulk
 from .operations.language import Filter
 from .operations.search import Ranges, build_filter, listing_filter, search
+from .payloads import PayloadConfig, build_codec
+from .payloads.records import open_instances
 from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, WorkflowInfo
 from .registry import Registry
 from .retrying import read_retries
@@ -74,6 +76,10 @@ class Engine:
     ``telemetry``: traces, metrics and the log context (:class:`stepline.telemetry.Telemetry`);
     by default traces are on when an OpenTelemetry tracer provider is configured, and nothing
     else is (docs/observability.md).
+
+    ``payloads`` (:class:`~stepline.payloads.PayloadConfig`): offload values over
+    ``offload_over`` to a blob store, encrypt stored values (docs/data.md); keys are read when
+    the engine is made. Default: neither.
     """
 
     def __init__(
@@ -98,12 +104,15 @@ class Engine:
         limits: Iterable[Limit] = (),
         hooks: RuntimeHooks | None = None,
         telemetry: Telemetry | None = None,
+        payloads: PayloadConfig | None = None,
     ) -> None:
         self.url = url or os.environ.get("STEPLINE_DATABASE_URL") or DEFAULT_URL
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if max_payload < 1:
             raise ValueError(f"max_payload must be positive, got {max_payload}")
+        self.payloads = build_codec(payloads, self.url, max_payload)
+        """Seals stored values and opens them (offload, encryption; docs/data.md)."""
         self.settings = WorkerSettings(
             concurrency=concurrency,
             lease=parse_worker_duration("lease", lease, what="lease"),
@@ -120,6 +129,8 @@ class Engine:
             stream_keep_for=None
             if stream_keep_for is None
             else parse_duration(stream_keep_for, what="stream_keep_for"),
+            payloads=self.payloads,
+            sweep_grace=payloads.sweep_grace if payloads is not None else 3600.0,
         )
         self.clock = clock or SystemClock()
         # Without a clock of the user's the store keeps real time its own way (PostgreSQL: the
@@ -142,7 +153,7 @@ class Engine:
             listeners=tuple(listeners),
             hooks=hooks,
         )
-        self._messaging = Messaging(self.store, max_payload, self._registry)
+        self._messaging = Messaging(self.store, max_payload, self._registry, self.payloads)
 
     # -- registry --------------------------------------------------------------------------------
 
@@ -193,6 +204,7 @@ class Engine:
         _threads.release_idle()  # the threads of sync callbacks that no longer run
         if self._opened:
             await self.store.close()
+            await self.payloads.close()
             self._opened = False
 
     async def __aenter__(self) -> Engine:
@@ -257,6 +269,7 @@ class Engine:
             self._local.reserve,
             self.observer,
             self._messaging,
+            self.payloads,
         )
 
     async def _check_workflow(self, name: str) -> None:
@@ -274,22 +287,29 @@ class Engine:
         cursor: str | None = None,
         *,
         oldest_first: bool = False,
+        values: bool = True,
         where: str | Filter | None = None,
         **ranges: Unpack[Ranges],
     ) -> InstancePage:
         """Page through instances, newest first (or oldest first); pass ``page.cursor`` back
-        for the next page. ``where``: a filter (docs/operations.md), a bad one raises
-        ``FilterError`` naming its column; the ranges bound the creation and end times. A
-        filtered list's records carry their tags."""
+        for the next page. ``values=False``: params and outputs as stored (offloaded or
+        encrypted ones not fetched nor opened), for listings that do not show them.
+        ``where``: a filter (docs/operations.md), a bad one raises ``FilterError`` naming its
+        column; the ranges bound the creation and end times. A filtered list's records carry
+        their tags."""
         check_listing(status, limit)
         if workflow is not None and not is_valid_name(workflow):
             return InstancePage([], None)  # no workflow can have that name: nothing to read
         chosen = listing_filter(where, workflow=workflow, status=status, **ranges)
         if chosen is not None:
-            return await search(self.store, chosen, limit, cursor, oldest_first=oldest_first)
-        return await self.store.list_instances(
-            workflow, status, limit, cursor, oldest_first=oldest_first
-        )
+            page = await search(self.store, chosen, limit, cursor, oldest_first=oldest_first)
+        else:
+            page = await self.store.list_instances(
+                workflow, status, limit, cursor, oldest_first=oldest_first
+            )
+        if not values:
+            return page
+        return InstancePage(await open_instances(self.payloads, page.instances), page.cursor)
 
     async def count_instances(
         self, where: str | Filter | None = None, *, workflow: str | None = None

@@ -156,6 +156,18 @@ class StoreUnavailableError(StoreError):
     """
 
 
+class PayloadKeyError(SteplineError):
+    """A stored value is encrypted with a key this process does not have (its key id is not in
+    ``[encryption] keys``), or it fails authentication (altered, or moved to another row).
+    Nothing is returned in its place: never garbage."""
+
+
+class BlobStoreError(SteplineError):
+    """The blob store that holds offloaded values failed (unreachable, refused, or a blob is
+    missing or altered). The message names the store and the blob. A step whose result could
+    not be offloaded fails that attempt and is retried; nothing recorded is lost."""
+
+
 class UnknownLimitError(SteplineError, LookupError):
     """A step named a limit that no ``[[limits]]`` table or ``stepline.Limit`` defines (raised
     by ``Store.acquire_limit``; the runtime ends the instance with a DefinitionError)."""

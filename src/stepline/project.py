@@ -62,10 +62,12 @@ from ._project_overrides import (
     with_schedules,
     workflow_limit_settings,
 )
+from ._project_payloads import read_payloads
 from ._project_telemetry import TelemetryConfig, read_telemetry
 from .durations import parse_worker_duration
 from .errors import ConfigError, DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Limit
+from .payloads import PayloadConfig
 from .retention import parse_retention
 from .schedule import Schedule
 from .workflow import Workflow, definition_of, validate_name
@@ -77,7 +79,7 @@ DEFAULT_DATABASE_FILE = "stepline.db"
 
 _TOP_KEYS = (
     "database", "workflows", "worker", "triggers", "schedules", "limits", "cloudflare",
-    "telemetry", "logging",
+    "telemetry", "logging", "payloads", "encryption",
 )  # fmt: skip
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
@@ -169,6 +171,8 @@ class ProjectConfig:
     cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     """The ``[telemetry]`` and ``[logging]`` tables."""
+    payloads: PayloadConfig | None = None
+    """The ``[payloads]`` and ``[encryption]`` tables, for ``Engine(payloads=...)``."""
 
     @property
     def workflow_names(self) -> list[str]:
@@ -413,6 +417,7 @@ class _FileConfig:
     limits: tuple[Limit, ...] = ()
     cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    payloads: PayloadConfig | None = None
 
 
 def read_config(path: Path) -> _FileConfig:
@@ -445,8 +450,9 @@ def read_config(path: Path) -> _FileConfig:
             )
     cloudflare = read_cloudflare(data.get("cloudflare"), path, prefix)
     telemetry = read_telemetry(data.get("telemetry"), data.get("logging"), path, prefix)
+    payloads = read_payloads(data.get("payloads"), data.get("encryption"), path, prefix)
     return _FileConfig(
-        database, workflows, worker, triggers, schedules, limits, cloudflare, telemetry
+        database, workflows, worker, triggers, schedules, limits, cloudflare, telemetry, payloads
     )
 
 
@@ -496,6 +502,7 @@ def load_project(
         read.limits,
         read.cloudflare,
         read.telemetry,
+        read.payloads,
     )
 
 

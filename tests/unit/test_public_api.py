@@ -3,6 +3,7 @@
 import stepline
 
 EXPECTED = {
+    "BlobStoreError",
     "ConfigError",
     "DEFAULT_NON_RETRYABLE",
     "Dag",
@@ -25,6 +26,7 @@ EXPECTED = {
     "MessageError",
     "NonDeterminismError",
     "NonRetryableError",
+    "PayloadKeyError",
     "PendingRetry",
     "Pipeline",
     "QueryError",

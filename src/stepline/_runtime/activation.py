@@ -17,7 +17,13 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ..durations import Duration
-from ..errors import InstanceFatalError, InvalidPayloadError, LeaseLostError, SuspendInstance
+from ..errors import (
+    BlobStoreError,
+    InstanceFatalError,
+    InvalidPayloadError,
+    LeaseLostError,
+    SuspendInstance,
+)
 from ..records import EventRecord
 from ..step import EventMatch, RollbackCallback, StepCallback, WorkflowStep
 from ..store.base import Claim, Finish, History, Store
@@ -30,6 +36,8 @@ from .signals import ActivationAborted, Terminating, error_info
 from .state import ActivationSettings, ActivationState
 
 log = logging.getLogger("stepline.runtime")
+OUTPUT_RETRY = 30.0
+"""Seconds before an instance whose output the blob store refused tries to store it again."""
 
 _T = TypeVar("_T")
 
@@ -136,7 +144,7 @@ class Activation:
         check = self._state.replay.check
         try:
             try:
-                await self.workflow.run(self._event(), self.step)
+                await self.workflow.run(await self._event(), self.step)
             finally:
                 self._calls.drop_unawaited()
         except SuspendInstance:
@@ -193,7 +201,7 @@ class Activation:
         state = self._state
         try:
             try:
-                output = await self.workflow.run(self._event(), self.step)
+                output = await self.workflow.run(await self._event(), self.step)
             finally:
                 unawaited = self._calls.drop_unawaited()
         except SuspendInstance:
@@ -216,9 +224,19 @@ class Activation:
             if fatal is not None:
                 return await self._errored(fatal)
         try:
-            encoded = state.encode(output, "the output of run()")
+            encoded = await state.seal(output, "the output of run()", "output")
         except InvalidPayloadError as exc:
             return await self._errored(InstanceFatalError("InvalidPayloadError", str(exc)))
+        except BlobStoreError as exc:
+            # The output could not be offloaded: the instance waits and ends on a later replay
+            # (its steps are recorded and do not run again).
+            instance = state.instance
+            log.warning(
+                "instance %s/%s: cannot store its output, trying again in %g seconds: %s",
+                instance.workflow, instance.id, OUTPUT_RETRY, exc,
+            )  # fmt: skip
+            wake_at = state.store.now() + OUTPUT_RETRY
+            return Finish("waiting", wake_at=wake_at, event_seq=self.claim.event_seq)
         return Finish("complete", output=encoded)
 
     async def _terminated(self) -> Finish:
@@ -237,10 +255,10 @@ class Activation:
         rollback = await run_rollbacks(self._state, exc)
         return Finish("errored", error=info, rollback=rollback)
 
-    def _event(self) -> WorkflowEvent:
+    async def _event(self) -> WorkflowEvent:
         instance = self._state.instance
         return WorkflowEvent(
-            payload=instance.params,
+            payload=await self._state.open(instance.params, "params"),
             timestamp=datetime.fromtimestamp(instance.created_at, UTC),
             instance_id=instance.id,
             workflow_name=instance.workflow,

@@ -12,6 +12,7 @@ from typing import Any
 from .. import _json
 from ..durations import Duration, parse_duration
 from ..errors import StepTimeoutError, WorkflowFailedError
+from ..payloads import Slot, step_column
 from ..store.base import NewInstance
 from ..workflow import validate_name
 from .state import ActivationState
@@ -41,7 +42,11 @@ async def start_workflow(
     if child_id is None:
         child_id = f"{instance.id[:60]}-{workflow[:30]}-{key[1]}"
     validate_name(child_id, what="instance id")
-    encoded = state.encode(params, f"params of child workflow {workflow!r}")
+    what = f"params of child workflow {workflow!r}"
+    encoded = await state.settings.payloads.seal(
+        _json.dumps(params, what=what, limit=state.encode_limit()),
+        Slot(workflow, child_id, "params"),
+    )
     parent = {"workflow": instance.workflow, "id": instance.id, "step": step.label}
     await writer.committed()  # earlier steps' records, before the child can run
     step.started_at = state.store.now()
@@ -80,7 +85,7 @@ async def wait_for_workflow(
         await turns.reach(key, record)
     info = {"workflow": workflow, "id": child_id}
     if record is not None and record.status == "complete":
-        return record.output
+        return await state.open(record.output, step_column(*key))
     if record is not None and record.status == "errored":
         error = record.error or {}
         if error.get("name") == "StepTimeoutError":
@@ -101,11 +106,14 @@ async def wait_for_workflow(
         child = await state.store.get_instance(workflow, child_id)
         observed = state.observed
         if child.status == "complete":
-            output = state.encode(child.output, "child output")
+            value = await state.settings.payloads.open(
+                child.output, Slot(workflow, child_id, "output")
+            )
+            output = await state.seal(value, "child output", step_column(*key))
             await writer.write(step, "complete", output=output, ended_at=now, info=info)
             if observed is not None:
                 observed.waited("wait_for_workflow", name, key[1], step.started_at, now, "complete")
-            return child.output
+            return value
         if child.status in ("errored", "terminated"):
             message = f"{workflow} {child_id} ended {child.status}"
             failed = {**info, "status": child.status, "child_error": child.error}

@@ -17,12 +17,14 @@ from .. import _json
 from .._callbacks import CallbackShape, invoke, rollback_arguments
 from ..config import StepConfig, parse_step_config
 from ..errors import (
+    BlobStoreError,
     InstanceFatalError,
     InvalidPayloadError,
     StepFailedError,
     StepTimeoutError,
     _EngineSignal,
 )
+from ..payloads import step_column
 from ..records import Attempt, StepRecord
 from ..step import StepCallback, StepContext
 from . import slots
@@ -39,6 +41,9 @@ INTERRUPTED_ATTEMPT = {
     "lease lost); the step ran again",
 }
 """The error of an attempt whose activation stopped while it ran."""
+_SENSITIVE = {"sensitive": True}
+"""The info of a step run with ``{"sensitive": True}``: every reader but the runtime redacts its
+result (``stepline.payloads.records``)."""
 
 
 def timeout_error(label: str, attempt: int, timeout: float) -> StepTimeoutError:
@@ -69,10 +74,12 @@ async def do(
         await state.quiet.hold(key)
     step = StepRef(key, replay.seq_for(record), "do")
     if record is not None and record.status == "complete":
+        # Opened only now: a history is read without fetching offloaded results.
+        output = await state.open(record.output, step_column(*key))
         if rollback is not None:
             ended = record.ended_at or 0.0
-            state.rollbacks.append(Rollback(key, step.seq, ended, rollback, rb_cfg, record.output))
-        return record.output
+            state.rollbacks.append(Rollback(key, step.seq, ended, rollback, rb_cfg, output))
+        return output
     shape = state.settings.shapes.step(callback)
     output, ended = await run_attempts(state, step, record, cfg, callback, shape)
     if rollback is not None:
@@ -187,31 +194,40 @@ async def run_attempts(
             ended = state.store.now()
             if limit is not None:
                 await slots.give_back(state, step, limit)
-            attempts.append(Attempt(number, now, ended, None))
             try:
                 encoded, decoded = _json.encode(
-                    result,
-                    what=f"the result of step {label!r}",
-                    limit=state.settings.max_payload,
+                    result, what=f"the result of step {label!r}", limit=state.encode_limit()
+                )
+                encoded = await state.settings.payloads.seal(
+                    encoded, state.slot(step_column(*step.key))
                 )
             except InvalidPayloadError as exc:
+                attempts.append(Attempt(number, now, ended, None))
                 if seen is not None:
                     seen.ended("failed", exc)
                 info = {"name": "InvalidPayloadError", "message": str(exc)}
                 await writer.write(step, "errored", error=info, ended_at=ended)
                 raise InstanceFatalError("InvalidPayloadError", str(exc)) from exc
-            writer.send(step, "complete", output=encoded, ended_at=ended)
-            if seen is not None:
-                seen.ended("success", None)
-            if state.settings.listeners:
-                state.emit("step_complete", {"step": label, "attempt": number})
-            # The step returns what a replay will: its result as decoded from the record (equal
-            # to it, but a tuple comes back a list).
-            return decoded, ended
+            except BlobStoreError as exc:
+                # The result could not be kept: this attempt failed, and the step retries.
+                wake_at = await _failed(state, step, cfg, number, now, number - cut_off, exc, seen)
+            else:
+                attempts.append(Attempt(number, now, ended, None))
+                shown = _SENSITIVE if cfg.sensitive else None
+                writer.send(step, "complete", output=encoded, ended_at=ended, info=shown)
+                if seen is not None:
+                    seen.ended("success", None)
+                if state.settings.listeners:
+                    state.emit("step_complete", {"step": label, "attempt": number})
+                # The step returns what a replay will: its result as decoded from the record (equal
+                # to it, but a tuple comes back a list).
+                return decoded, ended
         finally:
             if seen is not None:  # ended above, unless its records failed (a lost lease)
                 seen.ended("interrupted", None)
             quiet.end()
+        if wake_at is not None:  # only a result that could not be offloaded gets here
+            await quiet.gate(step.key, wake_at)
 
 
 async def _failed(

@@ -11,6 +11,7 @@ from typing import Any
 from .. import _json
 from .._callbacks import ShapeMemo
 from ..config import StepConfig
+from ..payloads import PayloadCodec, Slot
 from ..records import PendingEvent
 from ..store.base import Claim, History, Store
 from .hooks import RuntimeHooks
@@ -39,6 +40,8 @@ class ActivationSettings:
     stream_keep_for: float | None = 7 * 86400.0
     """Seconds a stream's items are kept (None: no limit), unless ``step.stream(keep_for=...)``
     says otherwise."""
+    payloads: PayloadCodec = field(default_factory=PayloadCodec)
+    """What seals stored values and opens them (offload, encryption: :mod:`stepline.payloads`)."""
 
 
 @dataclass(slots=True)
@@ -113,3 +116,22 @@ class ActivationState:
 
     def encode(self, value: Any, what: str) -> str:
         return _json.dumps(value, what=what, limit=self.settings.max_payload)
+
+    def encode_limit(self) -> int:
+        """The largest JSON a sealed value may have (any size when it can be offloaded)."""
+        codec = self.settings.payloads
+        return self.settings.max_payload if codec.blobs is None else codec.encode_limit
+
+    def slot(self, column: str) -> Slot:
+        return Slot(self.instance.workflow, self.instance.id, column)
+
+    async def seal(self, value: Any, what: str, column: str) -> str:
+        """``value`` as stored in ``column`` of this instance: encoded, then sealed."""
+        text = _json.dumps(value, what=what, limit=self.encode_limit())
+        return await self.settings.payloads.seal(text, self.slot(column))
+
+    async def open(self, value: Any, column: str) -> Any:
+        """A value read from ``column`` of this instance, opened (fetched only now)."""
+        if not self.settings.payloads.is_sealed(value):
+            return value
+        return await self.settings.payloads.open(value, self.slot(column))

@@ -18,6 +18,7 @@ from typing import Any
 from ..durations import Duration, parse_duration
 from ..errors import LeaseLostError, StoreError
 from ..handlers import check_handler_name
+from ..payloads import stream_column
 from ..store.base import NewStreamItem
 from .calls import IN_CALLBACK
 from .signals import ActivationAborted
@@ -66,7 +67,11 @@ async def publish(
     of an update's handler."""
     check_handler_name(stream, what="stream")
     kept, seconds = _bounds(state, keep, keep_for)
-    encoded = state.encode(value, f"the value published to stream {stream!r}")
+    encoded = await state.settings.payloads.seal(
+        state.encode(value, f"the value published to stream {stream!r}"),
+        state.slot(stream_column(stream)),
+        offload=False,  # a stream's bounds delete its items: no blob to orphan
+    )
     scope = IN_CALLBACK.get()
     if scope is not None:
         scope.published += 1

@@ -6,6 +6,7 @@ the instance runs again at the wake-up time or when an event arrives.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from .. import _json
 from .._shown import shown
 from ..durations import Duration, parse_duration
 from ..errors import StepTimeoutError
+from ..payloads import event_column, step_column
 from ..records import EventRecord, InstanceRecord, PendingEvent
 from ..step import EventMatch
 from ..workflow import validate_name
@@ -121,7 +123,7 @@ async def wait_for_event(
         await turns.reach(key, record)
     label = f"{name}-{key[1]}"
     if record is not None and record.status == "complete":
-        out = record.output
+        out = await state.open(record.output, step_column(*key))
         return EventRecord(out["type"], out["payload"], out["timestamp"])
     if record is not None and record.status == "errored":
         raise StepTimeoutError(f"wait_for_event {label!r} timed out waiting for {event_type!r}")
@@ -140,12 +142,18 @@ async def wait_for_event(
     step.started_at = record.started_at if record is not None else now
     info = {"type": event_type}
     for index, pending in enumerate(state.events):
+        if pending.type == event_type and state.settings.payloads.is_sealed(pending.payload):
+            opened = await state.open(pending.payload, event_column(pending.type))
+            pending = state.events[index] = dataclasses.replace(pending, payload=opened)
         if pending.type == event_type and (
             match is None or _matches(match, pending, label, state.instance)
         ):
             del state.events[index]
             event = EventRecord(pending.type, pending.payload, pending.timestamp)
-            output = _json.dumps(event.to_json(), what="event", limit=1 << 62)
+            output = await state.settings.payloads.seal(
+                _json.dumps(event.to_json(), what="event", limit=1 << 62),
+                state.slot(step_column(*key)),
+            )
             await writer.write(
                 step, "complete",
                 output=output, wake_at=deadline, ended_at=now, info=info, consume_event=pending.pk,

@@ -173,6 +173,7 @@ class State:
         self.check_not_directory()
         options.setdefault("worker", False)
         options.setdefault("limits", self.project.limits)
+        options.setdefault("payloads", self.project.payloads)
         if "telemetry" not in options:  # traces as [telemetry] says (clients' creates too)
             options["telemetry"] = Telemetry(traces=self.project.telemetry.traces)
         merged = {**self.project.worker.engine_options(), **options}

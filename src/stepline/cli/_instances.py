@@ -177,7 +177,7 @@ async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
     instance = await engine.get_instance(record.workflow, record.id)
     tags = await engine.store.operations.tags_of([record.pk])
     record = replace(record, tags=tags.get(record.pk, {}))
-    steps = await instance.steps()
+    steps = await instance.steps(redact=True)
     events = await instance.events()
     definition = next(
         (w.definition for w in await engine.list_workflows() if w.name == record.workflow), None

@@ -44,7 +44,12 @@ async def _check(
     code = load_workflow(state.project, entry)
     state.require_database()
     return await replay_check(
-        state.project.database, [code], statuses=statuses or None, limit=limit, since=since
+        state.project.database,
+        [code],
+        statuses=statuses or None,
+        limit=limit,
+        since=since,
+        payloads=state.project.payloads,
     )
 
 

@@ -61,7 +61,10 @@ class InstanceEndpoints:
             await self.lookup.require_workflow(workflow)
         filters = list_filters(request)
         with client_errors():
-            page = await self.engine.list_instances(workflow, status, limit, cursor, **filters)
+            # The summaries leave params and outputs out: nothing offloaded is fetched.
+            page = await self.engine.list_instances(
+                workflow, status, limit, cursor, values=False, **filters
+            )
             warnings = await self.engine.unserved_warnings(page.instances)
             retries = await self.engine.retries(page.instances)
         summaries = [

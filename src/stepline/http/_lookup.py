@@ -102,7 +102,7 @@ class Lookup:
         """An instance's record and its steps; a missing one is a 404 naming what is missing."""
         async with self.instance_errors():
             instance = await self.engine.workflow(workflow).get(instance_id)
-            return await instance.record(), await instance.steps()
+            return await instance.record(), await instance.steps(redact=True)
 
     async def detail(self, workflow: str, instance_id: str) -> dict[str, Any]:
         """An instance as the detail view shows it: its record, its steps, its DAG graph, the
@@ -111,7 +111,8 @@ class Lookup:
         async with self.instance_errors():
             (warning,) = await self.engine.unserved_warnings([record])
             held = await read_held_reasons(self.engine.store, record)
-            streams = await self.engine.store.messages.latest_stream_items(workflow, instance_id)
+            instance = await self.engine.workflow(workflow).get(instance_id)
+            streams = await instance.streams()
             tags = await self.engine.store.operations.tags_of([record.pk])
         record = replace(record, tags=tags.get(record.pk, {}))
         retry = None if record.status in FINISHED_STATUSES else retry_of(steps)

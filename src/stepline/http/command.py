@@ -191,6 +191,7 @@ def serve_command(
         worker=worker,
         create=worker,
         limits=project.limits,
+        payloads=project.payloads,
         telemetry=telemetry,
         **options,
     )

@@ -11,6 +11,8 @@ from .._runtime import ActivationSettings, check_update
 from ..durations import Duration
 from ..errors import UpdateRejectedError
 from ..handlers import UpdateHandler, handlers_of
+from ..payloads import PayloadCodec
+from ..payloads.records import open_stream_items
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, StreamItem, StreamRead, UpdateRecord
 from ..workflow import WorkflowDefinition
@@ -26,11 +28,14 @@ class Messaging:
         store: Store,
         max_payload: int,
         code: Mapping[str, WorkflowDefinition] | None = None,
+        payloads: PayloadCodec | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._code: Mapping[str, WorkflowDefinition] = code if code is not None else {}
-        self._settings = ActivationSettings(max_payload)
+        self.payloads = payloads or PayloadCodec(max_payload=max_payload)
+        """Opens the (encrypted) stream items read, and the histories queries replay."""
+        self._settings = ActivationSettings(max_payload, payloads=self.payloads)
 
     async def query(
         self,
@@ -135,9 +140,13 @@ class Messaging:
         cursor = _streams.check_cursor(after)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"invalid limit {limit!r}: a whole number of items, at least 1")
-        return await self._store.messages.read_stream(workflow, instance_id, stream, cursor, limit)
+        read = await self._store.messages.read_stream(workflow, instance_id, stream, cursor, limit)
+        items = await open_stream_items(self.payloads, workflow, instance_id, read.items)
+        return StreamRead(items, read.instance_status)
 
     def subscribe(
         self, workflow: str, instance_id: str, stream: str, after: int, follow: bool
     ) -> AsyncIterator[StreamItem]:
-        return _streams.subscribe(self._store, workflow, instance_id, stream, after, follow=follow)
+        return _streams.subscribe(
+            self._store, workflow, instance_id, stream, after, follow=follow, payloads=self.payloads
+        )

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from ..handlers import check_handler_name
+from ..payloads import PayloadCodec
+from ..payloads.records import open_stream_items
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, StreamItem
 from ._waiting import changes
@@ -33,6 +35,7 @@ async def subscribe(
     after: int = 0,
     *,
     follow: bool = True,
+    payloads: PayloadCodec | None = None,
 ) -> AsyncIterator[StreamItem]:
     """The items of ``stream`` with ``seq > after``, in order; with ``follow`` it waits for new
     ones until the instance has ended and every item is read, else it stops at the last one
@@ -43,7 +46,10 @@ async def subscribe(
     async for _ in changes(store, workflow, instance_id, None):
         while True:
             read = await store.messages.read_stream(workflow, instance_id, stream, cursor, PAGE)
-            for item in read.items:
+            items = read.items
+            if payloads is not None:
+                items = await open_stream_items(payloads, workflow, instance_id, items)
+            for item in items:
                 cursor = item.seq
                 yield item
             if len(read.items) < PAGE:

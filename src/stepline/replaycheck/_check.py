@@ -14,6 +14,7 @@ from typing import Any
 
 from .._json import DEFAULT_MAX_PAYLOAD
 from ..clock import ManualClock
+from ..payloads import PayloadConfig, build_codec
 from ..records import InstanceRecord, StepRecord
 from ..store import create_store
 from ..store.base import Store
@@ -86,6 +87,7 @@ async def replay_check(
     limit: int | None = 1000,
     since: float | None = None,
     max_payload: int = DEFAULT_MAX_PAYLOAD,
+    payloads: PayloadConfig | None = None,
 ) -> ReplayReport:
     """Replay the recorded instances of ``workflows`` (classes, objects or definitions as
     registered) stored at ``url`` with the code as it is now, running no callback and changing
@@ -93,8 +95,9 @@ async def replay_check(
 
     ``statuses``: only instances in these (default: all). ``limit``: at most this many
     instances per workflow, newest first (None: all). ``since``: only instances created at or
-    after this time (epoch seconds). Returns a :class:`ReplayReport`: its ``diverged`` results
-    name each instance and the step where today's code leaves its history.
+    after this time (epoch seconds). ``payloads``: the blob store and keys that open stored
+    values, as the engine's (docs/data.md). Returns a :class:`ReplayReport`: its ``diverged``
+    results name each instance and the step where today's code leaves its history.
     """
     definitions = [w if isinstance(w, WorkflowDefinition) else definition_of(w) for w in workflows]
     wanted = tuple(statuses) if statuses else STATUSES
@@ -104,7 +107,8 @@ async def replay_check(
     results: list[ReplayResult] = []
     try:
         clock = ManualClock(store.now())
-        async with Replayer(clock, max_payload) as replayer:
+        codec = build_codec(payloads, url, max_payload)
+        async with Replayer(clock, max_payload, codec) as replayer:
             for definition in definitions:
                 async for record, steps in _histories(store, definition.name, wanted, limit, since):
                     results.append(await _one(replayer, record, steps, definition))

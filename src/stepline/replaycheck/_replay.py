@@ -18,6 +18,8 @@ from typing import Any
 from .. import _json
 from .._runtime import Activation, ActivationAborted, ActivationSettings, RuntimeHooks
 from ..clock import ManualClock
+from ..errors import BlobStoreError, PayloadKeyError
+from ..payloads import PayloadCodec, Slot
 from ..records import InstanceRecord, StepKind, StepRecord
 from ..step import StepContext
 from ..store import create_store
@@ -70,9 +72,13 @@ class Replayer:
     """Replays instances one after another on one scratch store (opened by ``async with``):
     a replay costs a few writes to memory, not a store of its own."""
 
-    def __init__(self, clock: ManualClock, max_payload: int) -> None:
+    def __init__(
+        self, clock: ManualClock, max_payload: int, payloads: PayloadCodec | None = None
+    ) -> None:
         self.clock = clock
         self.max_payload = max_payload
+        self.payloads = payloads or PayloadCodec(max_payload=max_payload)
+        """Opens the sealed values of the histories replayed (offloaded, encrypted)."""
         self._scratch = create_store(_SCRATCH, clock)
         self._registered: set[str] = set()
         self._next = 0
@@ -107,13 +113,22 @@ class Replayer:
         # Run as the instance itself (its id, params, creation time), writing to the scratch.
         claim = dataclasses.replace(claim, instance=record, control=None)
         hooks = _ReplayHooks()
-        settings = ActivationSettings(self.max_payload, hooks=hooks)
+        settings = ActivationSettings(self.max_payload, hooks=hooks, payloads=self.payloads)
         activation = Activation(scratch, claim, History(steps, []), workflow, settings)
         try:
             finish: Finish | None = await activation.execute()
         except _NewStep:
             finish = None
-        _judge(record, finish, hooks.new_steps)
+        _unreadable(record, finish)
+        output: Any = None
+        if finish is not None and finish.status == "complete" and finish.output is not None:
+            # Both outputs opened: sealed twice, one value has two different envelopes.
+            slot = Slot(record.workflow, record.id, "output")
+            output = await self.payloads.open(_json.loads(finish.output), slot)
+            record = dataclasses.replace(
+                record, output=await self.payloads.open(record.output, slot)
+            )
+        _judge(record, finish, hooks.new_steps, output)
 
 
 async def replay(
@@ -129,8 +144,22 @@ async def replay(
         await replayer.replay(record, steps, workflow)
 
 
-def _judge(record: InstanceRecord, finish: Finish | None, new_steps: list[str]) -> None:
-    """Compare how the replay ended with how the instance did."""
+def _unreadable(record: InstanceRecord, finish: Finish | None) -> None:
+    """Raise what made the replay fail to read the history (a key or a blob store it lacks):
+    the check cannot judge such an instance, and must not call it replayed."""
+    error = (finish.error or {}) if finish is not None else {}
+    if finish is not None and finish.status == "errored" and error != (record.error or {}):
+        kinds = {"PayloadKeyError": PayloadKeyError, "BlobStoreError": BlobStoreError}
+        kind = kinds.get(str(error.get("name")))
+        if kind is not None:
+            raise kind(f"replay of {record.workflow}/{record.id}: {error.get('message')}")
+
+
+def _judge(
+    record: InstanceRecord, finish: Finish | None, new_steps: list[str], output: Any = None
+) -> None:
+    """Compare how the replay ended with how the instance did (``output``: the replay's,
+    opened)."""
     label = f"{record.workflow}/{record.id}"
     if finish is not None and finish.status == "errored":
         error = finish.error or {}
@@ -154,7 +183,6 @@ def _judge(record: InstanceRecord, finish: Finish | None, new_steps: list[str]) 
             f"ends {now} on the same history"
         )
     if record.status == "complete":
-        output = _json.loads(finish.output)
         if output != record.output:
             raise ReplayError(
                 f"replay of {label} diverged: run() now returns {output!r} on the same history, "

@@ -40,7 +40,7 @@ class QueryService:
         self.worker_id = worker_id
         self.registry = registry
         self.settings = settings
-        self._activation = ActivationSettings(settings.max_payload)
+        self._activation = ActivationSettings(settings.max_payload, payloads=settings.payloads)
         self._wake = asyncio.Event()
 
     def wake(self) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..payloads import PayloadCodec
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,10 @@ class WorkerSettings:
     """Items each stream of an instance keeps (its last ones), unless the workflow says."""
     stream_keep_for: float | None = 7 * 86400.0
     """Seconds a stream's items are kept (None: no age limit), unless the workflow says."""
+    payloads: PayloadCodec = field(default_factory=PayloadCodec)
+    """Seals and opens stored values (offload, encryption; :mod:`stepline.payloads`)."""
+    sweep_grace: float = 3600.0
+    """Seconds an unreferenced blob is kept before the orphan sweep deletes it."""
 
 
 def default_worker_id() -> str:

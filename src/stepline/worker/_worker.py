@@ -16,6 +16,7 @@ from ..operations.runner import BulkRunner
 from ..store.base import Claim, Store
 from ..workflow import WorkflowDefinition
 from ._activate import activate
+from ._blob_sweep import BlobSweep
 from ._claim_loop import ClaimLoop
 from ._heartbeat import Heartbeat
 from ._log import log, outage_level
@@ -56,6 +57,7 @@ class Worker:
             observer=observer,
             stream_keep=self.settings.stream_keep,
             stream_keep_for=self.settings.stream_keep_for,
+            payloads=self.settings.payloads,
         )
         self._observer = observer
         self._slots = Slots(self.settings.concurrency)
@@ -67,6 +69,7 @@ class Worker:
         self._heartbeat = Heartbeat(store, self.id, self.settings, self._workflows, self._slots)
         self._retention = Retention(store, self.settings.retention)
         self._bulk = BulkRunner(store)
+        self._sweep = BlobSweep(store, self.settings.payloads, self.settings.sweep_grace)
         self._queries = QueryService(store, self.id, registry, self.settings)
         self._stopping = asyncio.Event()
         self._at_once = asyncio.Event()
@@ -159,6 +162,10 @@ class Worker:
         """Delete the finished instances whose retention has run out; return how many."""
         return await self._retention.purge_now()
 
+    async def sweep_blobs_now(self, now: float | None = None) -> int:
+        """Delete blobs no row references, older than ``sweep_grace``; return how many."""
+        return await self._sweep.sweep_now(now)
+
     async def run_once(self) -> int:
         """Claim every instance runnable now and run each to its next suspension or end.
 
@@ -191,6 +198,10 @@ class Worker:
         side_tasks.append(
             asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")
         )
+        if self.settings.payloads.blobs is not None:
+            side_tasks.append(
+                asyncio.create_task(self._sweep.loop(), name=f"stepline-blob-sweep-{self.id}")
+            )
         if self._shares.needed:
             await self._join_fleet()
             fleet_tasks.append(

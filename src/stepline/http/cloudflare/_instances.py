@@ -82,7 +82,7 @@ class InstanceEndpoints:
         it: stepline's pages are cursors); past the last page, an empty one."""
         for number in range(1 if cursor is not None else page):
             listing = await self.engine.list_instances(
-                name, status, size, cursor, oldest_first=asc, **ranges
+                name, status, size, cursor, oldest_first=asc, values=False, **ranges
             )
             cursor = listing.cursor
             if cursor is None and number < page - 1:
