@@ -181,6 +181,10 @@ async def test_tags_and_bulk_over_http(make_engine: EngineFactory, clock: Manual
             assert (job["status"], job["done"]) == ("complete", 1)
             assert (await client.get("/api/bulk")).json()["jobs"][0]["id"] == job_id
             assert (await client.post(f"/api/bulk/{job_id}/cancel")).json()["status"] == "complete"
+            for url in ("/api/bulk/a%00b", "/api/instances/count?workflow=a%00b"):
+                assert (await client.get(url)).status_code in (400, 404), url
+            nul = {"action": "restart", "where": "id = 'x'", "from_step": "a\x00"}
+            assert (await client.post("/api/bulk", json=nul)).status_code == 400
             missing = await client.get("/api/bulk/nope")
             assert (missing.status_code, missing.json()["error"]["code"]) == (
                 404,

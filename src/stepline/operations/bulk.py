@@ -12,9 +12,16 @@ from typing import Any
 from ..durations import Duration, parse_duration
 from ..records import InstanceRecord
 from ..store.base import Store
-from ..store.operations import BULK_ACTIONS, BulkAction, BulkJob, BulkStatus, NewBulkJob
+from ..store.operations import (
+    BULK_ACTIONS,
+    BulkAction,
+    BulkJob,
+    BulkJobNotFoundError,
+    BulkStatus,
+    NewBulkJob,
+)
 from .language import Filter
-from .search import build_filter
+from .search import build_filter, plain_text
 
 BULK_STATUSES: tuple[BulkStatus, ...] = ("running", "complete", "cancelled")
 
@@ -85,15 +92,19 @@ class Bulk:
         chosen = self._filter(action, where, workflow)
         if from_step is not None and action != "restart":
             raise ValueError("from_step goes with the restart action only")
-        if from_step is not None and (not isinstance(from_step, str) or not from_step):
+        if from_step is not None and (not plain_text(from_step) or not from_step):
             raise ValueError(f"from_step must be a step name, got {from_step!r}")
         job_id = id if id is not None else f"bulk-{uuid.uuid4().hex[:12]}"
+        if not plain_text(job_id) or not 0 < len(job_id) <= 200:
+            raise ValueError(f"invalid bulk job id {job_id!r}: 1-200 characters of plain text")
         return await self._store.operations.start_bulk(
             NewBulkJob(job_id, action, chosen, from_step)
         )
 
     async def get(self, job_id: str) -> BulkJob:
         """The job's state and progress (``BulkJobNotFoundError`` if unknown)."""
+        if not plain_text(job_id):
+            raise BulkJobNotFoundError(str(job_id))
         return await self._store.operations.bulk_job(job_id)
 
     async def list(self, *, status: BulkStatus | None = None, limit: int = 50) -> list[BulkJob]:
@@ -108,6 +119,8 @@ class Bulk:
 
     async def cancel(self, job_id: str) -> BulkJob:
         """Stop a running job: no batch acts after this returns."""
+        if not plain_text(job_id):
+            raise BulkJobNotFoundError(str(job_id))
         return await self._store.operations.cancel_bulk(job_id)
 
     async def wait(

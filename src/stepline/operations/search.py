@@ -37,6 +37,9 @@ def build_filter(
     """One filter of everything given (``FilterError`` for a bad text, ``ValueError`` for a
     bad time); None when nothing is."""
     parsed = parse(where) if isinstance(where, str) else where
+    for name, value in (("workflow", workflow), ("status", status)):
+        if value is not None and not plain_text(value):
+            raise ValueError(f"invalid {name} {value!r}: text without control characters")
     tests: list[tuple[Expr, str]] = []
 
     def add(column: str, op: str, value: Value, shown: str) -> None:
@@ -86,6 +89,17 @@ def listing_filter(
     if extra is None:
         return None
     return Filter.all(build_filter(workflow=workflow, status=status), extra)
+
+
+def plain_text(value: object) -> bool:
+    """Text a database stores as given: no control character, no lone surrogate."""
+    if not isinstance(value, str) or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def to_seconds(moment: Moment, *, what: str) -> float:
