@@ -253,8 +253,18 @@ class Engine:
         return self._local.scheduler
 
     def schedules(self) -> ScheduleClient:
-        """List, pause, resume, trigger and backfill the schedules stored in the database."""
-        return ScheduleClient(self.store)
+        """Create, update and delete schedules at run time; list, pause, resume, trigger and
+        backfill the schedules stored in the database."""
+        return ScheduleClient(
+            self.store,
+            check_workflow=self._check_workflow,
+            declared=self._declared_schedules,
+            changed=self._local.wake_scheduler,
+        )
+
+    def _declared_schedules(self) -> set[str]:
+        """The names of the schedules the registered workflows declare (stored or not yet)."""
+        return {s.key for d in self.registry.definitions.values() for s in d.schedules}
 
     # -- client ----------------------------------------------------------------------------------
 

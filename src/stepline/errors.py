@@ -109,6 +109,32 @@ class ScheduleNotFoundError(SteplineError, LookupError):
         self.stored = None if stored is None else list(stored)
 
 
+class ScheduleExistsError(SteplineError):
+    """A schedule of that name is stored already: declared in code (``source == "code"``) or
+    created at run time (``"api"``)."""
+
+    def __init__(self, name: str, source: str) -> None:
+        whose = "declared in code" if source == "code" else "created at run time"
+        super().__init__(
+            f"a schedule named {name!r} exists already ({whose}); choose another name"
+            + ("" if source == "code" else " or update that one")
+        )
+        self.name = name
+        self.source = source
+
+
+class ScheduleReadOnlyError(SteplineError):
+    """The schedule is declared in code: only the code changes or removes it (its pause and
+    resume still work at run time)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"schedule {name!r} is declared in code and cannot be changed or deleted at run "
+            "time; change the workflow's schedules in code (pause and resume still work)"
+        )
+        self.name = name
+
+
 class WorkflowNotFoundError(SteplineError, LookupError):
     """No workflow of that name is registered with the engine or known to the database."""
 

@@ -80,6 +80,11 @@ class LocalWorker:
             )
         return self._scheduler
 
+    def wake_scheduler(self) -> None:
+        """Let a running scheduler see a schedule made, changed or deleted in this process."""
+        if self._scheduler is not None:
+            self._scheduler.wake()
+
     @property
     def running(self) -> bool:
         """Whether the worker runs in the background (started with the engine)."""

@@ -28,7 +28,7 @@ The configuration is found by walking up from the current directory, like ``wran
     workflow = "documents"
 
     [cloudflare]                              # stepline serve's Cloudflare API: _project_cloudflare
-    account_id = "0123abcd"
+    account_id = "0123abcd"                   # ([http] tokens: _project_http)
 
     [telemetry]                               # traces and metrics, [logging]: _project_telemetry
     metrics_port = 9464
@@ -55,6 +55,7 @@ from typing import Any
 
 from ._config_keys import check_keys
 from ._project_cloudflare import CloudflareConfig, read_cloudflare
+from ._project_http import HttpConfig, read_http
 from ._project_overrides import (
     check_limit_references,
     named_limits,
@@ -79,7 +80,7 @@ DEFAULT_DATABASE_FILE = "stepline.db"
 
 _TOP_KEYS = (
     "database", "workflows", "worker", "triggers", "schedules", "limits", "cloudflare",
-    "telemetry", "logging", "payloads", "encryption",
+    "telemetry", "logging", "payloads", "encryption", "http",
 )  # fmt: skip
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
@@ -173,6 +174,7 @@ class ProjectConfig:
     """The ``[telemetry]`` and ``[logging]`` tables."""
     payloads: PayloadConfig | None = None
     """The ``[payloads]`` and ``[encryption]`` tables, for ``Engine(payloads=...)``."""
+    http: HttpConfig = field(default_factory=HttpConfig)
 
     @property
     def workflow_names(self) -> list[str]:
@@ -418,6 +420,7 @@ class _FileConfig:
     cloudflare: CloudflareConfig = field(default_factory=CloudflareConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     payloads: PayloadConfig | None = None
+    http: HttpConfig = field(default_factory=HttpConfig)
 
 
 def read_config(path: Path) -> _FileConfig:
@@ -451,9 +454,9 @@ def read_config(path: Path) -> _FileConfig:
     cloudflare = read_cloudflare(data.get("cloudflare"), path, prefix)
     telemetry = read_telemetry(data.get("telemetry"), data.get("logging"), path, prefix)
     payloads = read_payloads(data.get("payloads"), data.get("encryption"), path, prefix)
-    return _FileConfig(
-        database, workflows, worker, triggers, schedules, limits, cloudflare, telemetry, payloads
-    )
+    http = read_http(data.get("http"), path, prefix)
+    return _FileConfig(database, workflows, worker, triggers, schedules, limits, cloudflare,
+                       telemetry, payloads, http)  # fmt: skip
 
 
 def load_project(
@@ -491,19 +494,9 @@ def load_project(
     else:
         url, source = resolve_database_url(f"sqlite:///{DEFAULT_DATABASE_FILE}", root), "default"
     return ProjectConfig(
-        root,
-        url,
-        source,
-        path,
-        read.workflows,
-        read.worker,
-        read.triggers,
-        read.schedules,
-        read.limits,
-        read.cloudflare,
-        read.telemetry,
-        read.payloads,
-    )
+        root, url, source, path, read.workflows, read.worker, read.triggers, read.schedules,
+        read.limits, read.cloudflare, read.telemetry, read.payloads, read.http,
+    )  # fmt: skip
 
 
 # -- importing workflow code --------------------------------------------------------------------

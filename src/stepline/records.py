@@ -384,9 +384,12 @@ class WorkerInfo:
         }
 
 
+ScheduleSource = Literal["code", "api"]
+
+
 @dataclass(frozen=True)
 class ScheduleRecord:
-    """A cron schedule as stored: its declaration (synced from code) and its state.
+    """A cron schedule as stored: its declaration (from code, or made at run time) and its state.
 
     ``last_tick``: the latest tick the scheduler handled (fired, skipped or buffered), None
     before the first; ``last_instance``: the id of the instance it last created;
@@ -408,10 +411,14 @@ class ScheduleRecord:
     buffered_tick: float | None
     created_at: float
     updated_at: float
+    source: ScheduleSource = "code"
+    """``code``: declared by a workflow, synced by schedulers, read-only at run time; ``api``:
+    created at run time (``engine.schedules().create``), changed and deleted the same way."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "source": self.source,
             "workflow": self.workflow,
             "cron": self.cron,
             "timezone": self.timezone,

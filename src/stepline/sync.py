@@ -194,6 +194,15 @@ class SyncScheduleClient:
         self._portal = portal
         self._client = client
 
+    def create(self, name: str, workflow: str, cron: str, **options: Any) -> ScheduleInfo:
+        return self._portal.call(self._client.create(name, workflow, cron, **options))
+
+    def update(self, name: str, /, **changes: Any) -> ScheduleInfo:
+        return self._portal.call(self._client.update(name, **changes))
+
+    def delete(self, name: str) -> ScheduleInfo:
+        return self._portal.call(self._client.delete(name))
+
     def get(self, name: str) -> ScheduleInfo:
         return self._portal.call(self._client.get(name))
 

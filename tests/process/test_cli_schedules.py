@@ -176,3 +176,46 @@ def test_bad_input_exits_2_with_one_line(project: Path) -> None:
     missing = stepline(project, "--database", f"sqlite:///{project / 'x.db'}", "schedules", "list")
     fails(missing, "no stepline database at")
     assert not (project / "x.db").exists()
+
+
+def test_create_update_delete_at_run_time(project: Path) -> None:
+    made = as_json(
+        project, "schedules", "create", "other-9am", "--workflow", "other", "--cron",
+        "0 9 * * MON-FRI", "--timezone", "Europe/Paris", "--params", '{"k": 2}',
+        "--overlap", "skip",
+    )  # fmt: skip
+    assert (made["source"], made["workflow"], made["params"]) == ("api", "other", {"k": 2})
+    assert (made["timezone"], made["overlap"], made["catch_up"]) == ("Europe/Paris", "skip", "skip")
+    updated = ok(project, "schedules", "update", "other-9am", "--cron", "0 10 * * *")
+    assert updated.startswith('⏰ Schedule "other-9am" of "other" updated: 0 10 * * * (Europe')
+    table = ok(project, "schedules", "list")
+    assert "other-9am" in table and " api " in table and " code " in table
+    (row,) = as_json(project, "schedules", "list", "--workflow", "other")
+    assert (row["cron"], row["params"], row["overlap"]) == ("0 10 * * *", {"k": 2}, "skip")
+    deleted = ok(project, "schedules", "delete", "other-9am")
+    assert deleted.strip() == '⏰ Schedule "other-9am" of "other" deleted'
+    assert as_json(project, "schedules", "list", "--workflow", "other") == []
+
+
+def test_bad_run_time_schedules_exit_2_naming_the_value(project: Path) -> None:
+    base = ["schedules", "create", "x", "--workflow", "other", "--cron"]
+    results = in_parallel(
+        project,
+        [
+            [*base, "0 9 * *"],
+            ["schedules", "create", "x", "--workflow", "nope", "--cron", "0 9 * * *"],
+            [*base, "0 9 * * *", "--timezone", "Mars/Base"],
+            [*base, "0 9 * * *", "--params", "{bad"],
+            ["schedules", "create", "every-5", "--workflow", "other", "--cron", "0 9 * * *"],
+            ["schedules", "update", "every-5", "--cron", "0 9 * * *"],
+            ["schedules", "delete", "nightly-3am"],
+            ["schedules", "delete", "missing"],
+        ],
+    )
+    texts = [
+        "'0 9 * *'", "'nope'", "'Mars/Base'", "--params", "'every-5' exists already",
+        "'every-5' is declared in code", "'nightly-3am' is declared in code", "'missing'",
+    ]  # fmt: skip
+    for result, text in zip(results, texts, strict=True):
+        fails(result, text)
+    assert [r["name"] for r in as_json(project, "schedules", "list")] == ["every-5", "nightly-3am"]

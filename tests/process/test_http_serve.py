@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from stepline import ConfigError
+from stepline.access import Token, TokenSet, digest
 from stepline.http import check_bind, is_loopback
 from stepline.http.command import redact, serve_command
 
@@ -42,6 +43,9 @@ def test_non_loopback_bind_needs_a_token_or_insecure() -> None:
     with pytest.raises(ConfigError, match="--insecure"):
         check_bind("0.0.0.0", None, False)
     check_bind("0.0.0.0", "token", False)
+    with pytest.raises(ConfigError, match="--insecure"):
+        check_bind("0.0.0.0", TokenSet(), False)
+    check_bind("0.0.0.0", TokenSet([Token("ci", "read", digest("x"))]), False)
     check_bind("0.0.0.0", None, True)
     check_bind("127.0.0.1", None, False)
 
@@ -155,7 +159,7 @@ def _project(tmp_path: Path) -> Path:
 
 def _serve_env() -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for name in ("STEPLINE_DATABASE_URL", "STEPLINE_API_TOKEN"):
+    for name in ("STEPLINE_DATABASE_URL", "STEPLINE_API_TOKEN", "STEPLINE_TOKENS"):
         env.pop(name, None)
     return env
 
@@ -217,3 +221,46 @@ def test_serve_with_a_worker_on_a_directory_says_so_in_one_line(tmp_path: Path) 
         f"Error: {tmp_path} is a directory, not a SQLite database file (from --database): name "
         f"a file in it, e.g. sqlite:///{tmp_path}/stepline.db"
     ]
+
+
+def test_serve_takes_tokens_from_stepline_toml_and_the_environment(tmp_path: Path) -> None:
+    """A read token from [http] tokens, an admin one from $STEPLINE_TOKENS; a broken token
+    configuration stops the server with one line naming the key."""
+    config = _project(tmp_path)
+    with config.open("a", encoding="utf-8") as out:
+        out.write(
+            f'\n[http]\ntokens = [{{name = "ci", role = "read", sha256 = "{digest("r")}"}}]\n'
+        )
+    port = _free_port()
+    env = _serve_env() | {"STEPLINE_TOKENS": f"ops:admin:{digest('a')}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepline.cli", "--config", str(config), "serve",
+         "--port", str(port), "--host", "0.0.0.0", "--worker"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline() for _ in range(4)]
+        assert any("API token required" in line and "ci (read), ops (admin)" in line
+                   for line in banner), banner  # fmt: skip
+        url = f"http://127.0.0.1:{port}/api"
+        read, admin = {"Authorization": "Bearer r"}, {"Authorization": "Bearer a"}
+        assert httpx.get(f"{url}/whoami", headers=read, timeout=30).json()["role"] == "read"
+        made = httpx.post(f"{url}/workflows/hello/instances", json={}, headers=read, timeout=30)
+        assert made.status_code == 403 and made.json()["error"]["code"] == "forbidden"
+        made = httpx.post(f"{url}/workflows/hello/instances", json={}, headers=admin, timeout=30)
+        assert made.status_code == 201
+        assert httpx.get(f"{url}/workflows", timeout=30).status_code == 401
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, output
+    config.write_text(config.read_text().replace('role = "read"', 'role = "reader"'))
+    result = subprocess.run(
+        [sys.executable, "-m", "stepline.cli", "--config", str(config), "serve"],
+        cwd=tmp_path, env=_serve_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("invalid role 'reader' of token 'ci': use one of "
+                                          "'read', 'operate', 'admin'"), result.stderr  # fmt: skip
+    assert "key 'http.tokens'[0]" in result.stderr

@@ -90,6 +90,8 @@ SAMPLES: dict[str, BaseException] = {
     "WorkflowNotFoundError": errors.WorkflowNotFoundError("nope", ["greet"]),
     "InstanceNotFoundError": errors.InstanceNotFoundError("greet", "nope"),
     "ScheduleNotFoundError": errors.ScheduleNotFoundError("nope"),
+    "ScheduleExistsError": errors.ScheduleExistsError("nightly", "code"),
+    "ScheduleReadOnlyError": errors.ScheduleReadOnlyError("nightly"),
     "InstanceAlreadyExistsError": errors.InstanceAlreadyExistsError("greet", "done"),
     "IllegalStateError": errors.IllegalStateError("greet", "done", "complete", "pause"),
     "DefinitionError": errors.DefinitionError("run() must be an async function"),

@@ -34,6 +34,8 @@ EXPECTED = {
     "RetryAfter",
     "RetryConfig",
     "Schedule",
+    "ScheduleExistsError",
+    "ScheduleReadOnlyError",
     "StepConfig",
     "StepContext",
     "StepFailedError",

@@ -12,6 +12,7 @@ from .. import __version__
 from . import (
     _messages,  # noqa: F401 - registers query, update and subscribe
     _replay,  # noqa: F401 - registers workflows replay-check
+    _schedule_edits,  # noqa: F401 - registers schedules create, update and delete
 )
 from ._bulk import bulk
 from ._common import State
@@ -20,6 +21,7 @@ from ._db import db
 from ._instances import instances
 from ._run import run, worker
 from ._schedules import schedules
+from ._tokens import tokens
 from ._workers import workers
 from ._workflows import workflows
 
@@ -80,6 +82,7 @@ cli.add_command(worker)
 cli.add_command(consume)
 cli.add_command(workers)
 cli.add_command(schedules)
+cli.add_command(tokens)
 cli.add_command(run)
 cli.add_command(db)
 cli.add_command(bulk)

@@ -1,4 +1,5 @@
-"""``stepline schedules ...``: list, pause, resume, trigger and backfill cron schedules."""
+"""``stepline schedules ...``: list, pause, resume, trigger and backfill cron schedules (create,
+update and delete are in :mod:`._schedule_edits`)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ name_argument = click.argument("name", metavar="NAME")
 
 @click.group("schedules")
 def schedules() -> None:
-    """List, pause, resume, trigger and backfill cron schedules.
+    """Create, update, delete, list, pause, resume, trigger and backfill cron schedules.
 
     A worker serving a workflow with schedules stores them in the database when it starts;
-    these commands act on the stored schedules.
+    `create` stores one at run time. These commands act on the stored schedules.
     """
 
 
@@ -43,7 +44,17 @@ def policies_text(info: ScheduleInfo) -> str:
 
 def schedules_table(rows: Sequence[ScheduleInfo]) -> Table:
     table = simple_table(
-        ["Name", "Workflow", "Cron", "Timezone", "State", "Last run", "Next run", "Policies"],
+        [
+            "Name",
+            "Source",
+            "Workflow",
+            "Cron",
+            "Timezone",
+            "State",
+            "Last run",
+            "Next run",
+            "Policies",
+        ],
         wrap=["Policies"],
     )
     for row in rows:
@@ -53,6 +64,7 @@ def schedules_table(rows: Sequence[ScheduleInfo]) -> Table:
         )
         table.add_row(
             record.name,
+            record.source,
             record.workflow,
             record.cron,
             record.timezone,

@@ -52,6 +52,22 @@ async def _database_workflows(state: State) -> dict[str, WorkflowInfo]:
         return {info.name: info for info in await engine.list_workflows()}
 
 
+async def registrations(state: State, name: str, *, configured: bool = False) -> list[Any]:
+    """What a client engine registers to use workflow ``name``: nothing if the database knows
+    it (unless ``configured``: then its class whenever stepline.toml configures it, so that
+    its declared schedules are known), its configured class if only stepline.toml does; an
+    unknown name raises ``WorkflowNotFoundError`` listing the known ones."""
+    state.require_database()
+    in_database = await _database_workflows(state)
+    known = sorted({*in_database, *state.project.workflow_names})
+    if name not in known:
+        raise WorkflowNotFoundError(name, known)
+    entry = state.project.entry(name)
+    if (configured or name not in in_database) and entry is not None:
+        return [load_workflow(state.project, entry)]
+    return []
+
+
 async def _all_workflows(state: State) -> list[WorkflowInfo]:
     """Workflows in the database, plus configured ones no worker has registered yet."""
     found = await _database_workflows(state)
@@ -136,16 +152,7 @@ async def _trigger(
     validate_name(name, what="workflow name")
     if instance_id is not None:
         validate_name(instance_id, what="instance id")
-    state.require_database()
-    in_database = await _database_workflows(state)
-    known = sorted({*in_database, *state.project.workflow_names})
-    if name not in known:
-        raise WorkflowNotFoundError(name, known)
-    entry = state.project.entry(name)
-    registered = []
-    if name not in in_database and entry is not None:
-        registered.append(load_workflow(state.project, entry))
-    async with state.client(registered) as engine:
+    async with state.client(await registrations(state, name)) as engine:
         try:
             instance = await engine.workflow(name).create(
                 instance_id, params, trigger="cli", on_duplicate="raise", **flow

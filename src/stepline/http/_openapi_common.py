@@ -26,8 +26,12 @@ def json_content(schema: dict[str, Any]) -> dict[str, Any]:
 ERRORS = {
     400: "Invalid input (a bad id, status, cursor, limit or body shape, an integer past 64 bits).",
     401: "Missing or wrong bearer token.",
+    403: "The token's role does not allow this (see `x-stepline-role`).",
     404: "Unknown workflow, instance or schedule.",
-    409: "Duplicate instance id, or a change the instance's status does not allow.",
+    409: (
+        "Duplicate instance id or schedule name, a change the instance's status does not "
+        "allow, or a change of a schedule declared in code."
+    ),
     413: "Request body or payload over the size limit.",
     414: "URL (path and query string) over the size limit.",
     422: "The request body is not valid JSON.",
@@ -38,7 +42,7 @@ ERRORS = {
 
 def responses(ok: dict[str, Any], *statuses: int) -> dict[str, Any]:
     out: dict[str, Any] = dict(ok)
-    for status in (400, 401, *statuses, 414, 503):
+    for status in (400, 401, 403, *statuses, 414, 503):
         out[str(status)] = {
             "description": ERRORS[status],
             "content": json_content(ref("Error")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..schedule import CATCH_UPS, MAX_TICKS, OVERLAPS
+from ..schedule import CATCH_UPS, MAX_TICKS, NAME_MAX, OVERLAPS
 from ._openapi_common import (
     NAME_PATTERN,
     NUMBER_OR_NULL,
@@ -32,6 +32,12 @@ _NO_BODY: dict[str, Any] = {
 def schedule_schemas() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "name": {"type": "string"},
+        "source": {
+            "type": "string",
+            "enum": ["code", "api"],
+            "description": "`code`: declared by a workflow, read-only here; `api`: made at run "
+            "time, changed and deleted through the API.",
+        },
         "workflow": {"type": "string"},
         "cron": {"type": "string", "description": "Five fields, as cron reads them."},
         "timezone": {"type": "string", "description": "The IANA zone ticks are computed in."},
@@ -56,8 +62,32 @@ def schedule_schemas() -> dict[str, Any]:
     }
     created_props: dict[str, Any] = {"id": {"type": "string"}, "status": {"type": "string"}}
     created = {"type": "object", "required": ["id", "status"], "properties": created_props}
+    definition: dict[str, Any] = {
+        "workflow": {"type": "string", "pattern": NAME_PATTERN},
+        "cron": {
+            "type": "string",
+            "description": "Five fields (minute hour day-of-month month day-of-week).",
+        },
+        "timezone": {"type": "string", "description": "An IANA zone (default `UTC`)."},
+        "params": {"description": "The params of every instance it creates (default null)."},
+        "catch_up": {"type": "string", "enum": list(CATCH_UPS)},
+        "catch_up_limit": {"type": "integer", "minimum": 1, "maximum": MAX_TICKS},
+        "overlap": {"type": "string", "enum": list(OVERLAPS)},
+    }
     return {
         "Schedule": {"type": "object", "required": list(properties), "properties": properties},
+        "NewSchedule": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "workflow", "cron"],
+            "properties": {"name": {"type": "string", "maxLength": NAME_MAX}, **definition},
+        },
+        "ScheduleChange": {
+            "type": "object",
+            "additionalProperties": False,
+            "minProperties": 1,
+            "properties": definition,
+        },
         "ScheduleList": {
             "type": "object",
             "required": ["schedules"],
@@ -128,7 +158,13 @@ def schedule_paths() -> dict[str, Any]:
                     }
                 ],
                 "responses": responses(ok(200, "The schedules.", "ScheduleList"), 404),
-            }
+            },
+            "post": {
+                "operationId": "createSchedule",
+                "summary": "Create a schedule at run time; running schedulers fire it from now on.",
+                "requestBody": {"required": True, "content": json_content(ref("NewSchedule"))},
+                "responses": responses(ok(201, "Created.", "Schedule"), 409, 413, 422),
+            },
         },
         one: {
             "get": {
@@ -136,7 +172,25 @@ def schedule_paths() -> dict[str, Any]:
                 "summary": "One schedule with its last and next run.",
                 "parameters": [_SCHEDULE],
                 "responses": responses(ok(200, "The schedule.", "Schedule"), 404),
-            }
+            },
+            "patch": {
+                "operationId": "updateSchedule",
+                "summary": "Change fields of a run-time schedule; its state (paused, last tick) "
+                "stays. Schedules declared in code answer 409.",
+                "parameters": [_SCHEDULE],
+                "requestBody": {"required": True, "content": json_content(ref("ScheduleChange"))},
+                "responses": responses(ok(200, "Changed.", "Schedule"), 404, 409, 413, 422),
+            },
+            "delete": {
+                "operationId": "deleteSchedule",
+                "summary": "Delete a run-time schedule (its instances stay). Schedules declared "
+                "in code answer 409.",
+                "parameters": [_SCHEDULE],
+                "requestBody": _NO_BODY,
+                "responses": responses(
+                    ok(200, "Deleted, as it was.", "Schedule"), 404, 409, 413, 422
+                ),
+            },
         },
         one + "/pause": {
             "post": {

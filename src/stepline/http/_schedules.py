@@ -1,14 +1,18 @@
-"""The schedule endpoints: list, detail, pause, resume, trigger and backfill cron schedules
-(:class:`~stepline.triggers.cron.ScheduleClient` over HTTP)."""
+"""The schedule endpoints: create, update and delete schedules at run time; list, detail, pause,
+resume, trigger and backfill cron schedules (:class:`~stepline.triggers.cron.ScheduleClient`
+over HTTP)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..engine import Engine
+from ..errors import WorkflowNotFoundError
 from ..records import InstanceRecord
 from ..triggers.cron import parse_moment
 from ._input import MISSING, RequestReader
@@ -37,8 +41,21 @@ def _moment(body: dict[str, Any], key: str) -> float:
         raise ApiError(400, "invalid_input", str(exc)) from None
 
 
+_DEFINITION = ("cron", "timezone", "params", "catch_up", "catch_up_limit", "overlap")
+_CREATE_EXAMPLE = '{"name": "nightly", "workflow": "report", "cron": "0 2 * * *"}'
+
+
 def _instance(record: InstanceRecord) -> dict[str, Any]:
     return {"id": record.id, "status": record.status}
+
+
+@contextlib.contextmanager
+def _workflow_is_input() -> Iterator[None]:
+    """An unknown workflow named in a request body is bad input (400), not a missing page."""
+    try:
+        yield
+    except WorkflowNotFoundError as exc:
+        raise ApiError(400, "invalid_input", f"'workflow': {exc}") from None
 
 
 class ScheduleEndpoints:
@@ -59,6 +76,45 @@ class ScheduleEndpoints:
         with client_errors():
             infos = await self.engine.schedules().list(workflow)
         return JsonResponse({"schedules": [info.to_json() for info in infos]})
+
+    async def create(self, request: Request) -> Response:
+        """Store a schedule made at run time; 201 with it."""
+        keys = ("name", "workflow", *_DEFINITION)
+        body = _object(await self.reader.json(request), keys, _CREATE_EXAMPLE)
+        missing = [key for key in ("name", "workflow", "cron") if key not in body]
+        if missing:
+            raise ApiError(400, "invalid_input", f"the request body needs {missing[0]!r}, "
+                           f"like {_CREATE_EXAMPLE}")  # fmt: skip
+        self._check_params(body)
+        options = {key: body[key] for key in _DEFINITION[1:] if key in body}
+        with client_errors(), _workflow_is_input():
+            info = await self.engine.schedules().create(
+                body["name"], body["workflow"], body["cron"], **options
+            )
+        return JsonResponse(info.to_json(), status_code=201)
+
+    async def update(self, request: Request) -> Response:
+        """Change some of a run-time schedule's fields; its state stays."""
+        example = '{"cron": "0 3 * * *"}'
+        body = _object(await self.reader.json(request), ("workflow", *_DEFINITION), example)
+        if not body:
+            raise ApiError(400, "invalid_input", f"the request body changes nothing; give the "
+                           f"fields to change, like {example}")  # fmt: skip
+        self._check_params(body)
+        with client_errors(), _workflow_is_input():
+            info = await self.engine.schedules().update(request.path_params["name"], **body)
+        return JsonResponse(info.to_json())
+
+    async def delete(self, request: Request) -> Response:
+        """Delete a run-time schedule; the instances it created stay."""
+        await self._no_body(request)
+        with client_errors():
+            info = await self.engine.schedules().delete(request.path_params["name"])
+        return JsonResponse(info.to_json())
+
+    def _check_params(self, body: dict[str, Any]) -> None:
+        if body.get("params") is not None:
+            self.reader.check_size(body["params"], "'params'")
 
     async def get_schedule(self, request: Request) -> Response:
         with client_errors():

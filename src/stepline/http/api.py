@@ -7,7 +7,8 @@ worker or the runtime. Bad input never produces a 500: it is answered with
 
 The endpoints are grouped by resource: :mod:`._workflows`, :mod:`._instances`, :mod:`._stream`,
 :mod:`._messages` (queries, updates, stream subscriptions), :mod:`._schedules`; this module
-holds the workers, activity and OpenAPI endpoints and the routes.
+holds the workers, activity, whoami and OpenAPI endpoints and the routes; each route's role is
+in :mod:`.roles`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..access import ROLES
 from ..engine import Engine
 from ._bulk import BulkEndpoints
 from ._input import RequestReader
@@ -29,6 +31,7 @@ from ._stream import InstanceStream
 from ._workflows import WorkflowEndpoints
 from .errors import JsonResponse, client_errors
 from .openapi import openapi_document
+from .roles import caller, guarded
 
 __all__ = ["Api", "Endpoint", "api_routes", "by_method", "client_errors"]
 
@@ -57,6 +60,20 @@ class Api:
 
     async def openapi(self, request: Request) -> Response:
         return JsonResponse(openapi_document(self.max_body, self.max_payload, secured=self.secured))
+
+    async def whoami(self, request: Request) -> Response:
+        """The caller's token name and role, and which roles it holds (the dashboard hides
+        what it cannot do)."""
+        token = caller(request)
+        role = "admin" if token is None else token.role
+        return JsonResponse(
+            {
+                "name": None if token is None else token.name,
+                "role": role,
+                "roles": list(ROLES[: ROLES.index(role) + 1]),
+                "secured": self.secured,
+            }
+        )
 
     async def activity(self, request: Request) -> Response:
         with client_errors():
@@ -89,6 +106,7 @@ def api_routes(api: Api) -> list[Route]:
     schedule = "/schedules/{name}"
     paths: dict[str, dict[str, Endpoint]] = {
         "/openapi.json": {"GET": api.openapi},
+        "/whoami": {"GET": api.whoami},
         "/workers": {"GET": api.list_workers},
         "/activity": {"GET": api.activity},
         "/workflows": {"GET": workflows.list_workflows},
@@ -108,13 +126,18 @@ def api_routes(api: Api) -> list[Route]:
         one + "/queries/{query}": {"GET": api.messages.query},
         one + "/updates/{update}": {"POST": api.messages.update},
         one + "/subscribe": {"GET": api.messages.subscribe},
-        "/schedules": {"GET": schedules.list_schedules},
-        schedule: {"GET": schedules.get_schedule},
+        "/schedules": {"GET": schedules.list_schedules, "POST": schedules.create},
+        schedule: {
+            "GET": schedules.get_schedule,
+            "PATCH": schedules.update,
+            "DELETE": schedules.delete,
+        },
         schedule + "/pause": {"POST": schedules.pause},
         schedule + "/resume": {"POST": schedules.resume},
         schedule + "/trigger": {"POST": schedules.trigger},
         schedule + "/backfill": {"POST": schedules.backfill},
     }
     return [
-        Route(path, by_method(handlers), methods=list(handlers)) for path, handlers in paths.items()
+        Route(path, by_method(guarded("api", path, handlers)), methods=list(handlers))
+        for path, handlers in paths.items()
     ]

@@ -4,9 +4,8 @@ prefix (``/client/v4``) and the dashboard at ``/``."""
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Protocol
 
 from starlette.applications import Starlette
@@ -19,11 +18,13 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._project_cloudflare import CloudflareConfig
+from ..access import Token, TokenSet
 from ..engine import Engine
 from ..errors import ConfigError
 from . import cloudflare
 from .api import Api, api_routes
 from .errors import ApiError, error_response
+from .roles import SCOPE_KEY
 
 log = logging.getLogger("stepline.http")
 
@@ -63,24 +64,23 @@ def _area(path: str, areas: Areas) -> ErrorRenderer | None:
 
 
 class _Guard:
-    """Pure ASGI middleware: the URL size limit, the bearer-token check on the APIs and
-    security headers everywhere."""
+    """Pure ASGI middleware: the URL size limit, the bearer-token check on the APIs (the
+    caller's token goes in the scope for the routes' role checks, :mod:`.roles`) and security
+    headers everywhere."""
 
-    def __init__(self, app: ASGIApp, token: str | None, areas: Areas) -> None:
+    def __init__(self, app: ASGIApp, tokens: TokenSet, areas: Areas) -> None:
         self.app = app
-        self._token = token.encode() if token else None
+        self._tokens = tokens
         self._areas = areas
 
-    def _authorised(self, scope: Scope) -> bool:
-        if self._token is None:
-            return True
+    def _caller(self, scope: Scope) -> Token | None:
         for key, value in scope.get("headers", ()):
             if key == b"authorization":
                 scheme, _, credentials = value.partition(b" ")
                 if scheme.lower() == b"bearer":
-                    return hmac.compare_digest(credentials.strip(), self._token)
-                return False
-        return False
+                    return self._tokens.identify(credentials.strip())
+                return None
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -112,12 +112,14 @@ class _Guard:
             )
             await response(scope, receive, send_with_headers)
             return
-        if render is not None and not self._authorised(scope):
+        caller = self._caller(scope) if render is not None and self._tokens else None
+        scope[SCOPE_KEY] = caller
+        if render is not None and self._tokens and caller is None:
             response = render(
                 401,
                 "unauthorized",
-                "this API needs 'Authorization: Bearer <token>' with the server's token "
-                "(STEPLINE_API_TOKEN or --token)",
+                "this API needs 'Authorization: Bearer <token>' with one of the server's "
+                "tokens (STEPLINE_API_TOKEN, --token, STEPLINE_TOKENS or [http] tokens)",
                 {"WWW-Authenticate": 'Bearer realm="stepline"'},
             )
             await response(scope, receive, send_with_headers)
@@ -172,6 +174,7 @@ def create_app(
     engine: Engine,
     *,
     token: str | None = None,
+    tokens: TokenSet | Iterable[Token] = (),
     max_body: int | None = None,
     manage_engine: bool = False,
     stream_interval: float = 1.0,
@@ -182,7 +185,9 @@ def create_app(
     Prometheus metrics at ``/metrics`` (when the engine keeps metrics) and the dashboard at
     ``/``.
 
-    ``token``: when set, every call of either API needs ``Authorization: Bearer <token>``.
+    ``token``: when set, every call of either API needs ``Authorization: Bearer <token>``
+    (an ``admin`` token); ``tokens``: more tokens with roles (:mod:`stepline.access`), each
+    route allowing the roles :mod:`.roles` gives it. With neither, the APIs are open.
     ``max_body``: largest request body in bytes (default: 4 x the engine's payload limit);
     params and event payloads are also held to the engine's ``max_payload``. With
     ``manage_engine`` the app opens the engine (and its worker, if it has one) on startup and
@@ -191,7 +196,10 @@ def create_app(
     limit = max_body if max_body is not None else BODY_FACTOR * engine.settings.max_payload
     if limit < 1:
         raise ValueError(f"max_body must be positive, got {limit}")
-    api = Api(engine, max_body=limit, secured=bool(token), stream_interval=stream_interval)
+    accepted = TokenSet.gather(
+        tokens.tokens if isinstance(tokens, TokenSet) else tuple(tokens), single=token or None
+    )
+    api = Api(engine, max_body=limit, secured=bool(accepted), stream_interval=stream_interval)
     dashboard = StaticFiles(packages=[("stepline.http", "static")], html=True)
     mounts = [Mount("/api", routes=api_routes(api))]
     areas: list[tuple[str, ErrorRenderer]] = [
@@ -223,7 +231,7 @@ def create_app(
         },
         lifespan=lifespan,
     )
-    app.add_middleware(_Guard, token=token or None, areas=areas)
+    app.add_middleware(_Guard, tokens=accepted, areas=areas)
     app.state.error_areas = areas
     app.state.engine = engine
     app.state.api = api

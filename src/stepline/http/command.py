@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -9,6 +10,7 @@ import click
 
 from .. import _loop
 from .._project_telemetry import LOG_FORMATS
+from ..access import ENV_TOKENS, TokenSet
 from ..cloudflare import WranglerProject, load_wrangler
 from ..engine import Engine
 from ..errors import ConfigError
@@ -140,14 +142,12 @@ def serve_command(
     pyproject.toml), like the other commands; --database (here or before the command) and
     $STEPLINE_DATABASE_URL override the configured database.
     """
-    token = token or None
     # Under the ``stepline`` group, honour its --database and --config options too.
     root = ctx.find_root().params if ctx.parent is not None else {}
     database = database or root.get("database")
     config_path = root.get("config_path")
     loaded: WranglerProject | None = None
     try:
-        check_bind(host, token, insecure)
         _loop.loop_name()  # a bad $STEPLINE_EVENT_LOOP stops here, before anything starts
         if wrangler is not None:
             if config_path:
@@ -162,6 +162,8 @@ def serve_command(
                 database=database, config_path=Path(config_path) if config_path else None
             )
             workflows = load_workflows(project)
+        tokens = TokenSet.gather(project.http.tokens, os.environ.get(ENV_TOKENS), token)
+        check_bind(host, tokens, insecure)
     except ConfigError as exc:
         raise BadInput(str(exc)) from None
     if worker and not workflows:
@@ -212,8 +214,9 @@ def serve_command(
             err=True,
         )
     click.echo(f"database: {redact(project.database)} ({project.database_source})", err=True)
-    if token:
-        click.echo("API token required (Authorization: Bearer ...)", err=True)
+    if tokens:
+        roles = ", ".join(f"{t.name} ({t.role})" for t in tokens.tokens)
+        click.echo(f"API token required (Authorization: Bearer ...); tokens: {roles}", err=True)
     elif not is_loopback(host):
         click.echo(
             "WARNING: no token and not on loopback: anyone who reaches it may use it", err=True
@@ -226,7 +229,7 @@ def serve_command(
         engine,
         host=host,
         port=port,
-        token=token,
+        tokens=tokens,
         insecure=insecure,
         cloudflare_api=project.cloudflare,
         log_config=json_log_config() if json_logs else None,

@@ -15,7 +15,9 @@ from ..errors import (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
     InvalidPayloadError,
+    ScheduleExistsError,
     ScheduleNotFoundError,
+    ScheduleReadOnlyError,
     StoreError,
     WorkflowNotFoundError,
 )
@@ -25,6 +27,7 @@ from ..store.operations import BulkJobNotFoundError
 ERROR_CODES: dict[int, tuple[str, ...]] = {
     400: ("invalid_input",),
     401: ("unauthorized",),
+    403: ("forbidden",),
     404: (
         "workflow_not_found",
         "instance_not_found",
@@ -36,7 +39,13 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "bulk_job_not_found",
     ),
     405: ("method_not_allowed",),
-    409: ("instance_exists", "duplicate_instance", "illegal_state"),
+    409: (
+        "instance_exists",
+        "duplicate_instance",
+        "illegal_state",
+        "schedule_exists",
+        "schedule_read_only",
+    ),
     413: ("payload_too_large",),
     414: ("uri_too_long",),
     422: ("invalid_json", "query_failed", "update_rejected", "update_failed"),
@@ -91,6 +100,10 @@ def client_errors() -> Iterator[None]:
         raise ApiError(404, "schedule_not_found", str(exc)) from exc
     except BulkJobNotFoundError as exc:
         raise ApiError(404, "bulk_job_not_found", str(exc)) from exc
+    except ScheduleExistsError as exc:
+        raise ApiError(409, "schedule_exists", str(exc)) from exc
+    except ScheduleReadOnlyError as exc:
+        raise ApiError(409, "schedule_read_only", str(exc)) from exc
     except InstanceAlreadyExistsError as exc:
         raise ApiError(409, "instance_exists", str(exc)) from exc
     except DuplicateInstanceError as exc:

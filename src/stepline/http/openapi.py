@@ -8,46 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import INSTANCE_STATUSES, WORKER_EXPIRE_BEATS, WORKER_LIVE_BEATS
-from ._openapi_activity import TRACEPARENT, activity_paths, activity_schemas
+from ..access import ROLES
+from ..records import INSTANCE_STATUSES, WORKER_LIVE_BEATS
+from ._openapi_activity import activity_paths, activity_schemas
 from ._openapi_common import ERROR_OBJECT as _ERROR_OBJECT
-from ._openapi_common import NAME_PATTERN
 from ._openapi_common import NUMBER_OR_NULL as _NUMBER_OR_NULL
 from ._openapi_common import OBJECT_OR_NULL as _OBJECT_OR_NULL
-from ._openapi_common import json_content as _json_content
-from ._openapi_common import ok as _ok
-from ._openapi_common import path_param as _path_param
+from ._openapi_common import ok, responses
 from ._openapi_common import ref as _ref
-from ._openapi_common import responses as _responses
 from ._openapi_create import create_schemas
+from ._openapi_instances import instance_paths
 from ._openapi_messages import messages_paths, messages_schemas
-from ._openapi_operations import FILTER_PARAMS, operations_paths, operations_schemas
+from ._openapi_operations import operations_paths, operations_schemas
 from ._openapi_schedules import schedule_paths, schedule_schemas
-
-_NAME = _path_param("name", "The workflow name.")
-_ID = _path_param("id", "The instance id.")
-_TYPE = _path_param("type", "The event type (what `wait_for_event(type=...)` waits for).")
-_PAGING = [
-    {
-        "name": "status",
-        "in": "query",
-        "description": "Only instances in this status.",
-        "schema": {"type": "string", "enum": list(INSTANCE_STATUSES)},
-    },
-    {
-        "name": "limit",
-        "in": "query",
-        "description": "Page size (default 25).",
-        "schema": {"type": "integer", "minimum": 1, "maximum": 100},
-    },
-    {
-        "name": "cursor",
-        "in": "query",
-        "description": "The `cursor` of the previous page.",
-        "schema": {"type": "string"},
-    },
-]
-
+from .roles import needed
 
 _STATUS_ENUM: dict[str, Any] = {"type": "string", "enum": list(INSTANCE_STATUSES)}
 
@@ -65,11 +39,11 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "started_at": _NUMBER_OR_NULL,
         "ended_at": _NUMBER_OR_NULL,
         "wake_at": {**_NUMBER_OR_NULL, "description": "When a waiting instance wakes up."},
+        "tags": {"type": "object", "description": "Its tags, in a filtered list (`where`)."},
         "delete_at": {
             **_NUMBER_OR_NULL,
             "description": "When retention deletes this finished instance; null: kept.",
         },
-        "tags": {"type": "object", "description": "Its tags, in a filtered list (`where`)."},
         "schedule": {
             **_OBJECT_OR_NULL,
             "description": (
@@ -225,11 +199,7 @@ def _schemas(max_payload: int) -> dict[str, Any]:
             "type": "object",
             "required": [
                 *(p for p in summary_props if p != "tags"),
-                "params",
-                "output",
-                "rollback",
-                "parent",
-                "held",
+                *("params", "output", "rollback", "parent", "held"),
             ],
             "properties": {
                 **summary_props,
@@ -406,198 +376,40 @@ def _schemas(max_payload: int) -> dict[str, Any]:
     }
 
 
-def _paths() -> dict[str, Any]:
-    instances = "/api/workflows/{name}/instances"
-    one = instances + "/{id}"
-    json_body = {"required": True, "content": _json_content({})}
+_WHOAMI: dict[str, Any] = {
+    "type": "object",
+    "required": ["name", "role", "roles", "secured"],
+    "properties": {
+        "name": {"type": ["string", "null"], "description": "The token's name; null if open."},
+        "role": {"type": "string", "enum": list(ROLES)},
+        "roles": {
+            "type": "array",
+            "items": {"type": "string", "enum": list(ROLES)},
+            "description": "Every role the token holds (its own and those below it).",
+        },
+        "secured": {"type": "boolean", "description": "Whether the API needs a token."},
+    },
+}
+
+
+def _whoami_path() -> dict[str, Any]:
     return {
-        "/api/workers": {
+        "/api/whoami": {
             "get": {
-                "operationId": "listWorkers",
-                "summary": "Workers registered in the database, live or not, oldest first.",
-                "description": (
-                    "A worker registers when it starts and writes a heartbeat every few "
-                    "seconds; it deregisters when it stops gracefully. The row of a worker "
-                    f"that died stays (`live` false) until it is {WORKER_EXPIRE_BEATS} heartbeat "
-                    "intervals old."
-                ),
-                "responses": _responses(_ok(200, "The workers.", "WorkerList")),
+                "operationId": "whoami",
+                "summary": "The caller's token name and role.",
+                "responses": responses(ok(200, "The caller.", "Whoami")),
             }
-        },
-        "/api/workflows": {
-            "get": {
-                "operationId": "listWorkflows",
-                "summary": "Workflows known to the database, with instance counts by status.",
-                "responses": _responses(_ok(200, "The workflows.", "WorkflowList")),
-            }
-        },
-        "/api/workflows/{name}": {
-            "get": {
-                "operationId": "getWorkflow",
-                "summary": "One workflow: definition, DAG graph if any, counts by status.",
-                "parameters": [_NAME],
-                "responses": _responses(_ok(200, "The workflow.", "Workflow"), 404),
-            }
-        },
-        "/api/instances": {
-            "get": {
-                "operationId": "listAllInstances",
-                "summary": "Instances of every workflow (or of `workflow`), newest first.",
-                "parameters": [
-                    {
-                        "name": "workflow",
-                        "in": "query",
-                        "description": "Only instances of this workflow.",
-                        "schema": {"type": "string", "pattern": NAME_PATTERN},
-                    },
-                    *_PAGING,
-                    *FILTER_PARAMS,
-                ],
-                "responses": _responses(_ok(200, "One page.", "InstancePage"), 404),
-            }
-        },
-        instances: {
-            "get": {
-                "operationId": "listInstances",
-                "summary": "Instances of a workflow, newest first, in pages.",
-                "parameters": [_NAME, *_PAGING, *FILTER_PARAMS],
-                "responses": _responses(_ok(200, "One page.", "InstancePage"), 404),
-            },
-            "post": {
-                "operationId": "createInstance",
-                "summary": "Create an instance (queued; durable when this answers).",
-                "parameters": [_NAME, TRACEPARENT],
-                "requestBody": {"content": _json_content(_ref("NewInstance"))},
-                "responses": _responses(
-                    {
-                        **_ok(201, "Created.", "InstanceState"),
-                        **_ok(
-                            200, "Not created: the instance holding the dedup key.", "InstanceState"
-                        ),
-                    },
-                    404,
-                    409,
-                    413,
-                    422,
-                ),
-            },
-        },
-        instances + "/batch": {
-            "post": {
-                "operationId": "createBatch",
-                "summary": "Create up to 100 instances at once; existing ids are skipped.",
-                "parameters": [_NAME, TRACEPARENT],
-                "requestBody": {
-                    "required": True,
-                    "content": _json_content(
-                        {
-                            "type": "array",
-                            "minItems": 1,
-                            "maxItems": 100,
-                            "items": _ref("BatchItem"),
-                        }
-                    ),
-                },
-                "responses": _responses(_ok(201, "Created.", "Batch"), 404, 413, 422),
-            }
-        },
-        one: {
-            "get": {
-                "operationId": "getInstance",
-                "summary": "An instance with its steps and their attempts.",
-                "parameters": [_NAME, _ID],
-                "responses": _responses(_ok(200, "The instance.", "InstanceDetail"), 404),
-            },
-            "delete": {
-                "operationId": "deleteInstance",
-                "summary": "Delete a finished instance with its steps and events.",
-                "description": (
-                    "Complete, errored and terminated instances are deleted; an unfinished one "
-                    "answers 409 unless `force=true` (the status is checked as it is deleted)."
-                ),
-                "parameters": [
-                    _NAME,
-                    _ID,
-                    {
-                        "name": "force",
-                        "in": "query",
-                        "description": "Also delete an unfinished instance.",
-                        "schema": {"type": "string", "enum": ["true", "false"]},
-                    },
-                ],
-                "responses": _responses(_ok(200, "Deleted.", "Deleted"), 404, 409),
-            },
-        },
-        one + "/events": {
-            "get": {
-                "operationId": "listEvents",
-                "summary": "Events sent to the instance, pending and consumed, in send order.",
-                "parameters": [_NAME, _ID],
-                "responses": _responses(_ok(200, "The events.", "EventList"), 404),
-            }
-        },
-        one + "/status": {
-            "patch": {
-                "operationId": "changeStatus",
-                "summary": "Pause, resume, terminate (optionally with rollback) or restart.",
-                "parameters": [_NAME, _ID],
-                "requestBody": {"required": True, "content": _json_content(_ref("StatusChange"))},
-                "responses": _responses(
-                    _ok(200, "The new status.", "InstanceState"), 404, 409, 413, 422
-                ),
-            }
-        },
-        one + "/events/{type}": {
-            "post": {
-                "operationId": "sendEvent",
-                "summary": "Send an event; the body (any JSON, or empty for null) is the payload.",
-                "parameters": [_NAME, _ID, _TYPE],
-                "requestBody": {**json_body, "required": False},
-                "responses": _responses(
-                    _ok(202, "Stored; the instance is woken if it waits.", "EventAccepted"),
-                    404,
-                    409,
-                    413,
-                    422,
-                ),
-            }
-        },
-        one + "/stream": {
-            "get": {
-                "operationId": "streamInstance",
-                "summary": "Server-Sent Events: the instance detail whenever it changes.",
-                "description": (
-                    "Each `instance` event carries the same JSON as getInstance. The stream "
-                    "ends with an `end` event once the instance is complete, errored or "
-                    "terminated."
-                ),
-                "parameters": [_NAME, _ID],
-                "responses": _responses(
-                    {
-                        "200": {
-                            "description": "An event stream.",
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-                        }
-                    },
-                    404,
-                ),
-            }
-        },
-        "/api/openapi.json": {
-            "get": {
-                "operationId": "openapi",
-                "summary": "This document.",
-                "responses": _responses(
-                    {
-                        "200": {
-                            "description": "The OpenAPI document.",
-                            "content": _json_content({"type": "object"}),
-                        }
-                    }
-                ),
-            }
-        },
+        }
     }
+
+
+def _with_roles(paths: dict[str, Any]) -> dict[str, Any]:
+    """Each operation with the role it needs (``x-stepline-role``), from the routes' table."""
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            operation["x-stepline-role"] = needed("api", path.removeprefix("/api"), method.upper())
+    return paths
 
 
 def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[str, Any]:
@@ -613,13 +425,16 @@ def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[
                 f"{max_body:,} bytes; params and event payloads to {max_payload:,} bytes."
             ),
         },
-        "paths": {
-            **_paths(),
-            **schedule_paths(),
-            **activity_paths(),
-            **messages_paths(),
-            **operations_paths(),
-        },
+        "paths": _with_roles(
+            {
+                **instance_paths(),
+                **schedule_paths(),
+                **activity_paths(),
+                **messages_paths(),
+                **operations_paths(),
+                **_whoami_path(),
+            }
+        ),
         "components": {
             "schemas": {
                 **_schemas(max_payload),
@@ -628,6 +443,7 @@ def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[
                 **operations_schemas(),
                 **activity_schemas(),
                 **messages_schemas(),
+                "Whoami": _WHOAMI,
             }
         },
     }

@@ -16,6 +16,7 @@ from uvicorn.config import LOGGING_CONFIG
 
 from .. import _loop
 from .._project_cloudflare import CloudflareConfig
+from ..access import ENV_TOKENS, TokenSet
 from ..engine import Engine
 from ..errors import ConfigError
 from ..telemetry import JsonFormatter, LogContextFilter
@@ -40,13 +41,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, token: str | None, insecure: bool) -> None:
-    """Refuse to expose the API beyond this machine without a token, unless ``insecure``."""
+def check_bind(host: str, token: str | TokenSet | None, insecure: bool) -> None:
+    """Refuse to expose the API beyond this machine without a token (or a non-empty token
+    set), unless ``insecure``."""
     if token or insecure or is_loopback(host):
         return
     raise ConfigError(
         f"refusing to serve on {host!r} without a token: anyone who can reach it could start, "
-        f"stop and delete instances. Set {ENV_TOKEN} (or pass --token), bind to 127.0.0.1, "
+        f"stop and delete instances. Set {ENV_TOKEN} (or pass --token), {ENV_TOKENS} or "
+        "[http] tokens in stepline.toml, bind to 127.0.0.1, "
         "or pass --insecure if the network is trusted"
     )
 
@@ -166,6 +169,7 @@ def serve(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     token: str | None = None,
+    tokens: TokenSet | None = None,
     insecure: bool = False,
     max_body: int | None = None,
     log_level: str = "info",
@@ -177,21 +181,25 @@ def serve(
 
     ``engine`` is an unopened :class:`~stepline.Engine` (its worker runs in this process if it
     has workflows and ``worker=True``), a function returning one, or a database URL (default
-    ``$STEPLINE_DATABASE_URL``) for an engine that only serves. ``token`` defaults to
-    ``$STEPLINE_API_TOKEN``. Binding to an address other than loopback without a token raises
-    :class:`~stepline.ConfigError` unless ``insecure`` is true. ``cloudflare_api`` says where
-    Cloudflare's Workflows API is served (:func:`~stepline.http.create_app`). ``sockets``: those
-    :func:`listen` returned, else it listens on ``host`` and ``port`` first: a port in use
-    raises :class:`~stepline.ConfigError` before the engine opens. ``log_config``: uvicorn's
-    logging configuration (:func:`json_log_config` for JSON lines).
+    ``$STEPLINE_DATABASE_URL``) for an engine that only serves. ``token`` (an ``admin`` token)
+    defaults to ``$STEPLINE_API_TOKEN``; ``tokens``, the tokens with roles, default to those of
+    ``$STEPLINE_TOKENS`` and ``token`` (:mod:`stepline.access`). Binding to an address other
+    than loopback without a token raises :class:`~stepline.ConfigError` unless ``insecure`` is
+    true. ``cloudflare_api`` says where Cloudflare's Workflows API is served
+    (:func:`~stepline.http.create_app`). ``sockets``: those :func:`listen` returned, else it
+    listens on ``host`` and ``port`` first: a port in use raises :class:`~stepline.ConfigError`
+    before the engine opens. ``log_config``: uvicorn's logging configuration
+    (:func:`json_log_config` for JSON lines).
     """
-    token = token or os.environ.get(ENV_TOKEN) or None
-    check_bind(host, token, insecure)
+    if tokens is None:
+        single = token or os.environ.get(ENV_TOKEN) or None
+        tokens = TokenSet.gather((), os.environ.get(ENV_TOKENS), single)
+    check_bind(host, tokens, insecure)
     if sockets is None:
         sockets = listen(host, port)
     app = create_app(
         _engine(engine),
-        token=token,
+        tokens=tokens,
         max_body=max_body,
         manage_engine=True,
         cloudflare_api=cloudflare_api,

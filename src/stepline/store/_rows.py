@@ -20,6 +20,7 @@ from ..records import (
     InstanceStatusName,
     PendingEvent,
     ScheduleRecord,
+    ScheduleSource,
     StepKind,
     StepRecord,
     StepStatus,
@@ -78,6 +79,7 @@ class ScheduleRow(NamedTuple):
     buffered_tick: float | None
     created_at: float
     updated_at: float
+    source: str
 
 
 class PendingEventRow(NamedTuple):
@@ -181,7 +183,7 @@ def schedule_from_row(row: Sequence[Any]) -> ScheduleRecord:
     return ScheduleRecord(
         r.name, r.workflow, r.cron, r.timezone, loads(r.params), r.catch_up, r.catch_up_limit,
         r.overlap, bool(r.paused), r.last_tick, r.last_instance, r.buffered_tick, r.created_at,
-        r.updated_at,
+        r.updated_at, cast(ScheduleSource, r.source),
     )  # fmt: skip
 
 

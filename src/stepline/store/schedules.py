@@ -19,17 +19,41 @@ class ScheduleStore(abc.ABC):
     async def sync_schedules(
         self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
     ) -> list[ScheduleRecord]:
-        """Make the stored schedules of ``workflows`` the given ones, durably, in one
-        transaction; return them, sorted by name.
+        """Make the code-declared stored schedules of ``workflows`` the given ones, durably, in
+        one transaction; return them, sorted by name.
 
         A given schedule is inserted (not paused, no tick yet, ``created_at`` now) or, if its
         name is stored, its declaration (workflow, cron, timezone, params, catch_up,
         catch_up_limit, overlap) is replaced and its state (paused, last_tick, last_instance,
         buffered_tick, created_at) kept; ``updated_at`` becomes now when the declaration
-        changed. A stored schedule of one of ``workflows`` that is not given is deleted. Stored
-        schedules of other workflows are left alone. A given schedule whose workflow is not in
-        ``workflows`` raises ``ValueError`` and nothing changes.
+        changed. A stored code-declared schedule of one of ``workflows`` that is not given is
+        deleted; schedules created at run time (``source`` ``api``) are left alone, except one
+        whose name a given schedule takes: the code's declaration replaces it (its state kept)
+        and its source becomes ``code``. Stored schedules of other workflows are left alone. A
+        given schedule whose workflow is not in ``workflows`` raises ``ValueError`` and nothing
+        changes.
         """
+
+    @abc.abstractmethod
+    async def create_schedule(self, schedule: ScheduleDefinition) -> ScheduleRecord:
+        """Store a schedule made at run time (``source`` ``api``: not paused, no tick yet,
+        ``created_at`` and ``updated_at`` now), durably, and return it. A stored schedule of
+        that name, of either source, raises ``ScheduleExistsError`` naming it and its source,
+        and nothing changes."""
+
+    @abc.abstractmethod
+    async def update_schedule(self, schedule: ScheduleDefinition) -> ScheduleRecord:
+        """Replace the declaration (workflow, cron, timezone, params, catch_up, catch_up_limit,
+        overlap) of the run-time schedule named ``schedule.name``, durably, keeping its state
+        (paused, last_tick, last_instance, buffered_tick, created_at); ``updated_at`` becomes
+        now; return it. A code-declared one raises ``ScheduleReadOnlyError``, an unknown name
+        ``ScheduleNotFoundError``; either way nothing changes."""
+
+    @abc.abstractmethod
+    async def delete_schedule(self, name: str) -> ScheduleRecord:
+        """Delete the run-time schedule ``name`` durably and return it as it was (the instances
+        it created stay). A code-declared one raises ``ScheduleReadOnlyError``, an unknown name
+        ``ScheduleNotFoundError``; either way nothing changes."""
 
     @abc.abstractmethod
     async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:

@@ -17,6 +17,7 @@ from ..errors import JsonResponse
 #: codes are Cloudflare's where it has one for the case (docs/cloudflare.md lists them).
 CODES: dict[str, tuple[int, str]] = {
     "unauthorized": (10000, "Authentication error"),
+    "forbidden": (10000, "Authentication error"),
     "account_not_found": (9109, "Unauthorized to access requested resource"),
     "no_user": (9109, "Unauthorized to access requested resource"),
     "workflow_not_found": (10200, "workflows.api.error.workflow.not_found"),

@@ -14,6 +14,7 @@ from ...engine import Engine
 from .._input import RequestReader
 from .._lookup import Lookup
 from ..api import Endpoint, by_method
+from ..roles import guarded
 from ._accounts import AccountEndpoints
 from ._instances import InstanceEndpoints
 from ._workflows import WorkflowEndpoints
@@ -79,6 +80,6 @@ class CloudflareApi:
             for path, handlers in scoped.items()
         }
         return [
-            Route(path, by_method(handlers), methods=list(handlers))
+            Route(path, by_method(guarded("cloudflare", path, handlers)), methods=list(handlers))
             for path, handlers in paths.items()
         ]

@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg import sql
 
-from ...errors import ScheduleNotFoundError
+from ...errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleReadOnlyError
 from ...records import ScheduleRecord
 from .._rows import ScheduleRow, columns, schedule_from_row
 from ..base import NewInstance, ScheduleDefinition
@@ -25,7 +25,8 @@ _TEMPLATES = {
     "of_workflows": "SELECT {cols} FROM {s}.schedules WHERE workflow = ANY(%s) ORDER BY name",
     "get": "SELECT {cols} FROM {s}.schedules WHERE name = %s",
     "delete_unlisted": (
-        "DELETE FROM {s}.schedules WHERE workflow = ANY(%s) AND NOT (name = ANY(%s))"
+        "DELETE FROM {s}.schedules WHERE source = 'code' AND workflow = ANY(%s)"
+        " AND NOT (name = ANY(%s))"
     ),
     "upsert": (
         "INSERT INTO {s}.schedules (name, workflow, cron, timezone, params, catch_up,"
@@ -34,8 +35,22 @@ _TEMPLATES = {
         + ", ".join(f"{c} = excluded.{c}" for c in _DECLARED)
         + ", updated_at = CASE WHEN "
         + " AND ".join(f"schedules.{c} IS NOT DISTINCT FROM excluded.{c}" for c in _DECLARED)
-        + " THEN schedules.updated_at ELSE excluded.updated_at END"
+        + " AND schedules.source = 'code' THEN schedules.updated_at ELSE excluded.updated_at END,"
+        " source = 'code'"
     ),
+    "insert_api": (
+        "INSERT INTO {s}.schedules (name, workflow, cron, timezone, params, catch_up,"
+        " catch_up_limit, overlap, created_at, updated_at, source)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'api')"
+        " ON CONFLICT (name) DO NOTHING RETURNING {cols}"
+    ),
+    "get_for_update": "SELECT {cols} FROM {s}.schedules WHERE name = %s FOR UPDATE",
+    "update_api": (
+        "UPDATE {s}.schedules SET "
+        + ", ".join(f"{c} = %s" for c in _DECLARED)
+        + ", updated_at = %s WHERE name = %s AND source = 'api'"
+    ),
+    "delete_api": "DELETE FROM {s}.schedules WHERE name = %s AND source = 'api'",
     "set_paused": (
         "UPDATE {s}.schedules SET paused = %s, updated_at = %s WHERE name = %s AND paused <> %s"
     ),
@@ -46,6 +61,10 @@ _TEMPLATES = {
         " AND buffered_tick IS NOT DISTINCT FROM %s RETURNING workflow"
     ),
 }
+
+
+def _declared(s: ScheduleDefinition) -> tuple[object, ...]:
+    return (s.workflow, s.cron, s.timezone, s.params, s.catch_up, s.catch_up_limit, s.overlap)
 
 
 class ScheduleWrites:
@@ -87,7 +106,55 @@ class ScheduleWrites:
             return await cur.fetchall()
 
         rows = await self._db.transaction("syncing schedules", body, pipelined=False)
-        return [schedule_from_row(row) for row in rows]
+        return [r for r in map(schedule_from_row, rows) if r.source == "code"]
+
+    async def create_api(self, s: ScheduleDefinition, now: float) -> ScheduleRecord:
+        q = self._sql
+
+        async def body(conn: Conn) -> Any:
+            cur = await conn.execute(q["insert_api"], (s.name, *_declared(s), now, now))
+            inserted = await cur.fetchone()
+            if inserted is None:  # the name is taken (a concurrent create included)
+                cur = await conn.execute(q["get"], (s.name,))
+                found = await cur.fetchone()
+                source = "api" if found is None else schedule_from_row(found).source
+                raise ScheduleExistsError(s.name, source)
+            return inserted
+
+        row = await self._db.transaction(f"creating schedule {s.name!r}", body, pipelined=False)
+        return schedule_from_row(row)
+
+    async def update_api(self, s: ScheduleDefinition, now: float) -> ScheduleRecord:
+        q = self._sql
+
+        async def body(conn: Conn) -> list[Any]:
+            await self._writable(conn, s.name)
+            await conn.execute(q["update_api"], (*_declared(s), now, s.name))
+            cur = await conn.execute(q["get"], (s.name,))
+            return await cur.fetchall()
+
+        rows = await self._db.transaction(f"updating schedule {s.name!r}", body, pipelined=False)
+        return schedule_from_row(rows[0])
+
+    async def delete_api(self, name: str) -> ScheduleRecord:
+        q = self._sql
+
+        async def body(conn: Conn) -> ScheduleRecord:
+            record = await self._writable(conn, name)
+            await conn.execute(q["delete_api"], (name,))
+            return record
+
+        return await self._db.transaction(f"deleting schedule {name!r}", body, pipelined=False)
+
+    async def _writable(self, conn: Conn, name: str) -> ScheduleRecord:
+        cur = await conn.execute(self._sql["get_for_update"], (name,))
+        row = await cur.fetchone()
+        if row is None:
+            raise ScheduleNotFoundError(name)
+        record = schedule_from_row(row)
+        if record.source != "api":
+            raise ScheduleReadOnlyError(name)
+        return record
 
     async def list(self, workflow: str | None) -> list[ScheduleRecord]:
         if workflow is None:
@@ -160,6 +227,15 @@ class PostgresSchedules(ScheduleStore):
         self, workflows: Sequence[str], schedules: Sequence[ScheduleDefinition]
     ) -> list[ScheduleRecord]:
         return await self._schedules.sync(workflows, schedules, self._now())
+
+    async def create_schedule(self, schedule: ScheduleDefinition) -> ScheduleRecord:
+        return await self._schedules.create_api(schedule, self._now())
+
+    async def update_schedule(self, schedule: ScheduleDefinition) -> ScheduleRecord:
+        return await self._schedules.update_api(schedule, self._now())
+
+    async def delete_schedule(self, name: str) -> ScheduleRecord:
+        return await self._schedules.delete_api(name)
 
     async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:
         return await self._schedules.list(workflow)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 
-from ...errors import ScheduleNotFoundError
+from ...errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleReadOnlyError
 from ...records import ScheduleRecord
 from .._rows import ScheduleRow, columns, schedule_from_row
 from ..base import NewInstance, ScheduleDefinition
@@ -28,8 +28,18 @@ UPSERT_SCHEDULE = (
     + ", ".join(f"{c} = excluded.{c}" for c in _DECLARED)
     + ", updated_at = CASE WHEN "
     + " AND ".join(f"schedules.{c} IS excluded.{c}" for c in _DECLARED)
-    + " THEN schedules.updated_at ELSE excluded.updated_at END"
+    + " AND schedules.source = 'code' THEN schedules.updated_at ELSE excluded.updated_at END,"
+    " source = 'code'"
 )
+INSERT_API = (
+    "INSERT INTO schedules (name, workflow, cron, timezone, params, catch_up, catch_up_limit,"
+    " overlap, created_at, updated_at, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'api')"
+)
+UPDATE_API = (
+    "UPDATE schedules SET " + ", ".join(f"{c} = ?" for c in _DECLARED) + ", updated_at = ?"
+    " WHERE name = ? AND source = 'api'"
+)
+DELETE_API = "DELETE FROM schedules WHERE name = ? AND source = 'api'"
 SET_PAUSED = "UPDATE schedules SET paused = ?, updated_at = ? WHERE name = ? AND paused != ?"
 ADVANCE = (
     "UPDATE schedules SET last_tick = ?, buffered_tick = ?, updated_at = ?,"
@@ -42,7 +52,10 @@ ADVANCE = (
 def delete_unlisted(n_workflows: int, n_names: int) -> str:
     """Delete the schedules of ``n_workflows`` workflows whose name is none of ``n_names``."""
     names = f" AND name NOT IN ({','.join('?' * n_names)})" if n_names else ""
-    return f"DELETE FROM schedules WHERE workflow IN ({','.join('?' * n_workflows)}){names}"
+    return (
+        f"DELETE FROM schedules WHERE source = 'code'"
+        f" AND workflow IN ({','.join('?' * n_workflows)}){names}"
+    )
 
 
 def sync(
@@ -71,7 +84,38 @@ def sync(
         for workflow in workflows
         for row in c.execute(SCHEDULES_OF, (workflow,)).fetchall()
     ]
-    return sorted(found, key=lambda record: record.name)
+    return sorted((r for r in found if r.source == "code"), key=lambda record: record.name)
+
+
+def _declared(s: ScheduleDefinition) -> tuple[object, ...]:
+    return (s.workflow, s.cron, s.timezone, s.params, s.catch_up, s.catch_up_limit, s.overlap)
+
+
+def create_api(c: sqlite3.Connection, s: ScheduleDefinition, now: float) -> ScheduleRecord:
+    found = c.execute(SCHEDULE_BY_NAME, (s.name,)).fetchone()
+    if found is not None:
+        raise ScheduleExistsError(s.name, schedule_from_row(found).source)
+    c.execute(INSERT_API, (s.name, *_declared(s), now, now))
+    return _get(c, s.name)
+
+
+def update_api(c: sqlite3.Connection, s: ScheduleDefinition, now: float) -> ScheduleRecord:
+    _writable(c, s.name)
+    c.execute(UPDATE_API, (*_declared(s), now, s.name))
+    return _get(c, s.name)
+
+
+def delete_api(c: sqlite3.Connection, name: str) -> ScheduleRecord:
+    record = _writable(c, name)
+    c.execute(DELETE_API, (name,))
+    return record
+
+
+def _writable(c: sqlite3.Connection, name: str) -> ScheduleRecord:
+    record = _get(c, name)
+    if record.source != "api":
+        raise ScheduleReadOnlyError(name)
+    return record
 
 
 def set_paused(c: sqlite3.Connection, name: str, paused: bool, now: float) -> ScheduleRecord:
@@ -128,6 +172,24 @@ class SqliteSchedules(ScheduleStore):
             lambda c: sync(c, workflows, schedules, now), durable=True
         )
         return synced
+
+    async def create_schedule(self, schedule: ScheduleDefinition) -> ScheduleRecord:
+        now = self._now()
+        record: ScheduleRecord = await self._db.write(
+            lambda c: create_api(c, schedule, now), durable=True
+        )
+        return record
+
+    async def update_schedule(self, schedule: ScheduleDefinition) -> ScheduleRecord:
+        now = self._now()
+        record: ScheduleRecord = await self._db.write(
+            lambda c: update_api(c, schedule, now), durable=True
+        )
+        return record
+
+    async def delete_schedule(self, name: str) -> ScheduleRecord:
+        record: ScheduleRecord = await self._db.write(lambda c: delete_api(c, name), durable=True)
+        return record
 
     async def list_schedules(self, workflow: str | None = None) -> list[ScheduleRecord]:
         if workflow is None:

@@ -1,5 +1,5 @@
-"""What the scheduler and the schedule client share: a declared schedule as the store takes it,
-and the instance of one tick."""
+"""What the scheduler and the schedule client share: a schedule as the store takes it, one made
+from a stored record, and the instance of one tick."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..._json import dumps
+from ...records import ScheduleRecord
 from ...schedule import Schedule
 from ...store.base import NewInstance, ScheduleDefinition
 from ...workflow import WorkflowDefinition
@@ -38,6 +39,20 @@ class Served:
         data = dumps({"name": s.key, "cron": s.cron, "tick": tick}, what="schedule data")
         tags = None if not s.tags else dumps(dict(s.tags), what=f"schedule {s.key!r} tags")
         return NewInstance(s.instance_id(tick), params, schedule=data, tags=tags)
+
+
+def from_record(record: ScheduleRecord) -> Served:
+    """The schedule a stored record declares (stored from a valid :class:`Schedule`)."""
+    schedule = Schedule(
+        record.cron,
+        timezone=record.timezone,
+        params=record.params,
+        name=record.name,
+        catch_up=record.catch_up,  # type: ignore[arg-type]
+        catch_up_limit=record.catch_up_limit,
+        overlap=record.overlap,  # type: ignore[arg-type]
+    )
+    return Served(record.workflow, schedule)
 
 
 def served(definitions: Iterable[WorkflowDefinition]) -> dict[str, Served]:

@@ -1,20 +1,22 @@
-"""The schedule client: list, pause, resume, trigger and backfill stored schedules
-(``engine.schedules()``; the CLI, HTTP API and dashboard build on it)."""
+"""The schedule client: create, update and delete schedules at run time; list, pause, resume,
+trigger and backfill stored schedules (``engine.schedules()``; the CLI, HTTP API and dashboard
+build on it)."""
 
 from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
-from ...errors import ScheduleNotFoundError
+from ...errors import DefinitionError, ScheduleExistsError, ScheduleNotFoundError
 from ...records import InstanceRecord, ScheduleRecord
-from ...schedule import MAX_TICKS, Schedule
-from ...store.base import Store
+from ...schedule import MAX_TICKS, CatchUp, Overlap, Schedule
+from ...store.base import ScheduleDefinition, Store
 from ._ticks import Served
+from ._ticks import from_record as _served
 
 T = TypeVar("T")
 
@@ -75,17 +77,11 @@ def _seconds(value: Moment, what: str) -> float:
     return float(value)
 
 
-def _served(record: ScheduleRecord) -> Served:
-    schedule = Schedule(
-        record.cron,
-        timezone=record.timezone,
-        params=record.params,
-        name=record.name,
-        catch_up=record.catch_up,  # type: ignore[arg-type]  # stored from a valid Schedule
-        catch_up_limit=record.catch_up_limit,
-        overlap=record.overlap,  # type: ignore[arg-type]
-    )
-    return Served(record.workflow, schedule)
+_CHANGEABLE = ("workflow", "cron", "timezone", "params", "catch_up", "catch_up_limit", "overlap")
+
+
+def _definition(workflow: str, schedule: Schedule) -> ScheduleDefinition:
+    return Served(workflow, schedule).definition()
 
 
 class ScheduleClient:
@@ -97,9 +93,88 @@ class ScheduleClient:
     ``event.schedule`` set), so a tick never runs twice whichever way it was made.
     """
 
-    def __init__(self, store: Store, *, max_ticks: int = MAX_TICKS) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_ticks: int = MAX_TICKS,
+        check_workflow: Callable[[str], Awaitable[None]] | None = None,
+        declared: Callable[[], Collection[str]] = frozenset,
+        changed: Callable[[], None] = lambda: None,
+    ) -> None:
         self.store = store
         self.max_ticks = max_ticks
+        self._check_workflow = check_workflow
+        self._declared = declared
+        self._changed = changed
+
+    async def create(
+        self,
+        name: str,
+        workflow: str,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        params: Any = None,
+        catch_up: CatchUp = "skip",
+        catch_up_limit: int = 100,
+        overlap: Overlap = "allow",
+    ) -> ScheduleInfo:
+        """Store a schedule of ``workflow`` made at run time (``source == "api"``): the running
+        schedulers serving ``workflow`` fire its ticks from now on, exactly once each, as they
+        fire the schedules declared in code. Bad values raise
+        :class:`~stepline.DefinitionError` naming them; an unknown workflow
+        :class:`~stepline.WorkflowNotFoundError`; a name taken (a schedule declared in code
+        included) :class:`~stepline.ScheduleExistsError`."""
+        if not isinstance(name, str):
+            raise DefinitionError(f"a schedule needs a name (a string), not {name!r}")
+        schedule = Schedule(
+            cron, timezone=timezone, params=params, name=name, catch_up=catch_up,
+            catch_up_limit=catch_up_limit, overlap=overlap,
+        )  # fmt: skip
+        await self._known(workflow)
+        if name in self._declared():
+            raise ScheduleExistsError(name, "code")
+        record = await self.store.schedules.create_schedule(_definition(workflow, schedule))
+        self._changed()
+        return self._info(record, self.store.now())
+
+    async def update(self, name: str, /, **changes: Any) -> ScheduleInfo:
+        """Change a run-time schedule: any of ``workflow``, ``cron``, ``timezone``, ``params``,
+        ``catch_up``, ``catch_up_limit``, ``overlap``; the rest stays, and so does its state
+        (paused, last tick). A schedule declared in code raises
+        :class:`~stepline.ScheduleReadOnlyError`; bad values as :meth:`create`."""
+        unknown = sorted(set(changes) - set(_CHANGEABLE))
+        if unknown:
+            raise DefinitionError(
+                f"cannot change {unknown[0]!r} of schedule {name!r}; "
+                f"the changeable fields are {', '.join(_CHANGEABLE)}"
+            )
+        record = await self._record(name)
+        current = {key: getattr(record, key) for key in _CHANGEABLE}
+        merged = {**current, **changes}
+        workflow = merged.pop("workflow")
+        schedule = Schedule(merged.pop("cron"), name=name, **merged)
+        if workflow != record.workflow:
+            await self._known(workflow)
+        updated = await self._found(
+            name, lambda: self.store.schedules.update_schedule(_definition(workflow, schedule))
+        )
+        self._changed()
+        return self._info(updated, self.store.now())
+
+    async def delete(self, name: str) -> ScheduleInfo:
+        """Delete a run-time schedule and return it as it was; the instances it created stay.
+        A schedule declared in code raises :class:`~stepline.ScheduleReadOnlyError`."""
+        record = await self._found(name, lambda: self.store.schedules.delete_schedule(name))
+        self._changed()
+        return ScheduleInfo(record, None, record.last_tick)
+
+    async def _known(self, workflow: str) -> None:
+        if not isinstance(workflow, str) or not workflow:
+            raise DefinitionError(f"a schedule needs a workflow name, not {workflow!r}")
+        if self._check_workflow is not None:
+            await self._check_workflow(workflow)
 
     def _info(self, record: ScheduleRecord, now: float) -> ScheduleInfo:
         next_run = None if record.paused else _served(record).schedule.next_tick(now)

@@ -1,12 +1,12 @@
 """The scheduler: fires the ticks of the served workflows' schedules, exactly once per tick.
 
-Every engine that runs a worker for workflows with schedules runs one. Each iteration
-(:meth:`Scheduler.run_once`) reads the stored schedules and, for each one declared here and not
-paused, works out which due ticks fire under its catch-up and overlap policies, then claims them
-with :meth:`~stepline.store.base.Store.advance_schedule`: a compare-and-set on the schedule's
-``last_tick``, in one transaction with the tick's instance. Of several schedulers that see the
-same tick, one claims it; the instance id derives from the schedule and the tick, so a tick
-never makes two instances (docs/triggers.md, "Cron schedules").
+Every engine that runs a worker runs one. Each iteration (:meth:`Scheduler.run_once`) reads the
+stored schedules and, for each one declared here, or made at run time for a workflow served
+here, and not paused, works out which due ticks fire under its catch-up and overlap policies,
+then claims them with :meth:`~stepline.store.base.Store.advance_schedule`: a compare-and-set on
+the schedule's ``last_tick``, in one transaction with the tick's instance. Of several schedulers
+that see the same tick, one claims it; the instance id derives from the schedule and the tick,
+so a tick never makes two instances (docs/triggers.md, "Cron schedules").
 """
 
 from __future__ import annotations
@@ -21,20 +21,22 @@ from ...errors import InstanceNotFoundError, SteplineError
 from ...records import FINISHED_STATUSES, ScheduleRecord
 from ...store.base import NewInstance, Store
 from ...workflow import WorkflowDefinition
-from ._ticks import Served, served
+from ._ticks import Served, from_record, served
 
 log = logging.getLogger("stepline.triggers")
 
 GRACE = 60.0
 """With ``catch_up = "skip"`` a tick still fires this many seconds late (a slow iteration, a
 scheduler that just started); older missed ticks are skipped."""
-MAX_WAIT = 60.0
+MAX_WAIT = 30.0
 """The longest the loop sleeps between iterations (it notices pauses, resumes, finished
-instances holding a buffered tick, and schedules synced by other engines)."""
+instances holding a buffered tick, schedules synced by other engines and schedules made at run
+time in other processes: well within ``GRACE``, so their first tick still fires)."""
 
 
 class Scheduler:
-    """Fire the schedules that ``definitions`` declare, through ``store``.
+    """Fire the schedules that ``definitions`` declare, and those made at run time for their
+    workflows, through ``store``.
 
     :meth:`sync` writes the declared schedules to the store (those of the served workflows that
     are no longer declared are deleted), :meth:`run_once` fires what is due at ``now``,
@@ -56,6 +58,9 @@ class Scheduler:
         given = list(definitions)
         self._workflows = [d.name for d in given]
         self._served = served(given)
+        # Run-time schedules as of the last iteration, rebuilt when their declaration changes.
+        self._runtime: dict[str, tuple[tuple[object, ...], Served]] = {}
+        self._wake = asyncio.Event()
         self.grace = grace
         self.max_wait = max_wait
         self._stopping = asyncio.Event()
@@ -75,12 +80,18 @@ class Scheduler:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Run an iteration now (a schedule was made, changed or deleted in this process)."""
+        self._wake.set()
 
     async def start(self) -> None:
         """Sync the served workflows' schedules (a schedule removed from code is deleted), then
-        :meth:`run` in a task of its own if any schedule is declared."""
+        :meth:`run` in a task of its own if any workflow is served (a schedule can be made for
+        it at run time)."""
         await self.sync()
-        if self._served and self._task is None:
+        if self._workflows and self._task is None:
             self._task = asyncio.create_task(self.run(synced=True), name="stepline-scheduler")
 
     async def close(self) -> None:
@@ -105,22 +116,50 @@ class Scheduler:
             # From the iteration's own time: a tick that came during it is due at once.
             wait = min(self.next_tick(now) - self.store.now(), self.max_wait)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), max(wait, 0.01))
+                await asyncio.wait_for(self._wake.wait(), max(wait, 0.01))
+            self._wake.clear()
 
     def next_tick(self, now: float) -> float:
         """The earliest tick after ``now`` of any served schedule (``now + max_wait`` if none)."""
-        ticks = [s.schedule.next_tick(now) for s in self._served.values()]
+        entries = [*self._served.values(), *(entry for _, entry in self._runtime.values())]
+        ticks = [s.schedule.next_tick(now) for s in entries]
         return min((t for t in ticks if t is not None), default=now + self.max_wait)
 
     async def run_once(self, now: float) -> list[str]:
         """Fire what is due at ``now``; return the ids of the instances created here."""
         created: list[str] = []
-        for record in await self.store.schedules.list_schedules():
-            entry = self._served.get(record.name)
+        records = await self.store.schedules.list_schedules()
+        self._track_runtime(records)
+        for record in records:
+            entry = self._entry(record)
             if entry is None or record.paused or record.workflow != entry.workflow:
                 continue
             created.extend(await self._fire(entry, record, now))
         return created
+
+    def _entry(self, record: ScheduleRecord) -> Served | None:
+        if record.source == "code":
+            return self._served.get(record.name)
+        found = self._runtime.get(record.name)
+        return None if found is None else found[1]
+
+    def _track_runtime(self, records: Iterable[ScheduleRecord]) -> None:
+        """Keep the run-time schedules of the served workflows: new ones are added, changed
+        ones rebuilt, deleted ones dropped."""
+        kept: dict[str, tuple[tuple[object, ...], Served]] = {}
+        for record in records:
+            if record.source != "api" or record.workflow not in self._workflows:
+                continue
+            declared = (
+                record.workflow, record.cron, record.timezone, record.params, record.catch_up,
+                record.catch_up_limit, record.overlap,
+            )  # fmt: skip
+            known = self._runtime.get(record.name)
+            if known is not None and known[0] == declared:
+                kept[record.name] = known
+            else:
+                kept[record.name] = (declared, from_record(record))
+        self._runtime = kept
 
     async def _fire(self, entry: Served, record: ScheduleRecord, now: float) -> list[str]:
         created: list[str] = []

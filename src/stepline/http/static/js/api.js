@@ -17,6 +17,7 @@ export function getToken() {
 export function setToken(token) {
   if (token) sessionStorage.setItem(TOKEN_KEY, token);
   else sessionStorage.removeItem(TOKEN_KEY);
+  window.dispatchEvent(new Event("stepline-token"));
 }
 
 let askToken = null;

@@ -1,6 +1,6 @@
 // Dashboard entry point: routing, navigation state and the API token prompt.
 
-import { getToken, onTokenNeeded, setToken } from "./api.js";
+import { api, getToken, onTokenNeeded, setToken } from "./api.js";
 import { clear, h, replace } from "./dom.js";
 import { render as renderInstance } from "./instance.js";
 import { render as renderInstances } from "./instances.js";
@@ -85,7 +85,23 @@ function updateLock() {
   lock.hidden = !getToken();
 }
 
+/** Learn the token's role (GET /api/whoami): the page hides what the role cannot do. */
+async function refreshRole() {
+  const badge = document.getElementById("role");
+  try {
+    const me = await api("GET", "/api/whoami");
+    document.body.dataset.role = me.role;
+    badge.textContent = me.name ? `${me.name} · ${me.role}` : me.role;
+    badge.hidden = !me.secured;
+  } catch {
+    delete document.body.dataset.role;
+    badge.hidden = true;
+  }
+}
+
 onTokenNeeded(askForToken);
+window.addEventListener("stepline-token", refreshRole);
+refreshRole();
 document.querySelector("#token-dialog [data-testid=token-cancel]").addEventListener("click", () => {
   document.getElementById("token-dialog").close("cancel");
 });

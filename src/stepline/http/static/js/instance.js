@@ -162,8 +162,8 @@ export function render(root, params) {
   const heldBox = h("div", {});
   const retryBox = h("div", {});
 
-  const button = (label, testid, cls, onclick) =>
-    h("button", { type: "button", class: cls, "data-testid": testid, onclick }, label);
+  const button = (label, testid, cls, onclick, needs = "operate") =>
+    h("button", { type: "button", class: cls, "data-testid": testid, "data-needs": needs, onclick }, label);
   const rollback = h("input", { type: "checkbox", "data-testid": "rollback" });
   const restartFrom = h("select", { "aria-label": "restart from", "data-testid": "restart-from" });
   const pauseBtn = button("Pause", "pause", null, () => change({ status: "pause" }));
@@ -190,7 +190,7 @@ export function render(root, params) {
     } catch (err) {
       toast(err.message, "error");
     }
-  });
+  }, "admin");
 
   const eventType = h("input", { type: "text", placeholder: "event type", required: true, "data-testid": "event-type", "aria-label": "event type" });
   const eventPayload = h("textarea", { class: "code", rows: "2", spellcheck: "false", placeholder: "payload (JSON, optional)", "data-testid": "event-payload", "aria-label": "event payload" });
@@ -200,7 +200,7 @@ export function render(root, params) {
   const eventBtn = h("button", { type: "submit", class: "primary", "data-testid": "send-event" }, "Send event");
   const eventForm = h(
     "form",
-    { class: "event-form", "data-testid": "event-form" },
+    { class: "event-form", "data-testid": "event-form", "data-needs": "operate" },
     h("div", { class: "row" }, eventType, eventBtn),
     eventHint,
     eventPayload,
@@ -256,7 +256,7 @@ export function render(root, params) {
       { class: "grid-2" },
       h(
         "section",
-        { class: "card controls" },
+        { class: "card controls", "data-needs": "operate", "data-testid": "controls" },
         h("h3", {}, "Controls"),
         h(
           "div",

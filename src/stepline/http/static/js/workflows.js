@@ -138,7 +138,7 @@ function card(wf, forms) {
     counts(wf),
     h(
       "details",
-      { class: "trigger-box", "data-key": `trigger-${wf.name}`, open: forms.has(wf.name) },
+      { class: "trigger-box", "data-key": `trigger-${wf.name}`, "data-needs": "operate", open: forms.has(wf.name) },
       h("summary", {}, "Trigger an instance"),
       triggerForm(wf),
     ),
