@@ -21,9 +21,9 @@ ODD_VALUE = {ODD: [ODD, {"'": '"', "😀": "\u0000"}], "k": "x' OR '1'='1"}
 # Workflows whose runs are the input.
 
 
-@workflow(name="set-result")
-async def set_result(event: WorkflowEvent, step: WorkflowStep) -> Any:
-    return await step.do("x", lambda: {1, 2})
+@workflow(name="object-result")
+async def object_result(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    return await step.do("x", lambda: {"of": object()})
 
 
 @workflow(name="big-result")

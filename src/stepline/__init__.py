@@ -55,6 +55,7 @@ from .schedule import Schedule
 from .step import StepContext, Stream, WorkflowStep
 from .store.types import StreamItem
 from .sync import SyncEngine, SyncInstance, SyncWorkflowBinding
+from .values import register_type
 from .workflow import Workflow, WorkflowEvent, workflow
 
 __version__ = "0.1.0"
@@ -119,6 +120,7 @@ __all__ = [
     "__version__",
     "parse_duration",
     "query",
+    "register_type",
     "update",
     "workflow",
 ]

@@ -2,37 +2,31 @@
 
 One rule for every value stepline stores (params, step results, event payloads, outputs), on
 every entry point: it reads back equal to what was given, or it is refused with
-:class:`InvalidPayloadError` naming where in the value the problem is. orjson alone would change
-some values silently (NaN and infinities become ``null``; datetimes, UUIDs, enums and dataclasses
-become strings or objects; integer literals beyond 64 bits parse as floats), so every encoding is
-checked by decoding it again. The one accepted change: a tuple is stored as a JSON array and reads
-back as a list.
+:class:`InvalidPayloadError` naming where in the value the problem is. Plain JSON is stored as it
+is (checked by decoding it again: orjson alone would turn NaN into ``null`` and a UUID into
+text); any other value goes through :mod:`stepline.values`, which tags typed values (datetimes,
+models, dataclasses, ...) so that they read back as themselves, and refuses the rest.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import enum
 import json
-import math
 import re
-import uuid
 from typing import Any
 
 import orjson
 
 from .errors import InvalidPayloadError
+from .values import INT_MAX, INT_MIN, TAG_BYTES, decode_text, encode_typed, subject, wide_int
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024  # 1 MiB
 
-INT_MIN = -(2**63)
-INT_MAX = 2**64 - 1
-"""The integers JSON values may hold: orjson encodes nothing wider."""
-
 _EXACT = frozenset({str, int, bool, type(None)})
 """Types orjson encodes exactly or refuses (never changes): no read-back check needed."""
-_MAX_DEPTH = 512
+PLAIN_ONLY = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+"""orjson refuses datetimes and dataclasses rather than encoding them its own way (a subclass
+of dict, list, str or int is stored as its base: it reads back equal)."""
 _LONG_DIGITS = re.compile(r"\d{19}")
 """An integer literal outside the 64-bit range has at least 19 digits."""
 
@@ -40,26 +34,33 @@ _LONG_DIGITS = re.compile(r"\d{19}")
 def dumps(value: Any, *, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
     """Encode ``value`` as JSON text, or raise :class:`InvalidPayloadError` naming ``what``.
 
-    Refused: values orjson cannot encode (sets, bytes, non-string keys, integers beyond 64 bits,
-    arbitrary objects) and values it would change (NaN, infinities, datetimes, UUIDs, enums,
-    dataclasses). A tuple is encoded as an array (it reads back as a list).
+    Typed values (docs/data.md) are tagged; refused: values of other types, non-finite floats,
+    integers beyond 64 bits, strings that are not valid UTF-8.
     """
     return encode(value, what=what, limit=limit)[0]
 
 
 def encode(value: Any, *, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> tuple[str, Any]:
     """:func:`dumps`, also returning the value as it will read back (decoded from the text)."""
-    try:
-        data = orjson.dumps(value)
-    except TypeError as exc:
-        raise InvalidPayloadError(_refusal(what, _unencodable(value, []), str(exc))) from None
+    data = None
     back = value
-    if type(value) not in _EXACT:
-        back = orjson.loads(data)
-        if back != value:
-            problem = _changed(value, back, [])
-            if problem is not None:
-                raise InvalidPayloadError(_refusal(what, problem, "")) from None
+    if type(value) in _EXACT:
+        try:
+            data = orjson.dumps(value)
+        except TypeError:
+            data = None  # a wide integer or a lone surrogate: named below
+    elif not isinstance(value, enum.Enum):  # an IntEnum or StrEnum equals its plain value
+        try:
+            data = orjson.dumps(value, option=PLAIN_ONLY)
+        except TypeError:
+            pass
+        else:
+            # Plain JSON reads back equal; a dict with a "$t" key of its own must be escaped.
+            back = orjson.loads(data)
+            if back != value or TAG_BYTES in data:
+                data = None
+    if data is None:
+        data, back = encode_typed(value, what)
     if len(data) > limit:
         raise InvalidPayloadError(
             f"{what} is {len(data):,} bytes encoded, over the limit of {limit:,} bytes; "
@@ -69,10 +70,10 @@ def encode(value: Any, *, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> tuple[
 
 
 def loads(text: str | bytes | None) -> Any:
-    """Decode stored JSON text (``None`` stays ``None``)."""
+    """Decode stored JSON text (``None`` stays ``None``; tagged values as themselves)."""
     if text is None:
         return None
-    return orjson.loads(text)
+    return decode_text(text)
 
 
 def loads_exact(text: str | bytes, *, what: str) -> Any:
@@ -93,8 +94,8 @@ def loads_exact(text: str | bytes, *, what: str) -> Any:
         path, literal = found
         raise InvalidPayloadError(
             f"{what} holds a number stepline cannot store exactly: "
-            + _subject(path)
-            + f" is {_wide_int(literal)}"
+            + subject(path)
+            + f" {wide_int(literal)}"
         )
     return value
 
@@ -105,115 +106,6 @@ def parse_json_argument(text: str, *, what: str) -> Any:
         return loads_exact(text, what=what)
     except orjson.JSONDecodeError as exc:
         raise InvalidPayloadError(f"{what} is not valid JSON: {exc}") from None
-
-
-# -- finding what was wrong (only once a value was refused) ---------------------------------------
-
-Problem = tuple[list[str | int], str]
-"""Where in the value (keys and indexes), and what is wrong there (``"is ..."``)."""
-
-
-def _refusal(what: str, problem: Problem | None, fallback: str) -> str:
-    if problem is None:
-        return f"{what} is not JSON-serialisable: {fallback}"
-    path, found = problem
-    return f"{what} is not JSON-serialisable: {_subject(path)} {found}"
-
-
-def _subject(path: list[str | int]) -> str:
-    where = "".join(f"[{step!r}]" for step in path)
-    return f"the value at {where}" if where else "the value"
-
-
-def _type_name(value: object) -> str:
-    cls = type(value)
-    name = cls.__qualname__
-    return name if cls.__module__ == "builtins" else f"{cls.__module__}.{name}"
-
-
-def _describe(value: object) -> str:
-    """What a refused leaf is, and what to store instead."""
-    name = _type_name(value)
-    if isinstance(value, int):  # past the 64-bit range (bool and small ints are encodable)
-        return f"is {_wide_int(str(value))}"
-    if isinstance(value, float):
-        return f"is {value!r}; JSON has no NaN or infinity: store null or a string instead"
-    if isinstance(value, set | frozenset):
-        return f"is of type {name}; store a list instead"
-    if isinstance(value, bytes | bytearray | memoryview):
-        return f"is of type {name}; store text (e.g. base64) instead"
-    if isinstance(value, datetime.date | datetime.time | datetime.timedelta):
-        return f"is of type {name}, which would read back as text; store value.isoformat()"
-    if isinstance(value, uuid.UUID):
-        return f"is of type {name}, which would read back as text; store str(value) instead"
-    if isinstance(value, enum.Enum):
-        return f"is of type {name}, which would read back as its value; store value.value"
-    if dataclasses.is_dataclass(value):
-        return f"is of type {name} (a dataclass); store dataclasses.asdict(value) instead"
-    if isinstance(value, str):
-        return "is a string with a lone surrogate, which is not valid UTF-8"
-    return f"is of type {name}; store only dict, list, str, int, float, bool and None"
-
-
-def _wide_int(digits: str) -> str:
-    if len(digits) > 40:
-        digits = f"{digits[:20]}...{digits[-8:]} ({len(digits)} digits)"
-    return (
-        f"the integer {digits}, outside the 64-bit range stepline stores (-2**63 to 2**64-1); "
-        "store it as a string"
-    )
-
-
-def _unencodable(value: Any, path: list[str | int]) -> Problem | None:
-    """The first part of ``value`` orjson refuses to encode, or None if none is found."""
-    if len(path) > _MAX_DEPTH:
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                found = f"has the key {key!r} of type {_type_name(key)}; keys must be strings"
-                return path, found
-            problem = _unencodable(item, [*path, key])
-            if problem is not None:
-                return problem
-        return None
-    if type(value) is list or type(value) is tuple or isinstance(value, list):
-        for index, item in enumerate(value):
-            problem = _unencodable(item, [*path, index])
-            if problem is not None:
-                return problem
-        return None
-    try:
-        orjson.dumps(value)
-    except TypeError:
-        return path, _describe(value)
-    return None
-
-
-def _changed(value: Any, back: Any, path: list[str | int]) -> Problem | None:
-    """The first part of ``value`` that its decoded encoding ``back`` does not equal; None if
-    the only differences are tuples read back as lists."""
-    if len(path) > _MAX_DEPTH:
-        return path, "nested too deeply to check (over 512 levels)"
-    if isinstance(value, dict) and isinstance(back, dict):
-        for key, item in value.items():
-            problem = _changed(item, back[key], [*path, key])
-            if problem is not None:
-                return problem
-        return None
-    if isinstance(value, list | tuple) and isinstance(back, list) and len(value) == len(back):
-        for index, (item, item_back) in enumerate(zip(value, back, strict=True)):
-            problem = _changed(item, item_back, [*path, index])
-            if problem is not None:
-                return problem
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return path, _describe(value)
-    if type(value) is not type(back) and not isinstance(value, str | int | float):
-        return path, _describe(value)
-    if value != back:
-        return path, _describe(value)
-    return None
 
 
 class _Wide(str):

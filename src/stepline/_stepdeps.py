@@ -20,6 +20,7 @@ from typing import Any
 from ._callbacks import is_async
 from .config import StepConfig, parse_step_config
 from .errors import DefinitionError
+from .values import returns_of
 
 CONTEXT_PARAMETER = "ctx"
 _CONTEXT: Any = object()
@@ -202,6 +203,7 @@ class DeclaredSteps:
             callback,
             rollback=handle.rollback,
             rollback_config=handle.rollback_config,
+            type=returns_of(handle.fn),
         )
         running = asyncio.ensure_future(call)
         self._running[handle.name] = running

@@ -49,6 +49,7 @@ from .records import (
 from .retention import parse_retention
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
+from .values import convert
 from .workflow import is_valid_name, validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
@@ -407,9 +408,11 @@ class WorkflowBinding:
         observer: Observer | None = None,
         messaging: Messaging | None = None,
         payloads: PayloadCodec | None = None,
+        params_type: Any = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
+        self._params_type = params_type
         self._messaging = messaging or Messaging(store, max_payload)
         self._payloads = payloads or PayloadCodec(max_payload=max_payload)
         self.name = name
@@ -425,6 +428,13 @@ class WorkflowBinding:
 
     async def _check(self) -> None:
         await self._check_known(self.name)
+
+    async def _params(self, instance_id: str, params: Any, what: str) -> str:
+        """Params as stored, checked against the type ``run()`` declares for them
+        (``WorkflowEvent[Order]``) when this process has the workflow: stored as given."""
+        if self._params_type is not None and params is not None:
+            convert(params, self._params_type, what)
+        return await _sealed_params(self._payloads, self.name, instance_id, params, what)
 
     async def _create(
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
@@ -508,7 +518,7 @@ class WorkflowBinding:
         instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
         new = NewInstance(
             instance_id,
-            await _sealed_params(self._payloads, self.name, instance_id, params, "instance params"),
+            await self._params(instance_id, params, "instance params"),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
@@ -556,12 +566,8 @@ class WorkflowBinding:
             new.append(
                 NewInstance(
                     instance_id,
-                    await _sealed_params(
-                        self._payloads,
-                        self.name,
-                        instance_id,
-                        item.get("params"),
-                        f"params of batch item {index}",
+                    await self._params(
+                        instance_id, item.get("params"), f"params of batch item {index}"
                     ),
                     key=_check_key(item.get("key"), what=f"key of batch item {index}"),
                     priority=_check_priority(
@@ -613,7 +619,7 @@ class WorkflowBinding:
         instance_id = validate_name(id, what="instance id")
         new = NewInstance(
             instance_id,
-            await _sealed_params(self._payloads, self.name, instance_id, params, "instance params"),
+            await self._params(instance_id, params, "instance params"),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
         )

@@ -31,7 +31,7 @@ from .store import Store, create_store
 from .telemetry import Activity, ActivityReadings, Telemetry
 from .triggers.cron import ScheduleClient, Scheduler
 from .worker import Worker, WorkerSettings
-from .workflow import WorkflowDefinition, definition_of, is_valid_name
+from .workflow import WorkflowDefinition, definition_of, is_valid_name, payload_type
 
 log = logging.getLogger("stepline")
 
@@ -271,6 +271,7 @@ class Engine:
     def workflow(self, workflow: str | Any) -> WorkflowBinding:
         """A binding to create and look up instances: by name, class, Pipeline or Dag."""
         name = workflow if isinstance(workflow, str) else definition_of(workflow).name
+        definition = self.registry.definitions.get(name)
         return WorkflowBinding(
             self.store,
             name,
@@ -280,6 +281,7 @@ class Engine:
             self.observer,
             self._messaging,
             self.payloads,
+            params_type=None if definition is None else payload_type(definition.cls),
         )
 
     async def _check_workflow(self, name: str) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .values import readable
+
 InstanceStatusName = Literal[
     "queued",
     "running",
@@ -117,7 +119,7 @@ class StepRecord:
             "seq": self.seq,
             "type": self.kind,
             "status": self.status,
-            "output": self.output,
+            "output": readable(self.output),
             "error": self.error,
             "wake_at": self.wake_at,
             "started_at": self.started_at,
@@ -152,7 +154,7 @@ class InstanceEvent:
     def to_json(self) -> dict[str, Any]:
         return {
             "type": self.type,
-            "payload": self.payload,
+            "payload": readable(self.payload),
             "sent_at": self.sent_at,
             "consumed_by": self.consumed_by,
         }
@@ -220,8 +222,8 @@ class InstanceRecord:
             "workflow": self.workflow,
             "id": self.id,
             "status": self.status,
-            "params": self.params,
-            "output": self.output,
+            "params": readable(self.params),
+            "output": readable(self.output),
             "error": self.error,
             "rollback": self.rollback,
             "trigger": self.trigger,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,6 +12,7 @@ from ._stepdeps import Adapt, DeclaredSteps, StepHandle
 from .config import StepConfig
 from .durations import Duration
 from .records import EventRecord
+from .values import convert, returns_of
 
 StepCallback = Callable[..., Any]
 RollbackCallback = Callable[..., Any]
@@ -76,6 +78,11 @@ class StepRunner(Protocol):
     ) -> Coroutine[Any, Any, _T]: ...
 
 
+async def _converted(call: Coroutine[Any, Any, Any], declared: Any, name: str) -> Any:
+    """A step's result as the type it declares."""
+    return convert(await call, declared, f"the result of step {name!r}")
+
+
 class Stream:
     """One stream of the instance, to publish to (``step.stream(name)``)."""
 
@@ -134,6 +141,32 @@ class WorkflowStep:
         *,
         rollback: RollbackCallback | None = None,
         rollback_config: StepConfig | dict[str, Any] | None = None,
+        type: builtins.type[_T],
+    ) -> Coroutine[Any, Any, _T]: ...
+
+    @overload
+    def do(
+        self,
+        name: str,
+        config: StepConfig | dict[str, Any],
+        callback: StepCallback,
+        /,
+        *,
+        rollback: RollbackCallback | None = None,
+        rollback_config: StepConfig | dict[str, Any] | None = None,
+        type: builtins.type[_T],
+    ) -> Coroutine[Any, Any, _T]: ...
+
+    @overload
+    def do(
+        self,
+        name: str,
+        callback: StepCallback,
+        /,
+        *,
+        rollback: RollbackCallback | None = None,
+        rollback_config: StepConfig | dict[str, Any] | None = None,
+        type: Any = None,
     ) -> Coroutine[Any, Any, Any]: ...
 
     @overload
@@ -146,6 +179,7 @@ class WorkflowStep:
         *,
         rollback: RollbackCallback | None = None,
         rollback_config: StepConfig | dict[str, Any] | None = None,
+        type: Any = None,
     ) -> Coroutine[Any, Any, Any]: ...
 
     def do(
@@ -157,8 +191,9 @@ class WorkflowStep:
         depends: Sequence[StepHandle] | None = None,
         rollback: RollbackCallback | None = None,
         rollback_config: StepConfig | dict[str, Any] | None = None,
+        type: Any = None,
     ) -> Any:
-        """Run ``callback`` once (with retries) and record its JSON result.
+        """Run ``callback`` once (with retries) and record its result.
 
         ``step.do(name, callback)`` or ``step.do(name, config, callback)``. The callback is sync
         (run in a thread, or on the loop with ``{"inline": True}``) or async, taking no argument
@@ -166,7 +201,9 @@ class WorkflowStep:
         :class:`~stepline.StepFailedError` is raised here. ``rollback`` is
         called if a later error ends the instance (saga), as ``rollback(error, output)``,
         ``rollback(error, output, ctx)`` or ``rollback(ctx)`` (``ctx``: the rollback step's
-        :class:`StepContext`), after the parameters it declares.
+        :class:`StepContext`), after the parameters it declares. The result may be any value
+        docs/data.md lists; ``type=Order`` (or the callback's ``-> Order``) converts what is
+        read back into that type, on the first run and on every replay.
 
         Without a callback it is a decorator (Cloudflare's Python form): ``@step.do()`` (the
         step is named after the function), ``@step.do("name", concurrent=..., config=...)``.
@@ -200,6 +237,9 @@ class WorkflowStep:
             raise TypeError(f"step.do takes the step's name first, got {name!r}")
         activation = self._activation
         call = activation.do(name, step_config, callback, rollback, rollback_config)
+        declared = returns_of(callback) if type is None else type
+        if declared is not None:
+            call = _converted(call, declared, name)
         return activation.track("do", name, call)
 
     def _declared_steps(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import inspect
 import re
+import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
+
+from typing_extensions import TypeVar
 
 from ._shown import shown
 from ._source_steps import static_steps, step_graph
@@ -17,7 +20,9 @@ from .limits import WORKFLOW_LIMIT_KEYS, Rate, WorkflowLimits, workflow_limits
 from .retention import Retention, parse_retention
 from .schedule import Schedule, as_schedule
 from .step import WorkflowStep
+from .values import convertible
 
+_Payload = TypeVar("_Payload", default=Any)
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$")
 
 RateLimit = Rate | str | tuple[int, Duration] | list[Any]
@@ -25,14 +30,15 @@ RateLimit = Rate | str | tuple[int, Duration] | list[Any]
 
 
 @dataclass(frozen=True)
-class WorkflowEvent:
+class WorkflowEvent(Generic[_Payload]):
     """What ``run()`` receives: the params it was created with, and where it runs.
 
     ``payload`` is the instance's params, or ``{}`` when it was created without any (no params,
-    ``params=None`` or a JSON ``null``), so ``event.payload.get("x")`` always works.
+    ``params=None`` or a JSON ``null``), so ``event.payload.get("x")`` always works. Declared as
+    ``event: WorkflowEvent[Order]``, the payload is converted into an ``Order`` (docs/data.md).
     """
 
-    payload: Any
+    payload: _Payload
     timestamp: datetime
     instance_id: str
     workflow_name: str
@@ -45,7 +51,7 @@ class WorkflowEvent:
             object.__setattr__(self, "payload", {})
 
     @property
-    def params(self) -> Any:
+    def params(self) -> _Payload:
         """Alias of ``payload`` (Cloudflare's name for it)."""
         return self.payload
 
@@ -168,7 +174,7 @@ def workflow(
         workflow_limits(settings, what=f"workflow {wf_name!r} ({label})")
         _retention(retention, f"workflow {wf_name!r} ({label})")
 
-        async def run(self: Workflow, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        async def run(self: Workflow, event: WorkflowEvent[Any], step: WorkflowStep) -> Any:
             return await fn(event, step)
 
         cls = type(
@@ -340,3 +346,36 @@ def check_schedule_names(
                 f"workflows {owners[schedule.key]!r} and {definition.name!r} both declare a "
                 f"schedule named {schedule.key!r}; schedule names must be unique"
             )
+
+
+def payload_type(workflow: Workflow | type[Workflow]) -> Any:
+    """The type ``run()`` declares for its event's payload (``event: WorkflowEvent[Order]``),
+    if payloads are converted into it; else None."""
+    cls = workflow if isinstance(workflow, type) else type(workflow)
+    run = cls.run
+    found = _PAYLOAD_TYPES.get(run, _UNSEEN)
+    if found is _UNSEEN:
+        found = _payload_type(getattr(cls, "__wrapped__", None) or run)
+        _PAYLOAD_TYPES[run] = found
+    return found
+
+
+def _payload_type(fn: Any) -> Any:
+    try:
+        parameters = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    names = [p for p in parameters if p != "self"]
+    if not names:
+        return None
+    event = names[0]
+    try:
+        hint = typing.get_type_hints(fn).get(event)
+    except Exception:
+        return None
+    args = typing.get_args(hint) if typing.get_origin(hint) is WorkflowEvent else ()
+    return args[0] if args and convertible(args[0]) else None
+
+
+_UNSEEN: Any = object()
+_PAYLOAD_TYPES: dict[Any, Any] = {}

@@ -92,7 +92,7 @@ async def test_duplicate_id(make_engine: EngineFactory) -> None:
 async def test_params_limits(make_engine: EngineFactory) -> None:
     async with make_engine([noop], max_payload=100) as engine:
         with pytest.raises(ValueError, match="not JSON"):
-            await engine.workflow("noop").create(params={"x": {1, 2}})
+            await engine.workflow("noop").create(params={"x": {1, object()}})
         with pytest.raises(ValueError, match="over the limit"):
             await engine.workflow("noop").create(params="x" * 200)
 

@@ -310,7 +310,7 @@ async def test_caught_failure_replays_without_rerunning(make_test_env: TestEnvFa
 
 @pytest.mark.parametrize(
     ("result", "needle"),
-    [({1, 2}, "not JSON-serialisable"), ("x" * 2000, "over the limit")],
+    [({"x": object()}, "not JSON-serialisable"), ("x" * 2000, "over the limit")],
 )
 async def test_unstorable_result_ends_instance(
     make_engine: EngineFactory, result: Any, needle: str

@@ -70,9 +70,9 @@ from .._bad_workflows import (
     leaky,
     nan_output,
     nested,
+    object_result,
     odd_steps,
     orphan,
-    set_result,
     sync_decorated,
 )
 from .._seeded import STATES, Worlds, dump, others
@@ -310,22 +310,35 @@ def illegal(action: str, status: str) -> str:
     return f"cannot {action} instance {instance_id!r} of workflow {name!r}: it is {status}"
 
 
+class Unstorable:
+    """A class stepline has no codec for."""
+
+
+class OddZone(datetime.tzinfo):
+    """A time zone that is neither datetime.timezone nor zoneinfo.ZoneInfo."""
+
+    def utcoffset(self, dt: datetime.datetime | None) -> datetime.timedelta:
+        return datetime.timedelta(hours=1)
+
+
 API = [
     # Params, payloads and results that are not JSON, or too large.
-    Api("create-params-set", create({1, 2}), Raises(InvalidPayloadError, "is of type set")),
-    Api("create-params-bytes", create({"b": b"x"}),
-        Raises(InvalidPayloadError, "['b'] is of type bytes")),
+    Api("create-params-object", create({1, object()}),
+        Raises(InvalidPayloadError, "of type object")),
+    Api("create-params-class", create({"b": [Unstorable()]}),
+        Raises(InvalidPayloadError, "['b'][0] is of type tests.process.test_bad_input.Unstorable")),
     Api("create-params-nan", create({"x": math.nan}), Raises(InvalidPayloadError, "['x'] is nan")),
     Api("create-params-inf", create([1, math.inf]), Raises(InvalidPayloadError, "[1] is inf")),
-    Api("create-params-datetime", create({"at": datetime.datetime(2030, 1, 1)}),
-        Raises(InvalidPayloadError, "['at'] is of type datetime.datetime")),
+    Api("create-params-zone", create({"at": datetime.datetime(2030, 1, 1, tzinfo=OddZone())}),
+        Raises(InvalidPayloadError, "['at'] is a datetime in the time zone")),
     Api("create-params-int-past-64-bits", create({"n": 2**64}),
         Raises(InvalidPayloadError, "['n'] is the integer 18446744073709551616")),
-    Api("create-params-int-key", create({1: "a"}), Raises(InvalidPayloadError, "has the key 1")),
+    Api("create-params-key", create({Unstorable(): "a"}),
+        Raises(InvalidPayloadError, "is of type tests.process.test_bad_input.Unstorable")),
     Api("create-params-oversized", create("x" * MIB),
         Raises(InvalidPayloadError, "instance params is 1,048,578 bytes encoded, over the limit")),
-    Api("batch-params-datetime",
-        lambda c: c.engine.workflow("greet").create_batch([{}, {"params": datetime.date.today()}]),
+    Api("batch-params-object",
+        lambda c: c.engine.workflow("greet").create_batch([{}, {"params": Unstorable()}]),
         Raises(InvalidPayloadError, "params of batch item 1")),
     Api("batch-item-not-a-dict", lambda c: c.engine.workflow("greet").create_batch([5]),
         Raises(TypeError, "create_batch item 0 must be a dict")),
@@ -335,8 +348,8 @@ API = [
         Raises(InvalidPayloadError, "payload of event 'go' is not JSON-serialisable")),
     Api("event-payload-oversized", on("waiting", lambda i: i.send_event("go", ["x" * MIB])),
         Raises(InvalidPayloadError, "payload of event 'go' is 1,048,580 bytes")),
-    Api("step-result-set", run, Errored("InvalidPayloadError", "the result of step 'x-1'"),
-        (set_result,)),
+    Api("step-result-object", run, Errored("InvalidPayloadError", "the result of step 'x-1'"),
+        (object_result,)),
     Api("step-result-oversized", run,
         Errored("InvalidPayloadError", "the result of step 'x-1' is 1,048,578 bytes"),
         (big_result,)),

@@ -152,7 +152,7 @@ async def test_a_name_the_code_declares_is_refused_before_any_worker_stored_it(
         (("x", "report", "* * * * *"), {"timezone": "Mars/Base"}, DefinitionError, "Mars/Base"),
         (("bad name", "report", "* * * * *"), {}, DefinitionError, "'bad name'"),
         (("x", "report", "* * * * *"), {"overlap": "never"}, DefinitionError, "'never'"),
-        (("x", "report", "* * * * *"), {"params": {1, 2}}, DefinitionError, "params"),
+        (("x", "report", "* * * * *"), {"params": {1, object()}}, DefinitionError, "params"),
     ],
 )
 async def test_bad_input_is_named_and_nothing_is_stored(

@@ -62,6 +62,7 @@ EXPECTED = {
     "__version__",
     "parse_duration",
     "query",
+    "register_type",
     "update",
     "workflow",
 }

@@ -66,8 +66,10 @@ def test_invalid_options_are_quoted(options: dict[str, object], quoted: str) -> 
 
 def test_params_follow_the_json_rule() -> None:
     with pytest.raises(DefinitionError, match="params of schedule"):
-        Schedule("* * * * *", params={"when": datetime.now(UTC)})
+        Schedule("* * * * *", params={"when": object()})
     assert Schedule("* * * * *", params={"a": [1, "x"]}).params == {"a": [1, "x"]}
+    when = datetime.now(UTC)  # a typed value (docs/data.md)
+    assert Schedule("* * * * *", params={"when": when}).params == {"when": when}
 
 
 def test_default_name_is_stable_and_distinct() -> None:

@@ -27,7 +27,8 @@ from ..errors import (
 from ..records import EventRecord
 from ..step import EventMatch, RollbackCallback, StepCallback, WorkflowStep
 from ..store.base import Claim, Finish, History, Store
-from ..workflow import Workflow, WorkflowEvent
+from ..values import convert
+from ..workflow import Workflow, WorkflowEvent, payload_type
 from . import children, do, streams, tags, updates, waits
 from .calls import StepCalls
 from .observer import ActivationObservation
@@ -257,8 +258,12 @@ class Activation:
 
     async def _event(self) -> WorkflowEvent:
         instance = self._state.instance
+        payload = await self._state.open(instance.params, "params")
+        declared = payload_type(self.workflow)
+        if declared is not None and payload is not None:
+            payload = convert(payload, declared, f"the params of instance {instance.id!r}")
         return WorkflowEvent(
-            payload=await self._state.open(instance.params, "params"),
+            payload=payload,
             timestamp=datetime.fromtimestamp(instance.created_at, UTC),
             instance_id=instance.id,
             workflow_name=instance.workflow,

@@ -220,7 +220,7 @@ async def run_attempts(
                 if state.settings.listeners:
                     state.emit("step_complete", {"step": label, "attempt": number})
                 # The step returns what a replay will: its result as decoded from the record (equal
-                # to it, but a tuple comes back a list).
+                # to it; a model as validated back from its JSON).
                 return decoded, ended
         finally:
             if seen is not None:  # ended above, unless its records failed (a lost lease)

@@ -37,6 +37,7 @@ from ..records import InstanceRecord
 from ..store.operations import BulkJobNotFoundError
 from ..store.sqlite import directory_message, path_from_url
 from ..telemetry import Telemetry
+from ..values import readable
 from ..workflow import validate_name
 
 T = TypeVar("T")
@@ -251,7 +252,8 @@ pass_state = click.make_pass_decorator(State, ensure=True)
 
 def print_json(value: Any) -> None:
     """Machine-readable output: indented JSON on stdout."""
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    text = orjson.dumps(readable(value), option=orjson.OPT_INDENT_2).decode()
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 

@@ -29,6 +29,7 @@ from ..records import (
     StepRecord,
     WorkflowInfo,
 )
+from ..values import readable
 
 DEFAULT_TRUNCATE = 5000
 LIST_ERROR_CUT = 60
@@ -130,7 +131,7 @@ def step_type(kind: str) -> str:
 
 def json_text(value: Any) -> str:
     """Compact JSON, non-ASCII kept."""
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    return orjson.dumps(readable(value), option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def truncate(text: str, limit: int | None) -> str:

@@ -22,6 +22,7 @@ from ..errors import (
     WorkflowNotFoundError,
 )
 from ..store.operations import BulkJobNotFoundError
+from ..values import readable
 
 #: The error codes the API returns, by HTTP status (the table of docs/http.md lists them).
 ERROR_CODES: dict[int, tuple[str, ...]] = {
@@ -72,8 +73,12 @@ class JsonResponse(JSONResponse):
     """A JSON response encoded with orjson (the encoder stepline stores data with)."""
 
     def render(self, content: Any) -> bytes:
-        # Responses carry stored values, already checked when they were stored.
-        return orjson.dumps(content)
+        # Responses carry stored values, already checked when they were stored; typed ones
+        # (a query's answer, an update's reply) are shown readably (docs/data.md).
+        try:
+            return orjson.dumps(content)
+        except TypeError:
+            return orjson.dumps(readable(content))
 
 
 def error_response(

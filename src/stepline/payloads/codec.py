@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .._json import DEFAULT_MAX_PAYLOAD
+from .._json import DEFAULT_MAX_PAYLOAD, loads
 from ..errors import BlobStoreError, InvalidPayloadError, PayloadKeyError
 from .blobs import BlobStore, blob_prefix
 from .envelope import BLOB, ENC, envelope_kind, escaped, unescaped
@@ -129,9 +129,9 @@ class PayloadCodec:
         if kind is None:
             return value
         if kind == ENC:
-            return unescaped(orjson.loads(self._decrypt(value[ENC], slot)))
+            return unescaped(loads(self._decrypt(value[ENC], slot)))
         if kind == BLOB:
-            return unescaped(orjson.loads(await self._fetch(value[BLOB], slot)))
+            return unescaped(loads(await self._fetch(value[BLOB], slot)))
         return unescaped(value)
 
     def _decrypt(self, record: Any, slot: Slot) -> bytes:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from ..flow.claiming import NextLook
 from ..limits import WorkflowLimits
 from ..records import Attempt, InstanceRecord, PendingEvent, StepKind, StepRecord, StepStatus
+from ..values import readable
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class StreamItem:
         return {
             "stream": self.stream,
             "seq": self.seq,
-            "value": self.value,
+            "value": readable(self.value),
             "created_at": self.created_at,
         }
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...records import INSTANCE_STATUSES, Attempt, InstanceRecord, StepRecord, WorkflowInfo
+from ...values import readable
 
 _IDS = uuid.UUID("6d3c1f0e-5b1a-4f7e-9a52-7f0c2b8e4d11")
 """Namespace of the ids stepline derives for what Cloudflare has and stepline has not: a
@@ -127,8 +128,8 @@ def instance_detail(
         shown.reverse()
     detail: dict[str, Any] = {
         "status": record.status,
-        "params": record.params,
-        "output": record.output,
+        "params": readable(record.params),
+        "output": readable(record.output),
         "error": record.error,
         "success": _success(record.status),
         "queued": iso(record.created_at),
@@ -189,7 +190,7 @@ def step_json(step: StepRecord) -> dict[str, Any]:
             "timeout": None,
         }
         if step.status == "complete":
-            data["output"] = step.output
+            data["output"] = readable(step.output)
         return data
     finished = step.status == "complete"
     if not finished and step.wake_at is not None:
@@ -199,7 +200,7 @@ def step_json(step: StepRecord) -> dict[str, Any]:
     if kind == "waitForEvent":
         data["event_type"] = (step.info or {}).get("type")
         if finished:
-            data["output"] = step.output
+            data["output"] = readable(step.output)
     return data
 
 

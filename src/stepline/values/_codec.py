@@ -1,0 +1,141 @@
+"""Stored text of typed values: encoding checked by reading it back, and decoding."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import orjson
+
+from .._shown import shown
+from ..errors import InvalidPayloadError
+from . import _classes
+from ._tree import MAX_DEPTH, Path, Unstorable, describe, from_tree, pydantic_model, to_tree
+
+TAG_BYTES = b'"$t"'
+TAG_TEXT = '"$t"'
+
+
+def encode_typed(value: Any, what: str) -> tuple[bytes, Any]:
+    """The stored text of a value that is not plain JSON, and the value it reads back as (equal
+    to ``value``), or :class:`InvalidPayloadError` naming ``what``, where and the type."""
+    model = pydantic_model()
+    if model is not None and isinstance(value, model) and _classes.codec_for(type(value)) is None:
+        return _encode_model(value, what)
+    try:
+        tree = to_tree(value, [])
+    except Unstorable as exc:
+        raise InvalidPayloadError(refusal(what, exc.path, exc.found)) from None
+    try:
+        data = orjson.dumps(tree)
+    except TypeError as exc:  # a string that is not valid UTF-8 (a lone surrogate)
+        path = _bad_string(value, [])
+        raise InvalidPayloadError(
+            f"{what} is not JSON-serialisable: {exc}"
+            if path is None
+            else refusal(what, path, describe(""))
+        ) from None
+    back = from_tree(orjson.loads(data))
+    if back != value:
+        path, found = _difference(value, back, [])
+        raise InvalidPayloadError(refusal(what, path, found))
+    return data, back
+
+
+def _encode_model(value: Any, what: str) -> tuple[bytes, Any]:
+    """A pydantic model at the top: its own ``model_dump_json`` inside the tag."""
+    cls = type(value)
+    name = _classes.class_name(cls)
+    try:
+        text = value.model_dump_json(by_alias=True)
+    except Exception as exc:
+        raise InvalidPayloadError(
+            f"{what} is not JSON-serialisable: the value of type {name} failed to serialise: {exc}"
+        ) from None
+    path = orjson.dumps(_classes.seen(cls))
+    data = b'{"$t":"model","c":' + path + b',"v":' + text.encode() + b"}"
+    try:
+        back = cls.model_validate_json(text)
+    except Exception as exc:
+        raise InvalidPayloadError(
+            f"{what} is not JSON-serialisable: the value of type {name} does not validate "
+            f"from its own JSON: {exc}"
+        ) from None
+    if back != value:
+        raise InvalidPayloadError(refusal(what, [], _unequal(value, back)))
+    return data, back
+
+
+def decode_text(text: str | bytes) -> Any:
+    """The value stored as ``text`` (plain JSON as it is, tagged values decoded)."""
+    value = orjson.loads(text)
+    if (TAG_TEXT in text) if isinstance(text, str) else (TAG_BYTES in text):
+        return from_tree(value)
+    return value
+
+
+def refusal(what: str, path: Path, found: str) -> str:
+    return f"{what} is not JSON-serialisable: {subject(path)} {found}"
+
+
+def subject(path: Path) -> str:
+    where = "".join(f"[{step!r}]" for step in path)
+    return f"the value at {where}" if where else "the value"
+
+
+def _unequal(value: Any, back: Any) -> str:
+    cls = type(value)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    return f"of type {name} would not read back equal: it reads back as {shown(back)}"
+
+
+def _difference(value: Any, back: Any, path: Path) -> tuple[Path, str]:
+    """Where ``back`` first differs from ``value``, and how."""
+    if len(path) <= MAX_DEPTH and type(value) is type(back):
+        if isinstance(value, dict) and len(value) == len(back):
+            for key, item in value.items():
+                if key in back and back[key] != item:
+                    return _difference(item, back[key], [*path, _step(key)])
+        elif isinstance(value, list | tuple) and len(value) == len(back):
+            for index, (item, item_back) in enumerate(zip(value, back, strict=True)):
+                if item != item_back:
+                    return _difference(item, item_back, [*path, index])
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for field in dataclasses.fields(value):
+                item, item_back = getattr(value, field.name), getattr(back, field.name)
+                if item != item_back:
+                    return _difference(item, item_back, [*path, field.name])
+    return path, _unequal(value, back)
+
+
+def _step(key: Any) -> str | int:
+    return key if isinstance(key, str | int) else repr(key)
+
+
+def _bad_string(value: Any, path: Path) -> Path | None:
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return path
+        return None
+    if len(path) > MAX_DEPTH:
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _bad_string(key, [*path, _step(key)]) or _bad_string(item, [*path, _step(key)])
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple | set | frozenset):
+        for index, item in enumerate(value):
+            found = _bad_string(item, [*path, index])
+            if found is not None:
+                return found
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            found = _bad_string(getattr(value, field.name), [*path, field.name])
+            if found is not None:
+                return found
+    return None
