@@ -56,6 +56,8 @@ class StepNode:
     config: StepConfig
     rollback: NodeRollback | None
     doc: str | None
+    patch: str | None = None
+    """Added under this patch: runs only if ``step.patched(patch)`` (else outputs nothing)."""
 
     def to_json(self, level: int) -> dict[str, Any]:
         data = _common_json(self, "step", level)
@@ -79,6 +81,8 @@ class ChildNode:
     wait: bool
     timeout: float
     doc: str | None
+    patch: str | None = None
+    """As :attr:`StepNode.patch`."""
 
     def to_json(self, level: int) -> dict[str, Any]:
         data = _common_json(self, "child", level)
@@ -97,6 +101,7 @@ def _common_json(node: Node, kind: str, level: int) -> dict[str, Any]:
         "depends_on": list(node.depends_on),
         "level": level,
         "doc": node.doc,
+        **({"patch": node.patch} if node.patch is not None else {}),
     }
 
 
@@ -256,6 +261,9 @@ class Runner:
         return _copy(merged)
 
     async def _execute(self, name: str) -> Any:
+        patch = self.nodes[name].patch
+        if patch is not None and not self.step.patched(patch):
+            return None  # an instance that went past this point without the node
         match self.nodes[name]:
             case ChildNode() as child:
                 return await self._run_child(child)

@@ -11,6 +11,7 @@ the limit keys of ``[[workflows]]`` tables, which override what the code declare
     rate_limit = "60/minute"         # or [60, "1 minute"]
     key_concurrency = 1              # per key (create(key=...))
     limits = ["payments"]            # named limits its instances also count toward
+    version = "2"                    # the code's version (docs/versioning.md)
 
     [[limits]]
     name = "payments"
@@ -39,14 +40,14 @@ from .limits import (
     workflow_limits,
 )
 from .schedule import Schedule
-from .workflow import definition_of
+from .workflow import definition_of, validate_version
 
 
 def workflow_limit_settings(
     item: Mapping[str, Any], name: str, path: Path, where: str
 ) -> dict[str, Any]:
-    """The flow control keys a ``[[workflows]]`` table sets, each checked on its own so that an
-    error names it (``workflows[0].concurrency``)."""
+    """The flow control keys (and the ``version``) a ``[[workflows]]`` table sets, each checked
+    on its own so that an error names it (``workflows[0].concurrency``)."""
     settings: dict[str, Any] = {}
     for key in WORKFLOW_LIMIT_KEYS:
         if key not in item:
@@ -56,6 +57,11 @@ def workflow_limit_settings(
         except DefinitionError as exc:
             raise ConfigError(f"{path}: key '{where}.{key}': {exc}") from None
         settings[key] = item[key]
+    if "version" in item:
+        try:
+            settings["version"] = validate_version(item["version"], what=f"version of {name!r}")
+        except ValueError as exc:
+            raise ConfigError(f"{path}: key '{where}.version': {exc}") from None
     return settings
 
 

@@ -38,6 +38,7 @@ from .payloads.records import (
     open_stream_items,
 )
 from .records import (
+    DEFAULT_VERSION,
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
     InstanceEvent,
@@ -50,7 +51,7 @@ from .retention import parse_retention
 from .retrying import read_retries
 from .store.base import ChangeWatch, Claim, NewInstance, Store, StreamItem, StreamRead
 from .values import convert
-from .workflow import is_valid_name, validate_name
+from .workflow import is_valid_name, validate_name, validate_version
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
 
@@ -154,10 +155,19 @@ class Reservation(Protocol):
     def release(self) -> None: ...
 
 
-ReserveSlots = Callable[[str, int], Reservation | None]
+ReserveSlots = Callable[[str, int, str], Reservation | None]
 """Asks the worker running in this process, if one is, to hold slots for up to ``count``
-instances of ``workflow`` about to be created (:meth:`stepline.worker.Worker.reserve`); None
-when it takes none."""
+instances of ``workflow`` at a version about to be created
+(:meth:`stepline.worker.Worker.reserve`); None when it takes none."""
+
+VersionOf = Callable[[str, str | None], Awaitable[str]]
+"""The version a create of ``workflow`` uses, given the one asked for (None: the newest);
+raises ``ValueError`` naming an unknown one."""
+
+
+async def _given_version(workflow: str, version: str | None) -> str:
+    """A binding's :data:`VersionOf` when none is given: the version asked for, or the default."""
+    return DEFAULT_VERSION if version is None else validate_version(version)
 
 
 def _hand_over(
@@ -180,11 +190,13 @@ class Instance:
         instance_id: str,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         messaging: Messaging | None = None,
+        version_of: VersionOf | None = None,
         payloads: PayloadCodec | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._messaging = messaging or Messaging(store, max_payload)
+        self._version_of = version_of or _given_version
         self._payloads = payloads or PayloadCodec(max_payload=max_payload)
         self.workflow = workflow
         self.id = instance_id
@@ -254,13 +266,19 @@ class Instance:
         """
         await self._store.control(self.workflow, self.id, "terminate", rollback=rollback)
 
-    async def restart(self, from_step: str | None = None, *, count: int = 1) -> None:
+    async def restart(
+        self, from_step: str | None = None, *, count: int = 1, version: str | None = None
+    ) -> None:
         """Run again from the start, or from step ``from_step`` (occurrence ``count``), keeping
-        the results recorded before it."""
+        the results recorded before it. It keeps its version unless ``version`` names another
+        (one unknown raises ``ValueError`` naming it, and nothing changes)."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 2**31:
             raise ValueError(f"invalid step count {count!r}: a whole number from 1")
         target = (_check_from_step(from_step), count) if from_step is not None else None
-        await self._store.control(self.workflow, self.id, "restart", from_step=target)
+        chosen = None if version is None else await self._version_of(self.workflow, version)
+        await self._store.control(
+            self.workflow, self.id, "restart", from_step=target, version=chosen
+        )
 
     async def control(
         self,
@@ -269,10 +287,14 @@ class Instance:
         rollback: bool = False,
         from_step: str | None = None,
         count: int = 1,
+        version: str | None = None,
     ) -> InstanceStatus:
         """Apply one of :data:`STATUS_ACTIONS` by name (what the HTTP APIs receive): ``pause``,
         ``resume``, ``terminate`` (with ``rollback``) or ``restart`` (``from_step``,
-        ``count``); return the status after it. Unknown actions raise ``ValueError``."""
+        ``count``, ``version``); return the status after it. Unknown actions raise
+        ``ValueError``."""
+        if version is not None and action != "restart":
+            raise ValueError(f"a version goes with 'restart' only, not with {action!r}")
         if action == "pause":
             await self.pause()
         elif action == "resume":
@@ -280,7 +302,7 @@ class Instance:
         elif action == "terminate":
             await self.terminate(rollback=rollback)
         elif action == "restart":
-            await self.restart(from_step, count=count)
+            await self.restart(from_step, count=count, version=version)
         else:
             raise ValueError(f"unknown action {action!r}; use one of {', '.join(STATUS_ACTIONS)}")
         return await self.status()
@@ -407,10 +429,12 @@ class WorkflowBinding:
         reserve: ReserveSlots | None = None,
         observer: Observer | None = None,
         messaging: Messaging | None = None,
+        version_of: VersionOf | None = None,
         payloads: PayloadCodec | None = None,
         params_type: Any = None,
     ) -> None:
         self._store = store
+        self._version_of = version_of or _given_version
         self._max_payload = max_payload
         self._params_type = params_type
         self._messaging = messaging or Messaging(store, max_payload)
@@ -454,7 +478,9 @@ class WorkflowBinding:
     async def _create_observed(
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
     ) -> list[InstanceRecord]:
-        reservation = self._reserve(self.name, len(items)) if self._reserve is not None else None
+        version = items[0].version if items else DEFAULT_VERSION  # one version per create
+        reserve = self._reserve
+        reservation = reserve(self.name, len(items), version) if reserve is not None else None
         if reservation is None:
             return await self._store.create_instances(
                 self.name, items, trigger=trigger, skip_existing=skip_existing
@@ -487,6 +513,7 @@ class WorkflowBinding:
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
         traceparent: str | None = None,
+        version: str | None = None,
         retention: Mapping[str, Duration] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> Instance:
@@ -507,6 +534,9 @@ class WorkflowBinding:
         server received); by default, while stepline traces, the caller's current span's. An
         invalid one is ignored (docs/observability.md).
 
+        ``version``: the version of the workflow's code to run it (docs/versioning.md); by
+        default the newest (of this engine's registry, else of the live workers'). One no
+        worker or registry here has raises ``ValueError`` naming it; nothing is created.
         ``retention``: how long this instance is kept once it ends, by outcome (``{"complete":
         "1 day"}``), over its workflow's retention (docs/reliability.md, "Retention").
         ``tags``: up to 20 ``key: value`` pairs (text, numbers, booleans) to find it by with a
@@ -515,6 +545,7 @@ class WorkflowBinding:
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
         await self._check()
+        chosen = await self._version_of(self.name, version)
         instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
         new = NewInstance(
             instance_id,
@@ -523,6 +554,7 @@ class WorkflowBinding:
             priority=_check_priority(priority),
             dedup_key=_check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
+            version=chosen,
             retention=_retention_json(retention),
             tags=tags_json(tags),
         )
@@ -535,7 +567,11 @@ class WorkflowBinding:
         return self._instance(new.id)
 
     async def create_batch(
-        self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        trigger: str = "api",
+        version: str | None = None,
     ) -> list[Instance]:
         """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...,
         "key"?: ..., "priority"?: ..., "traceparent"?: ..., "tags"?: ...}, ...]`` (``key``,
@@ -543,9 +579,11 @@ class WorkflowBinding:
 
         Idempotent: ids that already exist are skipped. Returns a handle for every item, in order.
         Items take no ``dedup_key``: a duplicate would be skipped, and its handle would name an
-        instance that was never created; use :meth:`create` for those.
+        instance that was never created; use :meth:`create` for those. ``version``: as in
+        :meth:`create`, for every item.
         """
         await self._check()
+        chosen = await self._version_of(self.name, version)
         new: list[NewInstance] = []
         for index, item in enumerate(items):
             if not isinstance(item, Mapping):
@@ -575,6 +613,7 @@ class WorkflowBinding:
                     ),
                     traceparent=valid_traceparent(item.get("traceparent")),
                     tags=tags_json(item.get("tags"), where=f"tags of batch item {index}"),
+                    version=chosen,
                 )
             )
         await self._create(new, trigger, skip_existing=True)
@@ -596,6 +635,7 @@ class WorkflowBinding:
             instance_id,
             self._max_payload,
             self._messaging,
+            self._version_of,
             self._payloads,
         )
 
@@ -622,6 +662,7 @@ class WorkflowBinding:
             await self._params(instance_id, params, "instance params"),
             key=_check_key(key, what="key"),
             priority=_check_priority(priority),
+            version=await self._version_of(self.name, None),
         )
         await self._create([new], trigger, skip_existing=True)
         return await self._instance(new.id).update(

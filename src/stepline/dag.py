@@ -27,7 +27,7 @@ from ._graph import Plan, build_plan, format_graph, node_states
 from .config import RetryConfig, StepConfig, parse_step_config
 from .durations import Duration, parse_duration
 from .errors import DefinitionError
-from .step import WorkflowStep
+from .step import WorkflowStep, validate_patch_id
 from .workflow import Workflow, WorkflowEvent, validate_name
 
 __all__ = ["Dag", "DagContextError", "Graph", "Pipeline", "format_graph", "node_states"]
@@ -162,6 +162,7 @@ class _GraphWorkflow(Workflow):
         rollback: Callable[..., Any] | None,
         rollback_config: StepConfig | Mapping[str, Any] | None,
         name: str | None,
+        patch: str | None = None,
     ) -> None:
         if not callable(fn):
             raise DefinitionError(f"{self._what}: a step must be a function, not {fn!r}")
@@ -195,8 +196,17 @@ class _GraphWorkflow(Workflow):
                 config=config,
                 rollback=undo,
                 doc=_doc_line(fn),
+                patch=self._patch(what, patch),
             )
         )
+
+    @staticmethod
+    def _patch(what: str, patch: str | None) -> str | None:
+        """A node's ``patch``, checked: None or a valid patch id."""
+        try:
+            return None if patch is None else validate_patch_id(patch)
+        except ValueError as exc:
+            raise DefinitionError(f"{what}: {exc}") from None
 
     def _add_child(
         self,
@@ -206,6 +216,7 @@ class _GraphWorkflow(Workflow):
         params: ChildParams | Any,
         wait: bool,
         timeout: Duration,
+        patch: str | None = None,
     ) -> None:
         node_name = self._node_name(name, None)
         what = f"{self._what}: step {node_name!r}"
@@ -225,6 +236,7 @@ class _GraphWorkflow(Workflow):
                 wait=wait,
                 timeout=seconds,
                 doc=f"{'runs' if wait else 'starts'} workflow {workflow}",
+                patch=self._patch(what, patch),
             )
         )
 
@@ -323,6 +335,7 @@ class Dag(_GraphWorkflow):
         rollback: Callable[..., Any] | None = None,
         rollback_config: StepConfig | Mapping[str, Any] | None = None,
         name: str | None = None,
+        patch: str | None = None,
     ) -> Callable[[F], F]: ...
 
     def step(
@@ -336,6 +349,7 @@ class Dag(_GraphWorkflow):
         rollback: Callable[..., Any] | None = None,
         rollback_config: StepConfig | Mapping[str, Any] | None = None,
         name: str | None = None,
+        patch: str | None = None,
     ) -> Any:
         """Decorator adding a step: ``@dag.step(depends_on=["a"], retries={...}, timeout=...)``.
 
@@ -349,7 +363,9 @@ class Dag(_GraphWorkflow):
         """
 
         def decorate(func: F) -> F:
-            self._add_step(func, depends_on, retries, timeout, rollback, rollback_config, name)
+            self._add_step(
+                func, depends_on, retries, timeout, rollback, rollback_config, name, patch
+            )
             return func
 
         return decorate(fn) if fn is not None else decorate
@@ -364,9 +380,10 @@ class Dag(_GraphWorkflow):
         rollback: Callable[..., Any] | None = None,
         rollback_config: StepConfig | Mapping[str, Any] | None = None,
         name: str | None = None,
+        patch: str | None = None,
     ) -> Dag:
         """Non-decorator form of :meth:`step`; returns the DAG so calls can be chained."""
-        self._add_step(fn, depends_on, retries, timeout, rollback, rollback_config, name)
+        self._add_step(fn, depends_on, retries, timeout, rollback, rollback_config, name, patch)
         return self
 
     def child(
@@ -378,6 +395,7 @@ class Dag(_GraphWorkflow):
         params: ChildParams | Any = None,
         wait: bool = True,
         timeout: Duration = "24 hours",
+        patch: str | None = None,
     ) -> Dag:
         """Add a step that starts an instance of ``workflow`` (once, durably) and, with ``wait``,
         waits for it to end.
@@ -389,7 +407,7 @@ class Dag(_GraphWorkflow):
         :class:`~stepline.WorkflowFailedError`; no answer within ``timeout`` fails it with
         :class:`~stepline.StepTimeoutError`.
         """
-        self._add_child(name, workflow, depends_on, params, wait, timeout)
+        self._add_child(name, workflow, depends_on, params, wait, timeout, patch)
         return self
 
 
@@ -429,6 +447,7 @@ class Pipeline(_GraphWorkflow):
         rollback: Callable[..., Any] | None = None,
         rollback_config: StepConfig | Mapping[str, Any] | None = None,
         name: str | None = None,
+        patch: str | None = None,
     ) -> Callable[[F], F]: ...
 
     def step(
@@ -441,12 +460,13 @@ class Pipeline(_GraphWorkflow):
         rollback: Callable[..., Any] | None = None,
         rollback_config: StepConfig | Mapping[str, Any] | None = None,
         name: str | None = None,
+        patch: str | None = None,
     ) -> Any:
         """Decorator adding the next step; options as in :meth:`Dag.step`."""
 
         def decorate(func: F) -> F:
             self._add_step(
-                func, self._previous(), retries, timeout, rollback, rollback_config, name
+                func, self._previous(), retries, timeout, rollback, rollback_config, name, patch
             )
             return func
 
@@ -461,9 +481,12 @@ class Pipeline(_GraphWorkflow):
         rollback: Callable[..., Any] | None = None,
         rollback_config: StepConfig | Mapping[str, Any] | None = None,
         name: str | None = None,
+        patch: str | None = None,
     ) -> Pipeline:
         """Non-decorator form of :meth:`step` (the seed's ``addStep``); chainable."""
-        self._add_step(fn, self._previous(), retries, timeout, rollback, rollback_config, name)
+        self._add_step(
+            fn, self._previous(), retries, timeout, rollback, rollback_config, name, patch
+        )
         return self
 
     def child(
@@ -474,7 +497,8 @@ class Pipeline(_GraphWorkflow):
         params: ChildParams | Any = None,
         wait: bool = True,
         timeout: Duration = "24 hours",
+        patch: str | None = None,
     ) -> Pipeline:
         """Add a step that runs another workflow; see :meth:`Dag.child`."""
-        self._add_child(name, workflow, self._previous(), params, wait, timeout)
+        self._add_child(name, workflow, self._previous(), params, wait, timeout, patch)
         return self

@@ -16,7 +16,7 @@ from .clock import SystemClock
 from .durations import Duration, parse_duration, parse_worker_duration
 from .errors import DefinitionError
 from .limits import Limit
-from .liveness import unserved_warning
+from .liveness import unserved_warning, version_served
 from .local import LocalWorker
 from .messages import Messaging
 from .operations.bulk import Bulk
@@ -30,6 +30,7 @@ from .retrying import read_retries
 from .store import Store, create_store
 from .telemetry import Activity, ActivityReadings, Telemetry
 from .triggers.cron import ScheduleClient, Scheduler
+from .versions import VersionState, version_states
 from .worker import Worker, WorkerSettings
 from .workflow import WorkflowDefinition, definition_of, is_valid_name, payload_type
 
@@ -152,8 +153,11 @@ class Engine:
             worker_id=worker_id,
             listeners=tuple(listeners),
             hooks=hooks,
+            versions=self.registry.versions,
         )
-        self._messaging = Messaging(self.store, max_payload, self._registry, self.payloads)
+        self._messaging = Messaging(
+            self.store, max_payload, self._registry, self.registry.versions, self.payloads
+        )
 
     # -- registry --------------------------------------------------------------------------------
 
@@ -280,12 +284,22 @@ class Engine:
             self._local.reserve,
             self.observer,
             self._messaging,
+            self._version_of,
             self.payloads,
             params_type=None if definition is None else payload_type(definition.cls),
         )
 
     async def _check_workflow(self, name: str) -> None:
         await self.registry.check_known(self.store, name)
+
+    async def _version_of(self, name: str, version: str | None) -> str:
+        """The version a create of ``name`` uses: ``version`` (checked), or the newest one.
+        Known from this engine's registry, else from the versions live workers serve."""
+        if name in self.registry.versions:
+            return self.registry.version_of(name, version)
+        now = self.store.now()
+        live = [w for w in await self.store.workers.list_workers() if w.live(now)]
+        return version_served(name, version, live)
 
     async def get_instance(self, workflow: str, instance_id: str) -> Instance:
         """A handle on an existing instance of ``workflow``."""
@@ -364,6 +378,16 @@ class Engine:
         One read for all the records (a page of :meth:`list_instances`), none if all are
         finished."""
         return await read_retries(self.store, records)
+
+    async def workflow_versions(self, name: str) -> list[VersionState]:
+        """Per version of workflow ``name``: its instances by status, the live workers that
+        serve it, whether it is drained (:mod:`stepline.versions`). Unknown workflows raise
+        :class:`~stepline.WorkflowNotFoundError`."""
+        await self._check_workflow(name)
+        counts = await self.store.version_counts(name)
+        workers = await self.store.workers.list_workers()
+        known = self.registry.versions.get(name, {})
+        return version_states(name, counts, workers, self.store.now(), known)
 
     async def unserved_warnings(self, records: Sequence[InstanceRecord]) -> list[str | None]:
         """For each record, ``"no live worker serves 'name'"`` if it is due to run and no live

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .records import InstanceRecord, WorkerInfo
+from .records import DEFAULT_VERSION, InstanceRecord, WorkerInfo
+from .workflow import validate_version, version_order
 
 
 def unserved_warning(
     record: InstanceRecord, workers: Sequence[WorkerInfo], now: float
 ) -> str | None:
     """``"no live worker serves 'name'"`` when ``record`` is due to run at ``now`` and none of
-    the live ``workers`` runs its workflow; else None.
+    the live ``workers`` runs its workflow (``"no live worker serves version 'v' of 'name'"``
+    when some run the workflow but none its version); else None.
 
     Due: its ``ready_at`` (creation, wake-up time, retry time, or the expiry of the lease of
     the worker running it) has come; paused and finished instances have none. An instance
@@ -26,6 +28,34 @@ def unserved_warning(
     """
     if not record.due(now):
         return None
-    if any(record.workflow in worker.workflows and worker.live(now) for worker in workers):
+    live = [worker for worker in workers if worker.live(now)]
+    if any(worker.serves(record.workflow, record.version) for worker in live):
         return None
+    if any(record.workflow in worker.workflows for worker in live):
+        return f"no live worker serves version {record.version!r} of {record.workflow!r}"
     return f"no live worker serves {record.workflow!r}"
+
+
+def version_served(name: str, version: str | None, workers: Sequence[WorkerInfo]) -> str:
+    """The version a create of workflow ``name`` uses when only the live ``workers`` know its
+    code: ``version`` if one of them serves it, else the newest they serve (``version`` None);
+    with none serving ``name``, the default version. An unknown ``version`` raises
+    ``ValueError`` naming it and the versions served."""
+    served = sorted(
+        {
+            v
+            for w in workers
+            if name in w.workflows
+            for v in w.versions.get(name, (DEFAULT_VERSION,))
+        },
+        key=version_order,
+    )
+    if version is None:
+        return served[-1] if served else DEFAULT_VERSION
+    validate_version(version)
+    if version in served or (not served and version == DEFAULT_VERSION):
+        return version
+    known = ", ".join(repr(v) for v in served) or "none"
+    raise ValueError(
+        f"workflow {name!r} has no version {version!r}: the live workers serve {known}"
+    )

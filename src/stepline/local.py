@@ -36,9 +36,11 @@ class LocalWorker:
         worker_id: str | None,
         listeners: tuple[Listener, ...],
         hooks: RuntimeHooks | None,
+        versions: Mapping[str, Mapping[str, WorkflowDefinition]] | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
+        self._versions = versions
         self._settings = settings
         self._telemetry = telemetry
         self._worker_id = worker_id
@@ -65,6 +67,7 @@ class LocalWorker:
                 listeners=self._listeners,
                 hooks=self._hooks,
                 observer=self.observer,
+                versions=self._versions,
             )
             metrics = self._telemetry.metrics
             if metrics is not None:
@@ -95,9 +98,11 @@ class LocalWorker:
         made). Only while it does not run."""
         self._worker = None
 
-    def reserve(self, workflow: str, count: int) -> Reservation | None:
-        """Slots of the worker, if one exists and runs, for new instances of ``workflow``."""
-        return None if self._worker is None else self._worker.reserve(workflow, count)
+    def reserve(self, workflow: str, count: int, version: str) -> Reservation | None:
+        """Slots of the worker, if one exists and runs, for new instances of ``workflow`` at
+        ``version``."""
+        worker = self._worker
+        return None if worker is None else worker.reserve(workflow, count, version)
 
     async def start(self) -> None:
         """Start the scheduler and the worker in the background."""

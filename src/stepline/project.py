@@ -84,7 +84,7 @@ _TOP_KEYS = (
 )  # fmt: skip
 _TRIGGER_KINDS = ("queue",)
 _WORKFLOW_KEYS = ("name", "class_name")
-_WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS, "retention")
+_WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS, "retention", "version")
 _SCHEDULE_KEYS = (
     "workflow", "cron", "timezone", "params", "name", "catch_up", "catch_up_limit", "overlap",
 )  # fmt: skip
@@ -100,8 +100,8 @@ class WorkflowEntry:
     key: str
     """Where the entry is in the file, for error messages: ``workflows[0]``."""
     limits: Mapping[str, Any] = field(default_factory=dict)
-    """The flow control keys and the ``retention`` it sets (checked), in place of what the code
-    declares."""
+    """The flow control keys, the ``retention`` and the ``version`` it sets (checked), in place
+    of what the code declares."""
 
 
 @dataclass(frozen=True)
@@ -289,7 +289,7 @@ def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
     if not isinstance(raw, list):
         raise ConfigError(f"{path}: key '{key}' must be an array of tables ([[workflows]])")
     entries: list[WorkflowEntry] = []
-    seen: dict[str, str] = {}
+    seen: dict[tuple[str, Any], str] = {}
     for index, item in enumerate(raw):
         where = f"{key}[{index}]"
         if not isinstance(item, dict):
@@ -311,12 +311,15 @@ def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
                 f"{path}: key '{where}.class_name' must be 'module:attribute' "
                 f"(e.g. 'workflows:MyWorkflow'), got {item['class_name']!r}"
             )
-        if name in seen:
+        # one name may be listed once per version (its classes: docs/versioning.md)
+        version = item.get("version")
+        if (name, version) in seen:
+            at = "" if version is None else f" at version {version!r}"
             raise ConfigError(
-                f"{path}: key '{where}.name': workflow {name!r} is already defined by "
-                f"{seen[name]}; workflow names must be unique"
+                f"{path}: key '{where}.name': workflow {name!r}{at} is already defined by "
+                f"{seen[(name, version)]}; workflow names must be unique (per version)"
             )
-        seen[name] = where
+        seen[(name, version)] = where
         limits = workflow_limit_settings(item, name, path, where)
         if "retention" in item:
             try:

@@ -28,6 +28,8 @@ INSTANCE_STATUSES: tuple[InstanceStatusName, ...] = (
     "waitingForPause",
 )
 FINISHED_STATUSES: frozenset[str] = frozenset({"errored", "terminated", "complete"})
+DEFAULT_VERSION = "1"
+"""The version of a workflow that declares none (docs/versioning.md)."""
 
 StepKind = Literal[
     "do",
@@ -38,9 +40,11 @@ StepKind = Literal[
     "wait_for_workflow",
     "update",
     "publish",
+    "patch",
 ]
 """``update``: an update's handler accepted (its reply is the record's output or error);
-``publish``: an item ``run()`` published to a stream (docs/messaging.md)."""
+``publish``: an item ``run()`` published to a stream (docs/messaging.md); ``patch``: the marker
+of a patch the instance took (``step.patched``, docs/versioning.md)."""
 StepStatus = Literal["running", "waiting", "complete", "errored"]
 
 
@@ -205,6 +209,9 @@ class InstanceRecord:
     """The W3C ``traceparent`` of the span that created it (its creator's, a queue message's,
     its parent workflow's), stored so that every activation continues one trace; None when its
     creator traced nothing (docs/observability.md)."""
+    version: str = DEFAULT_VERSION
+    """The version of its workflow's code it started under: only that code runs it
+    (docs/versioning.md)."""
     delete_at: float | None = None
     """When retention deletes it (epoch seconds), set as it ends from its outcome's retention
     (its own, else its workflow's); None while unfinished, or when kept (docs/reliability.md)."""
@@ -237,6 +244,7 @@ class InstanceRecord:
             "key": self.key,
             "priority": self.priority,
             "dedup_key": self.dedup_key,
+            "version": self.version,
             "delete_at": self.delete_at,
             **({} if self.tags is None else {"tags": self.tags}),
         }
@@ -366,10 +374,18 @@ class WorkerInfo:
     concurrency: int
     running: int
     """Activations it was running at its last heartbeat."""
+    versions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The versions of each of its workflows it runs (a workflow absent: version "1")."""
 
     def live(self, now: float) -> bool:
         """Whether its last heartbeat is recent enough (:data:`WORKER_LIVE_BEATS`) at ``now``."""
         return now - self.last_seen <= self.heartbeat * WORKER_LIVE_BEATS
+
+    def serves(self, workflow: str, version: str) -> bool:
+        """Whether it runs ``version`` of ``workflow``."""
+        return workflow in self.workflows and version in self.versions.get(
+            workflow, (DEFAULT_VERSION,)
+        )
 
     def to_json(self, now: float) -> dict[str, Any]:
         return {
@@ -380,6 +396,9 @@ class WorkerInfo:
             "last_seen": self.last_seen,
             "heartbeat": self.heartbeat,
             "workflows": list(self.workflows),
+            "versions": {
+                name: list(self.versions.get(name, (DEFAULT_VERSION,))) for name in self.workflows
+            },
             "concurrency": self.concurrency,
             "running": self.running,
             "live": self.live(now),

@@ -1,6 +1,7 @@
-"""The workflows an engine knows by name, and the named limits they share: each definition is
-checked as it is added (a name another definition holds, its schedules' names, the named limits
-it uses), and what the store keeps of them is derived here."""
+"""The workflows an engine knows by name and version, and the named limits they share: each
+definition is checked as it is added (a name and version another definition holds, its
+schedules' names, the named limits it uses), and what the store keeps of them is derived here.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +11,27 @@ from typing import Any
 from .errors import DefinitionError, WorkflowNotFoundError
 from .handlers import handlers_of
 from .limits import Limit, check_limit_names
+from .records import DEFAULT_VERSION
 from .store import Store
 from .store.base import WorkflowMeta
-from .workflow import WorkflowDefinition, check_schedule_names, definition_of
+from .workflow import (
+    WorkflowDefinition,
+    check_schedule_names,
+    definition_of,
+    validate_version,
+    version_order,
+)
 
 
 class Registry:
-    """An engine's workflow definitions by name (:attr:`definitions`, the dict a worker reads)
-    and its named limits (:attr:`limits`)."""
+    """An engine's workflow definitions by name, the newest version of each
+    (:attr:`definitions`, the dict a worker and the scheduler read), every version by name
+    (:attr:`versions`), and its named limits (:attr:`limits`)."""
 
     def __init__(self, limits: Iterable[Limit] = ()) -> None:
         self.definitions: dict[str, WorkflowDefinition] = {}
+        self.versions: dict[str, dict[str, WorkflowDefinition]] = {}
+        """Every registered version of each workflow, by name then version, oldest first."""
         self.limits = named_limits(limits)
         self._stored: set[str] = set()
         """Workflows the database knew at the last look (registered by another process)."""
@@ -30,16 +41,43 @@ class Registry:
         :class:`~stepline.DefinitionError` naming what is wrong with it."""
         definition = definition_of(workflow)
         handlers_of(definition.cls)  # two message handlers under one name: refused now
-        existing = self.definitions.get(definition.name)
+        known = self.versions.get(definition.name, {})
+        existing = known.get(definition.version)
         if existing is not None and existing != definition:
             raise DefinitionError(
-                f"two workflows are named {definition.name!r}: {existing.class_name} and "
-                f"{definition.class_name}; give one of them another name"
+                f"two workflows are named {definition.name!r} at version "
+                f"{definition.version!r}: {existing.class_name} and {definition.class_name}; "
+                "give one of them another name or version"
             )
         check_schedule_names(self.definitions.values(), definition)
         check_limit_names([(definition.name, definition.limits)], self.limits)
-        self.definitions[definition.name] = definition
+        ordered = sorted(
+            {**known, definition.version: definition}.items(),
+            key=lambda item: version_order(item[0]),
+        )
+        self.versions[definition.name] = dict(ordered)
+        self.definitions[definition.name] = ordered[-1][1]
         return definition
+
+    def served(self) -> dict[str, tuple[str, ...]]:
+        """The versions of each workflow registered here (what a worker claims)."""
+        return {name: tuple(found) for name, found in self.versions.items()}
+
+    def version_of(self, name: str, version: str | None) -> str:
+        """The version a create of workflow ``name`` uses: ``version``, checked (one this
+        engine does not have, of a workflow it has: ``ValueError`` naming it and those it
+        has), or the newest registered here (the default version for a workflow known only
+        from the database)."""
+        known = self.versions.get(name)
+        if version is None:
+            return next(reversed(known)) if known else DEFAULT_VERSION
+        validate_version(version)
+        if known is not None and version not in known:
+            raise ValueError(
+                f"workflow {name!r} has no version {version!r} here: its versions are "
+                f"{', '.join(repr(v) for v in known)}"
+            )
+        return version
 
     def metas(self, definitions: Iterable[WorkflowDefinition] | None = None) -> list[WorkflowMeta]:
         """What the store keeps of ``definitions`` (default: all): their code's name, their

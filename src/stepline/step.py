@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, overload
 
+from ._shown import shown
 from ._stepdeps import Adapt, DeclaredSteps, StepHandle
 from .config import StepConfig
 from .durations import Duration
@@ -21,6 +23,19 @@ EventMatch = Mapping[str, Any] | Callable[[Any], bool]
 (top-level, compared with ``==``), or a predicate called with the event's payload."""
 
 _T = TypeVar("_T")
+
+_PATCH_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+
+
+def validate_patch_id(patch_id: object) -> str:
+    """A patch id is 1-100 ASCII letters, digits, '_', '.' or '-', not starting with '.' or
+    '-': else ``ValueError`` naming it."""
+    if not isinstance(patch_id, str) or _PATCH_ID.fullmatch(patch_id) is None:
+        raise ValueError(
+            f"invalid patch id {shown(patch_id)}: use 1-100 ASCII letters, digits, '_', '.' or "
+            "'-', starting with a letter, digit or '_'"
+        )
+    return patch_id
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,10 @@ class StepRunner(Protocol):
     def track(
         self, method: str, name: str, call: Coroutine[Any, Any, _T]
     ) -> Coroutine[Any, Any, _T]: ...
+
+    def patched(self, patch_id: str) -> bool: ...
+
+    def deprecate_patch(self, patch_id: str) -> None: ...
 
 
 async def _converted(call: Coroutine[Any, Any, Any], declared: Any, name: str) -> Any:
@@ -314,6 +333,23 @@ class WorkflowStep:
         ``keep`` (items) and ``keep_for`` (a duration) bound what it keeps instead of the
         engine's defaults."""
         return Stream(self._activation, name, keep, keep_for)
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this instance takes the code under the patch ``patch_id``
+        (``if step.patched("sms-reminder"): ...``), decided once per instance and recorded.
+
+        True for an instance that reaches this call on new ground (it records a marker, so its
+        replays answer true too) or that recorded the marker before; false for an instance that
+        went past this point without the patch (it replays its history: the old path). Not
+        awaited. An invalid id raises ``ValueError``. See docs/versioning.md.
+        """
+        return self._activation.patched(patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Say that the patch ``patch_id`` is now the only path (its ``if`` removed): instances
+        that recorded its marker keep replaying; nothing is recorded. Remove this call once no
+        instance that recorded the marker is unfinished."""
+        self._activation.deprecate_patch(patch_id)
 
     def start_workflow(
         self, workflow: str, params: Any = None, *, id: str | None = None

@@ -17,6 +17,7 @@ from ._source_steps import static_steps, step_graph
 from .durations import Duration
 from .errors import DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Rate, WorkflowLimits, workflow_limits
+from .records import DEFAULT_VERSION
 from .retention import Retention, parse_retention
 from .schedule import Schedule, as_schedule
 from .step import WorkflowStep
@@ -24,6 +25,7 @@ from .values import convertible
 
 _Payload = TypeVar("_Payload", default=Any)
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,99}$")
+_VERSION_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,49}$")
 
 RateLimit = Rate | str | tuple[int, Duration] | list[Any]
 """A rate as declared: ``"100/minute"``, ``"5 per 10 seconds"``, ``(100, "1 minute")``."""
@@ -69,6 +71,10 @@ class Workflow:
     """
 
     name: str = ""
+    version: str = DEFAULT_VERSION
+    """The version of this code (docs/versioning.md): an instance records the version it
+    started under and only code of that version runs it. Several classes may share a ``name``
+    with different versions; a create uses the newest unless told otherwise."""
     schedules: ClassVar[Iterable[str | Schedule]] = ()
     """Cron schedules that create instances: cron strings or :class:`~stepline.Schedule`."""
     concurrency: int | None = None
@@ -139,9 +145,27 @@ def validate_name(name: str, *, what: str) -> str:
     return name
 
 
+def validate_version(version: object, *, what: str = "version") -> str:
+    """A version is 1-50 ASCII letters, digits, '_', '.', '+' or '-', starting with a letter,
+    digit or '_' (``"2"``, ``"2024.06"``, ``"v3-beta"``): else ``ValueError`` naming it."""
+    if not isinstance(version, str) or _VERSION_RE.fullmatch(version) is None:
+        raise ValueError(
+            f"invalid {what} {shown(version)}: use 1-50 ASCII letters, digits, '_', '.', '+' or "
+            "'-', starting with a letter, digit or '_'"
+        )
+    return version
+
+
+def version_order(version: str) -> tuple[tuple[int, int | str], ...]:
+    """The order of versions, newest last: dotted parts compared as numbers where both are
+    (``"10"`` after ``"9"``, ``"2.10"`` after ``"2.9"``), as text otherwise, numbers first."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in version.split("."))
+
+
 def workflow(
     name: str | None = None,
     *,
+    version: str = DEFAULT_VERSION,
     schedules: Iterable[str | Schedule] = (),
     concurrency: int | None = None,
     worker_concurrency: int | None = None,
@@ -152,7 +176,8 @@ def workflow(
 ) -> Callable[[RunFunction], type[Workflow]]:
     """Decorator form: ``@workflow(name="greeting")`` on ``async def fn(event, step)``.
 
-    Returns a :class:`Workflow` subclass, usable everywhere a workflow class is. ``schedules``:
+    Returns a :class:`Workflow` subclass, usable everywhere a workflow class is. ``version``:
+    :attr:`Workflow.version`. ``schedules``:
     cron strings or :class:`~stepline.Schedule` objects (see :attr:`Workflow.schedules`). The
     flow control arguments are the :class:`Workflow` attributes of the same names, checked here.
     """
@@ -172,6 +197,10 @@ def workflow(
         _check_run(fn, f"@workflow function {label!r}", ("event", "step"))
         wf_name = validate_name(name or kebab_case(fn.__name__), what="workflow name")
         workflow_limits(settings, what=f"workflow {wf_name!r} ({label})")
+        try:
+            validate_version(version, what=f"version of workflow {wf_name!r} ({label})")
+        except ValueError as exc:
+            raise DefinitionError(str(exc)) from None
         _retention(retention, f"workflow {wf_name!r} ({label})")
 
         async def run(self: Workflow, event: WorkflowEvent[Any], step: WorkflowStep) -> Any:
@@ -182,6 +211,7 @@ def workflow(
             (Workflow,),
             {
                 "name": wf_name,
+                "version": version,
                 "schedules": declared,
                 "retention": retention,
                 **settings,
@@ -207,6 +237,8 @@ class WorkflowDefinition:
     """The declared schedules, each with its name set (:meth:`Schedule.named`)."""
     limits: WorkflowLimits = field(default_factory=WorkflowLimits, kw_only=True)
     """Its flow control, checked (:func:`~stepline.limits.workflow_limits`)."""
+    version: str = field(default=DEFAULT_VERSION, kw_only=True)
+    """The version of the code (:attr:`Workflow.version`)."""
     retention: Retention | None = field(default=None, kw_only=True, hash=False)
     """How long its finished instances are kept, seconds by outcome (:mod:`stepline.retention`)."""
 
@@ -263,8 +295,9 @@ def definition_of(obj: Any) -> WorkflowDefinition:
         what = f"workflow {name!r} ({obj.__qualname__})"
         limits = _limits(obj, what)
         retention = _retention(obj.retention, what)
+        version = _version(obj, what)
         return WorkflowDefinition(
-            name, obj, schedules=schedules, limits=limits, retention=retention
+            name, obj, schedules=schedules, limits=limits, retention=retention, version=version
         )
     if isinstance(obj, Workflow):
         check_workflow_class(type(obj))
@@ -278,12 +311,21 @@ def definition_of(obj: Any) -> WorkflowDefinition:
             obj,
             schedules=schedules,
             limits=_limits(obj, what),
+            version=_version(obj, what),
             retention=_retention(obj.retention, what),
         )
     raise DefinitionError(
         f"{obj!r} is not a workflow: pass a Workflow subclass, a @workflow function, "
         "a Pipeline or a Dag"
     )
+
+
+def _version(obj: Any, what: str) -> str:
+    """The version a class or object declares, checked."""
+    try:
+        return validate_version(getattr(obj, "version", DEFAULT_VERSION), what=f"version of {what}")
+    except ValueError as exc:
+        raise DefinitionError(str(exc)) from None
 
 
 def _limits(obj: Any, what: str) -> WorkflowLimits:

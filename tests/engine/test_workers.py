@@ -263,6 +263,7 @@ async def test_api_lists_workers(client: Any) -> None:
         "last_seen": now,
         "heartbeat": 2.0,
         "workflows": ["served"],
+        "versions": {"served": ["1"]},
         "concurrency": 8,
         "running": 1,
         "live": True,

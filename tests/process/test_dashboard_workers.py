@@ -147,3 +147,21 @@ def test_no_workers_says_how_to_start_one(page: Page, tmp_path: Path) -> None:
         expect(note).to_contain_text("No worker is running")
         expect(note).to_contain_text("stepline worker")
         expect(page.locator("[data-testid=workers-summary]")).to_have_text("· 0 live")
+
+
+def test_the_versions_box_shows_a_deploy(page: Page, site: Site, db: Path) -> None:
+    async def create(engine: Engine) -> None:
+        await engine.workflow("unserved").create(id="versioned-one")
+
+    client_call(db, create)
+    page.goto(f"{site.url}/#/workflows")
+    box = page.locator("[data-testid=versions-unserved]")
+    box.locator("summary").click()
+    row = box.locator("[data-testid=version-row][data-version='1']")
+    expect(row).to_contain_text("queued")
+    expect(row).to_contain_text("no live worker")
+    served = page.locator("[data-testid=versions-quick]")
+    served.locator("summary").click()
+    row = served.locator("[data-testid=version-row][data-version='1']")
+    expect(row).to_contain_text("drained")  # served by the server's live worker, nothing left
+    expect(row).not_to_contain_text("no live worker")

@@ -32,6 +32,7 @@ from ..workflow import Workflow, WorkflowEvent, payload_type
 from . import children, do, streams, tags, updates, waits
 from .calls import StepCalls
 from .observer import ActivationObservation
+from .patches import Patches
 from .rollback import run_rollbacks
 from .signals import ActivationAborted, Terminating, error_info
 from .state import ActivationSettings, ActivationState
@@ -66,6 +67,7 @@ class Activation:
         self.step = WorkflowStep(self)
         self._updates = updates.attach(self._state, self, workflow, replay_only=replay_only)
         self._replay_only = replay_only
+        self._patches = Patches(self._state, record=not replay_only)
 
     # -- control from the worker -----------------------------------------------------------------
 
@@ -125,6 +127,12 @@ class Activation:
     ) -> Coroutine[Any, Any, _T]:
         """Note a step call of run(), to tell at the end whether it was awaited."""
         return self._calls.track(method, name, call)
+
+    def patched(self, patch_id: str) -> bool:
+        return self._patches.patched(patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        self._patches.deprecate(patch_id)
 
     # -- the activation as a whole ---------------------------------------------------------------
 

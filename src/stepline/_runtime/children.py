@@ -13,6 +13,7 @@ from .. import _json
 from ..durations import Duration, parse_duration
 from ..errors import StepTimeoutError, WorkflowFailedError
 from ..payloads import Slot, step_column
+from ..records import DEFAULT_VERSION
 from ..store.base import NewInstance
 from ..workflow import validate_name
 from .state import ActivationState
@@ -55,7 +56,11 @@ async def start_workflow(
     quiet.begin()  # nothing suspends between the child's creation and its record
     try:
         child = NewInstance(
-            child_id, encoded, _json.dumps(parent, what="parent"), traceparent=traceparent
+            child_id,
+            encoded,
+            _json.dumps(parent, what="parent"),
+            traceparent=traceparent,
+            version=state.settings.child_versions.get(workflow, DEFAULT_VERSION),
         )
         created = await state.store.create_instances(
             workflow, [child], trigger="workflow", skip_existing=True

@@ -4,7 +4,7 @@ the writer, the settings; and what a worker gives every activation (its settings
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,9 @@ class ActivationSettings:
     """A test harness's seam (:mod:`.hooks`); None in production."""
     observer: Observer | None = None
     """The engine's observers (:mod:`.observer`); None when nothing observes."""
+    child_versions: Mapping[str, str] = field(default_factory=dict)
+    """The version a child of each workflow starts under (the newest the worker runs; absent:
+    the default version)."""
     stream_keep: int = 1000
     """Items a stream keeps (its last ones), unless ``step.stream(keep=...)`` says otherwise."""
     stream_keep_for: float | None = 7 * 86400.0

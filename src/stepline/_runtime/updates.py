@@ -134,6 +134,12 @@ class HandlerSteps:
     ) -> Coroutine[Any, Any, _T]:
         return self._runner.track(method, self._prefix + name, call)
 
+    def patched(self, patch_id: str) -> bool:
+        return self._runner.patched(patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        self._runner.deprecate_patch(patch_id)
+
 
 class Updates:
     """The updates of one activation: the recorded ones to replay, the pending ones to accept."""

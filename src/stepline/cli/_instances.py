@@ -381,6 +381,7 @@ def terminate(state: State, name: str, instance_id: str, rollback: bool, as_json
 @click.option(
     "--from-step-count", type=click.IntRange(min=1), help="Which occurrence of the step [1]."
 )
+@click.option("--version", "version", help="Run it under this version (default: its own).")
 @json_option
 @pass_state
 def restart(
@@ -389,14 +390,16 @@ def restart(
     instance_id: str,
     from_step_name: str | None,
     from_step_count: int | None,
+    version: str | None,
     as_json: bool,
 ) -> None:
-    """Run an instance again from the start, or from one step on."""
+    """Run an instance again from the start, or from one step on, under its own version (or
+    --version)."""
     if from_step_count is not None and from_step_name is None:
         fail("--from-step-count needs --from-step-name")
 
     async def action(instance: Instance) -> None:
-        await instance.restart(from_step_name, count=from_step_count or 1)
+        await instance.restart(from_step_name, count=from_step_count or 1, version=version)
 
     record = run_async(_control(state, name, instance_id, action))
     where = f' from step "{from_step_name}-{from_step_count or 1}"' if from_step_name else ""

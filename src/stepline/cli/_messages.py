@@ -51,8 +51,10 @@ async def _on_instance(
     async with state.client() as engine:
         record = await resolve_instance(engine, state, name, instance_id)
         max_payload = engine.settings.max_payload
-        messaging = Messaging(engine.store, max_payload, code, engine.payloads)
-        instance = Instance(engine.store, name, record.id, max_payload, messaging, engine.payloads)
+        messaging = Messaging(engine.store, max_payload, code, payloads=engine.payloads)
+        instance = Instance(
+            engine.store, name, record.id, max_payload, messaging, payloads=engine.payloads
+        )
         return await use(instance)
 
 

@@ -30,6 +30,7 @@ from ..records import (
     WorkflowInfo,
 )
 from ..values import readable
+from ..versions import VersionState
 
 DEFAULT_TRUNCATE = 5000
 LIST_ERROR_CUT = 60
@@ -206,6 +207,23 @@ def workflows_table(rows: Iterable[WorkflowInfo]) -> Table:
             fmt_time(info.created_at) if info.created_at else "-",
             fmt_time(info.updated_at) if info.updated_at else "-",
             counts_text(info.counts),
+        )
+    return table
+
+
+def versions_table(name: str, states: Iterable[VersionState]) -> Table:
+    """``workflows versions``: a row per version of workflow ``name``."""
+    table = simple_table(
+        ["Version", "Unfinished", "Finished", "Live workers", "State"],
+        wrap=["Unfinished", "Finished", "Live workers"],
+    )
+    for state in states:
+        table.add_row(
+            state.version,
+            counts_text(state.unfinished) if state.unfinished else "-",
+            counts_text(state.finished) if state.finished else "-",
+            ", ".join(state.workers) or "none",
+            "drained" if state.drained else ("running" if state.workers else "⚠ no live worker"),
         )
     return table
 

@@ -41,11 +41,12 @@ async def _check(
     entry = state.project.entry(name)
     if entry is None:
         raise WorkflowNotFoundError(name, state.project.workflow_names)
-    code = load_workflow(state.project, entry)
+    # every version stepline.toml lists for the name: each instance replays on its own
+    code = [load_workflow(state.project, e) for e in state.project.workflows if e.name == name]
     state.require_database()
     return await replay_check(
         state.project.database,
-        [code],
+        code,
         statuses=statuses or None,
         limit=limit,
         since=since,

@@ -1,4 +1,4 @@
-"""``stepline workflows list | describe | trigger``."""
+"""``stepline workflows list | describe | trigger | versions``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ..errors import DuplicateInstanceError, WorkflowNotFoundError
 from ..operations.language.tags import parse_tag_option
 from ..project import load_workflow
 from ..records import WorkflowInfo
+from ..versions import VersionState
 from ..workflow import definition_of, validate_name
 from ._common import (
     State,
@@ -23,7 +24,7 @@ from ._common import (
     read_json_input,
     run_async,
 )
-from ._render import describe_workflow, plural, workflows_table
+from ._render import describe_workflow, plural, versions_table, workflows_table
 
 
 def complete_workflow(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -173,6 +174,7 @@ async def _trigger(
 @click.option("--dedup-key", help="Create nothing if an unfinished instance has this key.")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE",
               help="A tag to find it by (repeatable); true/false, numbers typed.")  # fmt: skip
+@click.option("--version", help="The workflow version to run it (default: the newest).")
 @click.option("--retention", "retention_json", metavar="JSON",
               help='Keep it so long once ended: \'{"complete": "1 day"}\'.')  # fmt: skip
 @json_option
@@ -187,6 +189,7 @@ def trigger(
     priority: int,
     dedup_key: str | None,
     tags: tuple[str, ...],
+    version: str | None,
     retention_json: str | None,
     as_json: bool,
 ) -> None:
@@ -196,7 +199,12 @@ def trigger(
     """
     with cli_errors():
         params = read_json_input(params_json, "PARAMS_JSON", params_file, "--params-file")
-    flow: dict[str, Any] = {"key": key, "priority": priority, "dedup_key": dedup_key}
+    flow: dict[str, Any] = {
+        "key": key,
+        "priority": priority,
+        "dedup_key": dedup_key,
+        "version": version,
+    }
     with cli_errors():
         flow["tags"] = dict(parse_tag_option(option) for option in tags)
     if retention_json is not None:
@@ -215,3 +223,24 @@ def trigger(
         print_json({"workflow": name, "id": created, "status": "queued"})
         return
     state.out.print(Text(f'🚀 Workflow instance "{created}" has been queued successfully'))
+
+
+async def _versions(state: State, name: str) -> list[VersionState]:
+    validate_name(name, what="workflow name")
+    state.require_database()
+    async with state.client() as engine:
+        return await engine.workflow_versions(name)
+
+
+@workflows.command("versions")
+@workflow_argument
+@json_option
+@pass_state
+def versions(state: State, name: str, as_json: bool) -> None:
+    """Show a deploy of NAME: per version, unfinished and finished instances by status, the
+    live workers that serve it, and "drained" once nothing of it is unfinished."""
+    found = run_async(_versions(state, name))
+    if as_json:
+        print_json([version.to_json() for version in found])
+        return
+    state.out.print(versions_table(name, found))

@@ -96,7 +96,7 @@ class RequestReader:
                 400, "invalid_input", f"{where} has an unknown key {unknown[0]!r}; "
                 f"the keys are {keys}",
             )  # fmt: skip
-        for key in ("id", "key", "dedup_key", "on_duplicate"):
+        for key in ("id", "key", "dedup_key", "on_duplicate", "version"):
             if item.get(key) is not None and not isinstance(item[key], str):
                 raise ApiError(400, "invalid_input", f"{where}: {key!r} must be a string or null")
         if item.get("retention") is not None and not isinstance(item["retention"], dict):
@@ -138,7 +138,7 @@ class RequestReader:
 
 
 _BATCH_KEYS = ("id", "params", "key", "priority", "tags")
-_SINGLE_KEYS = (*_BATCH_KEYS, "dedup_key", "on_duplicate", "retention")
+_SINGLE_KEYS = (*_BATCH_KEYS, "dedup_key", "on_duplicate", "retention", "version")
 
 
 def query_int(request: Request, key: str, default: int, low: int, high: int) -> int:
@@ -174,18 +174,19 @@ def query_bool(request: Request, key: str) -> bool:
     )
 
 
-def status_change(body: Any) -> tuple[str, str | None, int, bool]:
-    """The body of a status change: (action, step to restart from, count, rollback)."""
+def status_change(body: Any) -> tuple[str, str | None, int, bool, str | None]:
+    """The body of a status change: (action, step to restart from, count, rollback, version
+    to restart under)."""
     if not isinstance(body, dict):
         raise ApiError(
             400, "invalid_input", 'the request body must be a JSON object like '
             '{"status": "pause"}',
         )  # fmt: skip
-    unknown = sorted(set(body) - {"status", "from", "count", "rollback"})
+    unknown = sorted(set(body) - {"status", "from", "count", "rollback", "version"})
     if unknown:
         raise ApiError(
             400, "invalid_input", f"unknown key {unknown[0]!r}; the keys are 'status', "
-            "'from' and 'count' (restart), 'rollback' (terminate)",
+            "'from', 'count' and 'version' (restart), 'rollback' (terminate)",
         )  # fmt: skip
     action = body.get("status")
     if action not in STATUS_ACTIONS:
@@ -196,8 +197,11 @@ def status_change(body: Any) -> tuple[str, str | None, int, bool]:
     from_step = body.get("from")
     count = body.get("count", 1)
     rollback = body.get("rollback", False)
-    if action != "restart" and ("from" in body or "count" in body):
-        raise ApiError(400, "invalid_input", "'from' and 'count' only go with 'restart'")
+    if action != "restart" and ("from" in body or "count" in body or "version" in body):
+        raise ApiError(400, "invalid_input", "'from', 'count' and 'version' only go with 'restart'")
+    version = body.get("version")
+    if version is not None and not isinstance(version, str):
+        raise ApiError(400, "invalid_input", "'version' must be a string")
     if action != "terminate" and "rollback" in body:
         raise ApiError(400, "invalid_input", "'rollback' only goes with 'terminate'")
     if from_step is not None and not isinstance(from_step, str):
@@ -208,4 +212,4 @@ def status_change(body: Any) -> tuple[str, str | None, int, bool]:
         raise ApiError(400, "invalid_input", "'count' needs 'from' (the step to restart at)")
     if not isinstance(rollback, bool):
         raise ApiError(400, "invalid_input", "'rollback' must be true or false")
-    return action, from_step, count, rollback
+    return action, from_step, count, rollback, version

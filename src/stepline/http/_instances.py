@@ -121,11 +121,11 @@ class InstanceEndpoints:
     async def change_status(self, request: Request) -> Response:
         params = request.path_params
         body = await self.reader.json(request)
-        action, from_step, count, rollback = status_change(body)
+        action, from_step, count, rollback, version = status_change(body)
         async with self.lookup.instance_errors():
             instance = await self.engine.workflow(params["name"]).get(params["id"])
             status = await instance.control(
-                action, rollback=rollback, from_step=from_step, count=count
+                action, rollback=rollback, from_step=from_step, count=count, version=version
             )
         return JsonResponse({"id": instance.id, "status": status.status})
 

@@ -1,5 +1,6 @@
-"""The OpenAPI schemas of creating instances: one (with flow control and deduplication), a
-batch, and what a create answers."""
+"""The OpenAPI schemas of creating and changing instances: one (with flow control,
+deduplication and a version), a batch, what a create answers, a status change, and the
+versions of a workflow (``/api/workflows/{name}/versions``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,16 @@ from typing import Any
 from ._openapi_common import NAME_PATTERN
 from ._openapi_common import ref as _ref
 from ._openapi_operations import TAGS_SCHEMA
+
+_VERSION: dict[str, Any] = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,49}$",
+}
+_COUNTS: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": {"type": "integer"},
+    "description": "Instances by status.",
+}
 
 
 def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str, Any]:
@@ -60,6 +71,7 @@ def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str
                     '(`{"complete": "7 days", "errored": "30 days", "terminated": "1 day"}`), '
                     "over its workflow's retention.",
                 },
+                "version": {**_VERSION, "description": "The workflow version (default: newest)."},
             },
         },
         "BatchItem": {
@@ -76,5 +88,50 @@ def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str
             "type": "object",
             "required": ["instances"],
             "properties": {"instances": {"type": "array", "items": _ref("InstanceState")}},
+        },
+        "StatusChange": {
+            "type": "object",
+            "required": ["status"],
+            "additionalProperties": False,
+            "properties": {
+                "status": {"type": "string", "enum": ["pause", "resume", "terminate", "restart"]},
+                "from": {"type": "string", "description": "restart: the step to restart at."},
+                "count": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "restart: which occurrence of `from` (default 1).",
+                },
+                "version": {
+                    **_VERSION,
+                    "description": "restart: run it under this version (default: its own).",
+                },
+                "rollback": {
+                    "type": "boolean",
+                    "description": "terminate: run the rollbacks of finished steps first.",
+                },
+            },
+        },
+        "VersionState": {
+            "type": "object",
+            "required": ["version", "unfinished", "finished", "workers", "drained"],
+            "properties": {
+                "version": {"type": "string"},
+                "unfinished": _COUNTS,
+                "finished": _COUNTS,
+                "workers": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "The live workers that serve this version.",
+                },
+                "drained": {"type": "boolean", "description": "No instance is unfinished."},
+            },
+        },
+        "VersionList": {
+            "type": "object",
+            "required": ["workflow", "versions"],
+            "properties": {
+                "workflow": {"type": "string"},
+                "versions": {"type": "array", "items": _ref("VersionState")},
+            },
         },
     }

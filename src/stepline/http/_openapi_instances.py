@@ -73,6 +73,14 @@ def instance_paths() -> dict[str, Any]:
                 "responses": _responses(_ok(200, "The workflow.", "Workflow"), 404),
             }
         },
+        "/api/workflows/{name}/versions": {
+            "get": {
+                "operationId": "getWorkflowVersions",
+                "summary": "A deploy: per version, instances by status, live workers, drained.",
+                "parameters": [_NAME],
+                "responses": _responses(_ok(200, "The versions.", "VersionList"), 404),
+            }
+        },
         "/api/instances": {
             "get": {
                 "operationId": "listAllInstances",

@@ -1,4 +1,5 @@
-"""The workflow endpoints: ``GET /api/workflows`` and ``GET /api/workflows/{name}``."""
+"""The workflow endpoints: ``GET /api/workflows``, ``GET /api/workflows/{name}`` and
+``GET /api/workflows/{name}/versions``."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ class WorkflowEndpoints:
             infos = await self.engine.list_workflows()
         self.lookup.saw_workflows(info.name for info in infos)
         return JsonResponse({"workflows": [workflow_json(info) for info in infos]})
+
+    async def get_versions(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        with client_errors():
+            found = await self.engine.workflow_versions(name)
+        return JsonResponse({"workflow": name, "versions": [v.to_json() for v in found]})
 
     async def get_workflow(self, request: Request) -> Response:
         name = request.path_params["name"]

@@ -111,6 +111,7 @@ def api_routes(api: Api) -> list[Route]:
         "/activity": {"GET": api.activity},
         "/workflows": {"GET": workflows.list_workflows},
         "/workflows/{name}": {"GET": workflows.get_workflow},
+        "/workflows/{name}/versions": {"GET": workflows.get_versions},
         "/instances": {"GET": instances.list_all_instances},
         "/instances/count": {"GET": api.bulk.count},
         "/bulk": {"GET": api.bulk.list_jobs, "POST": api.bulk.start},

@@ -313,24 +313,6 @@ def _schemas(max_payload: int) -> dict[str, Any]:
                 },
             },
         },
-        "StatusChange": {
-            "type": "object",
-            "required": ["status"],
-            "additionalProperties": False,
-            "properties": {
-                "status": {"type": "string", "enum": ["pause", "resume", "terminate", "restart"]},
-                "from": {"type": "string", "description": "restart: the step to restart at."},
-                "count": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "restart: which occurrence of `from` (default 1).",
-                },
-                "rollback": {
-                    "type": "boolean",
-                    "description": "terminate: run the rollbacks of finished steps first.",
-                },
-            },
-        },
         "EventAccepted": {
             "type": "object",
             "required": ["id", "type", "status"],

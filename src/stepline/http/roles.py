@@ -36,6 +36,7 @@ ROUTE_ROLES: dict[str, dict[str, dict[str, Role]]] = {
         "/activity": {"GET": "read"},
         "/workflows": {"GET": "read"},
         "/workflows/{name}": {"GET": "read"},
+        "/workflows/{name}/versions": {"GET": "read"},
         "/instances": {"GET": "read"},
         "/instances/count": {"GET": "read"},
         # A bulk action may delete or terminate any number of instances: admin only.

@@ -28,11 +28,13 @@ class Messaging:
         store: Store,
         max_payload: int,
         code: Mapping[str, WorkflowDefinition] | None = None,
+        versions: Mapping[str, Mapping[str, WorkflowDefinition]] | None = None,
         payloads: PayloadCodec | None = None,
     ) -> None:
         self._store = store
         self._max_payload = max_payload
         self._code: Mapping[str, WorkflowDefinition] = code if code is not None else {}
+        self._versions = versions if versions is not None else {}
         self.payloads = payloads or PayloadCodec(max_payload=max_payload)
         """Opens the (encrypted) stream items read, and the histories queries replay."""
         self._settings = ActivationSettings(max_payload, payloads=self.payloads)
@@ -52,8 +54,9 @@ class Messaging:
                 self._store, workflow, instance_id, name, encoded, timeout
             )
         text = await _queries.answer_here(
-            self._store, definition, instance_id, name, _json.loads(encoded), self._settings
-        )
+            self._store, definition, instance_id, name, _json.loads(encoded), self._settings,
+            self._versions.get(workflow),
+        )  # fmt: skip
         return _json.loads(text)
 
     async def send_update(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _json
@@ -36,12 +36,26 @@ async def answer_here(
     name: str,
     args: Sequence[Any],
     settings: ActivationSettings,
+    versions: Mapping[str, WorkflowDefinition] | None = None,
 ) -> str:
     """The answer of query ``name``, from a replay in this process, as JSON text; raises
-    :class:`QueryError` (or ``InstanceNotFoundError``)."""
+    :class:`QueryError` (or ``InstanceNotFoundError``). The replay runs the code of the
+    instance's version: ``definition``'s, or one of ``versions`` (by version); an instance of
+    a version this process does not have is a :class:`QueryError`, never a replay on other
+    code."""
     record = await store.get_instance(definition.name, instance_id)
+    chosen = definition
+    if record.version != definition.version:
+        found = (versions or {}).get(record.version)
+        if found is None:
+            raise QueryError(
+                f"query {name!r} of {record.workflow}/{record.id}",
+                "UnknownVersionError",
+                f"this process has no code of version {record.version!r} of {record.workflow!r}",
+            )
+        chosen = found
     steps = await store.get_steps(definition.name, instance_id)
-    value = await answer_query(store, record, steps, definition.make(), name, args, settings)
+    value = await answer_query(store, record, steps, chosen.make(), name, args, settings)
     try:
         return _json.dumps(value, what=f"the answer of query {name!r}", limit=settings.max_payload)
     except InvalidPayloadError as exc:
@@ -55,6 +69,7 @@ async def answer_request(
     definition: WorkflowDefinition,
     request: QueryRequest,
     settings: ActivationSettings,
+    versions: Mapping[str, WorkflowDefinition] | None = None,
 ) -> QueryAnswer:
     """A worker's answer to a routed query (its error, if the query could not be answered)."""
     try:
@@ -62,7 +77,7 @@ async def answer_request(
         if not isinstance(args, list):
             raise QueryError(f"query {request.name!r}", "InvalidArgumentsError", "not a list")
         text = await answer_here(
-            store, definition, request.instance_id, request.name, args, settings
+            store, definition, request.instance_id, request.name, args, settings, versions
         )
     except QueryError as exc:
         return QueryAnswer(None, {"name": exc.error_name, "message": exc.message})

@@ -97,9 +97,14 @@ async def replay_check(
     instances per workflow, newest first (None: all). ``since``: only instances created at or
     after this time (epoch seconds). ``payloads``: the blob store and keys that open stored
     values, as the engine's (docs/data.md). Returns a :class:`ReplayReport`: its ``diverged``
-    results name each instance and the step where today's code leaves its history.
+    results name each instance and the step where today's code leaves its history. Each
+    instance is replayed by the code of its version (docs/versioning.md); one of a version no
+    given workflow has is left out (no code of today's would run it).
     """
     definitions = [w if isinstance(w, WorkflowDefinition) else definition_of(w) for w in workflows]
+    by_name: dict[str, dict[str, WorkflowDefinition]] = {}
+    for definition in definitions:
+        by_name.setdefault(definition.name, {})[definition.version] = definition
     wanted = tuple(statuses) if statuses else STATUSES
     started = time.perf_counter()
     store = create_store(url, create=False, read_only=True)
@@ -109,9 +114,11 @@ async def replay_check(
         clock = ManualClock(store.now())
         codec = build_codec(payloads, url, max_payload)
         async with Replayer(clock, max_payload, codec) as replayer:
-            for definition in definitions:
-                async for record, steps in _histories(store, definition.name, wanted, limit, since):
-                    results.append(await _one(replayer, record, steps, definition))
+            for name, versions in by_name.items():
+                async for record, steps in _histories(store, name, wanted, limit, since):
+                    code = versions.get(record.version)
+                    if code is not None:
+                        results.append(await _one(replayer, record, steps, code))
     finally:
         await store.close()
     return ReplayReport(results, time.perf_counter() - started)

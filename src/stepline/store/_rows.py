@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
-from .._json import loads
+from .._json import dumps, loads
 from ..errors import IllegalStateError
 from ..records import (
     Attempt,
@@ -59,6 +59,7 @@ class InstanceRow(NamedTuple):
     priority: int
     dedup_key: str | None
     traceparent: str | None
+    version: str
     delete_at: float | None
 
 
@@ -125,6 +126,7 @@ class WorkerRow(NamedTuple):
     workflows: str
     concurrency: int
     running: int
+    versions: str | None
 
 
 INSTANCE_COLUMNS = columns(InstanceRow._fields)
@@ -149,7 +151,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
     (
         pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
         updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule, key,
-        priority, dedup_key, traceparent, delete_at,
+        priority, dedup_key, traceparent, version, delete_at,
     ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
         pk=pk,
@@ -173,6 +175,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
         priority=priority,
         dedup_key=dedup_key,
         traceparent=traceparent,
+        version=version,
         delete_at=delete_at,
     )
 
@@ -354,13 +357,30 @@ def workflow_from_row(row: Sequence[Any], counts: Mapping[str, dict[str, int]]) 
     )
 
 
+def count_by_version(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, int]]:
+    """Instance counts by version, then status, from rows of (version, status, count)."""
+    counts: dict[str, dict[str, int]] = {}
+    for version, status, n in rows:
+        counts.setdefault(version, {})[status] = int(n)
+    return counts
+
+
 def worker_from_row(row: Sequence[Any]) -> WorkerInfo:
     """The worker of a :class:`WorkerRow`."""
-    id_, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running = row
+    id_, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running, versions = (
+        row
+    )
+    served = loads(versions) or {}
     return WorkerInfo(
         id_, host, pid, started_at, last_seen, heartbeat, tuple(loads(workflows)), concurrency,
-        running,
+        running, {name: tuple(found) for name, found in served.items()},
     )  # fmt: skip
+
+
+def worker_versions_json(info: WorkerInfo) -> str:
+    """What a heartbeat stores of the versions ``info`` serves (JSON text)."""
+    served = {name: list(found) for name, found in info.versions.items()}
+    return dumps(served, what="worker versions", limit=1 << 24)
 
 
 def claims_on_creation(created: Iterable[InstanceRecord], owner: str) -> list[Claim]:

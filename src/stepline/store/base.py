@@ -156,6 +156,11 @@ class Store(abc.ABC):
     async def list_workflows(self) -> list[WorkflowInfo]:
         """Every registered workflow, sorted by name, with instance counts by status."""
 
+    @abc.abstractmethod
+    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
+        """The instances of ``workflow`` by version, then status: ``{"1": {"complete": 3}}``
+        (only the versions and statuses some instance has). One read."""
+
     # -- instances (client side) -------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -252,6 +257,7 @@ class Store(abc.ABC):
         *,
         rollback: bool = False,
         from_step: tuple[str, int] | None = None,
+        version: str | None = None,
     ) -> InstanceRecord:
         """Pause, resume, terminate or restart an instance durably; return its new state.
 
@@ -265,7 +271,8 @@ class Store(abc.ABC):
           ``terminated``.
         - restart: any instance. Steps are deleted (all of them, or from ``from_step`` = (name,
           count) on, in start order), the output/error cleared, and the instance queued; a
-          running activation is fenced out. Unknown ``from_step``: ``ValueError``.
+          running activation is fenced out. Unknown ``from_step``: ``ValueError``. The
+          instance keeps its version, or takes ``version`` if given (other actions ignore it).
 
         Any other case raises ``IllegalStateError``; an unknown instance
         ``InstanceNotFoundError``. An instance that ends here (terminate) wakes a parent waiting
@@ -339,9 +346,15 @@ class Store(abc.ABC):
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> Claimed:
         """Atomically take up to ``limit`` runnable instances of ``workflows`` that their limits
         let run, lowest ``priority`` first, then earliest ``ready_at`` (then lowest ``pk``).
+
+        ``versions``: the versions of each workflow the claim may take (a workflow absent: the
+        default version, ``"1"``); an instance of another version is never claimed, and counts
+        for nothing the claim answers (``next_look``), as if it were another workflow's.
+        None: every version. Limits count every version of a workflow together.
 
         Runnable: ``ready_at <= now`` and no live lease. Each claimed instance gets a fresh lease
         token (:func:`~stepline.store.types.new_lease_token`: never one the instance had, not
@@ -412,9 +425,12 @@ class Store(abc.ABC):
         ``paused`` if a pause is pending. Nothing changes if the lease is no longer held."""
 
     @abc.abstractmethod
-    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
+    async def next_wakeup(
+        self, workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None = None
+    ) -> float | None:
         """The earliest time at which an instance of ``workflows`` may need a worker: a timer,
-        a runnable instance, or a lease's expiry (when another worker may take it over).
+        a runnable instance, or a lease's expiry (when another worker may take it over). Of
+        ``versions`` only, as :meth:`claim` takes them (None: every version).
 
         A runnable instance that a limit holds back counts from when it may start: a rate's
         next opening; never, for a concurrency limit (of its workflow, key, or a named one),

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..flow.claiming import NextLook
 from ..limits import WorkflowLimits
-from ..records import Attempt, InstanceRecord, PendingEvent, StepKind, StepRecord, StepStatus
+from ..records import (
+    DEFAULT_VERSION,
+    Attempt,
+    InstanceRecord,
+    PendingEvent,
+    StepKind,
+    StepRecord,
+    StepStatus,
+)
 from ..values import readable
 
 
@@ -75,6 +84,26 @@ class History:
     """In send order."""
 
 
+ROUTE_SEPARATOR = "\x1f"
+"""Between a workflow's name and a version in a route (``chr(31)`` in SQL)."""
+
+
+def routes(
+    workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None
+) -> tuple[str, ...] | None:
+    """The (workflow, version) pairs a claim may take, as ``name + ROUTE_SEPARATOR + version``
+    (what the stores compare ``workflow || chr(31) || version`` with): for each of
+    ``workflows``, its ``versions`` (absent: the default version); None for ``versions`` None
+    (every version)."""
+    if versions is None:
+        return None
+    return tuple(
+        f"{name}{ROUTE_SEPARATOR}{version}"
+        for name in workflows
+        for version in versions.get(name, (DEFAULT_VERSION,))
+    )
+
+
 @dataclass(frozen=True)
 class NewInstance:
     """An instance to create: ``params`` is already-encoded JSON text (or None)."""
@@ -93,6 +122,8 @@ class NewInstance:
     """No two unfinished instances of a workflow share one (see :meth:`Store.create_instances`)."""
     traceparent: str | None = None
     """The W3C trace context its activations continue (see :attr:`InstanceRecord.traceparent`)."""
+    version: str = DEFAULT_VERSION
+    """The version of its workflow it starts under (see :attr:`InstanceRecord.version`)."""
     retention: str | None = None
     """JSON text ``{outcome: seconds}``: its own retention, over its workflow's (see
     :meth:`Store.purge_expired`)."""

@@ -20,7 +20,7 @@ from ._slots import Slot
 async def activate(
     store: Store,
     slot: Slot,
-    registry: Mapping[str, WorkflowDefinition],
+    versions: Mapping[str, Mapping[str, WorkflowDefinition]],
     settings: ActivationSettings,
     freed: Callable[[], None],
 ) -> None:
@@ -33,7 +33,7 @@ async def activate(
     observed = None if observer is None else observer.activation(claim)
     ended, error = "failed", None  # what the observation is told if nothing else is
     try:
-        workflow = registry[record.workflow].make()
+        workflow = versions[record.workflow][record.version].make()
         if settings.hooks is not None:
             workflow = settings.hooks.workflow(record, workflow)
         activation = Activation(store, claim, claim.history, workflow, settings, observed)

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from .._runtime import Observer
 from ..errors import StoreError
@@ -34,6 +34,7 @@ class ClaimLoop:
         slots: Slots,
         caps: WorkflowCaps,
         shares: FleetShares,
+        versions: Mapping[str, Sequence[str]],
         *,
         start: Callable[[Claim], object],
         renew_now: Callable[[], Awaitable[None]],
@@ -46,6 +47,8 @@ class ClaimLoop:
         self._slots = slots
         self._caps = caps
         self._shares = shares
+        self._versions = versions
+        """The versions of each workflow it claims (``Store.claim``'s ``versions``)."""
         self._start = start
         self._renew_now = renew_now
         self._stopping = stopping
@@ -187,6 +190,7 @@ class ClaimLoop:
             self.settings.lease,
             self.store.now(),
             caps=plan.caps,
+            versions=self._versions,
         )
 
     async def _until_next_timer(
@@ -203,7 +207,11 @@ class ClaimLoop:
             # more is at worst earlier: one wake-up for nothing); nothing became runnable in
             # this process since, or the loop, woken, would not have asked.
             look = claimed.next_look if set(plan.workflows) <= set(claimed_workflows) else None
-            nxt = look.at if look is not None else await self.store.next_wakeup(plan.workflows)
+            nxt = (
+                look.at
+                if look is not None
+                else await self.store.next_wakeup(plan.workflows, self._versions)
+            )
         except StoreError:
             return idle_wait
         if nxt is None:

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..errors import StoreError
 from ..records import WorkerInfo
@@ -27,12 +27,14 @@ class Heartbeat:
         settings: WorkerSettings,
         workflows: Sequence[str],
         slots: Slots,
+        versions: Mapping[str, tuple[str, ...]],
     ) -> None:
         self.store = store
         self.worker_id = worker_id
         self.settings = settings
         self.workflows = tuple(workflows)
         self.slots = slots
+        self.versions = dict(versions)
         self.started_at: float | None = None
         """When the worker's run began (store time)."""
 
@@ -59,6 +61,7 @@ class Heartbeat:
             self.workflows,
             self.settings.concurrency,
             len(self.slots.active),
+            self.versions,
         )
         await self.store.workers.heartbeat(info, now)
 

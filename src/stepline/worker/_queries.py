@@ -35,10 +35,12 @@ class QueryService:
         worker_id: str,
         registry: Mapping[str, WorkflowDefinition],
         settings: WorkerSettings,
+        versions: Mapping[str, Mapping[str, WorkflowDefinition]] | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
         self.registry = registry
+        self.versions = versions or {}
         self.settings = settings
         self._activation = ActivationSettings(settings.max_payload, payloads=settings.payloads)
         self._wake = asyncio.Event()
@@ -90,7 +92,13 @@ class QueryService:
     async def _answer(self, request: QueryRequest) -> None:
         definition = self.registry[request.workflow]
         try:
-            answer = await answer_request(self.store, definition, request, self._activation)
+            answer = await answer_request(
+                self.store,
+                definition,
+                request,
+                self._activation,
+                self.versions.get(request.workflow),
+            )
         except StoreError:
             raise
         except Exception as exc:  # a bug: the caller gets it rather than a timeout

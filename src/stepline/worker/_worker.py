@@ -13,6 +13,7 @@ from typing import Any
 from .._runtime import ActivationSettings, Observer, RunningMarks, RuntimeHooks
 from ..errors import StoreError
 from ..operations.runner import BulkRunner
+from ..records import DEFAULT_VERSION
 from ..store.base import Claim, Store
 from ..workflow import WorkflowDefinition
 from ._activate import activate
@@ -43,9 +44,19 @@ class Worker:
         listeners: tuple[Callable[[str, dict[str, Any]], None], ...] = (),
         hooks: RuntimeHooks | None = None,
         observer: Observer | None = None,
+        versions: Mapping[str, Mapping[str, WorkflowDefinition]] | None = None,
     ) -> None:
+        """``registry``: the newest version of each workflow, by name; ``versions``: every
+        version it runs, by name then version (default: those of ``registry``)."""
         self.store = store
         self.registry = registry
+        self.versions: Mapping[str, Mapping[str, WorkflowDefinition]] = (
+            versions
+            if versions is not None
+            else {name: {d.version: d} for name, d in registry.items()}
+        )
+        self._served = {name: tuple(found) for name, found in self.versions.items()}
+        """The versions of each workflow it claims (the claim filters on them)."""
         self._settings = settings or WorkerSettings()
         self.id = worker_id or default_worker_id()
         marks = hooks.marks if hooks is not None and hooks.marks is not None else RunningMarks()
@@ -55,6 +66,7 @@ class Worker:
             marks=marks,
             hooks=hooks,
             observer=observer,
+            child_versions={name: d.version for name, d in registry.items()},
             stream_keep=self.settings.stream_keep,
             stream_keep_for=self.settings.stream_keep_for,
             payloads=self.settings.payloads,
@@ -66,11 +78,13 @@ class Worker:
         self._workflows = self._caps.workflows
         self._shares = FleetShares(store, self.id, registry, self._caps, self.settings.concurrency)
         self._renewer = LeaseRenewer(store, self._slots, self.settings.lease)
-        self._heartbeat = Heartbeat(store, self.id, self.settings, self._workflows, self._slots)
+        self._heartbeat = Heartbeat(
+            store, self.id, self.settings, self._workflows, self._slots, self._served
+        )
         self._retention = Retention(store, self.settings.retention)
         self._bulk = BulkRunner(store)
         self._sweep = BlobSweep(store, self.settings.payloads, self.settings.sweep_grace)
-        self._queries = QueryService(store, self.id, registry, self.settings)
+        self._queries = QueryService(store, self.id, registry, self.settings, self.versions)
         self._stopping = asyncio.Event()
         self._at_once = asyncio.Event()
         """Set by ``stop(at_once=True)``: cut the grace period short."""
@@ -83,6 +97,7 @@ class Worker:
             self._slots,
             self._caps,
             self._shares,
+            self._served,
             start=self._start,
             renew_now=self.renew_now,
             stopping=self._stopping,
@@ -124,7 +139,9 @@ class Worker:
         """Something may be runnable: look at the database now instead of at the next poll."""
         self._loop.wake()
 
-    def reserve(self, workflow: str, count: int) -> Reservation | None:
+    def reserve(
+        self, workflow: str, count: int, version: str = DEFAULT_VERSION
+    ) -> Reservation | None:
         """Hold free slots for up to ``count`` instances of ``workflow`` about to be created in
         this process, or None.
 
@@ -133,12 +150,14 @@ class Worker:
         its next look at the database. Only while :meth:`run` runs, with free slots, and when
         the last claim found nothing else runnable, so that new instances do not overtake a
         backlog of queued ones. Never for a workflow with limits: its instances wait for a
-        claim, which applies them.
+        claim, which applies them; never for a ``version`` of it this worker does not run.
         """
         if not self._running or self._stopping.is_set() or self._loop.backlog:
             return None
         definition = self.registry.get(workflow)
         if definition is None or not definition.limits.empty:
+            return None
+        if version not in self._served.get(workflow, ()):
             return None
         take = self._slots.reserve(count)
         if take <= 0:
@@ -252,7 +271,7 @@ class Worker:
             if superseded is not None:
                 await _stop_superseded(superseded)
             freed = _nothing if holding else self._loop.other_end
-            await activate(self.store, slot, self.registry, self._activation_settings, freed)
+            await activate(self.store, slot, self.versions, self._activation_settings, freed)
         finally:
             if self._active.get(slot.claim.lease.pk) is slot:
                 del self._active[slot.claim.lease.pk]

@@ -28,7 +28,7 @@ from .._rows import (
     step_from_row,
 )
 from ..base import Claim, Claimed, History, Lease
-from ..types import new_lease_token
+from ..types import new_lease_token, routes
 from .claim_sql import ClaimStatements
 from .db import Database
 from .limited import READ_ONLY, Leased, LimitedClaim, read_rules, read_usage
@@ -82,11 +82,13 @@ class Claimer:
         lease_seconds: float,
         now: float,
         caps: Mapping[str, int] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> Claimed:
         """:meth:`~stepline.store.base.Store.claim`."""
         if not workflows or limit <= 0:
             return Claimed([])
-        key = tuple(workflows)
+        served = routes(workflows, versions)
+        key = (*workflows, *(served or ()))
         floor = self._floors.get(key)
         if floor is not None and not floor.holds(now):
             floor = None
@@ -102,6 +104,7 @@ class Claimer:
             "token": new_lease_token(),
             "expires": now + lease_seconds,
             "lock_prefix": self._lock_prefix,
+            **_routes_params(served),
         }
         limited = bool(capped) or self._limited.get(key, False)
         leased = await self._lease(params, limited, capped)
@@ -250,19 +253,25 @@ class Claimer:
             earliest = firsts[0]
         self._floors[key] = ClaimFloor.after(floor, earliest, now)
 
-    async def next_wakeup(self, workflows: Sequence[str], now: float) -> float | None:
+    async def next_wakeup(
+        self,
+        workflows: Sequence[str],
+        now: float,
+        versions: Mapping[str, Sequence[str]] | None = None,
+    ) -> float | None:
         """:meth:`~stepline.store.base.Store.next_wakeup`."""
         if not workflows:
             return None
-        key = tuple(workflows)
+        served = _routes_params(routes(workflows, versions))
+        key = (*workflows, *served["routes"])
         if self._limited.get(key, False):
 
             async def read(conn: Conn) -> float | None:
-                found: float | None = await limited_wakeup(conn, self._sql, workflows, now)
+                found: float | None = await limited_wakeup(conn, self._sql, workflows, now, served)
                 return found
 
             return await self._db.retrying("looking for the next timer", read, priority=True)
-        params = {"workflows": list(workflows), "now": now}
+        params = {"workflows": list(workflows), "now": now, **served}
         rows = await self._db.read(
             "looking for the next timer", self._sql.next_wakeup, params, priority=True
         )
@@ -295,6 +304,12 @@ class Claimer:
         )
         found = histories_from_rows(pks, steps, events)
         return [found[pk] for pk in pks]
+
+
+def _routes_params(served: Sequence[str] | None) -> dict[str, Any]:
+    """The claim statements' parameters of ``{routed}`` for the routes ``served`` (None: every
+    version)."""
+    return {"routed": served is not None, "routes": list(served or ())}
 
 
 def _history_from_json(steps: str, events: str) -> History:

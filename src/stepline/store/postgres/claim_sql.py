@@ -52,6 +52,10 @@ def fleet_wide(limits: str) -> str:
         OR jsonb_array_length(COALESCE(NULLIF(({limits})->'limits', 'null'), '[]')) > 0)"""
 
 
+# Of the (workflow, version) pairs a claim may take (``store.types.routes``), unless ``routed``
+# is false (every version): a filter on the rows an index read finds, no read of its own.
+_ROUTED = "(NOT %(routed)s::boolean OR workflow || chr(31) || version = ANY(%(routes)s::text[]))"
+
 # The earliest timer of the workflows from ``{since}`` on: one seek per workflow and priority
 # (``instances_workflow_ready``), however many rows of other workflows come first in the ready
 # index, and however many of theirs are due.
@@ -59,7 +63,7 @@ _EARLIEST = """
     SELECT min(m) FROM levels CROSS JOIN unnest(%(workflows)s::text[]) AS w(name)
     CROSS JOIN LATERAL (
         SELECT min(ready_at) AS m FROM {s}.instances
-        WHERE workflow = w.name AND priority = levels.p AND ready_at {since}
+        WHERE workflow = w.name AND priority = levels.p AND ready_at {since} AND {routed}
     ) AS t
 """
 
@@ -94,7 +98,7 @@ _CLAIM = """
         SELECT c.* FROM (SELECT p FROM levels ORDER BY p) AS q CROSS JOIN LATERAL (
             SELECT pk AS p_pk, status AS p_status, ready_at AS p_ready FROM {s}.instances
             WHERE priority = q.p AND ready_at <= %(now)s AND ready_at >= {floor}
-                AND workflow = ANY(%(workflows)s::text[])
+                AND workflow = ANY(%(workflows)s::text[]) AND {routed}
             ORDER BY ready_at, pk LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
         ) AS c
@@ -199,6 +203,7 @@ _DUE = """
             AND pk <> ALL(%(seen)s::bigint[]) AND status <> 'waitingForPause'
             AND (key IS NULL OR NOT workflow || chr(31) || key = ANY(%(full_keys)s::text[]))
             AND (started_at IS NOT NULL OR NOT workflow = ANY(%(no_starts)s::text[]))
+            AND {routed}
         ORDER BY ready_at, pk LIMIT %(limit)s
         {lock}
 """
@@ -249,7 +254,7 @@ _TIMERS = (
     + """), ARRAY(
         SELECT w FROM unnest(%(no_starts)s::text[]) AS w WHERE EXISTS (
             SELECT 1 FROM {s}.instances WHERE workflow = w AND status = 'queued'
-                AND started_at IS NULL AND ready_at <= %(now)s)
+                AND started_at IS NULL AND ready_at <= %(now)s AND {routed})
     )
 """
 )
@@ -348,6 +353,7 @@ def _expand(text: str) -> str:
     return (
         text.replace("{levels}", _LEVELS)
         .replace("{next_ready}", _NEXT_READY)
+        .replace("{routed}", _ROUTED)
         .replace("{lease_set}", _LEASE_SET)
         .replace("{pause_set}", _PAUSE_SET)
         .replace("{fleet_wide}", fleet_wide("w.limits::jsonb"))

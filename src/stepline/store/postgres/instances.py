@@ -42,6 +42,7 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
             "priority": i.priority,
             "dedup_key": i.dedup_key,
             "traceparent": i.traceparent,
+            "version": i.version,
             "retention": i.retention,
             "tags": i.tags,
         }
@@ -174,6 +175,7 @@ class InstanceWrites:
         rollback: bool,
         from_step: tuple[str, int] | None,
         now: float,
+        version: str | None = None,
     ) -> tuple[InstanceRecord, bool]:
         """:meth:`~stepline.store.base.Store.control`: the instance afterwards, and whether it
         made another runnable: its parent (it ended a child), or the next in line of its key."""
@@ -182,7 +184,7 @@ class InstanceWrites:
         async def body(conn: Conn) -> InstanceRecord:
             nonlocal woke
             pk, woke = await self.control_in(
-                conn, workflow, instance_id, action, rollback, from_step, now
+                conn, workflow, instance_id, action, rollback, from_step, now, version
             )
             note = self._notes.note(workflow, instance_id)
             await conn.execute(self._sql.notify, (self._notes.channel, note))
@@ -204,6 +206,7 @@ class InstanceWrites:
         rollback: bool,
         from_step: tuple[str, int] | None,
         now: float,
+        version: str | None = None,
     ) -> tuple[int, bool]:
         """:meth:`control` in the caller's transaction, without its notification: the
         instance's pk, and whether it made another runnable. Every refusal
@@ -216,7 +219,7 @@ class InstanceWrites:
             cur = await conn.execute(q.dedup_holder_of, (pk,))
             for dedup_key, holder in await cur.fetchall():
                 raise DuplicateInstanceError(workflow, dedup_key, holder)
-            await self._restart(conn, pk, from_step, now)
+            await self._restart(conn, pk, from_step, now, version)
         else:
             change = control_transition(
                 workflow, instance_id, status, owner is not None, action, rollback
@@ -248,7 +251,12 @@ class InstanceWrites:
         return pk, status, owner
 
     async def _restart(
-        self, conn: Conn, pk: int, from_step: tuple[str, int] | None, now: float
+        self,
+        conn: Conn,
+        pk: int,
+        from_step: tuple[str, int] | None,
+        now: float,
+        version: str | None,
     ) -> None:
         q = self._sql
         if from_step is None:
@@ -265,7 +273,7 @@ class InstanceWrites:
             cur = await conn.execute(q.delete_steps_from, (pk, row[0]))
             labels = [f"{step}-{n}" for step, n in await cur.fetchall()]
             await conn.execute(q.unconsume, (pk, labels))
-        await conn.execute(q.restart, {"pk": pk, "now": now})
+        await conn.execute(q.restart, {"pk": pk, "now": now, "version": version})
 
     async def send_event(
         self, workflow: str, instance_id: str, event_type: str, payload: str | None, now: float

@@ -413,11 +413,15 @@ class LimitedClaim:
 
 
 async def next_wakeup(
-    conn: Conn, sql: ClaimStatements, workflows: Sequence[str], now: float
+    conn: Conn,
+    sql: ClaimStatements,
+    workflows: Sequence[str],
+    now: float,
+    routed: Mapping[str, Any],
 ) -> float | None:
     """``Store.next_wakeup`` for workflows of which some have fleet-wide limits: their timers
     and leases after ``now``, what a claim would take now, and the reopening of a rate that
-    holds a first start back."""
+    holds a first start back. ``routed``: the parameters of the versions it looks at."""
     rules = await read_rules(conn, sql, first=READ_ONLY)
     usage = await read_usage(conn, sql, rules, workflows, now, exact=False)
     session = ClaimSession(rules, usage, workflows, 1)
@@ -427,6 +431,7 @@ async def next_wakeup(
         "workflows": list(workflows),
         "seen": [],
         "limit": 1,
+        **routed,
         **_held_params(session.leaves_out()),
     }
     async with conn.pipeline():

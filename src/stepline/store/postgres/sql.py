@@ -133,6 +133,10 @@ _TEMPLATES: dict[str, str] = {
     "count_instances": """
         SELECT workflow, status, count(*) FROM {s}.instances GROUP BY workflow, status
     """,
+    "version_counts": """
+        SELECT version, status, count(*) FROM {s}.instances WHERE workflow = %s
+        GROUP BY version, status
+    """,
     # -- instances -------------------------------------------------------------------------------
     # Workers are told only of instances left queued, not of those leased on creation. A row
     # that would repeat an id, or the dedup key of an unfinished instance (instances_dedup), is
@@ -141,18 +145,18 @@ _TEMPLATES: dict[str, str] = {
         WITH created AS (
             INSERT INTO {s}.instances (workflow, id, status, params, trigger, parent, ready_at,
                 created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at,
-                schedule, key, priority, dedup_key, traceparent, retention, tags)
+                schedule, key, priority, dedup_key, traceparent, version, retention, tags)
             SELECT %(workflow)s, t.id, CASE WHEN t.leased THEN 'running' ELSE 'queued' END,
                 t.params, %(trigger)s, t.parent,
                 CASE WHEN t.leased THEN %(expires)s::float8 ELSE %(now)s END, %(now)s, %(now)s,
                 CASE WHEN t.leased THEN %(owner)s::text END, CASE WHEN t.leased THEN 1 ELSE 0 END,
                 CASE WHEN t.leased THEN %(expires)s::float8 END,
                 CASE WHEN t.leased THEN %(now)s::float8 END, t.schedule, t.key, t.priority,
-                t.dedup_key, t.traceparent, t.retention, t.tags
+                t.dedup_key, t.traceparent, t.version, t.retention, t.tags
             FROM (SELECT r.*, r.ord < %(leased)s AS leased
                   FROM json_to_recordset(%(items)s::json) AS r(ord int, id text, params text,
                       parent text, schedule text, key text, priority int, dedup_key text,
-                      traceparent text, retention text, tags text)) AS t
+                      traceparent text, version text, retention text, tags text)) AS t
             ORDER BY t.ord
             ON CONFLICT DO NOTHING
             RETURNING {icols}
@@ -230,7 +234,8 @@ _TEMPLATES: dict[str, str] = {
         UPDATE {s}.instances SET status = 'queued', output = NULL, error = NULL, rollback = NULL,
             control = NULL, ready_at = %(now)s, held_ready_at = NULL,
             lease_token = lease_token + 1, lease_owner = NULL,
-            lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = %(now)s
+            lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = %(now)s,
+            version = COALESCE(%(version)s::text, version)
         WHERE pk = %(pk)s
     """,
     "send_event": """
@@ -455,13 +460,14 @@ _TEMPLATES: dict[str, str] = {
             WHERE id <> %(id)s AND last_seen + heartbeat * %(expire_beats)s < %(now)s
         )
         INSERT INTO {s}.workers (id, host, pid, started_at, last_seen, heartbeat, workflows,
-            concurrency, running)
+            concurrency, running, versions)
         VALUES (%(id)s, %(host)s, %(pid)s, %(started_at)s, %(now)s, %(heartbeat)s,
-            %(workflows)s, %(concurrency)s, %(running)s)
+            %(workflows)s, %(concurrency)s, %(running)s, %(versions)s)
         ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
             started_at = excluded.started_at, last_seen = excluded.last_seen,
             heartbeat = excluded.heartbeat, workflows = excluded.workflows,
-            concurrency = excluded.concurrency, running = excluded.running
+            concurrency = excluded.concurrency, running = excluded.running,
+            versions = excluded.versions
     """,
     "running_by_worker": """
         SELECT lease_owner, workflow, count(*) FROM {s}.instances
@@ -470,7 +476,8 @@ _TEMPLATES: dict[str, str] = {
         GROUP BY lease_owner, workflow
     """,
     "list_workers": """
-        SELECT id, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running
+        SELECT id, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running,
+            versions
         FROM {s}.workers ORDER BY started_at, id
     """,
     "forget_worker": "DELETE FROM {s}.workers WHERE id = %s",
@@ -484,6 +491,7 @@ class Statements:
     register_workflows: str
     list_workflows: str
     count_instances: str
+    version_counts: str
     create_instances: str
     existing_ids: str
     dedup_holders: str

@@ -221,6 +221,9 @@ class PostgresStore(Store):
     async def list_workflows(self) -> list[WorkflowInfo]:
         return await self._workflows.list()
 
+    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
+        return await self._workflows.version_counts(workflow)
+
     # -- instances -------------------------------------------------------------------------------
 
     async def create_instances(
@@ -325,9 +328,10 @@ class PostgresStore(Store):
         *,
         rollback: bool = False,
         from_step: tuple[str, int] | None = None,
+        version: str | None = None,
     ) -> InstanceRecord:
         record, woke = await self._instances.control(
-            workflow, instance_id, action, rollback, from_step, self.now()
+            workflow, instance_id, action, rollback, from_step, self.now(), version
         )
         self.signals.changed(workflow, instance_id)
         if record.ready_at is not None or woke:
@@ -381,8 +385,9 @@ class PostgresStore(Store):
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> Claimed:
-        return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps)
+        return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps, versions)
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
         if write.update is not None or write.publish is not None:
@@ -405,5 +410,7 @@ class PostgresStore(Store):
         await self._writes.release(lease, now)
         self.signals.ready()
 
-    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
-        return await self._claims.next_wakeup(workflows, self.now())
+    async def next_wakeup(
+        self, workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None = None
+    ) -> float | None:
+        return await self._claims.next_wakeup(workflows, self.now(), versions)

@@ -3,8 +3,9 @@ and removal."""
 
 from __future__ import annotations
 
-from ..._json import dumps, loads
+from ..._json import dumps
 from ...records import WORKER_EXPIRE_BEATS, WorkerInfo
+from .._rows import worker_from_row, worker_versions_json
 from ..workers import WorkerStore
 from .db import Database
 from .sql import Statements
@@ -28,6 +29,7 @@ class PostgresWorkers(WorkerStore):
             "workflows": dumps(list(info.workflows), what="worker workflows", limit=1 << 24),
             "concurrency": info.concurrency,
             "running": info.running,
+            "versions": worker_versions_json(info),
             "expire_beats": WORKER_EXPIRE_BEATS,
         }
         # On the pool kept for leases and claims: a worker busy enough to exhaust the main pool
@@ -37,10 +39,7 @@ class PostgresWorkers(WorkerStore):
 
     async def list_workers(self) -> list[WorkerInfo]:
         rows = await self._db.read("listing workers", self._sql.list_workers)
-        return [
-            WorkerInfo(id_, host, pid, started, seen, beat, tuple(loads(workflows)), conc, running)
-            for id_, host, pid, started, seen, beat, workflows, conc, running in rows
-        ]
+        return [worker_from_row(row) for row in rows]
 
     async def forget_worker(self, worker_id: str) -> None:
         await self._db.execute(

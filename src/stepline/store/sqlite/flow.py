@@ -133,6 +133,7 @@ def pick(
     session: ClaimSession,
     now: float,
     head: tuple[float, float, float, str, int],
+    routes: Sequence[str] | None = None,
     *,
     probe: bool = False,
 ) -> list[Sequence[Any]]:
@@ -140,7 +141,8 @@ def pick(
     rows of :func:`sql.claim_due` it took, in claim order (nothing is written). ``head``: the
     claim's parameters of :func:`sql.claim_due` (now, now, lease expiry, owner, lease token).
     A ``probe`` (:func:`next_wakeup`) reads the instances a rate holds back too, so as to learn
-    that one is, and leaves full keys' queues alone."""
+    that one is, and leaves full keys' queues alone. ``routes``: the (workflow, version) pairs
+    it may take (``store.types.routes``; None: every version)."""
     workflows = session.workflows
     if session.limited:
         for (pk,) in c.execute(sql.pauses_due(len(workflows)), (*workflows, now)):
@@ -169,6 +171,7 @@ def pick(
                 each=each,
                 parking=not probe,
                 resuming=len(resuming),
+                n_routes=None if routes is None else len(routes),
             )
             flat_keys = [part for pair in keys for part in pair]
             params = (
@@ -177,6 +180,7 @@ def pick(
                 now,
                 *read_whole,
                 *resuming,
+                *(routes or ()),
                 *flat_keys,
                 *(after or ()),
                 page,
@@ -295,18 +299,23 @@ def bring_back_expired(
             bring_back(c, workflow, key, now)
 
 
-def next_wakeup(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> float | None:
+def next_wakeup(
+    c: sqlite3.Connection,
+    workflows: Sequence[str],
+    now: float,
+    routes: Sequence[str] | None = None,
+) -> float | None:
     """``Store.next_wakeup``: the earliest ``ready_at`` of the workflows without fleet-wide
     limits (one read when none has any); for the others, their timers and leases after ``now``,
     what a claim would take now, and the reopening of a rate that holds an instance back."""
     rules = read_rules(c)
     limited = [name for name in workflows if rules.limited(name)]
     if not limited:
-        return earliest(c, workflows)
+        return earliest(c, workflows, routes)
     free = [name for name in workflows if not rules.limited(name)]
-    found = [earliest(c, free) if free else None, earliest(c, limited, after=now)]
+    found = [earliest(c, free, routes) if free else None, earliest(c, limited, routes, after=now)]
     probe = claim_session(c, rules, limited, 1, now, None)
-    taken = pick(c, probe, now, (now, now, now, "", 0), probe=True)
+    taken = pick(c, probe, now, (now, now, now, "", 0), routes, probe=True)
     if probe.pauses:
         found.append(now)
     if taken:
@@ -317,24 +326,37 @@ def next_wakeup(c: sqlite3.Connection, workflows: Sequence[str], now: float) -> 
     return min(times) if times else None
 
 
-def next_look(c: sqlite3.Connection, session: ClaimSession, now: float) -> NextLook | None:
+def next_look(
+    c: sqlite3.Connection,
+    session: ClaimSession,
+    now: float,
+    routes: Sequence[str] | None = None,
+) -> NextLook | None:
     """When the worker should look again after a claim at ``now`` (its leases written: their
     expiry is a timer), if the claim can tell; a full claim only if it left every workflow
     held back whole (a look further, under the write lock, would cost more than it saves)."""
     if session.full and not session.held_all():
         return None
     return session.next_look(
-        more=None, timer=earliest(c, session.workflows, after=now), rate_held=None
+        more=None, timer=earliest(c, session.workflows, routes, after=now), rate_held=None
     )
 
 
 def earliest(
-    c: sqlite3.Connection, workflows: Sequence[str], *, after: float | None = None
+    c: sqlite3.Connection,
+    workflows: Sequence[str],
+    routes: Sequence[str] | None = None,
+    *,
+    after: float | None = None,
 ) -> float | None:
-    """The earliest ``ready_at`` of ``workflows`` (after ``after``, if given)."""
-    params = tuple(workflows) if after is None else (after, *workflows)
+    """The earliest ``ready_at`` of ``workflows`` (of ``routes`` only, if given; after
+    ``after``, if given)."""
+    params = (
+        (*workflows, *(routes or ())) if after is None else (after, *workflows, *(routes or ()))
+    )
+    n_routes = None if routes is None else len(routes)
     (found,) = c.execute(
-        sql.next_wakeup(len(workflows), after=after is not None), params
+        sql.next_wakeup(len(workflows), after=after is not None, n_routes=n_routes), params
     ).fetchone()
     return None if found is None else float(found)
 

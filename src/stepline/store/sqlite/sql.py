@@ -92,6 +92,9 @@ UPSERT_LIMIT = (
 )
 LIST_WORKFLOWS = f"SELECT {columns(WorkflowRow._fields)} FROM workflows ORDER BY name"
 COUNT_INSTANCES = "SELECT workflow, status, count(*) FROM instances GROUP BY workflow, status"
+VERSION_COUNTS = (
+    "SELECT version, status, count(*) FROM instances WHERE workflow = ? GROUP BY version, status"
+)
 
 # -- instances -------------------------------------------------------------------------------
 
@@ -106,8 +109,8 @@ def existing_ids(n: int) -> str:
 INSERT_INSTANCE = (
     "INSERT INTO instances (workflow, id, status, params, trigger, parent, ready_at,"
     " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at, schedule,"
-    " key, priority, dedup_key, traceparent, retention, tags)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " key, priority, dedup_key, traceparent, version, retention, tags)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UNFINISHED = "status NOT IN ('complete', 'errored', 'terminated')"
 """Written as the dedup index's condition, so that SQLite reads that (partial) index."""
@@ -184,7 +187,8 @@ RESTART = (
     "UPDATE instances SET status = 'queued', output = NULL, error = NULL, rollback = NULL,"
     " control = NULL, ready_at = ?, held_ready_at = NULL, lease_token = lease_token + 1,"
     " lease_owner = NULL,"
-    " lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = ? WHERE pk = ?"
+    " lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = ?,"
+    " version = COALESCE(?, version) WHERE pk = ?"
 )
 INSERT_EVENT = "INSERT INTO events (instance_pk, type, payload, created_at) VALUES (?, ?, ?, ?)"
 # An event, or a child's end, bumps ``event_seq`` so that a running activation does not sleep.
@@ -228,13 +232,26 @@ def _each_workflow(n_workflows: int, first: int) -> str:
     return "(VALUES " + ",".join(f"(?{first + i})" for i in range(n_workflows)) + ") w"
 
 
-def any_due(n_workflows: int) -> str:
+def _routed(n_routes: int | None, first: int) -> str:
+    """The condition that an instance's (workflow, version) is one of ``n_routes`` routes
+    (``store.types.routes``), from parameter number ``first`` on; none for None (every
+    version). A filter on the rows an index read finds: no read of its own."""
+    return _routed_in(None if n_routes is None else [f"?{first + i}" for i in range(n_routes)])
+
+
+def _routed_in(marks: list[str] | None) -> str:
+    """:func:`_routed` with its parameters ``marks``."""
+    return "" if marks is None else f" AND workflow || char(31) || version IN ({', '.join(marks)})"
+
+
+@functools.lru_cache(maxsize=256)
+def any_due(n_workflows: int, n_routes: int | None = None) -> str:
     """Whether anything is due: a read first, so an idle poll takes no write lock. One seek per
-    workflow (``instances_workflow_ready``). Parameters: now, the workflows."""
+    workflow (``instances_workflow_ready``). Parameters: now, the workflows, the routes."""
     return (
         f"SELECT 1 FROM {_each_workflow(n_workflows, 2)} WHERE EXISTS (SELECT 1 FROM instances"
-        " INDEXED BY instances_workflow_ready WHERE workflow = w.column1 AND ready_at <= ?1)"
-        " LIMIT 1"
+        " INDEXED BY instances_workflow_ready WHERE workflow = w.column1 AND ready_at <= ?1"
+        f"{_routed(n_routes, 2 + n_workflows)}) LIMIT 1"
     )
 
 
@@ -249,13 +266,15 @@ def claim_due(
     each: bool = False,
     parking: bool = False,
     resuming: int = 0,
+    n_routes: int | None = None,
 ) -> str:
     """The due instances of one priority as claimed, in claim order (``InstanceRow`` columns
     after :func:`take_leases`), then their new lease token, ``control`` and ``event_seq``, then
     their ``ready_at``, whether a claim would be their first start and whether they are
     queued (may be set aside behind a busy key). Parameters: now
     (updated_at), now (started_at if unset), the lease expiry (ready_at), the owner, the lease
-    token, the priority, now (due), the workflows, then the ``excluding`` full keys (workflow,
+    token, the priority, now (due), the workflows, the ``n_routes`` routes (:func:`_routed`;
+    None: every version), then the ``excluding`` full keys (workflow,
     key) whose instances the read leaves out (:func:`_excluding`), then ``ready_at`` and ``pk``
     to read after if ``after``, then the limit. A ``waitingForPause`` row keeps its status (a
     claim pauses it instead).
@@ -279,6 +298,7 @@ def claim_due(
 
     now, started, expiry, owner, token, priority, due = marks(7)
     workflows = marks(n_workflows)
+    routed = _routed_in(None if n_routes is None else marks(n_routes))
     skip = f" AND {_excluding(excluding, marks, parking)}" if excluding else ""
     ranges = [f" AND ready_at <= {due}"]
     if after:
@@ -289,8 +309,8 @@ def claim_due(
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
         f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
-        f" priority, dedup_key, traceparent, delete_at, {token}, control, event_seq, ready_at,"
-        " started_at IS NULL, status = 'queued' FROM instances"
+        f" priority, dedup_key, traceparent, version, delete_at, {token}, control, event_seq,"
+        " ready_at, started_at IS NULL, status = 'queued' FROM instances"
     )
     order = f" ORDER BY ready_at, pk LIMIT {limit}"
     sources = (
@@ -305,7 +325,7 @@ def claim_due(
         else [f" WHERE +workflow IN ({', '.join(workflows)})"]
     )
     arms = [
-        f"{select}{source} AND priority = {priority}{span}{skip}{order}"
+        f"{select}{source} AND priority = {priority}{span}{routed}{skip}{order}"
         for source in sources
         for span in ranges
     ]
@@ -429,14 +449,16 @@ RELEASE = (
 UNREADY_PAUSED = "UPDATE instances SET ready_at = NULL WHERE pk = ? AND status = 'paused'"
 
 
-def next_wakeup(n_workflows: int, *, after: bool = False) -> str:
+@functools.lru_cache(maxsize=256)
+def next_wakeup(n_workflows: int, *, after: bool = False, n_routes: int | None = None) -> str:
     """The earliest ``ready_at`` of the workflows, one seek per workflow (after a time if
-    ``after``: parameters the time, then the workflows)."""
+    ``after``: parameters the time, then the workflows, then the routes)."""
     since = "ready_at > ?1" if after else "ready_at IS NOT NULL"
+    first = 2 if after else 1
     return (
         "SELECT min((SELECT min(ready_at) FROM instances INDEXED BY instances_workflow_ready"
-        f" WHERE workflow = w.column1 AND {since}))"
-        f" FROM {_each_workflow(n_workflows, 2 if after else 1)}"
+        f" WHERE workflow = w.column1 AND {since}{_routed(n_routes, first + n_workflows)}))"
+        f" FROM {_each_workflow(n_workflows, first)}"
     )
 
 
@@ -605,7 +627,7 @@ no room. Parameters: now, now, the instance, the workflow, the limit it parks on
 EXPIRE_WORKERS = "DELETE FROM workers WHERE id <> ? AND last_seen + heartbeat * ? < ?"
 UPSERT_WORKER = (
     "INSERT OR REPLACE INTO workers (id, host, pid, started_at, last_seen, heartbeat,"
-    " workflows, concurrency, running) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " workflows, concurrency, running, versions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 LIST_WORKERS = f"SELECT {columns(WorkerRow._fields)} FROM workers ORDER BY started_at, id"
 FORGET_WORKER = "DELETE FROM workers WHERE id = ?"

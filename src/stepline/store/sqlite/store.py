@@ -25,6 +25,7 @@ from ...records import (
 )
 from .._rows import (
     claims_on_creation,
+    count_by_version,
     decode_cursor,
     encode_cursor,
     event_from_row,
@@ -44,6 +45,7 @@ from ..base import (
     Store,
     WorkflowMeta,
 )
+from ..types import routes
 from . import flow, retention, sql
 from . import transactions as tx
 from .db import Database, missing_message
@@ -138,6 +140,9 @@ class SqliteStore(Store):
         for workflow, status, n in await self._db.read(sql.COUNT_INSTANCES):
             counts.setdefault(workflow, {})[status] = n
         return [workflow_from_row(row, counts) for row in rows]
+
+    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
+        return count_by_version(await self._db.read(sql.VERSION_COUNTS, (workflow,)))
 
     # -- instances -------------------------------------------------------------------------------
 
@@ -248,10 +253,13 @@ class SqliteStore(Store):
         *,
         rollback: bool = False,
         from_step: tuple[str, int] | None = None,
+        version: str | None = None,
     ) -> InstanceRecord:
         now = self.now()
         result: tuple[InstanceRecord, bool] = await self._db.write(
-            lambda c: tx.control(c, workflow, instance_id, action, rollback, from_step, now),
+            lambda c: tx.control(
+                c, workflow, instance_id, action, rollback, from_step, now, version
+            ),
             durable=True,
         )
         record, woke = result
@@ -317,15 +325,18 @@ class SqliteStore(Store):
         now: float,
         *,
         caps: Mapping[str, int] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> Claimed:
         if not workflows or limit <= 0:
             return Claimed([])
+        served = routes(workflows, versions)
         # A read first: an idle poll must not take the database's write lock.
-        if not await self._db.read(sql.any_due(len(workflows)), (now, *workflows)):
+        due = sql.any_due(len(workflows), None if served is None else len(served))
+        if not await self._db.read(due, (now, *workflows, *(served or ()))):
             return Claimed([])
         expires = now + lease_seconds
         claimed: tuple[list[Claim], NextLook | None] = await self._db.write(
-            lambda c: tx.claim(c, owner, workflows, limit, expires, now, caps)
+            lambda c: tx.claim(c, owner, workflows, limit, expires, now, caps, served)
         )
         return Claimed(*claimed)
 
@@ -356,11 +367,14 @@ class SqliteStore(Store):
         await self._db.write(lambda c: tx.release(c, lease, now))
         self.signals.ready()
 
-    async def next_wakeup(self, workflows: Sequence[str]) -> float | None:
+    async def next_wakeup(
+        self, workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None = None
+    ) -> float | None:
         if not workflows:
             return None
         now = self.now()
+        served = routes(workflows, versions)
         earliest: float | None = await self._db.read_with(
-            lambda c: flow.next_wakeup(c, workflows, now)
+            lambda c: flow.next_wakeup(c, workflows, now, served)
         )
         return earliest

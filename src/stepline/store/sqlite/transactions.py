@@ -31,6 +31,7 @@ from .._rows import (
     control_assignments,
     control_transition,
     instance_from_row,
+    worker_versions_json,
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
 from ..types import new_lease_token
@@ -112,8 +113,8 @@ def create(
                 (
                     workflow, item.id, status, item.params, trigger, item.parent, ready, now,
                     now, leased_to, token, expires, started, item.schedule, item.key,
-                    item.priority, item.dedup_key, item.traceparent, item.retention,
-                    item.tags,
+                    item.priority, item.dedup_key, item.traceparent, item.version,
+                    item.retention, item.tags,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError:
@@ -143,6 +144,7 @@ def create(
             priority=item.priority,
             dedup_key=item.dedup_key,
             traceparent=item.traceparent,
+            version=item.version,
             delete_at=None,
         )
         created.append(instance_from_row(row))
@@ -204,13 +206,14 @@ def control(
     rollback: bool,
     from_step: tuple[str, int] | None,
     now: float,
+    version: str | None = None,
 ) -> tuple[InstanceRecord, bool]:
     """The instance after the action, and whether it made another runnable: its parent (it
     ended a child), or the next in line of its key."""
     found = _lookup(c, workflow, instance_id)
     ended = freed = False
     if action == "restart":
-        _restart(c, found.pk, from_step, now)
+        _restart(c, found.pk, from_step, now, version)
     else:
         change = control_transition(
             workflow, instance_id, found.status, found.lease_owner is not None, action, rollback
@@ -227,7 +230,13 @@ def control(
     return record, (ended and _wake_parent(c, record.parent, now)) or freed
 
 
-def _restart(c: sqlite3.Connection, pk: int, from_step: tuple[str, int] | None, now: float) -> None:
+def _restart(
+    c: sqlite3.Connection,
+    pk: int,
+    from_step: tuple[str, int] | None,
+    now: float,
+    version: str | None,
+) -> None:
     for workflow, dedup_key in c.execute(sql.DEDUP_OF_FINISHED, (pk,)).fetchall():
         # Unfinished again, it would hold its dedup key: unless another instance took it since.
         _check_dedup_key(c, workflow, dedup_key)
@@ -244,7 +253,7 @@ def _restart(c: sqlite3.Connection, pk: int, from_step: tuple[str, int] | None, 
         (seq,) = row
         for removed, removed_count in c.execute(sql.DELETE_STEPS_FROM, (pk, seq)).fetchall():
             c.execute(sql.UNCONSUME_EVENT, (pk, f"{removed}-{removed_count}"))
-    c.execute(sql.RESTART, (now, now, pk))
+    c.execute(sql.RESTART, (now, now, version, pk))
 
 
 def send_event(
@@ -317,6 +326,7 @@ def claim(
     expires: float,
     now: float,
     caps: Mapping[str, int] | None = None,
+    routes: Sequence[str] | None = None,
 ) -> tuple[list[Claim], NextLook | None]:
     """The instances the limits let run, offered to the claim in claim order with their claimed
     columns (``flow.pick``, under the write lock), leased in one UPDATE, then their histories:
@@ -326,17 +336,17 @@ def claim(
     token = new_lease_token()
     flow.bring_back_expired(c, rules, workflows, now)
     session = flow.claim_session(c, rules, workflows, limit, now, caps)
-    rows = flow.pick(c, session, now, (now, now, expires, owner, token))
+    rows = flow.pick(c, session, now, (now, now, expires, owner, token), routes)
     for pk in session.pauses:
         c.execute(sql.PAUSE_UNCLAIMED, (now, pk))
         flow.freed_pk(c, pk, now)
     flow.park(c, session, now)
     if not rows:
-        return [], flow.next_look(c, session, now)
+        return [], flow.next_look(c, session, now, routes)
     claims = [claim_from_row(row, owner) for row in rows]
     pks = [taken.lease.pk for taken in claims]
     c.execute(sql.take_leases(len(pks)), (owner, token, expires, expires, now, now, *pks))
-    look = flow.next_look(c, session, now)  # after the leases: their expiry is a timer too
+    look = flow.next_look(c, session, now, routes)  # after the leases: their expiry is a timer too
     add_history_rows(
         {taken.lease.pk: taken.history for taken in claims},
         c.execute(sql.history_steps(len(pks)), pks).fetchall(),
@@ -477,6 +487,7 @@ def heartbeat(c: sqlite3.Connection, info: WorkerInfo, workflows: str, now: floa
             workflows,
             info.concurrency,
             info.running,
+            worker_versions_json(info),
         ),
     )
 

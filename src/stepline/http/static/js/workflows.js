@@ -5,6 +5,7 @@ import { api, enc } from "./api.js";
 import { STATUSES, clear, h, relativeTime, replace, toast } from "./dom.js";
 import { go } from "./router.js";
 import { schedulesPanel } from "./schedules.js";
+import { versionsBox } from "./versions.js";
 import { workersPanel } from "./workers.js";
 
 const REFRESH_MS = 4000;
@@ -142,6 +143,7 @@ function card(wf, forms) {
       h("summary", {}, "Trigger an instance"),
       triggerForm(wf),
     ),
+    versionsBox(wf),
     h("footer", { class: "card-foot muted" }, `registered ${relativeTime(wf.created_at)}`),
   );
 }
