@@ -215,6 +215,9 @@ class InstanceRecord:
     delete_at: float | None = None
     """When retention deletes it (epoch seconds), set as it ends from its outcome's retention
     (its own, else its workflow's); None while unfinished, or when kept (docs/reliability.md)."""
+    tags: dict[str, Any] | None = None
+    """Its tags (docs/operations.md), where the read that made this record read them (a
+    filtered list, ``describe``); None where it did not."""
 
     def due(self, now: float) -> bool:
         """Whether its time to run has come at ``now`` (queued, its wake-up time, or the expiry
@@ -243,6 +246,7 @@ class InstanceRecord:
             "dedup_key": self.dedup_key,
             "version": self.version,
             "delete_at": self.delete_at,
+            **({} if self.tags is None else {"tags": self.tags}),
         }
 
 

@@ -127,6 +127,9 @@ class NewInstance:
     retention: str | None = None
     """JSON text ``{outcome: seconds}``: its own retention, over its workflow's (see
     :meth:`Store.purge_expired`)."""
+    tags: str | None = None
+    """JSON text of its tags, an object of key to text, number or boolean (checked by
+    ``operations.language.check_tags``); None for none."""
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ def create(
                     workflow, item.id, status, item.params, trigger, item.parent, ready, now,
                     now, leased_to, token, expires, started, item.schedule, item.key,
                     item.priority, item.dedup_key, item.traceparent, item.version,
-                    item.retention,
+                    item.retention, item.tags,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError:
