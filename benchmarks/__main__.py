@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from . import (
     beside_dbos,
     create,
+    filter,
     fleet,
     handoff,
     held,
@@ -52,6 +53,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     beside_dbos.NAME: beside_dbos.run,
     handoff.NAME: handoff.run,
     replay_check.NAME: replay_check.run,
+    filter.NAME: filter.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 

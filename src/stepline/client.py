@@ -16,7 +16,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Unpack
 
 from . import _json
 from ._creating import OnConflict, check_key, check_priority, deadline, is_text, keyed_conflict
@@ -26,6 +26,8 @@ from ._traceparent import valid_traceparent
 from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
 from .messages import Messaging
+from .operations.language import Filter
+from .operations.search import Ranges, build_filter, listing_filter, search, tags_json
 from .payloads import PayloadCodec, Slot, event_column
 from .payloads.records import (
     open_events,
@@ -483,6 +485,7 @@ class WorkflowBinding:
         timeout: Duration | None = None,
         on_conflict: OnConflict | None = None,
         debounce: Duration | None = None,
+        tags: Mapping[str, Any] | None = None,
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
         engine's own worker has room for it.
@@ -512,6 +515,8 @@ class WorkflowBinding:
         a burst of creates for the key one instance, run with the last params once the key has
         been quiet that long (the handle names that instance); ``"replace_queued"`` terminates
         the key's instances that have not started, keeping the newest (docs/operations.md).
+        ``tags``: up to 20 ``key: value`` pairs (text, numbers, booleans) to find it by with a
+        filter (docs/operations.md); ``TagError`` names one that breaks the rules.
         """
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
@@ -533,6 +538,7 @@ class WorkflowBinding:
             version=chosen,
             retention=_retention_json(retention),
             deadline_at=deadline_at,
+            tags=tags_json(tags),
         )
         if conflict is not None:
             ready_at = None if quiet is None else now + quiet
@@ -556,8 +562,8 @@ class WorkflowBinding:
         version: str | None = None,
     ) -> list[Instance]:
         """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...,
-        "key"?: ..., "priority"?: ..., "traceparent"?: ...}, ...]`` (``key``, ``priority`` and
-        ``traceparent`` as in :meth:`create`).
+        "key"?: ..., "priority"?: ..., "traceparent"?: ..., "tags"?: ...}, ...]`` (``key``,
+        ``priority``, ``traceparent`` and ``tags`` as in :meth:`create`).
 
         Idempotent: ids that already exist are skipped. Returns a handle for every item, in order.
         Items take no ``dedup_key``: a duplicate would be skipped, and its handle would name an
@@ -573,11 +579,11 @@ class WorkflowBinding:
                     f"create_batch item {index} must be a dict like {{'id': ..., 'params': ...}}, "
                     f"got {type(item).__name__}"
                 )
-            unknown = set(item) - {"id", "params", "key", "priority", "traceparent"}
+            unknown = set(item) - {"id", "params", "key", "priority", "traceparent", "tags"}
             if unknown:
                 raise ValueError(
                     f"create_batch item {index}: unknown key {sorted(unknown)[0]!r} (items take "
-                    "id, params, key, priority and traceparent)"
+                    "id, params, key, priority, traceparent and tags)"
                 )
             raw_id = item.get("id")
             instance_id = (
@@ -594,6 +600,7 @@ class WorkflowBinding:
                         item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
                     traceparent=valid_traceparent(item.get("traceparent")),
+                    tags=tags_json(item.get("tags"), where=f"tags of batch item {index}"),
                     version=chosen,
                     deadline_at=deadline(None, self._default_timeout(), self._store.now()),
                 )
@@ -659,15 +666,30 @@ class WorkflowBinding:
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        where: str | Filter | None = None,
+        **ranges: Unpack[Ranges],
     ) -> InstancePage:
-        """Instances of this workflow, newest first (or oldest first)."""
+        """Instances of this workflow, newest first (or oldest first). ``where``: a filter
+        (docs/operations.md; ``FilterError`` names the column of a mistake); the ranges bound
+        the creation and end times. A filtered list's records carry their tags."""
         check_listing(status, limit)
+        chosen = listing_filter(where, workflow=self.name, status=status, **ranges)
         if not self._possible:
             return InstancePage([], None)
-        page = await self._store.list_instances(
-            self.name, status, limit, cursor, oldest_first=oldest_first
-        )
+        if chosen is not None:
+            page = await search(self._store, chosen, limit, cursor, oldest_first=oldest_first)
+        else:
+            page = await self._store.list_instances(
+                self.name, status, limit, cursor, oldest_first=oldest_first
+            )
         return InstancePage(await open_instances(self._payloads, page.instances), page.cursor)
+
+    async def count(self, where: str | Filter | None = None) -> int:
+        """How many instances of this workflow match ``where`` (all of them without)."""
+        chosen = build_filter(where, workflow=self.name)
+        if not self._possible or chosen is None:
+            return 0
+        return await self._store.operations.count(chosen)
 
     async def delete(self, ids: Iterable[str], *, force: bool = False) -> int:
         """Delete the instances ``ids`` (with their steps and events); return how many existed.

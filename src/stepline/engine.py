@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from . import _threads
 from ._json import DEFAULT_MAX_PAYLOAD
@@ -19,6 +19,9 @@ from .limits import Limit
 from .liveness import unserved_warning, version_served
 from .local import LocalWorker
 from .messages import Messaging
+from .operations.bulk import Bulk
+from .operations.language import Filter
+from .operations.search import Ranges, build_filter, listing_filter, search
 from .payloads import PayloadConfig, build_codec
 from .payloads.records import open_instances
 from .records import InstancePage, InstanceRecord, PendingRetry, WorkerInfo, WorkflowInfo
@@ -312,19 +315,40 @@ class Engine:
         *,
         oldest_first: bool = False,
         values: bool = True,
+        where: str | Filter | None = None,
+        **ranges: Unpack[Ranges],
     ) -> InstancePage:
         """Page through instances, newest first (or oldest first); pass ``page.cursor`` back
         for the next page. ``values=False``: params and outputs as stored (offloaded or
-        encrypted ones not fetched nor opened), for listings that do not show them."""
+        encrypted ones not fetched nor opened), for listings that do not show them.
+        ``where``: a filter (docs/operations.md), a bad one raises ``FilterError`` naming its
+        column; the ranges bound the creation and end times. A filtered list's records carry
+        their tags."""
         check_listing(status, limit)
         if workflow is not None and not is_valid_name(workflow):
             return InstancePage([], None)  # no workflow can have that name: nothing to read
-        page = await self.store.list_instances(
-            workflow, status, limit, cursor, oldest_first=oldest_first
-        )
+        chosen = listing_filter(where, workflow=workflow, status=status, **ranges)
+        if chosen is not None:
+            page = await search(self.store, chosen, limit, cursor, oldest_first=oldest_first)
+        else:
+            page = await self.store.list_instances(
+                workflow, status, limit, cursor, oldest_first=oldest_first
+            )
         if not values:
             return page
         return InstancePage(await open_instances(self.payloads, page.instances), page.cursor)
+
+    async def count_instances(
+        self, where: str | Filter | None = None, *, workflow: str | None = None
+    ) -> int:
+        """How many instances match ``where`` (and are of ``workflow``, if given)."""
+        chosen = build_filter(where, workflow=workflow)
+        return await self.store.operations.count(chosen or Filter(None))
+
+    @property
+    def bulk(self) -> Bulk:
+        """Bulk actions by filter: dry runs, durable jobs, their progress (docs/operations.md)."""
+        return Bulk(self.store)
 
     def now(self) -> float:
         """The store's clock (seconds since the epoch): the time timers and leases follow (on

@@ -219,6 +219,9 @@ class InstanceRecord:
     """When the instance errors with :class:`~stepline.WorkflowTimeoutError` if it has not
     ended (its workflow's ``timeout``, ``create(timeout=...)``, or its parent's deadline); None
     for none, and once the deadline has been carried out (docs/operations.md, "Deadlines")."""
+    tags: dict[str, Any] | None = None
+    """Its tags (docs/operations.md), where the read that made this record read them (a
+    filtered list, ``describe``); None where it did not."""
 
     def due(self, now: float) -> bool:
         """Whether its time to run has come at ``now`` (queued, its wake-up time, or the expiry
@@ -248,6 +251,7 @@ class InstanceRecord:
             "version": self.version,
             "delete_at": self.delete_at,
             "deadline_at": self.deadline_at,
+            **({} if self.tags is None else {"tags": self.tags}),
         }
 
 

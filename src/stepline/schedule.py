@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -21,6 +21,7 @@ from cronsim import CronSim, CronSimError
 
 from ._json import dumps
 from .errors import DefinitionError, InvalidPayloadError
+from .operations.language import TagError, check_tags
 
 CatchUp = Literal["skip", "one", "all"]
 Overlap = Literal["allow", "skip", "buffer_one"]
@@ -59,6 +60,8 @@ class Schedule:
     catch_up: CatchUp = field(default="skip", kw_only=True)
     catch_up_limit: int = field(default=100, kw_only=True)
     overlap: Overlap = field(default="allow", kw_only=True)
+    tags: Mapping[str, Any] | None = field(default=None, kw_only=True, hash=False)
+    """The tags of every instance it creates (docs/operations.md)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.cron, str) or len(self.cron.split()) != 5:
@@ -73,7 +76,8 @@ class Schedule:
             raise DefinitionError(f"invalid cron expression {self.cron!r}: {exc}") from None
         try:
             dumps(self.params, what=f"params of schedule {self.cron!r}")
-        except InvalidPayloadError as exc:
+            check_tags(self.tags, where=f"tags of schedule {self.cron!r}")
+        except (InvalidPayloadError, TagError) as exc:
             raise DefinitionError(str(exc)) from None
         if self.name is not None and not (
             isinstance(self.name, str) and _NAME_RE.fullmatch(self.name)

@@ -78,6 +78,8 @@ class StepRunner(Protocol):
         self, stream: str, value: Any, keep: int | None, keep_for: Duration | None
     ) -> Coroutine[Any, Any, None]: ...
 
+    def tag(self, key: str, value: Any) -> Coroutine[Any, Any, None]: ...
+
     def start_workflow(
         self, workflow: str, params: Any, child_id: str | None, options: ChildOptions
     ) -> Coroutine[Any, Any, str]: ...
@@ -340,6 +342,13 @@ class WorkflowStep:
         ``stream_keep`` last items, for ``stream_keep_for``."""
         activation = self._activation
         return activation.track("publish", stream, activation.publish(stream, value, None, None))
+
+    def tag(self, key: str, value: Any) -> Coroutine[Any, Any, None]:
+        """Tag the instance ``key = value`` (text, a number or a boolean), to find it by with a
+        filter (docs/operations.md): merged into its tags at once, from ``run()`` or a step's
+        async callback. Calling it again on a replay writes the same value again."""
+        activation = self._activation
+        return activation.track("tag", key, activation.tag(key, value))
 
     def stream(
         self, name: str, *, keep: int | None = None, keep_for: Duration | None = None

@@ -69,6 +69,18 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     (created,) = await create(store, "a")
     await store.close()
     # the database as the first migration left it
+    for trigger in ("instances_tags_insert", "instances_tags_update", "instances_tags_delete"):
+        raw(
+            store_url,
+            f"DROP TRIGGER {trigger}" + ("" if store_kind == "sqlite" else " ON instances"),
+        )
+    if store_kind == "postgres":
+        raw(store_url, "DROP FUNCTION instance_tags_sync()")
+    for index in ("instances_status_pk", "instances_created"):
+        raw(store_url, f"DROP INDEX {index}")
+    for table in ("instance_tags", "bulk_jobs"):
+        raw(store_url, f"DROP TABLE {table}")
+    raw(store_url, "ALTER TABLE instances DROP COLUMN tags")
     # the indexes first: SQLite drops no column an index uses (PostgreSQL drops the index too)
     for index in ("instances_parked", "instances_dedup", "instances_started", "instances_ready"):
         raw(store_url, f"DROP INDEX {index}")

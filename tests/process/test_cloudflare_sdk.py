@@ -107,8 +107,15 @@ def test_create_bulk_list_and_pages(cf: Cloudflare) -> None:
     assert {i.id for i in by_cursor.result}.isdisjoint({i.id for i in first.result})
     oldest = cf.workflows.instances.list("greet", account_id=ACCOUNT, direction="asc", per_page=100)
     assert [i.id for i in oldest.result] == list(reversed(everything))
-    with pytest.raises(cloudflare.BadRequestError, match="cannot filter instances by date"):
-        cf.workflows.instances.list("greet", account_id=ACCOUNT, date_start="2024-01-01T00:00:00")
+    dated = cf.workflows.instances.list(
+        "greet", account_id=ACCOUNT, date_start="2024-01-01T00:00:00"
+    )
+    assert {i.id for i in dated.result} == {i.id for i in oldest.result}
+    assert dated.result_info.total_count == len(everything)
+    none = cf.workflows.instances.list("greet", account_id=ACCOUNT, date_end="2024-01-01T00:00:00")
+    assert (none.result, none.result_info.total_count) == ([], 0)
+    with pytest.raises(cloudflare.BadRequestError, match="date_start"):
+        cf.workflows.instances.list("greet", account_id=ACCOUNT, date_start="yesterday")
 
 
 def test_describe_a_waiting_and_an_errored_instance(cf: Cloudflare) -> None:

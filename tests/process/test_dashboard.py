@@ -402,6 +402,18 @@ def test_instances_page_filters_pages_searches_and_refreshes(page: Page, site: S
     expect(page).to_have_url(re.compile(r"#/workflows/napper/instances/many-07$"))
 
 
+def test_instances_page_filters_by_a_filter_expression(page: Page, site: Site) -> None:
+    site.post("/api/workflows/approval/instances", {"id": "tagged-1", "tags": {"team": "ops"}})
+    site.post("/api/workflows/approval/instances", {"id": "tagged-2", "tags": {"team": "dev"}})
+    page.goto(f"{site.url}/#/instances")
+    page.locator("[data-testid=filter-where]").fill("team = 'ops'")
+    page.locator("[data-testid=filter-where]").press("Enter")
+    rows = page.locator("[data-testid=instance-row]")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-id", "tagged-1")
+    expect(page).to_have_url(re.compile(r"where=team"))
+
+
 def test_terminate_with_rollback_and_restart_from_a_step(page: Page, site: Site) -> None:
     site.post("/api/workflows/approval/instances", {"id": "stop-me"})
     page.goto(instance_url(site, "approval", "stop-me"))

@@ -71,6 +71,26 @@ async def test_messages_become_instances_once_even_when_delivered_again(
         await consumer.close()
 
 
+async def test_tags_come_from_the_params_keys_and_the_envelope(
+    make_engine: EngineFactory, stream: str
+) -> None:
+    async with make_engine([Orders]) as engine:
+        consumer = Consumer(
+            engine, trigger(stream, workflow=None, id_key="order_id", tag_keys=["customer"])
+        )
+        await publish(
+            stream,
+            {"workflow": "orders", "params": {"order_id": 1, "customer": "c-42"}},
+            {"workflow": "orders", "params": {"order_id": 2}, "tags": {"campaign": "spring"}},
+            {"workflow": "orders", "params": {"order_id": 3, "customer": ["not", "a", "tag"]}},
+        )
+        assert await drain(consumer, 3) == 3
+        assert await engine.count_instances("customer = 'c-42'") == 1
+        assert await engine.count_instances("campaign = 'spring'") == 1
+        assert await ids_of(engine) == ["1", "2"]  # the third is poison: its tag is refused
+        await consumer.close()
+
+
 async def test_without_id_key_the_message_id_is_the_instance_id(
     make_engine: EngineFactory, stream: str
 ) -> None:

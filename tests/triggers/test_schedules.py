@@ -29,7 +29,9 @@ class Every(Workflow):
     """Records its event.schedule; sleeps when asked so it stays unfinished."""
 
     name = "every"
-    schedules = (Schedule("* * * * *", name="every-minute", params={"x": 1}),)
+    schedules = (
+        Schedule("* * * * *", name="every-minute", params={"x": 1}, tags={"source": "cron"}),
+    )
 
     async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
         SEEN.append({"id": event.instance_id, "schedule": event.schedule, "params": event.payload})
@@ -113,6 +115,7 @@ async def test_event_schedule_and_trigger(make_engine: MakeEngine, clock: Manual
     ]
     instance = await engine.store.get_instance("every", created)
     assert instance.trigger == "cron"
+    assert await engine.count_instances("source = 'cron'") == 1  # the schedule's tags
 
 
 async def test_a_fresh_schedule_does_not_fire_ticks_before_it_existed(

@@ -32,7 +32,7 @@ from ..store._closing import ERRORS, INTERRUPTIONS
 from ..store.base import Claim, Finish, History, Store
 from ..values import convert
 from ..workflow import Workflow, WorkflowEvent, payload_type
-from . import children, do, streams, updates, waits
+from . import children, do, streams, tags, updates, waits
 from .calls import StepCalls
 from .observer import ActivationObservation
 from .patches import Patches
@@ -69,6 +69,7 @@ class Activation:
         self._calls = StepCalls(f"{claim.instance.workflow}/{claim.instance.id}")
         self.step = WorkflowStep(self)
         self._updates = updates.attach(self._state, self, workflow, replay_only=replay_only)
+        self._replay_only = replay_only
         self._patches = Patches(self._state, record=not replay_only)
 
     # -- control from the worker -----------------------------------------------------------------
@@ -109,6 +110,10 @@ class Activation:
     ) -> Coroutine[Any, Any, None]:
         streams.check_thread()
         return streams.publish(self._state, stream, value, keep, keep_for)
+
+    def tag(self, key: str, value: Any) -> Coroutine[Any, Any, None]:
+        streams.check_thread()
+        return tags.tag(self._state, key, value, write=not self._replay_only)
 
     def start_workflow(
         self, workflow: str, params: Any, child_id: str | None, options: ChildOptions

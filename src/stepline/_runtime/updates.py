@@ -118,6 +118,9 @@ class HandlerSteps:
         streams.check_thread()
         return streams.publish(self._state, stream, value, keep, keep_for, prefix=self._prefix)
 
+    def tag(self, key: str, value: Any) -> Coroutine[Any, Any, None]:
+        return self._runner.tag(key, value)
+
     def start_workflow(
         self, workflow: str, params: Any, child_id: str | None, options: ChildOptions
     ) -> Coroutine[Any, Any, str]:

@@ -14,6 +14,7 @@ from . import (
     _replay,  # noqa: F401 - registers workflows replay-check
     _schedule_edits,  # noqa: F401 - registers schedules create, update and delete
 )
+from ._bulk import bulk
 from ._common import State
 from ._consume import consume
 from ._db import db
@@ -84,6 +85,7 @@ cli.add_command(schedules)
 cli.add_command(tokens)
 cli.add_command(run)
 cli.add_command(db)
+cli.add_command(bulk)
 
 
 def main() -> None:

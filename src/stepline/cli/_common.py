@@ -34,6 +34,7 @@ from ..errors import (
 )
 from ..project import ProjectConfig, load_project
 from ..records import InstanceRecord
+from ..store.operations import BulkJobNotFoundError
 from ..store.sqlite import directory_message, path_from_url
 from ..telemetry import Telemetry
 from ..values import readable
@@ -60,6 +61,7 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
     ScheduleReadOnlyError,
     UpdateRejectedError,
     WorkflowNotFoundError,
+    BulkJobNotFoundError,
     ValueError,
 )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import click
@@ -37,6 +37,7 @@ from ._common import (
     resolve_instance,
     run_async,
 )
+from ._filters import filter_options
 from ._render import (
     DEFAULT_TRUNCATE,
     describe_instance,
@@ -62,7 +63,13 @@ def instances() -> None:
 
 
 async def _list(
-    state: State, name: str, status: str | None, reverse: bool, page: int, per_page: int
+    state: State,
+    name: str,
+    status: str | None,
+    reverse: bool,
+    page: int,
+    per_page: int,
+    filters: dict[str, Any],
 ) -> tuple[list[InstanceRecord], list[PendingRetry | None], bool]:
     async with state.client() as engine:
         await check_workflow(engine, state, name)
@@ -70,13 +77,13 @@ async def _list(
         binding = engine.workflow(name)
         for _ in range(page - 1):
             skipped = await binding.list(
-                status=status, limit=per_page, cursor=cursor, oldest_first=reverse
+                status=status, limit=per_page, cursor=cursor, oldest_first=reverse, **filters
             )
             cursor = skipped.cursor
             if cursor is None:
                 return [], [], False
         found = await binding.list(
-            status=status, limit=per_page, cursor=cursor, oldest_first=reverse
+            status=status, limit=per_page, cursor=cursor, oldest_first=reverse, **filters
         )
         retries = await engine.retries(found.instances)
         return found.instances, retries, found.cursor is not None
@@ -96,6 +103,7 @@ async def _list(
     show_default=True,
     help="Instances per page.",
 )
+@filter_options
 @json_option
 @pass_state
 def list_instances(
@@ -106,9 +114,23 @@ def list_instances(
     page: int,
     per_page: int,
     as_json: bool,
+    where: str | None,
+    created_after: Any,
+    created_before: Any,
+    ended_after: Any,
+    ended_before: Any,
 ) -> None:
-    """List the instances of workflow NAME: id, created, modified, status."""
-    records, retries, more = run_async(_list(state, name, status, reverse, page, per_page))
+    """List the instances of workflow NAME: id, created, modified, status. --where takes a
+    filter (docs/operations.md), as in --where "customer = 'c-42' and status = 'errored'"."""
+    given = {
+        "where": where,
+        "created_after": created_after,
+        "created_before": created_before,
+        "ended_after": ended_after,
+        "ended_before": ended_before,
+    }
+    chosen = {k: v for k, v in given.items() if v is not None}
+    records, retries, more = run_async(_list(state, name, status, reverse, page, per_page, chosen))
     if as_json:
         print_json(
             [
@@ -119,6 +141,7 @@ def list_instances(
         return
     if not records:
         which = f" with status {status}" if status else ""
+        which += " matching the filter" if chosen else ""
         where = f" on page {page}" if page > 1 else ""
         state.out.print(Text(f'There are no instances{which} in workflow "{name}"{where}'))
         return
@@ -152,6 +175,8 @@ async def load_instance(engine: Engine, record: InstanceRecord) -> Described:
     """The instance's steps and events, and its workflow's stored definition (for DAG
     graphs)."""
     instance = await engine.get_instance(record.workflow, record.id)
+    tags = await engine.store.operations.tags_of([record.pk])
+    record = replace(record, tags=tags.get(record.pk, {}))
     steps = await instance.steps(redact=True)
     events = await instance.events()
     definition = next(

@@ -362,6 +362,9 @@ def instance_fields(
         fields.append(("Dedup Key", record.dedup_key))
     if record.deadline_at is not None:
         fields.append(("Deadline", fmt_time(record.deadline_at)))
+    if record.tags:
+        tags = ", ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in record.tags.items())
+        fields.append(("Tags", Text(tags)))
     if record.started_at is not None:
         fields.append(("Start", fmt_time(record.started_at)))
     if record.ended_at is not None:

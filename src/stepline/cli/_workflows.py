@@ -9,6 +9,7 @@ from rich.text import Text
 
 from .._json import parse_json_argument
 from ..errors import DuplicateInstanceError, WorkflowNotFoundError
+from ..operations.language.tags import parse_tag_option
 from ..project import load_workflow
 from ..records import WorkflowInfo
 from ..versions import VersionState
@@ -171,6 +172,8 @@ async def _trigger(
 @click.option("--priority", type=int, default=0, show_default=True,
               help="Lower runs first among runnable instances.")  # fmt: skip
 @click.option("--dedup-key", help="Create nothing if an unfinished instance has this key.")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE",
+              help="A tag to find it by (repeatable); true/false, numbers typed.")  # fmt: skip
 @click.option("--version", help="The workflow version to run it (default: the newest).")
 @click.option("--retention", "retention_json", metavar="JSON",
               help='Keep it so long once ended: \'{"complete": "1 day"}\'.')  # fmt: skip
@@ -191,6 +194,7 @@ def trigger(
     key: str | None,
     priority: int,
     dedup_key: str | None,
+    tags: tuple[str, ...],
     version: str | None,
     retention_json: str | None,
     timeout: str | None,
@@ -210,6 +214,8 @@ def trigger(
         "dedup_key": dedup_key,
         "version": version,
     }
+    with cli_errors():
+        flow["tags"] = dict(parse_tag_option(option) for option in tags)
     if retention_json is not None:
         with cli_errors():
             flow["retention"] = parse_json_argument(retention_json, what="--retention")

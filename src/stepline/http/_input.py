@@ -138,7 +138,7 @@ class RequestReader:
         return items
 
 
-_BATCH_KEYS = ("id", "params", "key", "priority")
+_BATCH_KEYS = ("id", "params", "key", "priority", "tags")
 _SINGLE_KEYS = (
     *_BATCH_KEYS,
     "dedup_key",

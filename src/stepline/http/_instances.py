@@ -12,6 +12,7 @@ from starlette.responses import Response
 from ..engine import Engine
 from ..errors import DuplicateInstanceError, IllegalStateError
 from ..records import InstanceRecord
+from ._bulk import list_filters
 from ._input import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -58,9 +59,12 @@ class InstanceEndpoints:
         cursor = request.query_params.get("cursor") or None
         if workflow is not None:
             await self.lookup.require_workflow(workflow)
+        filters = list_filters(request)
         with client_errors():
             # The summaries leave params and outputs out: nothing offloaded is fetched.
-            page = await self.engine.list_instances(workflow, status, limit, cursor, values=False)
+            page = await self.engine.list_instances(
+                workflow, status, limit, cursor, values=False, **filters
+            )
             warnings = await self.engine.unserved_warnings(page.instances)
             retries = await self.engine.retries(page.instances)
         summaries = [

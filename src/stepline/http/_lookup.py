@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 from typing import Any
 
 from ..dag import node_states
@@ -112,6 +113,8 @@ class Lookup:
             held = await read_held_reasons(self.engine.store, record)
             instance = await self.engine.workflow(workflow).get(instance_id)
             streams = await instance.streams()
+            tags = await self.engine.store.operations.tags_of([record.pk])
+        record = replace(record, tags=tags.get(record.pk, {}))
         retry = None if record.status in FINISHED_STATUSES else retry_of(steps)
         graph = graph_of(await self.definition(workflow))
         if graph is not None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ._openapi_common import NAME_PATTERN
 from ._openapi_common import ref as _ref
+from ._openapi_operations import TAGS_SCHEMA
 
 _VERSION: dict[str, Any] = {
     "type": "string",
@@ -48,6 +49,7 @@ def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str
             "default": 0,
             "description": "Lower runs first among runnable instances.",
         },
+        "tags": TAGS_SCHEMA,
     }
     return {
         "NewInstance": {

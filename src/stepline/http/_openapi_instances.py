@@ -13,6 +13,7 @@ from ._openapi_common import ok as _ok
 from ._openapi_common import path_param as _path_param
 from ._openapi_common import ref as _ref
 from ._openapi_common import responses as _responses
+from ._openapi_operations import FILTER_PARAMS
 
 _NAME = _path_param("name", "The workflow name.")
 _ID = _path_param("id", "The instance id.")
@@ -92,6 +93,7 @@ def instance_paths() -> dict[str, Any]:
                         "schema": {"type": "string", "pattern": NAME_PATTERN},
                     },
                     *_PAGING,
+                    *FILTER_PARAMS,
                 ],
                 "responses": _responses(_ok(200, "One page.", "InstancePage"), 404),
             }
@@ -100,7 +102,7 @@ def instance_paths() -> dict[str, Any]:
             "get": {
                 "operationId": "listInstances",
                 "summary": "Instances of a workflow, newest first, in pages.",
-                "parameters": [_NAME, *_PAGING],
+                "parameters": [_NAME, *_PAGING, *FILTER_PARAMS],
                 "responses": _responses(_ok(200, "One page.", "InstancePage"), 404),
             },
             "post": {

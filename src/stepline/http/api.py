@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from ..access import ROLES
 from ..engine import Engine
+from ._bulk import BulkEndpoints
 from ._input import RequestReader
 from ._instances import InstanceEndpoints
 from ._lookup import Lookup
@@ -55,6 +56,7 @@ class Api:
         self.stream = InstanceStream(engine, lookup, stream_interval)
         self.schedules = ScheduleEndpoints(engine, lookup, reader)
         self.messages = MessageEndpoints(engine, lookup, reader, stream_interval)
+        self.bulk = BulkEndpoints(engine, reader)
 
     async def openapi(self, request: Request) -> Response:
         return JsonResponse(openapi_document(self.max_body, self.max_payload, secured=self.secured))
@@ -111,6 +113,10 @@ def api_routes(api: Api) -> list[Route]:
         "/workflows/{name}": {"GET": workflows.get_workflow},
         "/workflows/{name}/versions": {"GET": workflows.get_versions},
         "/instances": {"GET": instances.list_all_instances},
+        "/instances/count": {"GET": api.bulk.count},
+        "/bulk": {"GET": api.bulk.list_jobs, "POST": api.bulk.start},
+        "/bulk/{id}": {"GET": api.bulk.get_job},
+        "/bulk/{id}/cancel": {"POST": api.bulk.cancel_job},
         base: {"GET": instances.list_instances, "POST": instances.create_instance},
         base + "/batch": {"POST": instances.create_batch},
         one: {"GET": instances.get_instance, "DELETE": instances.delete_instance},

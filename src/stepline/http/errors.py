@@ -21,6 +21,7 @@ from ..errors import (
     StoreError,
     WorkflowNotFoundError,
 )
+from ..store.operations import BulkJobNotFoundError
 from ..values import readable
 
 #: The error codes the API returns, by HTTP status (the table of docs/http.md lists them).
@@ -36,6 +37,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "metrics_off",
         "query_not_found",
         "update_not_found",
+        "bulk_job_not_found",
     ),
     405: ("method_not_allowed",),
     409: (
@@ -101,6 +103,8 @@ def client_errors() -> Iterator[None]:
         raise ApiError(404, "instance_not_found", str(exc)) from exc
     except ScheduleNotFoundError as exc:
         raise ApiError(404, "schedule_not_found", str(exc)) from exc
+    except BulkJobNotFoundError as exc:
+        raise ApiError(404, "bulk_job_not_found", str(exc)) from exc
     except ScheduleExistsError as exc:
         raise ApiError(409, "schedule_exists", str(exc)) from exc
     except ScheduleReadOnlyError as exc:

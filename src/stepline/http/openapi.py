@@ -19,6 +19,7 @@ from ._openapi_common import ref as _ref
 from ._openapi_create import create_schemas
 from ._openapi_instances import instance_paths
 from ._openapi_messages import messages_paths, messages_schemas
+from ._openapi_operations import operations_paths, operations_schemas
 from ._openapi_schedules import schedule_paths, schedule_schemas
 from .roles import needed
 
@@ -38,6 +39,7 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         "started_at": _NUMBER_OR_NULL,
         "ended_at": _NUMBER_OR_NULL,
         "wake_at": {**_NUMBER_OR_NULL, "description": "When a waiting instance wakes up."},
+        "tags": {"type": "object", "description": "Its tags, in a filtered list (`where`)."},
         "delete_at": {
             **_NUMBER_OR_NULL,
             "description": "When retention deletes this finished instance; null: kept.",
@@ -195,12 +197,15 @@ def _schemas(max_payload: int) -> dict[str, Any]:
         },
         "InstanceSummary": {
             "type": "object",
-            "required": list(summary_props),
+            "required": [p for p in summary_props if p != "tags"],
             "properties": summary_props,
         },
         "Instance": {
             "type": "object",
-            "required": [*summary_props, "params", "output", "rollback", "parent", "held"],
+            "required": [
+                *(p for p in summary_props if p != "tags"),
+                *("params", "output", "rollback", "parent", "held"),
+            ],
             "properties": {
                 **summary_props,
                 "held": {
@@ -413,6 +418,7 @@ def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[
                 **schedule_paths(),
                 **activity_paths(),
                 **messages_paths(),
+                **operations_paths(),
                 **_whoami_path(),
             }
         ),
@@ -421,6 +427,7 @@ def openapi_document(max_body: int, max_payload: int, *, secured: bool) -> dict[
                 **_schemas(max_payload),
                 **create_schemas(max_payload, status_enum=_STATUS_ENUM),
                 **schedule_schemas(),
+                **operations_schemas(),
                 **activity_schemas(),
                 **messages_schemas(),
                 "Whoami": _WHOAMI,

@@ -38,6 +38,11 @@ ROUTE_ROLES: dict[str, dict[str, dict[str, Role]]] = {
         "/workflows/{name}": {"GET": "read"},
         "/workflows/{name}/versions": {"GET": "read"},
         "/instances": {"GET": "read"},
+        "/instances/count": {"GET": "read"},
+        # A bulk action may delete or terminate any number of instances: admin only.
+        "/bulk": {"GET": "read", "POST": "admin"},
+        "/bulk/{id}": {"GET": "read"},
+        "/bulk/{id}/cancel": {"POST": "admin"},
         _I: {"GET": "read", "POST": "operate"},
         _I + "/batch": {"POST": "operate"},
         _ONE: {"GET": "read", "DELETE": "admin"},

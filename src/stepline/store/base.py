@@ -6,7 +6,8 @@ schedules (``store.schedules``: :class:`ScheduleStore`, ``schedules.py``), its f
 beyond the claim (``store.flow``: :class:`FlowStore`, ``flow.py``), its fleet-wide figures
 (``store.stats``: :class:`StatsStore`, ``stats.py``), its record of live workers
 (``store.workers``: :class:`WorkerStore`, ``workers.py``) and its messaging (``store.messages``:
-:class:`MessageStore`, ``messages.py``). The values they pass are in
+:class:`MessageStore`, ``messages.py``) and its operations over many instances
+(``store.operations``: :class:`OperationsStore`, ``operations.py``). The values they pass are in
 ``types.py`` (re-exported here). SQLite and PostgreSQL implement them (one package each) and
 both pass the same contract test suite. Every operation documents its contract. Driver errors
 never escape: an implementation translates them into stepline's exceptions at this boundary,
@@ -34,6 +35,7 @@ from ..records import (
 )
 from .flow import FlowStore
 from .messages import MessageStore
+from .operations import OperationsStore
 from .schedules import ScheduleStore
 from .signals import Signals
 from .stats import EndedCount, FleetCounts, StatsStore
@@ -76,6 +78,7 @@ __all__ = [
     "MessageStore",
     "NewInstance",
     "NewStreamItem",
+    "OperationsStore",
     "QueryAnswer",
     "QueryRequest",
     "ScheduleDefinition",
@@ -105,6 +108,8 @@ class Store(abc.ABC):
     """The record of live workers (``store/workers.py``)."""
     messages: MessageStore
     """Updates and their replies, stream items, routed queries (``store/messages.py``)."""
+    operations: OperationsStore
+    """Filtered reads, tags and bulk jobs (``store/operations.py``)."""
     schema_versions: tuple[int, int] | None = None
     """Set by :meth:`open`: the schema version it found (0: none, so it created the schema) and
     the version it left (the latest migration); None before."""

@@ -137,6 +137,9 @@ class NewInstance:
     on_parent_close: str | None = None
     """``"terminate"``, ``"request_cancel"`` or ``"abandon"``: what the parent's end (errored
     or terminated) does to this child while it is unfinished (see :meth:`Store.finish`)."""
+    tags: str | None = None
+    """JSON text of its tags, an object of key to text, number or boolean (checked by
+    ``operations.language.check_tags``); None for none."""
 
 
 KeyedConflict = Literal["debounce", "replace_queued"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._runtime import ActivationSettings, Observer, RunningMarks, RuntimeHooks
 from ..errors import StoreError
+from ..operations.runner import BulkRunner
 from ..records import DEFAULT_VERSION
 from ..store.base import Claim, Store
 from ..workflow import WorkflowDefinition
@@ -82,6 +83,7 @@ class Worker:
             store, self.id, self.settings, self._workflows, self._slots, self._served
         )
         self._retention = Retention(store, self.settings.retention)
+        self._bulk = BulkRunner(store)
         self._sweep = BlobSweep(store, self.settings.payloads, self.settings.sweep_grace)
         self._queries = QueryService(store, self.id, registry, self.settings, self.versions)
         self._stopping = asyncio.Event()
@@ -212,6 +214,7 @@ class Worker:
         side_tasks = [
             asyncio.create_task(self._renewer.loop(), name=f"stepline-renew-{self.id}"),
             asyncio.create_task(self._queries.loop(), name=f"stepline-queries-{self.id}"),
+            asyncio.create_task(self._bulk.loop(), name=f"stepline-bulk-{self.id}"),
         ]
         side_tasks.append(
             asyncio.create_task(self._retention.loop(), name=f"stepline-retention-{self.id}")

@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...engine import Engine
+from ...operations.search import Ranges, build_filter, to_seconds
 from ...records import InstancePage
 from .._input import MISSING, RequestReader, query_status
 from .._lookup import Lookup
@@ -33,10 +34,14 @@ class InstanceEndpoints:
         answer's ``result_info.cursor`` is the next page's, absent on the last."""
         name = request.path_params["name"]
         query = request.query_params
-        for key in ("date_start", "date_end"):
-            if key in query:
-                message = f"stepline cannot filter instances by date ({key!r}); filter by status"
-                raise ApiError(400, "not_supported", message)
+        ranges: Ranges = {}
+        try:
+            if query.get("date_start"):
+                ranges["created_after"] = to_seconds(query["date_start"], what="date_start")
+            if query.get("date_end"):
+                ranges["created_before"] = to_seconds(query["date_end"], what="date_end")
+        except ValueError as exc:
+            raise _input.bad(str(exc)) from None
         direction = query.get("direction", "desc")
         if direction not in ("asc", "desc"):
             raise _input.bad(f"'direction' must be asc or desc, got {direction!r}")
@@ -49,23 +54,35 @@ class InstanceEndpoints:
                              "page further with 'cursor' (result_info.cursor)")  # fmt: skip
         status = query_status(request)
         await self.lookup.require_workflow(name)
+        asc = direction == "asc"
         with client_errors():
-            listing = await self._walk(name, status, per_page, cursor, page, direction == "asc")
-            info = await self.lookup.workflow_info(name)
-        total = info.counts.get(status, 0) if status else sum(info.counts.values())
+            listing = await self._walk(name, status, per_page, cursor, page, asc, ranges)
+            if ranges:
+                dated = build_filter(workflow=name, status=status, **ranges)
+                total = await self.engine.count_instances(dated)
+            else:
+                info = await self.lookup.workflow_info(name)
+                total = info.counts.get(status, 0) if status else sum(info.counts.values())
         result_info = page_info(page, per_page, len(listing.instances), total)
         if listing.cursor is not None:
             result_info["cursor"] = listing.cursor
         return ok([shapes.instance_summary(r) for r in listing.instances], result_info)
 
     async def _walk(
-        self, name: str, status: str | None, size: int, cursor: str | None, page: int, asc: bool
+        self,
+        name: str,
+        status: str | None,
+        size: int,
+        cursor: str | None,
+        page: int,
+        asc: bool,
+        ranges: Ranges,
     ) -> InstancePage:
         """The page after ``cursor``, or page number ``page`` (read through the pages before
         it: stepline's pages are cursors); past the last page, an empty one."""
         for number in range(1 if cursor is not None else page):
             listing = await self.engine.list_instances(
-                name, status, size, cursor, oldest_first=asc, values=False
+                name, status, size, cursor, oldest_first=asc, values=False, **ranges
             )
             cursor = listing.cursor
             if cursor is None and number < page - 1:

@@ -47,6 +47,7 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
             "deadline_at": i.deadline_at,
             "parent_pk": i.parent_pk,
             "on_parent_close": i.on_parent_close,
+            "tags": i.tags,
         }
         for n, i in items
     )
@@ -195,46 +196,67 @@ class InstanceWrites:
     ) -> tuple[InstanceRecord, bool]:
         """:meth:`~stepline.store.base.Store.control`: the instance afterwards, and whether it
         made another runnable: its parent (it ended a child), or the next in line of its key."""
-        q = self._sql
-        woke_parent = freed = False
+        woke = False
 
         async def body(conn: Conn) -> InstanceRecord:
-            nonlocal woke_parent, freed
-            pk, status, owner = await self._lock(conn, workflow, instance_id)
-            if action == "restart":
-                cur = await conn.execute(q.dedup_holder_of, (pk,))
-                for dedup_key, holder in await cur.fetchall():
-                    raise DuplicateInstanceError(workflow, dedup_key, holder)
-                await self._restart(conn, pk, from_step, now, version)
-            else:
-                change = control_transition(
-                    workflow, instance_id, status, owner is not None, action, rollback
-                )
-                sets, params = control_assignments(change, now, "%s")
-                await conn.execute(control_update(self._schema, sets), (*params, pk))
-                if change.get("fence"):  # the fenced-out activation never records its steps
-                    await conn.execute(
-                        q.interrupt_running_steps, {"pk": pk, "now": now, "error": _INTERRUPTED}
-                    )
-                    if status in _RUNNING:  # it ran: its slots are free
-                        back = {"pks": [pk], **freed_params(now, self._notes)}
-                        cur = await conn.execute(self._parking.freed_of, back)
-                        freed = any((await cur.fetchone() or (0, 0, 0))[:2])
-                if change.get("end"):  # a child ended: wake a parent waiting for it
-                    cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
-                    woke_parent = woke_parent or bool(await cur.fetchall())
-                    if self.closing is not None:  # and its own children's policy applies
-                        freed = await self.closing(conn, pk, now) or freed
+            nonlocal woke
+            pk, woke = await self.control_in(
+                conn, workflow, instance_id, action, rollback, from_step, now, version
+            )
             note = self._notes.note(workflow, instance_id)
-            await conn.execute(q.notify, (self._notes.channel, note))
-            cur = await conn.execute(q.get_instance_by_pk, (pk,))
+            await conn.execute(self._sql.notify, (self._notes.channel, note))
+            cur = await conn.execute(self._sql.get_instance_by_pk, (pk,))
             row = await cur.fetchone()
             if row is None:  # pragma: no cover - the row is locked by this transaction
                 raise InstanceNotFoundError(workflow, instance_id)
             return instance_from_row(row)
 
         record = await self._db.transaction(f"{action} of instance {instance_id!r}", body)
-        return record, woke_parent or freed
+        return record, woke
+
+    async def control_in(
+        self,
+        conn: Conn,
+        workflow: str,
+        instance_id: str,
+        action: ControlAction,
+        rollback: bool,
+        from_step: tuple[str, int] | None,
+        now: float,
+        version: str | None = None,
+    ) -> tuple[int, bool]:
+        """:meth:`control` in the caller's transaction, without its notification: the
+        instance's pk, and whether it made another runnable. Every refusal
+        (``IllegalStateError``, ``DuplicateInstanceError``, ``ValueError``) comes before it
+        writes anything."""
+        q = self._sql
+        woke_parent = freed = False
+        pk, status, owner = await self._lock(conn, workflow, instance_id)
+        if action == "restart":
+            cur = await conn.execute(q.dedup_holder_of, (pk,))
+            for dedup_key, holder in await cur.fetchall():
+                raise DuplicateInstanceError(workflow, dedup_key, holder)
+            await self._restart(conn, pk, from_step, now, version)
+        else:
+            change = control_transition(
+                workflow, instance_id, status, owner is not None, action, rollback
+            )
+            sets, params = control_assignments(change, now, "%s")
+            await conn.execute(control_update(self._schema, sets), (*params, pk))
+            if change.get("fence"):  # the fenced-out activation never records its steps
+                await conn.execute(
+                    q.interrupt_running_steps, {"pk": pk, "now": now, "error": _INTERRUPTED}
+                )
+                if status in _RUNNING:  # it ran: its slots are free
+                    back = {"pks": [pk], **freed_params(now, self._notes)}
+                    cur = await conn.execute(self._parking.freed_of, back)
+                    freed = any((await cur.fetchone() or (0, 0, 0))[:2])
+            if change.get("end"):  # a child ended: wake a parent waiting for it
+                cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
+                woke_parent = bool(await cur.fetchall())
+                if self.closing is not None:  # and its own children's policy applies
+                    freed = await self.closing(conn, pk, now) or freed
+        return pk, woke_parent or freed
 
     async def _lock(
         self, conn: Conn, workflow: str, instance_id: str
@@ -295,32 +317,38 @@ class InstanceWrites:
 
     async def delete(self, workflow: str, ids: list[str], finished_only: bool, now: float) -> int:
         """:meth:`~stepline.store.base.Store.delete_instances`."""
-        q = self._sql
 
         async def body(conn: Conn) -> int:
-            cur = await conn.execute(q.lock_instances_by_id, (workflow, ids))
-            # The rows stay locked until the delete commits: no status changes meanwhile.
-            locked = await cur.fetchall()
-            statuses = {row[0]: row[1] for row in locked}
-            if finished_only:
-                for instance_id in ids:
-                    status = statuses.get(instance_id)
-                    if status is not None and status not in FINISHED_STATUSES:
-                        raise IllegalStateError(workflow, instance_id, status, "delete")
-            cur = await conn.execute(q.delete_instances, (workflow, ids))
-            row = await cur.fetchone()
-            # A running instance deleted frees its slots: its key's next in line may run.
-            stopped = [
-                {"pk": None, "workflow": workflow, "key": key}
-                for _id, status, key in locked
-                if status in _RUNNING
-            ]
-            if stopped:
-                back = {"stopped": json_rows(stopped), **freed_params(now, self._notes)}
-                await conn.execute(self._parking.freed_stopped, back)
-            return int(row[0]) if row else 0
+            return await self.delete_in(conn, workflow, ids, finished_only, now)
 
         return await self._db.transaction(f"deleting instances of {workflow!r}", body)
+
+    async def delete_in(
+        self, conn: Conn, workflow: str, ids: list[str], finished_only: bool, now: float
+    ) -> int:
+        """:meth:`delete` in the caller's transaction; its refusal comes before it writes."""
+        q = self._sql
+        cur = await conn.execute(q.lock_instances_by_id, (workflow, ids))
+        # The rows stay locked until the delete commits: no status changes meanwhile.
+        locked = await cur.fetchall()
+        statuses = {row[0]: row[1] for row in locked}
+        if finished_only:
+            for instance_id in ids:
+                status = statuses.get(instance_id)
+                if status is not None and status not in FINISHED_STATUSES:
+                    raise IllegalStateError(workflow, instance_id, status, "delete")
+        cur = await conn.execute(q.delete_instances, (workflow, ids))
+        row = await cur.fetchone()
+        # A running instance deleted frees its slots: its key's next in line may run.
+        stopped = [
+            {"pk": None, "workflow": workflow, "key": key}
+            for _id, status, key in locked
+            if status in _RUNNING
+        ]
+        if stopped:
+            back = {"stopped": json_rows(stopped), **freed_params(now, self._notes)}
+            await conn.execute(self._parking.freed_stopped, back)
+        return int(row[0]) if row else 0
 
     async def purge(self, workflow: str | None, statuses: list[str], older_than: float) -> int:
         """:meth:`~stepline.store.base.Store.purge_instances`."""

@@ -53,6 +53,7 @@ from .listen import Listener
 from .messages import PostgresMessages
 from .migrate import applied_migrations, migrate, read_only_conninfo
 from .notes import Notes
+from .operations import PostgresOperations
 from .parking import ParkingStatements
 from .retention import Expiry
 from .schedules import PostgresSchedules, ScheduleWrites
@@ -136,6 +137,9 @@ class PostgresStore(Store):
             self._db, self.schema, self._notes, self.now, self.signals
         )
         self.messages = self._messages
+        self.operations = PostgresOperations(
+            self._db, self.schema, self._instances, self._notes, self.now, self.signals
+        )
         self._step_writes: Batcher[StepRow, str] = Batcher(
             self._writes.record_steps,
             key=lambda row: (row["pk"], row["name"], row["count"]),

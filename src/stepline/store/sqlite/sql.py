@@ -110,8 +110,8 @@ INSERT_INSTANCE = (
     "INSERT INTO instances (workflow, id, status, params, trigger, parent, ready_at,"
     " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at, schedule,"
     " key, priority, dedup_key, traceparent, version, retention, deadline_at, parent_pk,"
-    " on_parent_close)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " on_parent_close, tags)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UNFINISHED = "status NOT IN ('complete', 'errored', 'terminated')"
 """Written as the dedup index's condition, so that SQLite reads that (partial) index."""

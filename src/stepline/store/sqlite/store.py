@@ -54,6 +54,7 @@ from .db import Database, missing_message
 from .flow import SqliteFlow
 from .keyed import create_keyed
 from .messages import SqliteMessages
+from .operations import SqliteOperations
 from .schedules import SqliteSchedules
 from .stats import SqliteStats
 from .workers import SqliteWorkers
@@ -104,6 +105,7 @@ class SqliteStore(Store):
         self.workers = SqliteWorkers(self._db)
         self._messages = SqliteMessages(self._db, self.now, self.signals)
         self.messages = self._messages
+        self.operations = SqliteOperations(self._db, self.now, self.signals)
 
     @property
     def retry_seconds(self) -> float:

@@ -115,6 +115,7 @@ def create(
                     now, leased_to, token, expires, started, item.schedule, item.key,
                     item.priority, item.dedup_key, item.traceparent, item.version,
                     item.retention, item.deadline_at, item.parent_pk, item.on_parent_close,
+                    item.tags,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError:

@@ -37,7 +37,8 @@ class Served:
         s = self.schedule
         params = None if s.params is None else dumps(s.params, what=f"schedule {s.key!r} params")
         data = dumps({"name": s.key, "cron": s.cron, "tick": tick}, what="schedule data")
-        return NewInstance(s.instance_id(tick), params, schedule=data)
+        tags = None if not s.tags else dumps(dict(s.tags), what=f"schedule {s.key!r} tags")
+        return NewInstance(s.instance_id(tick), params, schedule=data, tags=tags)
 
 
 def from_record(record: ScheduleRecord) -> Served:

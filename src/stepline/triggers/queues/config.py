@@ -15,6 +15,8 @@ from typing import Any
 
 from ...durations import parse_duration
 from ...errors import ConfigError
+from ...operations.language import TagError
+from ...operations.language.tags import MAX_TAGS, check_key
 from ...project import QueueTriggerEntry
 from ...workflow import is_valid_name
 from .broker import broker_scheme, redact_url
@@ -66,6 +68,9 @@ class QueueTrigger:
     """What ``stepline consume --trigger NAME`` and ``publish`` call it (default: the queue)."""
     id_key: str | None = None
     id_prefix: str = ""
+    tag_keys: tuple[str, ...] = ()
+    """Top-level keys of the params copied as the instance's tags (docs/operations.md); a key
+    the params lack is left out. An envelope may also carry ``tags``."""
     batch_size: int = 100
     """Messages received and created in one transaction at most."""
     concurrency: int = 1
@@ -84,6 +89,8 @@ class QueueTrigger:
     def __post_init__(self) -> None:
         if not self.name and isinstance(self.queue, str):
             object.__setattr__(self, "name", self.queue)
+        if isinstance(self.tag_keys, list):  # as TOML gives it
+            object.__setattr__(self, "tag_keys", tuple(self.tag_keys))
         try:
             self._check()
         except _FieldError as exc:
@@ -114,6 +121,13 @@ class QueueTrigger:
                 f"must be empty or start an instance id (ASCII letters, digits, '_' or '-'), "
                 f"got {self.id_prefix!r}",
             )
+        if not isinstance(self.tag_keys, tuple) or len(self.tag_keys) > MAX_TAGS:
+            raise _FieldError("tag_keys", f"must be a list of at most {MAX_TAGS} keys")
+        for key in self.tag_keys:
+            try:
+                check_key(key, where="tag_keys")
+            except TagError as exc:
+                raise _FieldError("tag_keys", f"holds a bad key: {exc}") from None
         _whole("batch_size", self.batch_size, 1)
         _whole("concurrency", self.concurrency, 1)
         if self.max_queued is not None:

@@ -272,7 +272,12 @@ class Consumer:
         binding = self.bindings.workflow(workflow)
         unique = {item.instance_id: item for item in reversed(items)}
         batch = [
-            {"id": i.instance_id, "params": i.params, "traceparent": traceparent(i.message)}
+            {
+                "id": i.instance_id,
+                "params": i.params,
+                "traceparent": traceparent(i.message),
+                "tags": i.tags,
+            }
             for i in reversed(unique.values())
         ]
         label = self.trigger.trigger_label

@@ -13,11 +13,12 @@ import orjson
 
 from ... import _json
 from ...errors import InvalidPayloadError
+from ...operations.language import TagError, TagValue, check_tags
 from ...workflow import is_valid_name
 from .broker import Message
 from .config import QueueTrigger
 
-ENVELOPE_KEYS = ("workflow", "params", "id")
+ENVELOPE_KEYS = ("workflow", "params", "id", "tags")
 _NAME_RULE = "1-100 ASCII letters, digits, '_' or '-', not starting with '-'"
 
 
@@ -29,6 +30,7 @@ class Item:
     workflow: str
     instance_id: str
     params: Any
+    tags: dict[str, TagValue] | None = None
 
 
 class Poison(Exception):
@@ -52,11 +54,26 @@ class Decoder:
         except InvalidPayloadError as exc:
             raise Poison(f"params rejected: {exc}") from None
         explicit_id: Any = None
+        tags: Any = None
         if self.trigger.workflow is not None:
             workflow, params = self.trigger.workflow, body
         else:
             workflow, params, explicit_id = self._envelope(body)
-        return Item(message, workflow, self._instance_id(message, params, explicit_id), params)
+            tags = body.get("tags")
+        instance_id = self._instance_id(message, params, explicit_id)
+        return Item(message, workflow, instance_id, params, self._tags(params, tags))
+
+    def _tags(self, params: Any, given: Any) -> dict[str, TagValue] | None:
+        """The envelope's ``tags`` and the params' ``tag_keys``, checked."""
+        found: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
+        if given is not None and not isinstance(given, dict):
+            raise Poison(f"the message's 'tags' must be an object, got {_json_type(given)}")
+        if self.trigger.tag_keys and isinstance(params, dict):
+            found.update({k: params[k] for k in self.trigger.tag_keys if k in params})
+        try:
+            return check_tags(found, where="the message's tags") or None
+        except TagError as exc:
+            raise Poison(str(exc)) from None
 
     def _envelope(self, body: Any) -> tuple[str, Any, Any]:
         if not isinstance(body, dict):

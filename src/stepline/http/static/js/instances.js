@@ -1,4 +1,5 @@
-// Instances page: filter by workflow and status, search by id, page newest first, auto-refresh.
+// Instances page: filter by workflow, status and a filter expression (docs/operations.md),
+// search by id, page newest first, auto-refresh.
 
 import { api, enc, instancePath } from "./api.js";
 import {
@@ -63,6 +64,7 @@ export function render(root, params) {
   const state = {
     workflow: params.workflow || "",
     status: params.status || "",
+    where: params.where || "",
     cursors: [null], // cursor of each page seen so far; the last one is the current page
     auto: params.auto !== "off",
   };
@@ -84,6 +86,14 @@ export function render(root, params) {
     "aria-label": "instance id",
     "data-testid": "search-id",
   });
+  const whereBox = h("input", {
+    type: "search",
+    placeholder: "Filter: customer = 'c-42' and status = 'errored'",
+    "aria-label": "filter",
+    "data-testid": "filter-where",
+    class: "where",
+    value: state.where,
+  });
   const autoBox = h("input", { type: "checkbox", checked: state.auto, "data-testid": "auto" });
   const body = h("tbody", {});
   const info = h("span", { class: "muted", "data-testid": "page-info" });
@@ -103,6 +113,8 @@ export function render(root, params) {
       { class: "toolbar card" },
       workflowSelect,
       statusSelect,
+      h("form", { class: "search", onsubmit: (ev) => { ev.preventDefault(); filtersChanged(); } },
+        whereBox, h("button", { type: "submit", "data-testid": "apply-where" }, "Filter")),
       h("form", { class: "search", onsubmit: (ev) => { ev.preventDefault(); find(); } },
         search, h("button", { type: "submit" }, "Go")),
     ),
@@ -139,6 +151,7 @@ export function render(root, params) {
     const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
     if (state.workflow) query.set("workflow", state.workflow);
     if (state.status) query.set("status", state.status);
+    if (state.where) query.set("where", state.where);
     if (cursor) query.set("cursor", cursor);
     try {
       const page = await api("GET", `/api/instances?${query}`);
@@ -186,15 +199,22 @@ export function render(root, params) {
   function filtersChanged() {
     state.workflow = workflowSelect.value;
     state.status = statusSelect.value;
+    state.where = whereBox.value.trim();
     state.cursors = [null];
-    setQuery({ workflow: state.workflow, status: state.status, auto: state.auto ? "" : "off" });
+    setQuery(shown());
     load();
+  }
+  function shown() {
+    return {
+      workflow: state.workflow, status: state.status, where: state.where,
+      auto: state.auto ? "" : "off",
+    };
   }
   workflowSelect.addEventListener("change", filtersChanged);
   statusSelect.addEventListener("change", filtersChanged);
   autoBox.addEventListener("change", () => {
     state.auto = autoBox.checked;
-    setQuery({ workflow: state.workflow, status: state.status, auto: state.auto ? "" : "off" });
+    setQuery(shown());
     load();
   });
   newer.addEventListener("click", () => {

@@ -1,0 +1,19 @@
+"""The filter language and the tag rules: parsed once into a small AST (``tree``), checked
+against the columns (``columns``), rendered to parameterised SQL per dialect (``render``)."""
+
+from .errors import FilterError, TagError
+from .parser import parse
+from .render import Rendered, render
+from .tags import TagValue, check_tags
+from .tree import Filter
+
+__all__ = [
+    "Filter",
+    "FilterError",
+    "Rendered",
+    "TagError",
+    "TagValue",
+    "check_tags",
+    "parse",
+    "render",
+]

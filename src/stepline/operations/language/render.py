@@ -1,0 +1,144 @@
+"""A parsed filter as a parameterised SQL condition over ``instances i``, per dialect.
+
+Every value travels as a parameter; the SQL text is built only from the fixed column names of
+``columns`` and the operators of the tree. A test of a tag is ``i.pk IN (SELECT ...)`` over the
+tags table, whose indexes (key, value, instance) answer it: both databases then start from the
+few instances a tag names (SQLite would run an ``EXISTS`` once per instance it scans).
+The logic is two-valued: a test of a column that is NULL (or of a tag the instance lacks) is
+false, so ``not`` and ``!=`` match it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .columns import BUILTINS
+from .tree import And, Column, Compare, Expr, Filter, In, Like, Not, Or, Value
+
+Dialect = Literal["sqlite", "postgres"]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A condition on ``instances`` aliased ``i``, and its parameters in order."""
+
+    sql: str
+    params: list[Any] = field(default_factory=list)
+
+
+def render(filter_: Filter | None, dialect: Dialect, *, tags_table: str) -> Rendered:
+    """The condition for ``filter_`` (``1 = 1`` for none), with ``?`` (SQLite) or ``%s``
+    (PostgreSQL) placeholders; ``tags_table`` is the tags table's (qualified) name."""
+    if filter_ is None or filter_.expr is None:
+        return Rendered("1 = 1")
+    out = _Renderer(dialect, tags_table)
+    return Rendered(out.expr(filter_.expr), out.params)
+
+
+class _Renderer:
+    def __init__(self, dialect: Dialect, tags_table: str) -> None:
+        self.mark = "?" if dialect == "sqlite" else "%s"
+        self.like = "LIKE" if dialect == "sqlite" else "ILIKE"  # case-insensitive in both
+        self.tags = tags_table
+        self.params: list[Any] = []
+
+    def bind(self, value: Any) -> str:
+        self.params.append(value)
+        return self.mark
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, And):
+            return "(" + " AND ".join(self.expr(item) for item in e.items) + ")"
+        if isinstance(e, Or):
+            return "(" + " OR ".join(self.expr(item) for item in e.items) + ")"
+        if isinstance(e, Not):
+            return f"(NOT {self.expr(e.item)})"
+        if isinstance(e, Compare):
+            if e.op == "!=":
+                return f"(NOT {self.compare(e.column, '=', e.value)})"
+            return self.compare(e.column, e.op, e.value)
+        if isinstance(e, In):
+            test = self.member(e.column, e.values)
+            return f"(NOT {test})" if e.negated else test
+        if isinstance(e, Like):
+            test = self.pattern(e.column, e.pattern)
+            return f"(NOT {test})" if e.negated else test
+        test = self.present(e.column)
+        return f"(NOT {test})" if e.negated else test
+
+    # -- built-in columns and tags ---------------------------------------------------------------
+
+    def compare(self, column: Column, op: str, value: Value) -> str:
+        if column.tag:
+            slot, bound = _slot(value)
+            return self.tag_exists(
+                column, _kind_of(value), lambda: f"{slot} {op} {self.bind(bound)}"
+            )
+        builtin = BUILTINS[column.name]
+        test = f"i.{builtin.sql} {op} {self.bind(value)}"
+        return f"(i.{builtin.sql} IS NOT NULL AND {test})" if builtin.nullable else test
+
+    def member(self, column: Column, values: tuple[Value, ...]) -> str:
+        if not column.tag:
+            builtin = BUILTINS[column.name]
+            marks = ", ".join(self.bind(v) for v in values)
+            test = f"i.{builtin.sql} IN ({marks})"
+            return f"(i.{builtin.sql} IS NOT NULL AND {test})" if builtin.nullable else test
+        # One read per kind of value: each reads its own index.
+        groups: dict[str, list[Value]] = {}
+        for value in values:
+            groups.setdefault(_kind_of(value), []).append(value)
+        tests = [self.tag_in(column, kind, members) for kind, members in groups.items()]
+        return tests[0] if len(tests) == 1 else "(" + " OR ".join(tests) + ")"
+
+    def tag_in(self, column: Column, kind: str, members: list[Value]) -> str:
+        slot = _slot(members[0])[0]
+
+        def test() -> str:
+            return f"{slot} IN ({', '.join(self.bind(_slot(v)[1]) for v in members)})"
+
+        return self.tag_exists(column, kind, test)
+
+    def pattern(self, column: Column, pattern: str) -> str:
+        if column.tag:
+            return self.tag_exists(
+                column, "s", lambda: f"t.text_value {self.like} {self.bind(pattern)}"
+            )
+        builtin = BUILTINS[column.name]
+        test = f"i.{builtin.sql} {self.like} {self.bind(pattern)}"
+        return f"(i.{builtin.sql} IS NOT NULL AND {test})" if builtin.nullable else test
+
+    def present(self, column: Column) -> str:
+        if column.tag:
+            key = self.bind(column.name)
+            return f"i.pk IN (SELECT t.instance_pk FROM {self.tags} t WHERE t.key = {key})"
+        return f"i.{BUILTINS[column.name].sql} IS NOT NULL"
+
+    def tag_exists(self, column: Column, kind: str, test: Callable[[], str]) -> str:
+        """A test of the tag ``column`` holding a value of ``kind``; ``test`` renders the
+        value's condition (after the key, so that the parameters stay in text order)."""
+        key = self.bind(column.name)
+        return (
+            f"i.pk IN (SELECT t.instance_pk FROM {self.tags} t WHERE t.key = {key}"
+            f" AND t.kind = '{kind}' AND {test()})"
+        )
+
+
+def _slot(value: Value) -> tuple[str, Any]:
+    """The tags table's column that holds values like ``value``, and the parameter."""
+    if isinstance(value, bool):
+        return "t.num_value", 1.0 if value else 0.0
+    if isinstance(value, float):
+        return "t.num_value", value
+    return "t.text_value", value
+
+
+def _kind_of(value: Value) -> str:
+    """The tags table's ``kind``: ``s`` text, ``n`` number, ``b`` boolean."""
+    if isinstance(value, bool):
+        return "b"
+    if isinstance(value, float):
+        return "n"
+    return "s"
