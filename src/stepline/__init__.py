@@ -36,8 +36,10 @@ from .errors import (
     StoreUnavailableError,
     UpdateFailedError,
     UpdateRejectedError,
+    WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowNotFoundError,
+    WorkflowTimeoutError,
 )
 from .handlers import query, update
 from .limits import Limit, Rate
@@ -113,10 +115,12 @@ __all__ = [
     "WorkerInfo",
     "Workflow",
     "WorkflowBinding",
+    "WorkflowCancelledError",
     "WorkflowEvent",
     "WorkflowFailedError",
     "WorkflowNotFoundError",
     "WorkflowStep",
+    "WorkflowTimeoutError",
     "__version__",
     "parse_duration",
     "query",

@@ -12,6 +12,7 @@ the limit keys of ``[[workflows]]`` tables, which override what the code declare
     key_concurrency = 1              # per key (create(key=...))
     limits = ["payments"]            # named limits its instances also count toward
     version = "2"                    # the code's version (docs/versioning.md)
+    timeout = "2 hours"              # each instance's deadline (docs/operations.md)
 
     [[limits]]
     name = "payments"
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ._config_keys import check_keys
+from .durations import parse_duration
 from .errors import ConfigError, DefinitionError
 from .limits import (
     LIMIT_KEYS,
@@ -46,8 +48,8 @@ from .workflow import definition_of, validate_version
 def workflow_limit_settings(
     item: Mapping[str, Any], name: str, path: Path, where: str
 ) -> dict[str, Any]:
-    """The flow control keys (and the ``version``) a ``[[workflows]]`` table sets, each checked
-    on its own so that an error names it (``workflows[0].concurrency``)."""
+    """The flow control keys (and the ``version`` and ``timeout``) a ``[[workflows]]`` table
+    sets, each checked on its own so that an error names it (``workflows[0].concurrency``)."""
     settings: dict[str, Any] = {}
     for key in WORKFLOW_LIMIT_KEYS:
         if key not in item:
@@ -62,6 +64,12 @@ def workflow_limit_settings(
             settings["version"] = validate_version(item["version"], what=f"version of {name!r}")
         except ValueError as exc:
             raise ConfigError(f"{path}: key '{where}.version': {exc}") from None
+    if "timeout" in item:  # not a limit, but set over the code alike
+        try:
+            parse_duration(item["timeout"], what="timeout")
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{path}: key '{where}.timeout': {exc}") from None
+        settings["timeout"] = item["timeout"]
     return settings
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
 import time
 import uuid
 from collections.abc import (
@@ -20,9 +19,9 @@ from collections.abc import (
 from typing import Any, Literal, Protocol, Unpack
 
 from . import _json
+from ._creating import OnConflict, check_key, check_priority, deadline, is_text, keyed_conflict
 from ._json import DEFAULT_MAX_PAYLOAD
 from ._runtime.observer import Observer
-from ._shown import shown
 from ._traceparent import valid_traceparent
 from .durations import Duration, format_duration, parse_duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
@@ -56,11 +55,6 @@ from .workflow import is_valid_name, validate_name, validate_version
 CheckWorkflow = Callable[[str], Awaitable[None]]
 
 FINISHED_ORDER = tuple(s for s in INSTANCE_STATUSES if s in FINISHED_STATUSES)
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-MAX_KEY_LENGTH = 200
-"""The longest ``key`` or ``dedup_key`` (characters)."""
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-"""The priorities a store keeps (a 32-bit signed integer); lower is claimed first."""
 OnDuplicate = Literal["return", "raise"]
 StatusAction = Literal["pause", "resume", "terminate", "restart"]
 STATUS_ACTIONS: tuple[StatusAction, ...] = ("pause", "resume", "terminate", "restart")
@@ -75,48 +69,15 @@ def check_listing(status: str | None, limit: int) -> None:
         raise ValueError(f"limit must be at least 1, got {limit!r}")
 
 
-def _is_text(value: object) -> bool:
-    """A str without control characters that encodes to UTF-8 (no lone surrogate)."""
-    if not isinstance(value, str) or _CONTROL_CHARS.search(value):
-        return False
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_from_step(name: object) -> str:
     """A step name to restart from. No recorded step has a name that is not such text: refused
     here, it is refused alike by every store (PostgreSQL text cannot even hold a NUL)."""
-    if not _is_text(name):
+    if not is_text(name):
         raise ValueError(
             f"invalid step name {name!r} to restart from: step names are UTF-8 text without "
             "control characters"
         )
     return str(name)
-
-
-def _check_key(value: object, *, what: str) -> str | None:
-    """A flow control key or dedup key: None, or text of 1 to 200 characters (UTF-8, no control
-    characters, which no store keeps alike); else ``ValueError`` naming ``what``."""
-    if value is None:
-        return None
-    if not _is_text(value) or not 1 <= len(str(value)) <= MAX_KEY_LENGTH:
-        raise ValueError(
-            f"invalid {what} {shown(value)}: a string of 1 to {MAX_KEY_LENGTH} characters without "
-            "control characters (or None)"
-        )
-    return str(value)
-
-
-def _check_priority(value: object, *, what: str = "priority") -> int:
-    low, high = PRIORITY_RANGE
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(
-            f"invalid {what} {shown(value)}: a whole number from {low} to {high} (lower runs first)"
-        )
-    return value
 
 
 async def _delete(
@@ -432,6 +393,7 @@ class WorkflowBinding:
         version_of: VersionOf | None = None,
         payloads: PayloadCodec | None = None,
         params_type: Any = None,
+        timeout_of: Callable[[str], float | None] | None = None,
     ) -> None:
         self._store = store
         self._version_of = version_of or _given_version
@@ -439,6 +401,8 @@ class WorkflowBinding:
         self._params_type = params_type
         self._messaging = messaging or Messaging(store, max_payload)
         self._payloads = payloads or PayloadCodec(max_payload=max_payload)
+        self._timeout_of = timeout_of
+        """A workflow's declared ``timeout`` (seconds), known once ``check`` passed."""
         self.name = name
         self._check_known = check
         self._reserve = reserve
@@ -452,6 +416,9 @@ class WorkflowBinding:
 
     async def _check(self) -> None:
         await self._check_known(self.name)
+
+    def _default_timeout(self) -> float | None:
+        return None if self._timeout_of is None else self._timeout_of(self.name)
 
     async def _params(self, instance_id: str, params: Any, what: str) -> str:
         """Params as stored, checked against the type ``run()`` declares for them
@@ -515,6 +482,9 @@ class WorkflowBinding:
         traceparent: str | None = None,
         version: str | None = None,
         retention: Mapping[str, Duration] | None = None,
+        timeout: Duration | None = None,
+        on_conflict: OnConflict | None = None,
+        debounce: Duration | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> Instance:
         """Create an instance (durable when this returns): queued, or already running when the
@@ -539,25 +509,43 @@ class WorkflowBinding:
         worker or registry here has raises ``ValueError`` naming it; nothing is created.
         ``retention``: how long this instance is kept once it ends, by outcome (``{"complete":
         "1 day"}``), over its workflow's retention (docs/reliability.md, "Retention").
+        ``timeout``: the instance's deadline from now (default: the workflow's ``timeout``):
+        past it, it errors with :class:`~stepline.WorkflowTimeoutError` after its rollbacks.
+        ``on_conflict`` (with ``key``): ``"debounce"`` (with ``debounce``, a quiet period) makes
+        a burst of creates for the key one instance, run with the last params once the key has
+        been quiet that long (the handle names that instance); ``"replace_queued"`` terminates
+        the key's instances that have not started, keeping the newest (docs/operations.md).
         ``tags``: up to 20 ``key: value`` pairs (text, numbers, booleans) to find it by with a
         filter (docs/operations.md); ``TagError`` names one that breaks the rules.
         """
         if on_duplicate not in ("return", "raise"):
             raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
+        checked_key = check_key(key, what="key")
+        conflict, quiet = keyed_conflict(on_conflict, checked_key, debounce)
+        deadline(timeout, None, 0.0)  # checked before anything is read
         await self._check()
         chosen = await self._version_of(self.name, version)
+        now = self._store.now()
+        deadline_at = deadline(timeout, self._default_timeout(), now)
         instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
         new = NewInstance(
             instance_id,
             await self._params(instance_id, params, "instance params"),
-            key=_check_key(key, what="key"),
-            priority=_check_priority(priority),
-            dedup_key=_check_key(dedup_key, what="dedup_key"),
+            key=checked_key,
+            priority=check_priority(priority),
+            dedup_key=check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
             version=chosen,
             retention=_retention_json(retention),
+            deadline_at=deadline_at,
             tags=tags_json(tags),
         )
+        if conflict is not None:
+            ready_at = None if quiet is None else now + quiet
+            record = await self._store.create_keyed(
+                self.name, new, trigger=trigger, on_conflict=conflict, ready_at=ready_at
+            )
+            return self._instance(record.id)
         try:
             await self._create([new], trigger, skip_existing=False)
         except DuplicateInstanceError as exc:
@@ -607,13 +595,14 @@ class WorkflowBinding:
                     await self._params(
                         instance_id, item.get("params"), f"params of batch item {index}"
                     ),
-                    key=_check_key(item.get("key"), what=f"key of batch item {index}"),
-                    priority=_check_priority(
+                    key=check_key(item.get("key"), what=f"key of batch item {index}"),
+                    priority=check_priority(
                         item.get("priority", 0), what=f"priority of batch item {index}"
                     ),
                     traceparent=valid_traceparent(item.get("traceparent")),
                     tags=tags_json(item.get("tags"), where=f"tags of batch item {index}"),
                     version=chosen,
+                    deadline_at=deadline(None, self._default_timeout(), self._store.now()),
                 )
             )
         await self._create(new, trigger, skip_existing=True)
@@ -660,8 +649,9 @@ class WorkflowBinding:
         new = NewInstance(
             instance_id,
             await self._params(instance_id, params, "instance params"),
-            key=_check_key(key, what="key"),
-            priority=_check_priority(priority),
+            key=check_key(key, what="key"),
+            priority=check_priority(priority),
+            deadline_at=deadline(None, self._default_timeout(), self._store.now()),
             version=await self._version_of(self.name, None),
         )
         await self._create([new], trigger, skip_existing=True)

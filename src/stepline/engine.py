@@ -287,6 +287,7 @@ class Engine:
             self._version_of,
             self.payloads,
             params_type=None if definition is None else payload_type(definition.cls),
+            timeout_of=self.registry.timeout_of,
         )
 
     async def _check_workflow(self, name: str) -> None:

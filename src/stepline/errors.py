@@ -52,6 +52,18 @@ class WorkflowFailedError(SteplineError):
         self.error = error
 
 
+class WorkflowTimeoutError(SteplineError):
+    """An instance ran past its deadline (its workflow's ``timeout``, ``create(timeout=...)``
+    or its parent's): it ends ``errored`` with this error after its rollbacks ran, whatever it
+    was doing (docs/operations.md, "Deadlines")."""
+
+
+class WorkflowCancelledError(SteplineError):
+    """A child instance whose parent ended was cancelled (``on_parent_close="request_cancel"``):
+    it ends ``errored`` with this error after its rollbacks ran (docs/operations.md, "Children
+    and their parent")."""
+
+
 class InvalidPayloadError(SteplineError, ValueError):
     """A value that has to be stored is not JSON, or is larger than the configured limit."""
 

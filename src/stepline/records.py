@@ -215,6 +215,10 @@ class InstanceRecord:
     delete_at: float | None = None
     """When retention deletes it (epoch seconds), set as it ends from its outcome's retention
     (its own, else its workflow's); None while unfinished, or when kept (docs/reliability.md)."""
+    deadline_at: float | None = None
+    """When the instance errors with :class:`~stepline.WorkflowTimeoutError` if it has not
+    ended (its workflow's ``timeout``, ``create(timeout=...)``, or its parent's deadline); None
+    for none, and once the deadline has been carried out (docs/operations.md, "Deadlines")."""
     tags: dict[str, Any] | None = None
     """Its tags (docs/operations.md), where the read that made this record read them (a
     filtered list, ``describe``); None where it did not."""
@@ -246,6 +250,7 @@ class InstanceRecord:
             "dedup_key": self.dedup_key,
             "version": self.version,
             "delete_at": self.delete_at,
+            "deadline_at": self.deadline_at,
             **({} if self.tags is None else {"tags": self.tags}),
         }
 

@@ -33,8 +33,9 @@ class Registry:
         self.versions: dict[str, dict[str, WorkflowDefinition]] = {}
         """Every registered version of each workflow, by name then version, oldest first."""
         self.limits = named_limits(limits)
-        self._stored: set[str] = set()
-        """Workflows the database knew at the last look (registered by another process)."""
+        self._stored: dict[str, float | None] = {}
+        """Workflows the database knew at the last look (registered by another process), with
+        their declared ``timeout``."""
 
     def add(self, workflow: Any) -> WorkflowDefinition:
         """Add a workflow class, ``@workflow`` function, Pipeline or Dag; raises
@@ -84,7 +85,9 @@ class Registry:
         description, their limits and their retention."""
         chosen = self.definitions.values() if definitions is None else definitions
         return [
-            WorkflowMeta(d.name, d.class_name, d.describe(), limits=d.limits, retention=d.retention)
+            WorkflowMeta(
+                d.name, d.class_name, _described(d), limits=d.limits, retention=d.retention
+            )
             for d in chosen
         ]
 
@@ -93,9 +96,27 @@ class Registry:
         here or registered in the database (by a worker of another process)."""
         if name in self.definitions or name in self._stored:
             return
-        self._stored = {info.name for info in await store.list_workflows()}
+        self._stored = {
+            info.name: (info.definition or {}).get("timeout")
+            for info in await store.list_workflows()
+        }
         if name not in self._stored:
-            raise WorkflowNotFoundError(name, sorted(self._stored | set(self.definitions)))
+            raise WorkflowNotFoundError(name, sorted({*self._stored, *self.definitions}))
+
+    def timeout_of(self, name: str) -> float | None:
+        """Workflow ``name``'s declared ``timeout`` in seconds: its code's, else as the
+        database had it registered when :meth:`check_known` last looked (None: none)."""
+        known = self.definitions.get(name)
+        return known.timeout if known is not None else self._stored.get(name)
+
+
+def _described(definition: WorkflowDefinition) -> dict[str, Any]:
+    """What the store keeps of a definition: its description, and its ``timeout`` if it has one
+    (read by clients without the code)."""
+    described = definition.describe()
+    if definition.timeout is not None:
+        described = {**described, "timeout": definition.timeout}
+    return described
 
 
 def named_limits(limits: Iterable[Limit]) -> tuple[Limit, ...]:

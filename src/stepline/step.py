@@ -7,12 +7,12 @@ import re
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 from ._shown import shown
 from ._stepdeps import Adapt, DeclaredSteps, StepHandle
 from .config import StepConfig
-from .durations import Duration
+from .durations import Duration, parse_duration
 from .records import EventRecord
 from .values import convert, returns_of
 
@@ -81,7 +81,7 @@ class StepRunner(Protocol):
     def tag(self, key: str, value: Any) -> Coroutine[Any, Any, None]: ...
 
     def start_workflow(
-        self, workflow: str, params: Any, child_id: str | None
+        self, workflow: str, params: Any, child_id: str | None, options: ChildOptions
     ) -> Coroutine[Any, Any, str]: ...
 
     def wait_for_workflow(
@@ -95,6 +95,30 @@ class StepRunner(Protocol):
     def patched(self, patch_id: str) -> bool: ...
 
     def deprecate_patch(self, patch_id: str) -> None: ...
+
+
+ParentClosePolicy = Literal["terminate", "request_cancel", "abandon"]
+PARENT_CLOSE_POLICIES: tuple[ParentClosePolicy, ...] = ("terminate", "request_cancel", "abandon")
+
+
+@dataclass(frozen=True)
+class ChildOptions:
+    """How a child workflow is started (:meth:`WorkflowStep.start_workflow`)."""
+
+    on_parent_close: ParentClosePolicy = "terminate"
+    timeout: float | None = None
+    """Its own deadline in seconds from its start; None: its workflow's, else its parent's."""
+
+    @classmethod
+    def checked(cls, on_parent_close: object, timeout: Duration | None) -> ChildOptions:
+        """The options, or ``ValueError`` naming the value refused."""
+        if on_parent_close not in PARENT_CLOSE_POLICIES:
+            raise ValueError(
+                f"invalid on_parent_close {on_parent_close!r}: use one of "
+                f"{', '.join(PARENT_CLOSE_POLICIES)}"
+            )
+        seconds = None if timeout is None else parse_duration(timeout, what="timeout")
+        return cls(on_parent_close, seconds)
 
 
 async def _converted(call: Coroutine[Any, Any, Any], declared: Any, name: str) -> Any:
@@ -352,14 +376,27 @@ class WorkflowStep:
         self._activation.deprecate_patch(patch_id)
 
     def start_workflow(
-        self, workflow: str, params: Any = None, *, id: str | None = None
+        self,
+        workflow: str,
+        params: Any = None,
+        *,
+        id: str | None = None,
+        on_parent_close: ParentClosePolicy = "terminate",
+        timeout: Duration | None = None,
     ) -> Coroutine[Any, Any, str]:
         """Start an instance of another workflow, once (replay does not start a second one).
 
         Returns the child's instance id (``id``, or one derived from this instance and step).
+        ``on_parent_close``: what this instance's end, errored or terminated, does to the child
+        while it is unfinished: ``"terminate"`` (the default) ends it ``terminated``,
+        ``"request_cancel"`` makes it run its rollbacks and end ``errored`` with
+        :class:`~stepline.WorkflowCancelledError`, ``"abandon"`` leaves it running.
+        ``timeout``: the child's deadline from now; by default its workflow's ``timeout``,
+        else this instance's deadline (docs/operations.md, "Children and their parent").
         """
+        options = ChildOptions.checked(on_parent_close, timeout)
         activation = self._activation
-        call = activation.start_workflow(workflow, params, id)
+        call = activation.start_workflow(workflow, params, id, options)
         return activation.track("start_workflow", workflow, call)
 
     def wait_for_workflow(

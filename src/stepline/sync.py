@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from . import _loop
+from ._creating import OnConflict
 from .client import FINISHED_ORDER, Instance, OnDuplicate, WorkflowBinding
 from .durations import Duration
 from .engine import Engine
@@ -150,6 +151,9 @@ class SyncWorkflowBinding:
         dedup_key: str | None = None,
         on_duplicate: OnDuplicate = "return",
         retention: Mapping[str, Duration] | None = None,
+        timeout: Duration | None = None,
+        on_conflict: OnConflict | None = None,
+        debounce: Duration | None = None,
     ) -> SyncInstance:
         made = self._binding.create(
             id,
@@ -160,6 +164,9 @@ class SyncWorkflowBinding:
             dedup_key=dedup_key,
             on_duplicate=on_duplicate,
             retention=retention,
+            timeout=timeout,
+            on_conflict=on_conflict,
+            debounce=debounce,
         )
         return SyncInstance(self._portal, self._portal.call(made))
 

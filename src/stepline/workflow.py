@@ -14,7 +14,7 @@ from typing_extensions import TypeVar
 
 from ._shown import shown
 from ._source_steps import static_steps, step_graph
-from .durations import Duration
+from .durations import Duration, parse_duration
 from .errors import DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Rate, WorkflowLimits, workflow_limits
 from .records import DEFAULT_VERSION
@@ -92,6 +92,10 @@ class Workflow:
     retention: ClassVar[Mapping[str, Duration] | None] = None
     """How long finished instances are kept, by outcome: ``{"complete": "7 days", "errored":
     "30 days", "terminated": "1 day"}`` (outcomes not named: the workers' ``retention``)."""
+    timeout: Duration | None = None
+    """Each instance's deadline, from its creation (``"2 hours"``): past it the instance errors
+    with :class:`~stepline.WorkflowTimeoutError` after its rollbacks ran
+    (``create(timeout=...)`` overrides it; docs/operations.md, "Deadlines")."""
 
     async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.run() is not implemented")
@@ -173,6 +177,7 @@ def workflow(
     key_concurrency: int | None = None,
     limits: Iterable[str] = (),
     retention: Mapping[str, Duration] | None = None,
+    timeout: Duration | None = None,
 ) -> Callable[[RunFunction], type[Workflow]]:
     """Decorator form: ``@workflow(name="greeting")`` on ``async def fn(event, step)``.
 
@@ -189,6 +194,7 @@ def workflow(
         "key_concurrency": key_concurrency,
         "limits": limits,
     }
+    _timeout(timeout, f"@workflow({name or ''})")
 
     def decorate(fn: RunFunction) -> type[Workflow]:
         if not callable(fn):
@@ -215,6 +221,7 @@ def workflow(
                 "schedules": declared,
                 "retention": retention,
                 **settings,
+                "timeout": timeout,
                 "run": run,
                 "__doc__": fn.__doc__,
                 "__module__": fn.__module__,
@@ -241,6 +248,8 @@ class WorkflowDefinition:
     """The version of the code (:attr:`Workflow.version`)."""
     retention: Retention | None = field(default=None, kw_only=True, hash=False)
     """How long its finished instances are kept, seconds by outcome (:mod:`stepline.retention`)."""
+    timeout: float | None = field(default=None, kw_only=True)
+    """Its instances' deadline in seconds from their creation (:attr:`Workflow.timeout`)."""
 
     @property
     def class_name(self) -> str:
@@ -297,7 +306,13 @@ def definition_of(obj: Any) -> WorkflowDefinition:
         retention = _retention(obj.retention, what)
         version = _version(obj, what)
         return WorkflowDefinition(
-            name, obj, schedules=schedules, limits=limits, retention=retention, version=version
+            name,
+            obj,
+            schedules=schedules,
+            limits=limits,
+            retention=retention,
+            timeout=_timeout(obj.timeout, what),
+            version=version,
         )
     if isinstance(obj, Workflow):
         check_workflow_class(type(obj))
@@ -313,6 +328,7 @@ def definition_of(obj: Any) -> WorkflowDefinition:
             limits=_limits(obj, what),
             version=_version(obj, what),
             retention=_retention(obj.retention, what),
+            timeout=_timeout(obj.timeout, what),
         )
     raise DefinitionError(
         f"{obj!r} is not a workflow: pass a Workflow subclass, a @workflow function, "
@@ -339,6 +355,16 @@ def _retention(declared: Any, what: str) -> Retention | None:
         return parse_retention(declared, where=f"retention of {what}")
     except ValueError as exc:
         raise DefinitionError(str(exc)) from None
+
+
+def _timeout(value: Any, what: str) -> float | None:
+    """A declared ``timeout`` in seconds (None: none); else :class:`DefinitionError`."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value, what="timeout")
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError(f"{what}: {exc}") from None
 
 
 def _schedules(declared: Any, workflow: str, what: str) -> tuple[Schedule, ...]:

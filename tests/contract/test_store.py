@@ -99,6 +99,10 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
         ("workflows", "retention"),
     ):
         raw(store_url, f"ALTER TABLE {table} DROP COLUMN {column}")
+    for index in ("instances_deadline", "instances_parent_pk", "instances_key_unstarted"):
+        raw(store_url, f"DROP INDEX {index}")
+    for column in ("deadline_at", "parent_pk", "on_parent_close", "conflict"):
+        raw(store_url, f"ALTER TABLE instances DROP COLUMN {column}")
     raw(store_url, "ALTER TABLE instances DROP COLUMN traceparent")
     raw(store_url, "ALTER TABLE instances DROP COLUMN version")
     raw(store_url, "DROP INDEX instances_key_parked")

@@ -892,3 +892,27 @@ def test_sigterm_stops_a_worker_gracefully_and_a_second_worker_finishes(project:
     text = ok(project, "workflows", "instances", "describe", "approval", "a1")
     assert "👀 Waiting for event" in text and "💤 Sleeping" in text
     assert fields(text)["Event type"] == "approved"
+
+
+def test_trigger_with_a_deadline_and_debounce(project: Path) -> None:
+    ok(project, "db", "init")
+    first = as_json(
+        project, "workflows", "trigger", "greeting", '{"n": 1}', "--key", "u",
+        "--on-conflict", "debounce", "--debounce", "1 hour", "--timeout", "2 hours",
+    )  # fmt: skip
+    again = as_json(
+        project, "workflows", "trigger", "greeting", '{"n": 2}', "--key", "u",
+        "--on-conflict", "debounce", "--debounce", "1 hour",
+    )  # fmt: skip
+    assert again["id"] == first["id"]
+    (listed,) = as_json(project, "workflows", "instances", "list", "greeting")
+    assert listed["params"] == {"n": 2}
+    assert listed["deadline_at"] == pytest.approx(listed["created_at"] + 7200, abs=5)
+    shown = ok(project, "workflows", "instances", "describe", "greeting", first["id"])
+    assert "Deadline" in shown
+    replaced = as_json(
+        project, "workflows", "trigger", "greeting", "--key", "u", "--on-conflict",
+        "replace_queued",
+    )  # fmt: skip
+    assert status_of(project, "greeting", first["id"]) == "terminated"
+    assert status_of(project, "greeting", replaced["id"]) == "queued"

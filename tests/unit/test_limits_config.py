@@ -181,3 +181,19 @@ def test_pyproject_keys_carry_the_prefix(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"key 'tool\.stepline\.limits\[0\]\.rate'"):
         load_project(tmp_path, environ={})
+
+
+def test_a_workflow_table_sets_the_timeout_over_the_code(project: Path) -> None:
+    configure(project, orders='timeout = "2 hours"\n', mailer="timeout = 90\n", more=LIMITS)
+    config = load_project(project, environ={})
+    timeouts = {d.name: d.timeout for d in map(definition_of, load_workflows(config))}
+    assert timeouts == {"orders": 7200.0, "mailer": 90.0, "pipe": None}
+
+
+@pytest.mark.parametrize("value", ['"soon"', "0", "-1", "true", "[1]"])
+def test_a_bad_timeout_names_the_file_and_the_key(project: Path, value: str) -> None:
+    path = configure(project, orders=f"timeout = {value}\n", more=LIMITS)
+    with pytest.raises(ConfigError) as caught:
+        load_project(project, environ={})
+    message = str(caught.value)
+    assert message.startswith(f"{path}: key 'workflows[0].timeout': invalid timeout")

@@ -23,9 +23,12 @@ from ..errors import (
     InvalidPayloadError,
     LeaseLostError,
     SuspendInstance,
+    WorkflowCancelledError,
+    WorkflowTimeoutError,
 )
 from ..records import EventRecord
-from ..step import EventMatch, RollbackCallback, StepCallback, WorkflowStep
+from ..step import ChildOptions, EventMatch, RollbackCallback, StepCallback, WorkflowStep
+from ..store._closing import ERRORS, INTERRUPTIONS
 from ..store.base import Claim, Finish, History, Store
 from ..values import convert
 from ..workflow import Workflow, WorkflowEvent, payload_type
@@ -113,9 +116,9 @@ class Activation:
         return tags.tag(self._state, key, value, write=not self._replay_only)
 
     def start_workflow(
-        self, workflow: str, params: Any, child_id: str | None
+        self, workflow: str, params: Any, child_id: str | None, options: ChildOptions
     ) -> Coroutine[Any, Any, str]:
-        return children.start_workflow(self._state, workflow, params, child_id)
+        return children.start_workflow(self._state, workflow, params, child_id, options)
 
     def wait_for_workflow(
         self, workflow: str, child_id: str, timeout: Duration
@@ -195,6 +198,9 @@ class Activation:
         if finish.status == "waiting" and quiet.stop_reason == "shutdown":
             await state.writer.committed()  # released, not finished: nothing carries them
             return finish
+        if finish.status in ("errored", "terminated") and state.parenting:
+            await state.writer.committed()
+            await state.store.close_children(state.lease, state.store.now())
         steps = await state.writer.for_finish()
         if steps:
             # Not dataclasses.replace: it reads the fields anew on every call, on every
@@ -249,7 +255,16 @@ class Activation:
         return Finish("complete", output=encoded)
 
     async def _terminated(self) -> Finish:
-        return Finish("terminated", rollback=await run_rollbacks(self._state, None))
+        """A termination with rollback, or an interruption (a deadline, a cancellation: see
+        ``store._closing``) that ends it errored once its rollbacks ran."""
+        control = self.claim.control
+        if control not in INTERRUPTIONS:
+            return Finish("terminated", rollback=await run_rollbacks(self._state, None))
+        error = dict(ERRORS[control])
+        exc = (WorkflowTimeoutError if control == "timeout" else WorkflowCancelledError)(
+            error["message"]
+        )
+        return Finish("errored", error=error, rollback=await run_rollbacks(self._state, exc))
 
     async def _errored(self, exc: BaseException) -> Finish:
         info = error_info(exc)

@@ -14,14 +14,21 @@ from ..durations import Duration, parse_duration
 from ..errors import StepTimeoutError, WorkflowFailedError
 from ..payloads import Slot, step_column
 from ..records import DEFAULT_VERSION
+from ..step import ChildOptions
 from ..store.base import NewInstance
 from ..workflow import validate_name
 from .state import ActivationState
 from .writer import StepRef
 
+DEFAULT_CHILD = ChildOptions()
+
 
 async def start_workflow(
-    state: ActivationState, workflow: str, params: Any, child_id: str | None
+    state: ActivationState,
+    workflow: str,
+    params: Any,
+    child_id: str | None,
+    options: ChildOptions = DEFAULT_CHILD,
 ) -> str:
     validate_name(workflow, what="workflow name")
     # With an explicit id the step is named after it, so concurrent starts of one workflow
@@ -54,6 +61,7 @@ async def start_workflow(
     observed = state.observed
     traceparent = None if observed is None else observed.child_traceparent()
     quiet.begin()  # nothing suspends between the child's creation and its record
+    state.parenting = True
     try:
         child = NewInstance(
             child_id,
@@ -61,6 +69,9 @@ async def start_workflow(
             _json.dumps(parent, what="parent"),
             traceparent=traceparent,
             version=state.settings.child_versions.get(workflow, DEFAULT_VERSION),
+            deadline_at=_child_deadline(state, workflow, options, step.started_at),
+            parent_pk=instance.pk,
+            on_parent_close=options.on_parent_close,
         )
         created = await state.store.create_instances(
             workflow, [child], trigger="workflow", skip_existing=True
@@ -75,6 +86,17 @@ async def start_workflow(
     finally:
         quiet.end()
     return child_id
+
+
+def _child_deadline(
+    state: ActivationState, workflow: str, options: ChildOptions, now: float
+) -> float | None:
+    """The child's own timeout (given here, else its workflow's if this worker knows it) from
+    now; without one, the parent's deadline."""
+    own = options.timeout
+    if own is None and state.settings.timeout_of is not None:
+        own = state.settings.timeout_of(workflow)
+    return state.instance.deadline_at if own is None else now + own
 
 
 async def wait_for_workflow(

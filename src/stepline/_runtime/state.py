@@ -45,6 +45,8 @@ class ActivationSettings:
     says otherwise."""
     payloads: PayloadCodec = field(default_factory=PayloadCodec)
     """What seals stored values and opens them (offload, encryption: :mod:`stepline.payloads`)."""
+    timeout_of: Callable[[str], float | None] | None = None
+    """A workflow's declared ``timeout`` by name, if the worker knows it (a child's deadline)."""
 
 
 @dataclass(slots=True)
@@ -70,6 +72,7 @@ class ActivationState:
         "lease",
         "loop",
         "observed",
+        "parenting",
         "quiet",
         "replay",
         "rollbacks",
@@ -100,8 +103,11 @@ class ActivationState:
             self.loop,
             self.replay.check,
             store.now,
-            terminating=claim.control == "terminate_rollback",
+            terminating=claim.control is not None,
         )
+        self.parenting = any(step.kind == "start_workflow" for step in history.steps)
+        """Whether the instance started children: its end (errored, terminated) applies their
+        ``on_parent_close`` (``Store.close_children``)."""
         self.writer = StepWriter(store, claim.lease, self.replay.recorded, self.quiet, self.loop)
         self.events: list[PendingEvent] = list(history.events)
         """Events sent to the instance that no step has consumed yet, oldest first."""

@@ -39,7 +39,14 @@ from ..errors import (
 )
 from ..handlers import Handlers, UpdateHandler, handlers_of
 from ..records import EventRecord, PendingEvent, StepRecord, StepStatus
-from ..step import EventMatch, RollbackCallback, StepCallback, StepRunner, WorkflowStep
+from ..step import (
+    ChildOptions,
+    EventMatch,
+    RollbackCallback,
+    StepCallback,
+    StepRunner,
+    WorkflowStep,
+)
 from ..store.types import UPDATE_EVENT
 from ..workflow import Workflow
 from . import streams
@@ -115,7 +122,7 @@ class HandlerSteps:
         return self._runner.tag(key, value)
 
     def start_workflow(
-        self, workflow: str, params: Any, child_id: str | None
+        self, workflow: str, params: Any, child_id: str | None, options: ChildOptions
     ) -> Coroutine[Any, Any, str]:
         raise DefinitionError(
             f"an update handler cannot start a child workflow ({workflow!r}): start it in run()"

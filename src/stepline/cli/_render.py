@@ -360,6 +360,8 @@ def instance_fields(
         fields.append(("Priority", str(record.priority)))
     if record.dedup_key is not None:
         fields.append(("Dedup Key", record.dedup_key))
+    if record.deadline_at is not None:
+        fields.append(("Deadline", fmt_time(record.deadline_at)))
     if record.tags:
         tags = ", ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in record.tags.items())
         fields.append(("Tags", Text(tags)))

@@ -177,6 +177,12 @@ async def _trigger(
 @click.option("--version", help="The workflow version to run it (default: the newest).")
 @click.option("--retention", "retention_json", metavar="JSON",
               help='Keep it so long once ended: \'{"complete": "1 day"}\'.')  # fmt: skip
+@click.option("--timeout", help="The instance's deadline from now, e.g. '2 hours' (default: "
+              "the workflow's timeout).")  # fmt: skip
+@click.option("--on-conflict", type=click.Choice(["debounce", "replace_queued"]),
+              help="With --key: debounce a burst of creates (with --debounce), or replace the "
+              "key's instances that have not started.")  # fmt: skip
+@click.option("--debounce", help="The quiet period of --on-conflict debounce, e.g. '5 seconds'.")
 @json_option
 @pass_state
 def trigger(
@@ -191,6 +197,9 @@ def trigger(
     tags: tuple[str, ...],
     version: str | None,
     retention_json: str | None,
+    timeout: str | None,
+    on_conflict: str | None,
+    debounce: str | None,
     as_json: bool,
 ) -> None:
     """Create (queue) an instance of NAME with PARAMS_JSON (or --params-file) as its params.
@@ -210,6 +219,7 @@ def trigger(
     if retention_json is not None:
         with cli_errors():
             flow["retention"] = parse_json_argument(retention_json, what="--retention")
+    flow |= {"timeout": timeout, "on_conflict": on_conflict, "debounce": debounce}
     created, new = run_async(_trigger(state, name, params, instance_id, flow))
     if not new:
         if as_json:

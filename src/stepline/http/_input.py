@@ -81,8 +81,9 @@ class RequestReader:
 
     def new_instance(self, item: Any, where: str, *, single: bool = True) -> dict[str, Any]:
         """A create's item: ``id``, ``params``, ``key`` and ``priority``, and for a single
-        create ``dedup_key``, ``on_duplicate`` and ``retention``; absent keys are left out (the
-        client's defaults apply). The client checks the values' ranges."""
+        create ``dedup_key``, ``on_duplicate``, ``retention``, ``timeout``, ``on_conflict`` and
+        ``debounce``; absent keys are left out (the client's defaults apply). The client checks
+        the values' ranges (durations included)."""
         if not isinstance(item, dict):
             raise ApiError(
                 400, "invalid_input", f"{where} must be a JSON object like "
@@ -96,7 +97,7 @@ class RequestReader:
                 400, "invalid_input", f"{where} has an unknown key {unknown[0]!r}; "
                 f"the keys are {keys}",
             )  # fmt: skip
-        for key in ("id", "key", "dedup_key", "on_duplicate", "version"):
+        for key in ("id", "key", "dedup_key", "on_duplicate", "version", "on_conflict"):
             if item.get(key) is not None and not isinstance(item[key], str):
                 raise ApiError(400, "invalid_input", f"{where}: {key!r} must be a string or null")
         if item.get("retention") is not None and not isinstance(item["retention"], dict):
@@ -138,7 +139,16 @@ class RequestReader:
 
 
 _BATCH_KEYS = ("id", "params", "key", "priority", "tags")
-_SINGLE_KEYS = (*_BATCH_KEYS, "dedup_key", "on_duplicate", "retention", "version")
+_SINGLE_KEYS = (
+    *_BATCH_KEYS,
+    "dedup_key",
+    "on_duplicate",
+    "retention",
+    "version",
+    "timeout",
+    "on_conflict",
+    "debounce",
+)
 
 
 def query_int(request: Request, key: str, default: int, low: int, high: int) -> int:

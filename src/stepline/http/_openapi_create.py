@@ -19,6 +19,10 @@ _COUNTS: dict[str, Any] = {
     "additionalProperties": {"type": "integer"},
     "description": "Instances by status.",
 }
+_DURATION: dict[str, Any] = {
+    "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}],
+}
+"""A duration: seconds, or text such as ``"5 minutes"``."""
 
 
 def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +76,18 @@ def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str
                     "over its workflow's retention.",
                 },
                 "version": {**_VERSION, "description": "The workflow version (default: newest)."},
+                "timeout": {
+                    **_DURATION,
+                    "description": "The instance's deadline from now (default: the "
+                    "workflow's `timeout`): past it, it errors with `WorkflowTimeoutError`.",
+                },
+                "on_conflict": {
+                    "enum": ["debounce", "replace_queued"],
+                    "description": "With `key`: `debounce` (and `debounce`) makes a burst of "
+                    "creates one instance with the last params; `replace_queued` terminates the "
+                    "key's instances that have not started. The answer names the instance.",
+                },
+                "debounce": {**_DURATION, "description": "The quiet period of `debounce`."},
             },
         },
         "BatchItem": {

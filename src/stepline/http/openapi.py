@@ -63,6 +63,11 @@ def _schemas(max_payload: int) -> dict[str, Any]:
             "type": ["string", "null"],
             "description": "No other unfinished instance of the workflow has this key.",
         },
+        "deadline_at": {
+            **_NUMBER_OR_NULL,
+            "description": "When it errors with `WorkflowTimeoutError` if still unfinished "
+            "(docs/operations.md); null: none, or carried out.",
+        },
         "retry": {
             "type": ["object", "null"],
             "required": ["step", "attempt", "error", "next_attempt_at"],

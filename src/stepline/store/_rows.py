@@ -61,6 +61,7 @@ class InstanceRow(NamedTuple):
     traceparent: str | None
     version: str
     delete_at: float | None
+    deadline_at: float | None
 
 
 class ScheduleRow(NamedTuple):
@@ -151,7 +152,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
     (
         pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
         updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule, key,
-        priority, dedup_key, traceparent, version, delete_at,
+        priority, dedup_key, traceparent, version, delete_at, deadline_at,
     ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
         pk=pk,
@@ -177,6 +178,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
         traceparent=traceparent,
         version=version,
         delete_at=delete_at,
+        deadline_at=deadline_at,
     )
 
 

@@ -47,6 +47,7 @@ from .types import (
     Finish,
     FinishStatus,
     History,
+    KeyedConflict,
     Lease,
     NewInstance,
     NewStreamItem,
@@ -72,6 +73,7 @@ __all__ = [
     "FleetCounts",
     "FlowStore",
     "History",
+    "KeyedConflict",
     "Lease",
     "MessageStore",
     "NewInstance",
@@ -206,6 +208,32 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def create_keyed(
+        self,
+        workflow: str,
+        item: NewInstance,
+        *,
+        trigger: str,
+        on_conflict: KeyedConflict,
+        ready_at: float | None = None,
+    ) -> InstanceRecord:
+        """Create one instance with a ``key`` durably, settling what its key holds in the same
+        transaction; of concurrent calls for one workflow and key, each sees the others' whole.
+
+        ``"replace_queued"``: every instance of ``workflow`` with ``item.key`` that is queued
+        and never started ends ``terminated`` (started or running ones are untouched), then
+        ``item`` is created as :meth:`create_instances` does, runnable at once.
+
+        ``"debounce"``: if an instance of ``workflow`` with ``item.key`` created by an earlier
+        debounce is queued and has not started, it takes ``item.params`` and becomes runnable
+        at ``ready_at`` (no other column changes; it is returned, with its own id); otherwise
+        ``item`` is created queued, runnable at ``ready_at``, and returned.
+
+        An existing ``item.id`` raises ``InstanceAlreadyExistsError``, a dedup key held
+        ``DuplicateInstanceError``, and nothing is written.
+        """
+
+    @abc.abstractmethod
     async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
         """The instance, or ``InstanceNotFoundError``."""
 
@@ -276,7 +304,39 @@ class Store(abc.ABC):
 
         Any other case raises ``IllegalStateError``; an unknown instance
         ``InstanceNotFoundError``. An instance that ends here (terminate) wakes a parent waiting
-        for it, as :meth:`finish` does.
+        for it, as :meth:`finish` does, and applies its children's ``on_parent_close`` as
+        :meth:`close_children` does.
+        """
+
+    @abc.abstractmethod
+    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
+        """Carry out the deadlines of ``workflows``' unfinished instances that have passed
+        (``deadline_at <= now``), in one transaction; return the earliest deadline still ahead
+        (``now`` if more were due than one call carries out, None if none).
+
+        Each instance's ``deadline_at`` is cleared. One that never started (no ``started_at``,
+        no lease: queued, held by a limit, paused) ends ``errored`` with
+        ``WorkflowTimeoutError`` at once, waking a parent as :meth:`finish` does. Any other is
+        marked with the control ``"timeout"`` (:attr:`Claim.control`) and made runnable now
+        (``queued``, or ``running`` if it was, its lease fenced out and its running steps
+        closed as a terminate does, its slots freed): the worker that claims it runs its
+        rollbacks and ends it ``errored`` with ``WorkflowTimeoutError``. One with a control
+        already pending (a termination with rollback, a cancellation) keeps it. An instance
+        made runnable calls the ready listeners.
+        """
+
+    @abc.abstractmethod
+    async def close_children(self, lease: Lease, now: float) -> None:
+        """Apply the ``on_parent_close`` of each unfinished child of the leased instance (the
+        instances created with ``parent_pk`` = its pk), before its activation ends it errored
+        or terminated; fenced on the lease (``LeaseLostError``, nothing written), durable.
+
+        ``"terminate"``: the child ends ``terminated`` at once (fenced out, as
+        :meth:`control` does), and this applies to its own children in turn.
+        ``"request_cancel"``: the child is interrupted with the control ``"cancel"``, as
+        :meth:`expire_deadlines` interrupts an instance (it ends ``errored`` with
+        ``WorkflowCancelledError`` after its rollbacks). ``"abandon"`` or none: left alone.
+        :meth:`control`'s terminate without rollback applies the same in its transaction.
         """
 
     @abc.abstractmethod

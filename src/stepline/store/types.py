@@ -53,7 +53,9 @@ class Claim:
     instance: InstanceRecord
     lease: Lease
     control: str | None
-    """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out."""
+    """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out;
+    ``"timeout"`` or ``"cancel"`` when an interruption is (a deadline passed, a parent's end:
+    ``store._closing``): the rollbacks run, then the instance ends errored."""
     event_seq: int
     """A counter of what may wake the instance (events sent, children ended); passed back to
     :meth:`Store.finish` to catch what came during the activation."""
@@ -127,9 +129,21 @@ class NewInstance:
     retention: str | None = None
     """JSON text ``{outcome: seconds}``: its own retention, over its workflow's (see
     :meth:`Store.purge_expired`)."""
+    deadline_at: float | None = None
+    """When it errors with ``WorkflowTimeoutError`` if unfinished (see
+    :meth:`Store.expire_deadlines`)."""
+    parent_pk: int | None = None
+    """The pk of the parent instance whose step starts this one (with :attr:`parent`)."""
+    on_parent_close: str | None = None
+    """``"terminate"``, ``"request_cancel"`` or ``"abandon"``: what the parent's end (errored
+    or terminated) does to this child while it is unfinished (see :meth:`Store.finish`)."""
     tags: str | None = None
     """JSON text of its tags, an object of key to text, number or boolean (checked by
     ``operations.language.check_tags``); None for none."""
+
+
+KeyedConflict = Literal["debounce", "replace_queued"]
+"""What :meth:`Store.create_keyed` does with the instances its key holds."""
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,13 @@ class Driver:
             self._hooks.attempt_clock.sweep_now()
 
     async def next_timer(self) -> float | None:
-        """The earliest time at which an instance needs the worker, if any."""
-        return await self._engine.store.next_wakeup(list(self._engine.workflows))
+        """The earliest time at which an instance needs the worker, if any (a deadline too)."""
+        store, workflows = self._engine.store, list(self._engine.workflows)
+        nxt = await store.next_wakeup(workflows)
+        deadline = await store.expire_deadlines(workflows, store.now())
+        if deadline is not None and (nxt is None or deadline < nxt):
+            return deadline
+        return nxt
 
     async def advance(self, seconds: float) -> int:
         """Move the clock ``seconds`` forward, stopping at every timer on the way, each fired at

@@ -15,6 +15,7 @@ from ..errors import StoreError
 from ..store.base import Claim, Claimed, Store
 from ..workflow import WorkflowDefinition
 from ._clockstep import ClockStepWatch
+from ._deadlines import Deadlines
 from ._log import log, outage_level
 from ._planning import ClaimPlan, Pacing, WorkflowCaps
 from ._settings import WorkerSettings
@@ -66,6 +67,7 @@ class ClaimLoop:
         slot was taken."""
         self._pacing = Pacing()
         self._clock = ClockStepWatch(store.now)
+        self.deadlines = Deadlines(store, registry.keys())
         self._claim_after = 0.0
         """Monotonic time before which the loop claims nothing (after a clock step)."""
 
@@ -118,6 +120,7 @@ class ClaimLoop:
         pacing.start(fastest, self.settings.poll_interval)
         while not self._stopping.is_set():
             self._wake.clear()
+            await self.deadlines.expire()
             free = self._slots.free()
             step = self._clock.step()
             if step > 0:
@@ -214,6 +217,9 @@ class ClaimLoop:
             )
         except StoreError:
             return idle_wait
+        deadline = self.deadlines.next_at
+        if deadline is not None and (nxt is None or deadline < nxt):
+            nxt = deadline
         if nxt is None:
             return idle_wait
         return min(idle_wait, max(nxt - self.store.now(), 0.0))

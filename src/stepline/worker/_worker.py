@@ -70,6 +70,7 @@ class Worker:
             stream_keep=self.settings.stream_keep,
             stream_keep_for=self.settings.stream_keep_for,
             payloads=self.settings.payloads,
+            timeout_of=lambda name: found.timeout if (found := registry.get(name)) else None,
         )
         self._observer = observer
         self._slots = Slots(self.settings.concurrency)
@@ -193,6 +194,7 @@ class Worker:
         """
         total = 0
         while True:
+            await self._loop.deadlines.expire(always=True)
             plan = self._caps.plan(self._slots, self.settings.concurrency)
             claims = (await self._loop.claim(plan)).claims
             if not claims:

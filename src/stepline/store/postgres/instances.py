@@ -4,7 +4,7 @@ existing instances lock the rows they change ``FOR UPDATE`` (see the lock protoc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from ..._json import dumps
@@ -44,6 +44,9 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
             "traceparent": i.traceparent,
             "version": i.version,
             "retention": i.retention,
+            "deadline_at": i.deadline_at,
+            "parent_pk": i.parent_pk,
+            "on_parent_close": i.on_parent_close,
             "tags": i.tags,
         }
         for n, i in items
@@ -63,6 +66,8 @@ class InstanceWrites:
         self._schema = schema
         self._notes = notes
         self._parking = ParkingStatements.for_schema(schema)
+        self.closing: Callable[[Conn, int, float], Awaitable[bool]] | None = None
+        """Applies a terminated instance's children's ``on_parent_close`` (``closing``)."""
 
     async def create(
         self,
@@ -136,6 +141,18 @@ class InstanceWrites:
             rows = [instance_from_row(row) for row in await cur.fetchall()]
             added += rows
             done |= {record.id for record in rows}
+
+    async def create_one(
+        self, conn: Conn, workflow: str, item: NewInstance, trigger: str, now: float
+    ) -> InstanceRecord:
+        """Create one instance in the caller's transaction, refusing an existing id or a held
+        dedup key as :meth:`create` does."""
+        params = self._create_params(workflow, [(0, item)], trigger, None, now)
+        cur = await conn.execute(self._sql.create_instances, params)
+        created = [instance_from_row(row) for row in await cur.fetchall()]
+        if not created:
+            created = await self._refuse_or_retry(conn, params, {item.id: item}, [])
+        return created[0]
 
     async def insert(
         self, conn: Conn, workflow: str, item: NewInstance, trigger: str, now: float
@@ -237,6 +254,8 @@ class InstanceWrites:
             if change.get("end"):  # a child ended: wake a parent waiting for it
                 cur = await conn.execute(q.wake_parent_of, {"pk": pk, "now": now})
                 woke_parent = bool(await cur.fetchall())
+                if self.closing is not None:  # and its own children's policy applies
+                    freed = await self.closing(conn, pk, now) or freed
         return pk, woke_parent or freed
 
     async def _lock(

@@ -145,18 +145,21 @@ _TEMPLATES: dict[str, str] = {
         WITH created AS (
             INSERT INTO {s}.instances (workflow, id, status, params, trigger, parent, ready_at,
                 created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at,
-                schedule, key, priority, dedup_key, traceparent, version, retention, tags)
+                schedule, key, priority, dedup_key, traceparent, version, retention, deadline_at,
+                parent_pk, on_parent_close, tags)
             SELECT %(workflow)s, t.id, CASE WHEN t.leased THEN 'running' ELSE 'queued' END,
                 t.params, %(trigger)s, t.parent,
                 CASE WHEN t.leased THEN %(expires)s::float8 ELSE %(now)s END, %(now)s, %(now)s,
                 CASE WHEN t.leased THEN %(owner)s::text END, CASE WHEN t.leased THEN 1 ELSE 0 END,
                 CASE WHEN t.leased THEN %(expires)s::float8 END,
                 CASE WHEN t.leased THEN %(now)s::float8 END, t.schedule, t.key, t.priority,
-                t.dedup_key, t.traceparent, t.version, t.retention, t.tags
+                t.dedup_key, t.traceparent, t.version, t.retention, t.deadline_at, t.parent_pk,
+                t.on_parent_close, t.tags
             FROM (SELECT r.*, r.ord < %(leased)s AS leased
                   FROM json_to_recordset(%(items)s::json) AS r(ord int, id text, params text,
                       parent text, schedule text, key text, priority int, dedup_key text,
-                      traceparent text, version text, retention text, tags text)) AS t
+                      traceparent text, version text, retention text, deadline_at float8,
+                      parent_pk bigint, on_parent_close text, tags text)) AS t
             ORDER BY t.ord
             ON CONFLICT DO NOTHING
             RETURNING {icols}

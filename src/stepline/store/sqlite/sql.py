@@ -109,8 +109,9 @@ def existing_ids(n: int) -> str:
 INSERT_INSTANCE = (
     "INSERT INTO instances (workflow, id, status, params, trigger, parent, ready_at,"
     " created_at, updated_at, lease_owner, lease_token, lease_expires_at, started_at, schedule,"
-    " key, priority, dedup_key, traceparent, version, retention, tags)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " key, priority, dedup_key, traceparent, version, retention, deadline_at, parent_pk,"
+    " on_parent_close, tags)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UNFINISHED = "status NOT IN ('complete', 'errored', 'terminated')"
 """Written as the dedup index's condition, so that SQLite reads that (partial) index."""
@@ -309,8 +310,8 @@ def claim_due(
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
         f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
-        f" priority, dedup_key, traceparent, version, delete_at, {token}, control, event_seq,"
-        " ready_at, started_at IS NULL, status = 'queued' FROM instances"
+        f" priority, dedup_key, traceparent, version, delete_at, deadline_at, {token}, control,"
+        " event_seq, ready_at, started_at IS NULL, status = 'queued' FROM instances"
     )
     order = f" ORDER BY ready_at, pk LIMIT {limit}"
     sources = (

@@ -35,7 +35,7 @@ from .._rows import (
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
 from ..types import new_lease_token
-from . import flow, message_writes, sql
+from . import closing, flow, message_writes, sql
 from .sql import Fence, Lookup
 
 _INTERRUPTED = dumps(INTERRUPTED, what="error")
@@ -114,7 +114,8 @@ def create(
                     workflow, item.id, status, item.params, trigger, item.parent, ready, now,
                     now, leased_to, token, expires, started, item.schedule, item.key,
                     item.priority, item.dedup_key, item.traceparent, item.version,
-                    item.retention, item.tags,
+                    item.retention, item.deadline_at, item.parent_pk, item.on_parent_close,
+                    item.tags,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError:
@@ -146,6 +147,7 @@ def create(
             traceparent=item.traceparent,
             version=item.version,
             delete_at=None,
+            deadline_at=item.deadline_at,
         )
         created.append(instance_from_row(row))
     return created
@@ -226,6 +228,8 @@ def control(
             if found.status in ("running", "waitingForPause"):
                 freed = any(flow.freed_pk(c, found.pk, now))  # it ran: its slots are free
         ended = bool(change.get("end"))
+        if ended:  # its children's on_parent_close applies
+            freed = closing.close_children(c, found.pk, now) or freed
     record = instance_from_row(c.execute(sql.INSTANCE_BY_PK, (found.pk,)).fetchone())
     return record, (ended and _wake_parent(c, record.parent, now)) or freed
 
