@@ -3,15 +3,23 @@ hand out live in :mod:`stepline.instance` and are re-exported here."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol, Unpack
+from typing import Any, Literal, Unpack
 
-from . import _json
-from ._creating import OnConflict, check_key, check_priority, deadline, keyed_conflict
+from ._creating import (
+    OnConflict,
+    batch_instances,
+    check_create,
+    check_key,
+    check_priority,
+    deadline,
+    new_id,
+    retention_json,
+    sealed_params,
+)
 from ._json import DEFAULT_MAX_PAYLOAD
+from ._reserving import Reservation as Reservation
+from ._reserving import ReserveSlots, create_reserved
 from ._runtime.observer import Observer
 from ._traceparent import valid_traceparent
 from .durations import Duration, parse_duration
@@ -24,18 +32,15 @@ from .instance import delete_instances, given_version
 from .messages import Messaging
 from .operations.language import Filter
 from .operations.search import Ranges, build_filter, listing_filter, search, tags_json
-from .payloads import PayloadCodec, Slot
+from .payloads import PayloadCodec
 from .payloads.records import open_instances
 from .records import (
-    DEFAULT_VERSION,
     FINISHED_STATUSES,
     INSTANCE_STATUSES,
     InstancePage,
     InstanceRecord,
 )
-from .retention import parse_retention
-from .store.base import Claim, NewInstance, Store
-from .values import convert
+from .store.base import NewInstance, Store
 from .workflow import is_valid_name, validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
@@ -50,49 +55,6 @@ def check_listing(status: str | None, limit: int) -> None:
         raise ValueError(f"unknown status {status!r}; use one of {', '.join(INSTANCE_STATUSES)}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit!r}")
-
-
-async def _sealed_params(
-    codec: PayloadCodec, workflow: str, instance_id: str, params: Any, what: str
-) -> str:
-    text = _json.dumps(params, what=what, limit=codec.encode_limit)
-    return await codec.seal(text, Slot(workflow, instance_id, "params"))
-
-
-class Reservation(Protocol):
-    """Slots that a worker in this process holds for instances about to be created here
-    (:class:`stepline.worker.Reservation`): the create claims up to ``slots`` of them for
-    ``owner`` (:meth:`Store.create_and_claim`), then either hands the claims over
-    (:meth:`take_created`) or, if it failed, gives the slots back (:meth:`release`)."""
-
-    @property
-    def owner(self) -> str: ...
-
-    @property
-    def lease_seconds(self) -> float: ...
-
-    @property
-    def slots(self) -> int: ...
-
-    def take_created(self, claims: Sequence[Claim]) -> None: ...
-
-    def release(self) -> None: ...
-
-
-ReserveSlots = Callable[[str, int, str], Reservation | None]
-"""Asks the worker running in this process, if one is, to hold slots for up to ``count``
-instances of ``workflow`` at a version about to be created
-(:meth:`stepline.worker.Worker.reserve`); None when it takes none."""
-
-
-def _hand_over(
-    reservation: Reservation,
-    task: asyncio.Task[tuple[list[InstanceRecord], list[Claim]]],
-) -> None:
-    if task.cancelled() or task.exception() is not None:
-        reservation.release()
-    else:
-        reservation.take_created(task.result()[1])
 
 
 class WorkflowBinding:
@@ -138,52 +100,32 @@ class WorkflowBinding:
         return None if self._timeout_of is None else self._timeout_of(self.name)
 
     async def _params(self, instance_id: str, params: Any, what: str) -> str:
-        """Params as stored, checked against the type ``run()`` declares for them
-        (``WorkflowEvent[Order]``) when this process has the workflow: stored as given."""
-        if self._params_type is not None and params is not None:
-            convert(params, self._params_type, what)
-        return await _sealed_params(self._payloads, self.name, instance_id, params, what)
+        """Params as stored (:func:`~stepline._creating.sealed_params`)."""
+        return await sealed_params(
+            self._payloads, self.name, instance_id, params, self._params_type, what
+        )
+
+    def _deadline_at(self) -> float | None:
+        """The deadline of an instance created now with the workflow's ``timeout``."""
+        return deadline(None, self._default_timeout(), self._store.now())
 
     async def _create(
         self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
     ) -> list[InstanceRecord]:
         """Create ``items``; a worker in this process takes what it has room for at once."""
         if self._observer is None:
-            return await self._create_observed(items, trigger, skip_existing)
+            return await create_reserved(
+                self._store, self.name, items, trigger, skip_existing, self._reserve
+            )
         items, ended = self._observer.creating(self.name, trigger, items)
         try:
-            created = await self._create_observed(items, trigger, skip_existing)
+            created = await create_reserved(
+                self._store, self.name, items, trigger, skip_existing, self._reserve
+            )
         except BaseException as exc:
             ended(0, exc)
             raise
         ended(len(created), None)
-        return created
-
-    async def _create_observed(
-        self, items: Sequence[NewInstance], trigger: str, skip_existing: bool
-    ) -> list[InstanceRecord]:
-        version = items[0].version if items else DEFAULT_VERSION  # one version per create
-        reserve = self._reserve
-        reservation = reserve(self.name, len(items), version) if reserve is not None else None
-        if reservation is None:
-            return await self._store.create_instances(
-                self.name, items, trigger=trigger, skip_existing=skip_existing
-            )
-        task = asyncio.ensure_future(
-            self._store.create_and_claim(
-                self.name,
-                items,
-                trigger=trigger,
-                skip_existing=skip_existing,
-                owner=reservation.owner,
-                lease_seconds=reservation.lease_seconds,
-                limit=reservation.slots,
-            )
-        )
-        # The worker starts what the create claimed for it even if this caller is cancelled
-        # meanwhile: otherwise those instances would wait for their lease to expire.
-        task.add_done_callback(functools.partial(_hand_over, reservation))
-        created, _ = await asyncio.shield(task)
         return created
 
     async def create(
@@ -235,16 +177,14 @@ class WorkflowBinding:
         ``tags``: up to 20 ``key: value`` pairs (text, numbers, booleans) to find it by with a
         filter (docs/operations.md); ``TagError`` names one that breaks the rules.
         """
-        if on_duplicate not in ("return", "raise"):
-            raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
-        checked_key = check_key(key, what="key")
-        conflict, quiet = keyed_conflict(on_conflict, checked_key, debounce)
-        deadline(timeout, None, 0.0)  # checked before anything is read
+        checked_key, conflict, quiet = check_create(
+            on_duplicate, key, on_conflict, debounce, timeout
+        )
         await self._check()
         chosen = await self._version_of(self.name, version)
         now = self._store.now()
         deadline_at = deadline(timeout, self._default_timeout(), now)
-        instance_id = str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
+        instance_id = new_id(id)
         new = NewInstance(
             instance_id,
             await self._params(instance_id, params, "instance params"),
@@ -253,7 +193,7 @@ class WorkflowBinding:
             dedup_key=check_key(dedup_key, what="dedup_key"),
             traceparent=valid_traceparent(traceparent),
             version=chosen,
-            retention=_retention_json(retention),
+            retention=retention_json(retention),
             deadline_at=deadline_at,
             tags=tags_json(tags),
         )
@@ -289,39 +229,7 @@ class WorkflowBinding:
         """
         await self._check()
         chosen = await self._version_of(self.name, version)
-        new: list[NewInstance] = []
-        for index, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                raise TypeError(
-                    f"create_batch item {index} must be a dict like {{'id': ..., 'params': ...}}, "
-                    f"got {type(item).__name__}"
-                )
-            unknown = set(item) - {"id", "params", "key", "priority", "traceparent", "tags"}
-            if unknown:
-                raise ValueError(
-                    f"create_batch item {index}: unknown key {sorted(unknown)[0]!r} (items take "
-                    "id, params, key, priority, traceparent and tags)"
-                )
-            raw_id = item.get("id")
-            instance_id = (
-                str(uuid.uuid4()) if raw_id is None else validate_name(raw_id, what="instance id")
-            )
-            new.append(
-                NewInstance(
-                    instance_id,
-                    await self._params(
-                        instance_id, item.get("params"), f"params of batch item {index}"
-                    ),
-                    key=check_key(item.get("key"), what=f"key of batch item {index}"),
-                    priority=check_priority(
-                        item.get("priority", 0), what=f"priority of batch item {index}"
-                    ),
-                    traceparent=valid_traceparent(item.get("traceparent")),
-                    tags=tags_json(item.get("tags"), where=f"tags of batch item {index}"),
-                    version=chosen,
-                    deadline_at=deadline(None, self._default_timeout(), self._store.now()),
-                )
-            )
+        new = await batch_instances(items, self._params, chosen, self._deadline_at)
         await self._create(new, trigger, skip_existing=True)
         return [self._instance(item.id) for item in new]
 
@@ -368,7 +276,7 @@ class WorkflowBinding:
             await self._params(instance_id, params, "instance params"),
             key=check_key(key, what="key"),
             priority=check_priority(priority),
-            deadline_at=deadline(None, self._default_timeout(), self._store.now()),
+            deadline_at=self._deadline_at(),
             version=await self._version_of(self.name, None),
         )
         await self._create([new], trigger, skip_existing=True)
@@ -437,9 +345,3 @@ class WorkflowBinding:
         if not self._possible:
             return 0
         return await self._store.purge_instances(self.name, chosen, self._store.now() - age)
-
-
-def _retention_json(retention: Mapping[str, Duration] | None) -> str | None:
-    """An instance's own retention as stored: JSON seconds by outcome; ValueError if bad."""
-    policy = parse_retention(retention, where="retention of the instance")
-    return None if policy is None else _json.dumps(policy, what="retention")
