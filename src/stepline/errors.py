@@ -8,6 +8,7 @@ plain ``except Exception`` inside ``Workflow.run`` cannot catch it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -268,3 +269,11 @@ class InstanceFatalError(_EngineSignal):
         super().__init__(f"{name}: {message}")
         self.name = name
         self.message = message
+
+
+def outage_level(exc: BaseException, level: int) -> int:
+    """``level``, or INFO for a failure caused by the database being unreachable: the store
+    logs each outage once, when it begins and when it ends, so the claims, renewals and
+    activations that fail meanwhile do not repeat it (once per instance, say)."""
+    cause = exc if isinstance(exc, StoreUnavailableError) else exc.__cause__
+    return logging.INFO if isinstance(cause, StoreUnavailableError) else level

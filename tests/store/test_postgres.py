@@ -205,8 +205,9 @@ async def test_two_schemas_in_one_database_do_not_see_each_other(schemas: list[s
         ([a, b],),
     )
     # workflows, instances, steps, events, workers, schedules, limits, limit_slots,
-    # limit_starts, schema_migrations, updates, streams, stream_items, query_requests
-    assert dict(tables) == {a: 14, b: 14}
+    # limit_starts, schema_migrations, updates, streams, stream_items, query_requests,
+    # instance_tags, bulk_jobs
+    assert dict(tables) == {a: 16, b: 16}
 
 
 # -- migrations ----------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..errors import SteplineError, StoreError
+from ..errors import SteplineError, StoreError, outage_level
 from ..store.base import Store
 
 log = logging.getLogger("stepline.worker")
@@ -32,7 +32,8 @@ class BulkRunner:
             try:
                 worked = await self.run_once()
             except StoreError as exc:
-                log.warning("bulk jobs: a batch failed, will retry: %s", exc)
+                level = outage_level(exc, logging.WARNING)
+                log.log(level, "bulk jobs: a batch failed, will retry: %s", exc)
                 worked = False
             if not worked:
                 await asyncio.sleep(self.idle_poll)
