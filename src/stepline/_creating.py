@@ -1,6 +1,6 @@
 """A create's options, checked before anything is stored: the flow control key and priority,
 a deadline (``timeout``), and what a create does with the instances its key holds
-(``on_conflict``: ``"debounce"``, ``"replace_queued"``, executed by ``Store.create_keyed``;
+(``on_conflict``: ``"debounce"``, ``"replace_queued"``, executed by ``ClosingStore.create_keyed``;
 docs/operations.md tells the user)."""
 
 from __future__ import annotations

@@ -542,7 +542,7 @@ class WorkflowBinding:
         )
         if conflict is not None:
             ready_at = None if quiet is None else now + quiet
-            record = await self._store.create_keyed(
+            record = await self._store.closing.create_keyed(
                 self.name, new, trigger=trigger, on_conflict=conflict, ready_at=ready_at
             )
             return self._instance(record.id)

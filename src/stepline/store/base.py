@@ -5,13 +5,14 @@ workflows' registration; and, as objects of their own each with its interface, i
 schedules (``store.schedules``: :class:`ScheduleStore`, ``schedules.py``), its flow control
 beyond the claim (``store.flow``: :class:`FlowStore`, ``flow.py``), its fleet-wide figures
 (``store.stats``: :class:`StatsStore`, ``stats.py``), its record of live workers
-(``store.workers``: :class:`WorkerStore`, ``workers.py``) and its messaging (``store.messages``:
-:class:`MessageStore`, ``messages.py``) and its operations over many instances
-(``store.operations``: :class:`OperationsStore`, ``operations.py``). The values they pass are in
-``types.py`` (re-exported here). SQLite and PostgreSQL implement them (one package each) and
-both pass the same contract test suite. Every operation documents its contract. Driver errors
-never escape: an implementation translates them into stepline's exceptions at this boundary,
-chained with ``from``.
+(``store.workers``: :class:`WorkerStore`, ``workers.py``), its messaging (``store.messages``:
+:class:`MessageStore`, ``messages.py``), its operations over many instances
+(``store.operations``: :class:`OperationsStore`, ``operations.py``) and the instances ended on
+its own or by a key (``store.closing``: :class:`ClosingStore`, ``closing.py``). The values they
+pass are in ``types.py`` (re-exported here). SQLite and PostgreSQL implement them (one package
+each) and both pass the same contract test suite. Every operation documents its contract.
+Driver errors never escape: an implementation translates them into stepline's exceptions at
+this boundary, chained with ``from``.
 
 Times are float seconds since the epoch. Operations that depend on the current time take it as
 ``now`` from :meth:`Store.now`, the store's clock: the clock it was given, or without one real
@@ -33,6 +34,7 @@ from ..records import (
     StepRecord,
     WorkflowInfo,
 )
+from .closing import ClosingStore
 from .flow import FlowStore
 from .messages import MessageStore
 from .operations import OperationsStore
@@ -66,6 +68,7 @@ __all__ = [
     "ChangeWatch",
     "Claim",
     "Claimed",
+    "ClosingStore",
     "ControlAction",
     "EndedCount",
     "Finish",
@@ -110,6 +113,8 @@ class Store(abc.ABC):
     """Updates and their replies, stream items, routed queries (``store/messages.py``)."""
     operations: OperationsStore
     """Filtered reads, tags and bulk jobs (``store/operations.py``)."""
+    closing: ClosingStore
+    """Deadlines, a parent's end applied to its children, keyed creates (``store/closing.py``)."""
     schema_versions: tuple[int, int] | None = None
     """Set by :meth:`open`: the schema version it found (0: none, so it created the schema) and
     the version it left (the latest migration); None before."""
@@ -208,32 +213,6 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def create_keyed(
-        self,
-        workflow: str,
-        item: NewInstance,
-        *,
-        trigger: str,
-        on_conflict: KeyedConflict,
-        ready_at: float | None = None,
-    ) -> InstanceRecord:
-        """Create one instance with a ``key`` durably, settling what its key holds in the same
-        transaction; of concurrent calls for one workflow and key, each sees the others' whole.
-
-        ``"replace_queued"``: every instance of ``workflow`` with ``item.key`` that is queued
-        and never started ends ``terminated`` (started or running ones are untouched), then
-        ``item`` is created as :meth:`create_instances` does, runnable at once.
-
-        ``"debounce"``: if an instance of ``workflow`` with ``item.key`` created by an earlier
-        debounce is queued and has not started, it takes ``item.params`` and becomes runnable
-        at ``ready_at`` (no other column changes; it is returned, with its own id); otherwise
-        ``item`` is created queued, runnable at ``ready_at``, and returned.
-
-        An existing ``item.id`` raises ``InstanceAlreadyExistsError``, a dedup key held
-        ``DuplicateInstanceError``, and nothing is written.
-        """
-
-    @abc.abstractmethod
     async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
         """The instance, or ``InstanceNotFoundError``."""
 
@@ -305,38 +284,7 @@ class Store(abc.ABC):
         Any other case raises ``IllegalStateError``; an unknown instance
         ``InstanceNotFoundError``. An instance that ends here (terminate) wakes a parent waiting
         for it, as :meth:`finish` does, and applies its children's ``on_parent_close`` as
-        :meth:`close_children` does.
-        """
-
-    @abc.abstractmethod
-    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
-        """Carry out the deadlines of ``workflows``' unfinished instances that have passed
-        (``deadline_at <= now``), in one transaction; return the earliest deadline still ahead
-        (``now`` if more were due than one call carries out, None if none).
-
-        Each instance's ``deadline_at`` is cleared. One that never started (no ``started_at``,
-        no lease: queued, held by a limit, paused) ends ``errored`` with
-        ``WorkflowTimeoutError`` at once, waking a parent as :meth:`finish` does. Any other is
-        marked with the control ``"timeout"`` (:attr:`Claim.control`) and made runnable now
-        (``queued``, or ``running`` if it was, its lease fenced out and its running steps
-        closed as a terminate does, its slots freed): the worker that claims it runs its
-        rollbacks and ends it ``errored`` with ``WorkflowTimeoutError``. One with a control
-        already pending (a termination with rollback, a cancellation) keeps it. An instance
-        made runnable calls the ready listeners.
-        """
-
-    @abc.abstractmethod
-    async def close_children(self, lease: Lease, now: float) -> None:
-        """Apply the ``on_parent_close`` of each unfinished child of the leased instance (the
-        instances created with ``parent_pk`` = its pk), before its activation ends it errored
-        or terminated; fenced on the lease (``LeaseLostError``, nothing written), durable.
-
-        ``"terminate"``: the child ends ``terminated`` at once (fenced out, as
-        :meth:`control` does), and this applies to its own children in turn.
-        ``"request_cancel"``: the child is interrupted with the control ``"cancel"``, as
-        :meth:`expire_deadlines` interrupts an instance (it ends ``errored`` with
-        ``WorkflowCancelledError`` after its rollbacks). ``"abandon"`` or none: left alone.
-        :meth:`control`'s terminate without rollback applies the same in its transaction.
+        :meth:`ClosingStore.close_children` does.
         """
 
     @abc.abstractmethod

@@ -19,7 +19,6 @@ from ...records import (
     WorkflowInfo,
 )
 from .._batcher import Batcher
-from .._closing import DEADLINE_BATCH
 from .._rows import (
     claims_on_creation,
     decode_cursor,
@@ -33,7 +32,6 @@ from ..base import (
     Claimed,
     ControlAction,
     Finish,
-    KeyedConflict,
     Lease,
     NewInstance,
     StepWrite,
@@ -44,7 +42,7 @@ from ..migrations import check_current, load_migrations
 from . import sql
 from .claim import Claimer
 from .clock import ServerClock
-from .closing import Closing
+from .closing import Closing, PostgresClosing
 from .db import Database
 from .flow import PostgresFlow
 from .instances import InstanceWrites, Leased
@@ -118,9 +116,10 @@ class PostgresStore(Store):
         self._claims = Claimer(self._db, self._sql, self.schema, self._notes)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
         self._expiry = Expiry(self._db, self.schema)
-        self._closing = Closing(self._db, self.schema, self._notes)
-        self._keyed = KeyedCreates(self._db, self.schema, self._instances)
-        self._instances.closing = self._closing.close_children
+        closing = Closing(self._db, self.schema, self._notes)
+        self._instances.closing = closing.close_children
+        keyed = KeyedCreates(self._db, self.schema, self._instances)
+        self.closing = PostgresClosing(closing, keyed, self.now, self.signals.ready)
         self.workers = PostgresWorkers(self._db, self._sql)
         self._workflows = WorkflowCatalog(self._db, self._sql)
         schedules = ScheduleWrites(self._db, self.schema, self._instances)
@@ -261,33 +260,6 @@ class PostgresStore(Store):
         if any(record.status == "queued" for record in created):
             self.signals.ready()
         return created
-
-    async def create_keyed(
-        self,
-        workflow: str,
-        item: NewInstance,
-        *,
-        trigger: str,
-        on_conflict: KeyedConflict,
-        ready_at: float | None = None,
-    ) -> InstanceRecord:
-        record = await self._keyed.create_keyed(
-            workflow, item, trigger, on_conflict, ready_at, self.now()
-        )
-        self.signals.ready()
-        return record
-
-    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
-        if not workflows:
-            return None
-        ahead, woke = await self._closing.expire_deadlines(workflows, now, DEADLINE_BATCH)
-        if woke:
-            self.signals.ready()
-        return ahead
-
-    async def close_children(self, lease: Lease, now: float) -> None:
-        if await self._closing.close_children_fenced(lease, now):
-            self.signals.ready()
 
     async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
         rows = await self._db.read(

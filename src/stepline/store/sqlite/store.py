@@ -23,7 +23,6 @@ from ...records import (
     StepRecord,
     WorkflowInfo,
 )
-from .._closing import DEADLINE_BATCH
 from .._rows import (
     claims_on_creation,
     count_by_version,
@@ -40,7 +39,6 @@ from ..base import (
     Claimed,
     ControlAction,
     Finish,
-    KeyedConflict,
     Lease,
     NewInstance,
     StepWrite,
@@ -48,11 +46,11 @@ from ..base import (
     WorkflowMeta,
 )
 from ..types import routes
-from . import closing, flow, retention, sql
+from . import flow, retention, sql
 from . import transactions as tx
+from .closing import SqliteClosing
 from .db import Database, missing_message
 from .flow import SqliteFlow
-from .keyed import create_keyed
 from .messages import SqliteMessages
 from .operations import SqliteOperations
 from .schedules import SqliteSchedules
@@ -106,6 +104,7 @@ class SqliteStore(Store):
         self._messages = SqliteMessages(self._db, self.now, self.signals)
         self.messages = self._messages
         self.operations = SqliteOperations(self._db, self.now, self.signals)
+        self.closing = SqliteClosing(self._db, self.now, self.signals.ready)
 
     @property
     def retry_seconds(self) -> float:
@@ -153,23 +152,6 @@ class SqliteStore(Store):
         self, workflow: str, items: Sequence[NewInstance], *, trigger: str, skip_existing: bool
     ) -> list[InstanceRecord]:
         return await self._create(workflow, items, trigger, skip_existing)
-
-    async def create_keyed(
-        self,
-        workflow: str,
-        item: NewInstance,
-        *,
-        trigger: str,
-        on_conflict: KeyedConflict,
-        ready_at: float | None = None,
-    ) -> InstanceRecord:
-        now = self.now()
-        record: InstanceRecord = await self._db.write(
-            lambda c: create_keyed(c, workflow, item, trigger, on_conflict, ready_at, now),
-            durable=True,
-        )
-        self.signals.ready()
-        return record
 
     async def create_and_claim(
         self,
@@ -287,28 +269,6 @@ class SqliteStore(Store):
         if record.ready_at is not None or woke:
             self.signals.ready()
         return record
-
-    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
-        if not workflows:
-            return None
-        # A read first: a worker asks every second or so, and most find nothing due.
-        rows = await self._db.read(closing.deadlines(len(workflows), due=False), (*workflows, 1))
-        if not rows or float(rows[0][0]) > now:
-            return float(rows[0][0]) if rows else None
-        result: tuple[float | None, bool] = await self._db.write(
-            lambda c: closing.expire_deadlines(c, workflows, now, DEADLINE_BATCH), durable=True
-        )
-        ahead, woke = result
-        if woke:
-            self.signals.ready()
-        return ahead
-
-    async def close_children(self, lease: Lease, now: float) -> None:
-        woke: bool = await self._db.write(
-            lambda c: closing.close_children_fenced(c, lease, now), durable=True
-        )
-        if woke:
-            self.signals.ready()
 
     async def send_event(
         self, workflow: str, instance_id: str, event_type: str, payload: str | None
