@@ -83,7 +83,7 @@ def _check_from_step(name: object) -> str:
 async def _delete(
     store: Store, codec: PayloadCodec, workflow: str, ids: Sequence[str], force: bool
 ) -> int:
-    deleted = await store.delete_instances(workflow, ids, finished_only=not force)
+    deleted = await store.retention.delete_instances(workflow, ids, finished_only=not force)
     if deleted:
         await codec.forget(workflow, list(ids))  # the blobs go with their instances
     return deleted
@@ -719,7 +719,9 @@ class WorkflowBinding:
         age = parse_duration(older_than, what="older_than", allow_zero=True)
         if not self._possible:
             return 0
-        return await self._store.purge_instances(self.name, chosen, self._store.now() - age)
+        return await self._store.retention.purge_instances(
+            self.name, chosen, self._store.now() - age
+        )
 
 
 def _retention_json(retention: Mapping[str, Duration] | None) -> str | None:

@@ -7,12 +7,13 @@ beyond the claim (``store.flow``: :class:`FlowStore`, ``flow.py``), its fleet-wi
 (``store.stats``: :class:`StatsStore`, ``stats.py``), its record of live workers
 (``store.workers``: :class:`WorkerStore`, ``workers.py``), its messaging (``store.messages``:
 :class:`MessageStore`, ``messages.py``), its operations over many instances
-(``store.operations``: :class:`OperationsStore`, ``operations.py``) and the instances ended on
-its own or by a key (``store.closing``: :class:`ClosingStore`, ``closing.py``). The values they
-pass are in ``types.py`` (re-exported here). SQLite and PostgreSQL implement them (one package
-each) and both pass the same contract test suite. Every operation documents its contract.
-Driver errors never escape: an implementation translates them into stepline's exceptions at
-this boundary, chained with ``from``.
+(``store.operations``: :class:`OperationsStore`, ``operations.py``), the instances ended on
+its own or by a key (``store.closing``: :class:`ClosingStore`, ``closing.py``) and its deletes
+(``store.retention``: :class:`RetentionStore`, ``retention.py``). The values they pass are in
+``types.py`` (re-exported here). SQLite and PostgreSQL implement them (one package each) and
+both pass the same contract test suite. Every operation documents its contract. Driver errors
+never escape: an implementation translates them into stepline's exceptions at this boundary,
+chained with ``from``.
 
 Times are float seconds since the epoch. Operations that depend on the current time take it as
 ``now`` from :meth:`Store.now`, the store's clock: the clock it was given, or without one real
@@ -38,6 +39,7 @@ from .closing import ClosingStore
 from .flow import FlowStore
 from .messages import MessageStore
 from .operations import OperationsStore
+from .retention import RetentionStore
 from .schedules import ScheduleStore
 from .signals import Signals
 from .stats import EndedCount, FleetCounts, StatsStore
@@ -84,6 +86,7 @@ __all__ = [
     "OperationsStore",
     "QueryAnswer",
     "QueryRequest",
+    "RetentionStore",
     "ScheduleDefinition",
     "ScheduleStore",
     "StatsStore",
@@ -115,6 +118,8 @@ class Store(abc.ABC):
     """Filtered reads, tags and bulk jobs (``store/operations.py``)."""
     closing: ClosingStore
     """Deadlines, a parent's end applied to its children, keyed creates (``store/closing.py``)."""
+    retention: RetentionStore
+    """Instances deleted by id, by age, as their retention says (``store/retention.py``)."""
     schema_versions: tuple[int, int] | None = None
     """Set by :meth:`open`: the schema version it found (0: none, so it created the schema) and
     the version it left (the latest migration); None before."""
@@ -303,44 +308,6 @@ class Store(abc.ABC):
         order (those carrying updates left out), each with the step that consumed it
         (``name-count``, None while pending); or ``InstanceNotFoundError``. A restart that
         removes the consuming step makes its event pending again."""
-
-    @abc.abstractmethod
-    async def delete_instances(
-        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
-    ) -> int:
-        """Delete instances with their steps, events, updates and streams; return how many
-        existed.
-
-        Ids that do not exist are skipped. With ``finished_only`` the statuses are checked in
-        the deleting transaction, under the lock that status changes take: if any of the
-        instances is unfinished at that moment, ``IllegalStateError`` names the first such one
-        (in ``instance_ids`` order) and nothing is deleted. So an instance that a restart makes
-        unfinished concurrently is either deleted before it or kept.
-        """
-
-    @abc.abstractmethod
-    async def purge_instances(
-        self, workflow: str | None, statuses: Sequence[str], older_than: float
-    ) -> int:
-        """Delete finished instances in ``statuses`` that ended before ``older_than`` (with what
-        :meth:`delete_instances` deletes)."""
-
-    @abc.abstractmethod
-    async def purge_expired(
-        self, now: float, limit: int, default_cutoff: float | None = None
-    ) -> dict[tuple[str, str], int]:
-        """Delete at most ``limit`` finished instances whose ``delete_at`` has come (``<=
-        now``), earliest first, and with ``default_cutoff`` finished instances without a
-        ``delete_at`` that ended before it (the workers' one ``retention``), with what
-        :meth:`delete_instances` deletes, in one transaction. Returns how many it deleted by
-        (workflow, status); fewer than ``limit`` in all means none is left to delete.
-
-        ``delete_at`` is set by the database as an instance ends (``ended_at`` set): its end
-        plus the retention of its outcome, from the instance's own ``NewInstance.retention``,
-        else its workflow's ``WorkflowMeta.retention`` as registered then; None (kept) when
-        neither names the outcome. A restart (``ended_at`` cleared) clears it. Concurrent
-        callers delete different instances (rows another holds are skipped).
-        """
 
     # -- activations (worker side) ---------------------------------------------------------------
 

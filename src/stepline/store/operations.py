@@ -143,10 +143,10 @@ class OperationsStore(abc.ABC):
         Concurrent calls for one job take turns (each batch is distinct).
 
         The action is the one of :meth:`Store.control` (restart from ``(from_step, 1)``) or, for
-        ``delete``, :meth:`Store.delete_instances` with ``finished_only``. An instance the action
-        does not apply to (``IllegalStateError``, an unknown step, a dedup key taken) is
-        skipped, counted and the reason kept in ``last_skip``. The job ends ``complete`` when
-        no matching instance is left. A job that is not running is returned unchanged;
+        ``delete``, :meth:`RetentionStore.delete_instances` with ``finished_only``. An instance
+        the action does not apply to (``IllegalStateError``, an unknown step, a dedup key taken)
+        is skipped, counted and the reason kept in ``last_skip``. The job ends ``complete``
+        when no matching instance is left. A job that is not running is returned unchanged;
         an unknown one raises :class:`BulkJobNotFoundError`."""
 
     @abc.abstractmethod

@@ -128,7 +128,7 @@ class NewInstance:
     """The version of its workflow it starts under (see :attr:`InstanceRecord.version`)."""
     retention: str | None = None
     """JSON text ``{outcome: seconds}``: its own retention, over its workflow's (see
-    :meth:`Store.purge_expired`)."""
+    :meth:`RetentionStore.purge_expired`)."""
     deadline_at: float | None = None
     """When it errors with ``WorkflowTimeoutError`` if unfinished (see
     :meth:`ClosingStore.expire_deadlines`)."""
@@ -320,7 +320,7 @@ class WorkflowMeta:
     """Its flow control, which every worker's claims apply (see :meth:`Store.claim`)."""
     retention: dict[str, float] | None = None
     """Seconds its instances are kept after they end, by outcome: what sets each one's
-    ``delete_at`` when it ends (see :meth:`Store.purge_expired`)."""
+    ``delete_at`` when it ends (see :meth:`RetentionStore.purge_expired`)."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from .db import Database
 from .instances import InstanceWrites
 from .notes import Notes
 from .pools import Conn
+from .retention import PostgresRetention
 from .sql import INSTANCE_COLUMNS
 
 
@@ -64,6 +65,7 @@ class PostgresOperations(OperationsStore):
         db: Database,
         schema: str,
         instances: InstanceWrites,
+        retention: PostgresRetention,
         notes: Notes,
         now: Callable[[], float],
         signals: Signals,
@@ -72,6 +74,7 @@ class PostgresOperations(OperationsStore):
         self._notes = notes
         self._q = Statements(schema)
         self._instances = instances
+        self._retention = retention
         self._now = now
         self._signals = signals
 
@@ -212,7 +215,7 @@ class PostgresOperations(OperationsStore):
         self, conn: Conn, job: BulkJob, workflow: str, instance_id: str, now: float
     ) -> None:
         if job.action == "delete":
-            await self._instances.delete_in(conn, workflow, [instance_id], True, now)
+            await self._retention.delete_in(conn, workflow, [instance_id], True, now)
             return
         from_step = (job.from_step, 1) if job.from_step is not None else None
         await self._instances.control_in(

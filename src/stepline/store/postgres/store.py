@@ -53,7 +53,7 @@ from .migrate import applied_migrations, migrate, read_only_conninfo
 from .notes import Notes
 from .operations import PostgresOperations
 from .parking import ParkingStatements
-from .retention import Expiry
+from .retention import PostgresRetention
 from .schedules import PostgresSchedules, ScheduleWrites
 from .slots import Slots
 from .sql import Statements
@@ -115,7 +115,7 @@ class PostgresStore(Store):
         self._time = ServerClock(self._db, clock)
         self._claims = Claimer(self._db, self._sql, self.schema, self._notes)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
-        self._expiry = Expiry(self._db, self.schema)
+        self.retention = PostgresRetention(self._db, self.schema, self._notes, self.now)
         closing = Closing(self._db, self.schema, self._notes)
         self._instances.closing = closing.close_children
         keyed = KeyedCreates(self._db, self.schema, self._instances)
@@ -137,7 +137,13 @@ class PostgresStore(Store):
         )
         self.messages = self._messages
         self.operations = PostgresOperations(
-            self._db, self.schema, self._instances, self._notes, self.now, self.signals
+            self._db,
+            self.schema,
+            self._instances,
+            self.retention,
+            self._notes,
+            self.now,
+            self.signals,
         )
         self._step_writes: Batcher[StepRow, str] = Batcher(
             self._writes.record_steps,
@@ -364,21 +370,6 @@ class PostgresStore(Store):
             InstanceEvent(kind, loads(payload), created, consumed_by)
             for kind, payload, created, consumed_by in events
         ]
-
-    async def delete_instances(
-        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
-    ) -> int:
-        return await self._instances.delete(workflow, list(instance_ids), finished_only, self.now())
-
-    async def purge_instances(
-        self, workflow: str | None, statuses: Sequence[str], older_than: float
-    ) -> int:
-        return await self._instances.purge(workflow, list(statuses), older_than)
-
-    async def purge_expired(
-        self, now: float, limit: int, default_cutoff: float | None = None
-    ) -> dict[tuple[str, str], int]:
-        return await self._expiry.purge(now, limit, default_cutoff)
 
     # -- activations -----------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from ..operations import (
 )
 from ..signals import Signals
 from ..types import Lease
+from . import retention
 from . import transactions as tx
 from .db import Database
 from .sql import RECORD_COLUMNS
@@ -188,7 +189,7 @@ def _run_batch(
 
 def _act(c: sqlite3.Connection, job: BulkJob, workflow: str, instance_id: str, now: float) -> None:
     if job.action == "delete":
-        tx.delete_instances(c, workflow, [instance_id], True, now)
+        retention.delete_instances(c, workflow, [instance_id], True, now)
         return
     from_step = (job.from_step, 1) if job.from_step is not None else None
     tx.control(c, workflow, instance_id, job.action, False, from_step, now)

@@ -140,7 +140,6 @@ RECORD_COLUMNS = columns(
 ``ready_at``, not its recheck time."""
 INSTANCE_BY_ID = f"SELECT {RECORD_COLUMNS} FROM instances WHERE workflow = ? AND id = ?"
 INSTANCE_BY_PK = f"SELECT {RECORD_COLUMNS} FROM instances WHERE pk = ?"
-STATUS_BY_ID = "SELECT status FROM instances WHERE workflow = ? AND id = ?"
 
 
 def list_instances(*, workflow: bool, status: bool, after: bool, oldest_first: bool) -> str:
@@ -179,7 +178,6 @@ INTERRUPT_RUNNING_STEPS = (
     " WHERE instance_pk = ? AND status = 'running'"
 )
 DELETE_STEPS = "DELETE FROM steps WHERE instance_pk = ?"
-DELETE_EVENTS = "DELETE FROM events WHERE instance_pk = ?"
 UNCONSUME_EVENTS = "UPDATE events SET consumed_by = NULL WHERE instance_pk = ?"
 STEP_SEQ = "SELECT seq FROM steps WHERE instance_pk = ? AND name = ? AND count = ?"
 DELETE_STEPS_FROM = "DELETE FROM steps WHERE instance_pk = ? AND seq >= ? RETURNING name, count"
@@ -205,20 +203,7 @@ EVENTS_OF = (
     f"SELECT {columns(EventRow._fields)} FROM events WHERE instance_pk = ?"
     " AND type <> '@update' ORDER BY pk"
 )
-DELETE_INSTANCE = (
-    "DELETE FROM instances WHERE workflow = ? AND id = ?"
-    " RETURNING pk, status IN ('running', 'waitingForPause'), key"
-)
 STEPS_OF = f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq"
-
-
-def purge(n_statuses: int, *, workflow: bool) -> str:
-    """Delete ended instances in ``n_statuses`` statuses ended before a time (then a workflow)."""
-    clause = " AND workflow = ?" if workflow else ""
-    return (
-        f"DELETE FROM instances WHERE status IN ({_marks(n_statuses)}) AND ended_at < ?{clause}"
-        " RETURNING pk"
-    )
 
 
 # -- activations -----------------------------------------------------------------------------

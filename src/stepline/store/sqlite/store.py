@@ -46,13 +46,14 @@ from ..base import (
     WorkflowMeta,
 )
 from ..types import routes
-from . import flow, retention, sql
+from . import flow, sql
 from . import transactions as tx
 from .closing import SqliteClosing
 from .db import Database, missing_message
 from .flow import SqliteFlow
 from .messages import SqliteMessages
 from .operations import SqliteOperations
+from .retention import SqliteRetention
 from .schedules import SqliteSchedules
 from .stats import SqliteStats
 from .workers import SqliteWorkers
@@ -105,6 +106,7 @@ class SqliteStore(Store):
         self.messages = self._messages
         self.operations = SqliteOperations(self._db, self.now, self.signals)
         self.closing = SqliteClosing(self._db, self.now, self.signals.ready)
+        self.retention = SqliteRetention(self._db, self.now, self.signals.ready)
 
     @property
     def retry_seconds(self) -> float:
@@ -284,37 +286,6 @@ class SqliteStore(Store):
         instance = await self.get_instance(workflow, instance_id)
         rows = await self._db.read(sql.EVENTS_OF, (instance.pk,))
         return [event_from_row(row) for row in rows]
-
-    async def delete_instances(
-        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
-    ) -> int:
-        now = self.now()
-        count: int = await self._db.write(
-            lambda c: tx.delete_instances(c, workflow, instance_ids, finished_only, now),
-            durable=True,
-        )
-        if count and not finished_only:
-            self.signals.ready()  # a running instance deleted frees a slot of its key
-        return count
-
-    async def purge_instances(
-        self, workflow: str | None, statuses: Sequence[str], older_than: float
-    ) -> int:
-        count: int = await self._db.write(
-            lambda c: tx.purge_instances(c, workflow, statuses, older_than), durable=True
-        )
-        return count
-
-    async def purge_expired(
-        self, now: float, limit: int, default_cutoff: float | None = None
-    ) -> dict[tuple[str, str], int]:
-        [(due,)] = await self._db.read(retention.ANY_EXPIRED, (now, default_cutoff, default_cutoff))
-        if not due:
-            return {}
-        counts: dict[tuple[str, str], int] = await self._db.write(
-            lambda c: retention.purge_expired(c, now, limit, default_cutoff), durable=True
-        )
-        return counts
 
     # -- activations -----------------------------------------------------------------------------
 
