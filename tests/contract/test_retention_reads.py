@@ -1,5 +1,5 @@
-"""The contract of ``Store.histories``, ``RetentionStore.purge_expired`` and a store opened
-read-only, on both stores."""
+"""The contract of ``OperationsStore.histories``, ``RetentionStore.purge_expired`` and a store
+opened read-only, on both stores."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ async def test_histories_reads_every_step_of_many_instances_as_get_steps_does(
 ) -> None:
     await all_states(store)
     records = [await store.get_instance(WF, status) for status in ("queued", "complete", "waiting")]
-    found = await store.histories(records)
+    found = await store.operations.histories(records)
     assert set(found) == {r.pk for r in records if r.status != "queued"}  # no steps: absent
     for record in records[1:]:
         assert found[record.pk] == await store.get_steps(WF, record.id)
-    assert await store.histories([]) == {}
+    assert await store.operations.histories([]) == {}
 
 
 async def _ended(

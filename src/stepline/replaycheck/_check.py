@@ -157,7 +157,7 @@ async def _histories(
         if left is not None:
             chosen = chosen[:left]
             left -= len(chosen)
-        histories = await store.histories(chosen)
+        histories = await store.operations.histories(chosen)
         for record in chosen:
             yield record, histories.get(record.pk, [])
         older = page.instances and since is not None and page.instances[-1].created_at < since

@@ -7,7 +7,8 @@ beyond the claim (``store.flow``: :class:`FlowStore`, ``flow.py``), its fleet-wi
 (``store.stats``: :class:`StatsStore`, ``stats.py``), its record of live workers
 (``store.workers``: :class:`WorkerStore`, ``workers.py``), its messaging (``store.messages``:
 :class:`MessageStore`, ``messages.py``), its operations over many instances
-(``store.operations``: :class:`OperationsStore`, ``operations.py``), the instances ended on
+(``store.operations``: :class:`OperationsStore`, ``operations.py``, with the steps of many
+instances read at once), the instances ended on
 its own or by a key (``store.closing``: :class:`ClosingStore`, ``closing.py``) and its deletes
 (``store.retention``: :class:`RetentionStore`, ``retention.py``). The values they pass are in
 ``types.py`` (re-exported here). SQLite and PostgreSQL implement them (one package each) and
@@ -115,7 +116,7 @@ class Store(abc.ABC):
     messages: MessageStore
     """Updates and their replies, stream items, routed queries (``store/messages.py``)."""
     operations: OperationsStore
-    """Filtered reads, tags and bulk jobs (``store/operations.py``)."""
+    """Filtered reads, many instances' steps, tags, bulk jobs (``store/operations.py``)."""
     closing: ClosingStore
     """Deadlines, a parent's end applied to its children, keyed creates (``store/closing.py``)."""
     retention: RetentionStore
@@ -242,22 +243,6 @@ class Store(abc.ABC):
 
         A sleep whose wake time has passed reads ``complete``, ended at its wake time (unless the
         instance ended first); :attr:`Claim.history` has the raw record.
-        """
-
-    @abc.abstractmethod
-    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
-        """The steps of the instances ``instance_pks`` whose status is ``running`` or
-        ``waiting``, by instance pk, each list in start order (``seq``); instances without one,
-        and pks of no instance, are absent. One read however many instances (what a list reads
-        to show what each instance waits for). Records as stored: a sleep past its wake time
-        still reads ``waiting`` here."""
-
-    @abc.abstractmethod
-    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
-        """The step histories of ``instances`` (records as read from this store), by pk, each in
-        start order (``seq``) as :meth:`get_steps` reads it; an instance without steps, or no
-        longer stored, is absent. A few reads however many instances (what a replay check of
-        thousands of instances reads), and no write.
         """
 
     @abc.abstractmethod

@@ -186,18 +186,6 @@ _TEMPLATES: dict[str, str] = {
         ) AS s
         ORDER BY p.pk, s.seq
     """,
-    "unfinished_steps": """
-        SELECT p.pk, s.* FROM unnest(%s::bigint[]) AS p(pk)
-        CROSS JOIN LATERAL (
-            SELECT {scols} FROM {s}.steps
-            WHERE instance_pk = p.pk AND status IN ('running', 'waiting') ORDER BY seq
-        ) AS s
-        ORDER BY p.pk, s.seq
-    """,
-    "histories": """
-        SELECT instance_pk, {scols} FROM {s}.steps WHERE instance_pk = ANY(%s::bigint[])
-        ORDER BY instance_pk, seq
-    """,
     "history_events": """
         SELECT instance_pk, pk, type, payload, created_at FROM {s}.events
         WHERE instance_pk = ANY(%s::bigint[]) AND consumed_by IS NULL ORDER BY instance_pk, pk
@@ -452,8 +440,6 @@ class Statements:
     get_instance: str
     get_instance_by_pk: str
     history_steps: str
-    unfinished_steps: str
-    histories: str
     history_events: str
     steps_of_instance: str
     lock_instance: str

@@ -312,26 +312,6 @@ class PostgresStore(Store):
             [step_from_row(r) for r in steps], instance_from_row(found[0]), self.now()
         )
 
-    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
-        found: dict[int, list[StepRecord]] = {}
-        if not instance_pks:
-            return found
-        pks = list(dict.fromkeys(instance_pks))
-        rows = await self._db.read("reading unfinished steps", self._sql.unfinished_steps, (pks,))
-        for row in rows:
-            found.setdefault(row[0], []).append(step_from_row(row[1:]))
-        return found
-
-    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
-        found: dict[int, list[StepRecord]] = {}
-        if not instances:
-            return found
-        pks = list(dict.fromkeys(i.pk for i in instances))
-        for row in await self._db.read("reading step histories", self._sql.histories, (pks,)):
-            found.setdefault(row[0], []).append(step_from_row(row[1:]))
-        now = self.now()
-        return {i.pk: settle_sleeps(found[i.pk], i, now) for i in instances if i.pk in found}
-
     async def control(
         self,
         workflow: str,

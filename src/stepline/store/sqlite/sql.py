@@ -372,23 +372,6 @@ def history_steps(n: int) -> str:
     )
 
 
-def steps_of_many(n: int) -> str:
-    """Every step of ``n`` instances: ``instance_pk`` and the ``STEP_COLUMNS``."""
-    return (
-        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({_marks(n)})"
-        " ORDER BY instance_pk, seq"
-    )
-
-
-def unfinished_steps(n: int) -> str:
-    """The running and waiting steps of ``n`` instances: ``instance_pk`` and the
-    ``STEP_COLUMNS``."""
-    return (
-        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({_marks(n)})"
-        " AND status IN ('running', 'waiting') ORDER BY instance_pk, seq"
-    )
-
-
 def pending_events(n: int) -> str:
     """The unconsumed events of ``n`` instances, as ``PendingEventRow``."""
     return (

@@ -58,10 +58,6 @@ from .schedules import SqliteSchedules
 from .stats import SqliteStats
 from .workers import SqliteWorkers
 
-UNFINISHED_STEPS_BATCH = 500
-"""Instances per read of :meth:`SqliteStore.unfinished_steps` and ``histories`` (SQLite caps
-the parameters of one statement)."""
-
 
 def path_from_url(url: str) -> str:
     """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite://:memory:``."""
@@ -229,25 +225,6 @@ class SqliteStore(Store):
         instance = await self.get_instance(workflow, instance_id)
         rows = await self._db.read(sql.STEPS_OF, (instance.pk,))
         return settle_sleeps([step_from_row(row) for row in rows], instance, self.now())
-
-    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
-        return await self._steps_of(instance_pks, sql.unfinished_steps)
-
-    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
-        found = await self._steps_of([i.pk for i in instances], sql.steps_of_many)
-        now = self.now()
-        return {i.pk: settle_sleeps(found[i.pk], i, now) for i in instances if i.pk in found}
-
-    async def _steps_of(
-        self, instance_pks: Sequence[int], query: Callable[[int], str]
-    ) -> dict[int, list[StepRecord]]:
-        found: dict[int, list[StepRecord]] = {}
-        pks = list(dict.fromkeys(instance_pks))
-        for start in range(0, len(pks), UNFINISHED_STEPS_BATCH):
-            chunk = pks[start : start + UNFINISHED_STEPS_BATCH]
-            for row in await self._db.read(query(len(chunk)), chunk):
-                found.setdefault(row[0], []).append(step_from_row(row[1:]))
-        return found
 
     async def control(
         self,
