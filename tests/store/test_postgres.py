@@ -383,13 +383,13 @@ def record_notifications(store: PostgresStore) -> list[str]:
     """The payloads of the notifications ``store`` receives (call before ``open``: it listens
     from then on), each still dispatched."""
     payloads: list[str] = []
-    dispatch = store._dispatch
+    dispatch = store._wakeups.dispatch
 
     def recording(payload: str) -> None:
         payloads.append(payload)
         dispatch(payload)
 
-    store._dispatch = recording  # type: ignore[method-assign]
+    store._wakeups.dispatch = recording  # type: ignore[method-assign]
     return payloads
 
 

@@ -1,15 +1,13 @@
 """PostgresStore: the store contract's operations on PostgreSQL. The parts with a job of their own
 are modules beside it: the claim (``claim``), activation writes (``writes``), the slots of named
-limits that steps take (``slots``), the client's writes (``instances``), the server clock
-(``clock``), notifications (``notes``), messaging (``messages``), the connections (``db``) and
-the SQL (``sql``)."""
+limits that steps take (``slots``), the client's writes (``instances``) and reads (``reads``),
+the server clock (``clock``), notifications and what they wake (``notes``), messaging
+(``messages``), the connections (``db``) and the SQL (``sql``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from ..._json import loads
-from ...errors import InstanceNotFoundError
 from ...limits import Limit
 from ...records import (
     InstanceEvent,
@@ -21,11 +19,6 @@ from ...records import (
 from .._batcher import Batcher
 from .._rows import (
     claims_on_creation,
-    decode_cursor,
-    encode_cursor,
-    instance_from_row,
-    settle_sleeps,
-    step_from_row,
 )
 from ..base import (
     Claim,
@@ -39,7 +32,6 @@ from ..base import (
     WorkflowMeta,
 )
 from ..migrations import check_current, load_migrations
-from . import sql
 from .claim import Claimer
 from .clock import ServerClock
 from .closing import Closing, PostgresClosing
@@ -50,9 +42,10 @@ from .keyed import KeyedCreates
 from .listen import Listener
 from .messages import PostgresMessages
 from .migrate import applied_migrations, migrate, read_only_conninfo
-from .notes import Notes
+from .notes import Notes, Wakeups
 from .operations import PostgresOperations
 from .parking import ParkingStatements
+from .reads import InstanceReads
 from .retention import PostgresRetention
 from .schedules import PostgresSchedules, ScheduleWrites
 from .slots import Slots
@@ -112,9 +105,11 @@ class PostgresStore(Store):
         self.channel = self._notes.channel
         """The LISTEN/NOTIFY channel of this schema."""
         self._listener = Listener(self._db)
+        self._wakeups = Wakeups(self._notes, self.signals)
         self._time = ServerClock(self._db, clock)
         self._claims = Claimer(self._db, self._sql, self.schema, self._notes)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
+        self._reads = InstanceReads(self._db, self._sql, self.schema, self.now)
         self.retention = PostgresRetention(self._db, self.schema, self._notes, self.now)
         closing = Closing(self._db, self.schema, self._notes)
         self._instances.closing = closing.close_children
@@ -189,7 +184,9 @@ class PostgresStore(Store):
                 return
             self.schema_versions = await migrate(self._db, self.schema, migrations)
             await self._time.measure()
-            await self._listener.start(self.channel, self._dispatch, self._wake_everything)
+            await self._listener.start(
+                self.channel, self._wakeups.dispatch, self._wakeups.everything
+            )
         except BaseException:
             await self._listener.stop()
             await self._db.close()
@@ -204,24 +201,6 @@ class PostgresStore(Store):
         await self._time.stop()
         await self._listener.stop()
         await self._db.close()
-
-    # -- wake-ups --------------------------------------------------------------------------------
-
-    def _dispatch(self, payload: str) -> None:
-        """A notification arrived: wake the worker, and waiters on the instances it names."""
-        wake = self._notes.read(payload)
-        if wake is None:  # this store's own: it signalled itself when it committed
-            return
-        if wake.ready:
-            self.signals.ready()
-        for workflow, instance_id in wake.changed:
-            self.signals.changed(workflow, instance_id)
-
-    def _wake_everything(self) -> None:
-        """After the listener reconnects: anything may have changed meanwhile."""
-        self.signals.ready()
-        for workflow, instance_id in self.signals.watched():
-            self.signals.changed(workflow, instance_id)
 
     # -- workflows -------------------------------------------------------------------------------
 
@@ -268,12 +247,7 @@ class PostgresStore(Store):
         return created
 
     async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
-        rows = await self._db.read(
-            f"reading instance {instance_id!r}", self._sql.get_instance, (workflow, instance_id)
-        )
-        if not rows:
-            raise InstanceNotFoundError(workflow, instance_id)
-        return instance_from_row(rows[0])
+        return await self._reads.get_instance(workflow, instance_id)
 
     async def list_instances(
         self,
@@ -284,33 +258,12 @@ class PostgresStore(Store):
         *,
         oldest_first: bool = False,
     ) -> InstancePage:
-        after = decode_cursor(cursor)
-        query = sql.list_instances(
-            self.schema,
-            workflow=workflow is not None,
-            status=status is not None,
-            after=after is not None,
-            oldest_first=oldest_first,
+        return await self._reads.list_instances(
+            workflow, status, limit, cursor, oldest_first=oldest_first
         )
-        params = [value for value in (workflow, status, after) if value is not None]
-        rows = await self._db.read("listing instances", query, (*params, limit + 1))
-        records = [instance_from_row(r) for r in rows[:limit]]
-        next_cursor = encode_cursor(records[-1].pk) if len(rows) > limit else None
-        return InstancePage(records, next_cursor)
 
     async def get_steps(self, workflow: str, instance_id: str) -> list[StepRecord]:
-        found, steps = await self._db.read_many(
-            f"reading the steps of instance {instance_id!r}",
-            [
-                (self._sql.get_instance, (workflow, instance_id)),
-                (self._sql.steps_of_instance, (workflow, instance_id)),
-            ],
-        )
-        if not found:
-            raise InstanceNotFoundError(workflow, instance_id)
-        return settle_sleeps(
-            [step_from_row(r) for r in steps], instance_from_row(found[0]), self.now()
-        )
+        return await self._reads.get_steps(workflow, instance_id)
 
     async def control(
         self,
@@ -330,26 +283,14 @@ class PostgresStore(Store):
             self.signals.ready()
         return record
 
+    async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
+        return await self._reads.get_events(workflow, instance_id)
+
     async def send_event(
         self, workflow: str, instance_id: str, event_type: str, payload: str | None
     ) -> None:
         await self._instances.send_event(workflow, instance_id, event_type, payload, self.now())
         self.signals.ready()
-
-    async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
-        found, events = await self._db.read_many(
-            f"reading the events of instance {instance_id!r}",
-            [
-                (self._sql.get_instance, (workflow, instance_id)),
-                (self._sql.events_of_instance, (workflow, instance_id)),
-            ],
-        )
-        if not found:
-            raise InstanceNotFoundError(workflow, instance_id)
-        return [
-            InstanceEvent(kind, loads(payload), created, consumed_by)
-            for kind, payload, created, consumed_by in events
-        ]
 
     # -- activations -----------------------------------------------------------------------------
 
