@@ -36,7 +36,7 @@ from ..types import Lease
 from . import retention
 from . import transactions as tx
 from .db import Database
-from .sql import RECORD_COLUMNS
+from .sql import RECORD_COLUMNS, qmarks
 
 TAGS_TABLE = "instance_tags"
 UNFINISHED_STEPS_BATCH = 500
@@ -56,14 +56,10 @@ def search_statement(where: Filter, *, after: bool, oldest_first: bool) -> tuple
     return statement, cond.params
 
 
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
-
-
 def steps_of_many(n: int) -> str:
     """Every step of ``n`` instances: ``instance_pk`` and the ``STEP_COLUMNS``."""
     return (
-        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({_marks(n)})"
+        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({qmarks(n)})"
         " ORDER BY instance_pk, seq"
     )
 
@@ -72,7 +68,7 @@ def unfinished_steps(n: int) -> str:
     """The running and waiting steps of ``n`` instances: ``instance_pk`` and the
     ``STEP_COLUMNS``."""
     return (
-        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({_marks(n)})"
+        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({qmarks(n)})"
         " AND status IN ('running', 'waiting') ORDER BY instance_pk, seq"
     )
 

@@ -39,8 +39,10 @@ DELETE_EXPIRED = "DELETE FROM instances WHERE pk = ? RETURNING workflow, status"
 def purge(n_statuses: int, *, workflow: bool) -> str:
     """Delete ended instances in ``n_statuses`` statuses ended before a time (then a workflow)."""
     clause = " AND workflow = ?" if workflow else ""
-    marks = ",".join("?" * n_statuses)
-    return f"DELETE FROM instances WHERE status IN ({marks}) AND ended_at < ?{clause} RETURNING pk"
+    return (
+        f"DELETE FROM instances WHERE status IN ({sql.qmarks(n_statuses)}) AND ended_at < ?{clause}"
+        " RETURNING pk"
+    )
 
 
 def delete_instances(

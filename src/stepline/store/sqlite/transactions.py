@@ -35,7 +35,7 @@ from .._rows import (
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
 from ..types import new_lease_token
-from . import closing, flow, message_writes, sql
+from . import closing, flow, flow_sql, message_writes, sql
 from .sql import Fence, Lookup
 
 _INTERRUPTED = dumps(INTERRUPTED, what="error")
@@ -59,7 +59,7 @@ def register_workflows(
         )
         if before is not None and before[0] != stored:
             # A changed key limit applies to the instances set aside under the old one too.
-            c.execute(sql.UNPARK_WORKFLOW, (meta.name,))
+            c.execute(flow_sql.UNPARK_WORKFLOW, (meta.name,))
     for limit in limits:
         rate = limit.rate
         c.execute(
