@@ -66,3 +66,13 @@ def test_replay_check_names_the_diverging_instances_and_changes_nothing(tmp_path
 
     bad = stepline(project, "workflows", "replay-check", "orders", "--since", "someday")
     assert bad.returncode == 2 and "--since 'someday'" in bad.stderr
+
+
+def test_replay_check_of_a_workflow_without_code_in_the_project_says_where_to_name_it(
+    tmp_path: Path,
+) -> None:
+    project = _project(tmp_path / "shop", "charge")
+    result = stepline(project, "workflows", "replay-check", "invoices")
+    assert result.returncode == 2
+    assert "replay-check needs the code of 'invoices'" in result.stderr
+    assert "[[workflows]]" in result.stderr and "'orders'" in result.stderr

@@ -10,7 +10,6 @@ import click
 from rich.text import Text
 
 from ..durations import parse_duration
-from ..errors import WorkflowNotFoundError
 from ..project import load_workflow
 from ..replaycheck import STATUSES, ReplayReport, replay_check
 from ..workflow import validate_name
@@ -40,7 +39,13 @@ async def _check(
     validate_name(name, what="workflow name")
     entry = state.project.entry(name)
     if entry is None:
-        raise WorkflowNotFoundError(name, state.project.workflow_names)
+        # replay needs today's code, which only stepline.toml names (the database has none)
+        known = ", ".join(repr(n) for n in state.project.workflow_names) or "none"
+        fail(
+            f"replay-check needs the code of {name!r}: name it in stepline.toml "
+            f'([[workflows]] name = "{name}", class_name = "module:Class"); '
+            f"workflows stepline.toml names: {known}"
+        )
     # every version stepline.toml lists for the name: each instance replays on its own
     code = [load_workflow(state.project, e) for e in state.project.workflows if e.name == name]
     state.require_database()
