@@ -1,16 +1,26 @@
 """A create's options, checked before anything is stored: the flow control key and priority,
 a deadline (``timeout``), and what a create does with the instances its key holds
-(``on_conflict``: ``"debounce"``, ``"replace_queued"``, executed by ``ClosingStore.create_keyed``;
-docs/operations.md tells the user)."""
+(``on_conflict``: ``"debounce"``, ``"replace_queued"``, executed by
+``ClosingStore.create_keyed``; docs/operations.md tells the user); the instances a
+``create_batch`` makes of its items, their params as stored and an instance's own retention."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Literal
 
+from . import _json
 from ._shown import shown
+from ._traceparent import valid_traceparent
 from .durations import Duration, parse_duration
-from .store.base import KeyedConflict
+from .operations.search import tags_json
+from .payloads import PayloadCodec, Slot
+from .retention import parse_retention
+from .store.base import KeyedConflict, NewInstance
+from .values import convert
+from .workflow import validate_name
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 MAX_KEY_LENGTH = 200
@@ -89,3 +99,86 @@ def keyed_conflict(
     if debounce is None:
         raise ValueError("on_conflict='debounce' needs a quiet period: pass debounce='5 seconds'")
     return "debounce", parse_duration(debounce, what="debounce")
+
+
+def check_create(
+    on_duplicate: object,
+    key: str | None,
+    on_conflict: object,
+    debounce: Duration | None,
+    timeout: Duration | None,
+) -> tuple[str | None, KeyedConflict | None, float | None]:
+    """The options of one create checked before anything is read: the key, and the conflict
+    and quiet period of :func:`keyed_conflict`; ``ValueError`` naming the value refused."""
+    if on_duplicate not in ("return", "raise"):
+        raise ValueError(f"invalid on_duplicate {on_duplicate!r}: use 'return' or 'raise'")
+    checked_key = check_key(key, what="key")
+    conflict, quiet = keyed_conflict(on_conflict, checked_key, debounce)
+    deadline(timeout, None, 0.0)
+    return checked_key, conflict, quiet
+
+
+def new_id(id: Any) -> str:
+    """The id of an instance to create: ``id`` checked, or a random UUID when it is None."""
+    return str(uuid.uuid4()) if id is None else validate_name(id, what="instance id")
+
+
+async def sealed_params(
+    codec: PayloadCodec, workflow: str, instance_id: str, params: Any, params_type: Any, what: str
+) -> str:
+    """Params as stored, checked against the type ``run()`` declares for them
+    (``WorkflowEvent[Order]``) when this process has the workflow: stored as given."""
+    if params_type is not None and params is not None:
+        convert(params, params_type, what)
+    text = _json.dumps(params, what=what, limit=codec.encode_limit)
+    return await codec.seal(text, Slot(workflow, instance_id, "params"))
+
+
+def retention_json(retention: Mapping[str, Duration] | None) -> str | None:
+    """An instance's own retention as stored: JSON seconds by outcome; ValueError if bad."""
+    policy = parse_retention(retention, where="retention of the instance")
+    return None if policy is None else _json.dumps(policy, what="retention")
+
+
+SealParams = Callable[[str, Any, str], Awaitable[str]]
+"""Params as stored, given the instance id, the params and what to call them in errors."""
+_BATCH_ITEM_KEYS = {"id", "params", "key", "priority", "traceparent", "tags"}
+
+
+async def batch_instances(
+    items: Iterable[Mapping[str, Any]],
+    seal: SealParams,
+    version: str,
+    deadline_at: Callable[[], float | None],
+) -> list[NewInstance]:
+    """The instances a ``create_batch`` makes of ``items``, each checked in turn: ``TypeError``
+    or ``ValueError`` naming the first item refused."""
+    new: list[NewInstance] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise TypeError(
+                f"create_batch item {index} must be a dict like {{'id': ..., 'params': ...}}, "
+                f"got {type(item).__name__}"
+            )
+        unknown = set(item) - _BATCH_ITEM_KEYS
+        if unknown:
+            raise ValueError(
+                f"create_batch item {index}: unknown key {sorted(unknown)[0]!r} (items take "
+                "id, params, key, priority, traceparent and tags)"
+            )
+        instance_id = new_id(item.get("id"))
+        new.append(
+            NewInstance(
+                instance_id,
+                await seal(instance_id, item.get("params"), f"params of batch item {index}"),
+                key=check_key(item.get("key"), what=f"key of batch item {index}"),
+                priority=check_priority(
+                    item.get("priority", 0), what=f"priority of batch item {index}"
+                ),
+                traceparent=valid_traceparent(item.get("traceparent")),
+                tags=tags_json(item.get("tags"), where=f"tags of batch item {index}"),
+                version=version,
+                deadline_at=deadline_at(),
+            )
+        )
+    return new

@@ -5,7 +5,7 @@ The configuration is found by walking up from the current directory, like ``wran
     # stepline.toml
     database = "sqlite:///stepline.db"        # relative SQLite paths are relative to this file
 
-    [[workflows]]
+    [[workflows]]                             # one table per workflow: _project_workflows
     name = "documents"                        # the workflow name used by the CLI and the API
     class_name = "documents:DocumentWorkflow" # module:attribute, importable from this directory
     concurrency = 10                          # flow control over the code's: _project_overrides
@@ -61,17 +61,17 @@ from ._project_overrides import (
     named_limits,
     with_limits,
     with_schedules,
-    workflow_limit_settings,
 )
 from ._project_payloads import read_payloads
 from ._project_telemetry import TelemetryConfig, read_telemetry
+from ._project_workflows import WorkflowEntry as WorkflowEntry
+from ._project_workflows import read_workflows
 from .durations import parse_worker_duration
 from .errors import ConfigError, DefinitionError
-from .limits import WORKFLOW_LIMIT_KEYS, Limit
+from .limits import Limit
 from .payloads import PayloadConfig
-from .retention import parse_retention
 from .schedule import Schedule
-from .workflow import Workflow, definition_of, validate_name
+from .workflow import Workflow, definition_of
 
 CONFIG_FILE = "stepline.toml"
 PYPROJECT_FILE = "pyproject.toml"
@@ -83,25 +83,10 @@ _TOP_KEYS = (
     "telemetry", "logging", "payloads", "encryption", "http",
 )  # fmt: skip
 _TRIGGER_KINDS = ("queue",)
-_WORKFLOW_KEYS = ("name", "class_name")
-_WORKFLOW_TABLE_KEYS = (*_WORKFLOW_KEYS, *WORKFLOW_LIMIT_KEYS, "retention", "version", "timeout")
 _SCHEDULE_KEYS = (
     "workflow", "cron", "timezone", "params", "name", "catch_up", "catch_up_limit", "overlap",
 )  # fmt: skip
 _WORKER_KEYS = ("concurrency", "lease", "poll_interval", "grace_period", "retention", "heartbeat")
-
-
-@dataclass(frozen=True)
-class WorkflowEntry:
-    """One ``[[workflows]]`` entry: the workflow ``name`` and where its code lives."""
-
-    name: str
-    class_name: str
-    key: str
-    """Where the entry is in the file, for error messages: ``workflows[0]``."""
-    limits: Mapping[str, Any] = field(default_factory=dict)
-    """The flow control keys, the ``retention`` and the ``version`` it sets (checked), in place
-    of what the code declares."""
 
 
 @dataclass(frozen=True)
@@ -282,55 +267,6 @@ def _worker(raw: Any, path: Path, prefix: str) -> WorkerConfig:
     )
 
 
-def _workflows(raw: Any, path: Path, prefix: str) -> tuple[WorkflowEntry, ...]:
-    key = f"{prefix}workflows"
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise ConfigError(f"{path}: key '{key}' must be an array of tables ([[workflows]])")
-    entries: list[WorkflowEntry] = []
-    seen: dict[tuple[str, Any], str] = {}
-    for index, item in enumerate(raw):
-        where = f"{key}[{index}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{path}: key '{where}' must be a table ([[workflows]])")
-        check_keys(item, _WORKFLOW_TABLE_KEYS, path, where)
-        for required in _WORKFLOW_KEYS:
-            if required not in item:
-                raise ConfigError(f"{path}: key '{where}.{required}' is missing")
-            if not isinstance(item[required], str):
-                raise ConfigError(f"{path}: key '{where}.{required}' must be a string")
-        try:
-            name = validate_name(item["name"], what="workflow name")
-        except ValueError as exc:
-            raise ConfigError(f"{path}: key '{where}.name': {exc}") from None
-        class_name = item["class_name"].strip()
-        module, _, attribute = class_name.partition(":")
-        if not module or not attribute:
-            raise ConfigError(
-                f"{path}: key '{where}.class_name' must be 'module:attribute' "
-                f"(e.g. 'workflows:MyWorkflow'), got {item['class_name']!r}"
-            )
-        # one name may be listed once per version (its classes: docs/versioning.md)
-        version = item.get("version")
-        if (name, version) in seen:
-            at = "" if version is None else f" at version {version!r}"
-            raise ConfigError(
-                f"{path}: key '{where}.name': workflow {name!r}{at} is already defined by "
-                f"{seen[(name, version)]}; workflow names must be unique (per version)"
-            )
-        seen[(name, version)] = where
-        limits = workflow_limit_settings(item, name, path, where)
-        if "retention" in item:
-            try:
-                parse_retention(item["retention"], where="retention")
-            except ValueError as exc:
-                raise ConfigError(f"{path}: key '{where}.retention': {exc}") from None
-            limits["retention"] = item["retention"]
-        entries.append(WorkflowEntry(name, class_name, where, limits))
-    return tuple(entries)
-
-
 def _queue_triggers(raw: Any, path: Path, prefix: str) -> tuple[QueueTriggerEntry, ...]:
     key = f"{prefix}triggers"
     if raw is None:
@@ -441,7 +377,7 @@ def read_config(path: Path) -> _FileConfig:
             f"{path}: key '{prefix}database' has an unsupported URL {database!r}; use "
             "sqlite:///path/to/file.db or postgresql://user:password@host:5432/dbname"
         )
-    workflows = _workflows(data.get("workflows"), path, prefix)
+    workflows = read_workflows(data.get("workflows"), path, prefix)
     worker = _worker(data.get("worker"), path, prefix)
     triggers = _queue_triggers(data.get("triggers"), path, prefix)
     schedules = _schedules(data.get("schedules"), path, prefix)
