@@ -115,8 +115,8 @@ async def test_a_claim_that_answers_its_own_ends_asks_for_as_many_as_ended(
             asked.append((limit, len(claimed.claims)))
             return claimed
 
-        async def looked(workflows: Any) -> Any:
-            found = await next_wakeup(workflows)
+        async def looked(workflows: Any, *args: Any, **kw: Any) -> Any:
+            found = await next_wakeup(workflows, *args, **kw)
             if found is not None and found <= store.now():
                 # Something is runnable now, its end not yet seen in this process (its finish
                 # committed, its reply not yet handled): the claim that follows is a look.

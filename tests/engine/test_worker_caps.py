@@ -82,12 +82,12 @@ class Spy:
             self.took.update((c.instance.id, call) for c in claimed.claims)
             return claimed
 
-        async def spied_next_wakeup(workflows: Sequence[str]) -> Any:
+        async def spied_next_wakeup(workflows: Sequence[str], *args: Any, **kwargs: Any) -> Any:
             self.looks.append(tuple(workflows))
             # Yield: SQLite reads may complete without, and a busy loop would then hang the
             # test instead of failing it.
             await asyncio.sleep(0)
-            return await next_wakeup(workflows)
+            return await next_wakeup(workflows, *args, **kwargs)
 
         store.claim = spied_claim  # type: ignore[method-assign]
         store.next_wakeup = spied_next_wakeup  # type: ignore[method-assign]
