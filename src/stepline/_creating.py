@@ -1,8 +1,8 @@
 """A create's options, checked before anything is stored: the flow control key and priority,
 a deadline (``timeout``), and what a create does with the instances its key holds
-(``on_conflict``: ``"debounce"``, ``"replace_queued"``, executed by ``Store.create_keyed``;
-docs/operations.md tells the user); the instances a ``create_batch`` makes of its items, their
-params as stored and an instance's own retention."""
+(``on_conflict``: ``"debounce"``, ``"replace_queued"``, executed by
+``ClosingStore.create_keyed``; docs/operations.md tells the user); the instances a
+``create_batch`` makes of its items, their params as stored and an instance's own retention."""
 
 from __future__ import annotations
 

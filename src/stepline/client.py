@@ -199,7 +199,7 @@ class WorkflowBinding:
         )
         if conflict is not None:
             ready_at = None if quiet is None else now + quiet
-            record = await self._store.create_keyed(
+            record = await self._store.closing.create_keyed(
                 self.name, new, trigger=trigger, on_conflict=conflict, ready_at=ready_at
             )
             return self._instance(record.id)
@@ -344,4 +344,6 @@ class WorkflowBinding:
         age = parse_duration(older_than, what="older_than", allow_zero=True)
         if not self._possible:
             return 0
-        return await self._store.purge_instances(self.name, chosen, self._store.now() - age)
+        return await self._store.retention.purge_instances(
+            self.name, chosen, self._store.now() - age
+        )

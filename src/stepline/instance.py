@@ -48,7 +48,7 @@ async def delete_instances(
 ) -> int:
     """Delete the instances ``ids`` of ``workflow`` (finished ones only unless ``force``) and
     the blobs that go with them; return how many were deleted."""
-    deleted = await store.delete_instances(workflow, ids, finished_only=not force)
+    deleted = await store.retention.delete_instances(workflow, ids, finished_only=not force)
     if deleted:
         await codec.forget(workflow, list(ids))  # the blobs go with their instances
     return deleted

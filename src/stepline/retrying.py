@@ -3,7 +3,8 @@
 A step whose attempt failed and that will be tried again is recorded ``waiting`` until its next
 attempt, with its attempts so far; the instance meanwhile is ``waiting`` (or ``running``, while
 a short delay passes in memory), like one that sleeps. :func:`read_retries` tells them apart
-for a whole page of instances with one read (:meth:`stepline.store.base.Store.unfinished_steps`).
+for a whole page of instances with one read
+(:meth:`stepline.store.operations.OperationsStore.unfinished_steps`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ async def read_retries(
     pks = [record.pk for record in records if record.status not in FINISHED_STATUSES]
     if not pks:
         return [None] * len(records)
-    steps = await store.unfinished_steps(pks)
+    steps = await store.operations.unfinished_steps(pks)
     return [
         None if record.status in FINISHED_STATUSES else retry_of(steps.get(record.pk, ()))
         for record in records

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from stepline import InstanceAlreadyExistsError, ManualClock
-from stepline.store._closing import DEADLINE_BATCH
 from stepline.store.base import NewInstance, Store
+from stepline.store.closing import DEADLINE_BATCH
 
 from ._support import HOUR, LEASE, UNFINISHED, WF, claim_one, in_state, lease_lost, raw, write
 from .conftest import OpenStore
@@ -25,7 +25,7 @@ async def test_a_deadline_ends_or_interrupts_each_unfinished_state(
 ) -> None:
     claim = await in_state(store, status, "i")
     await _set_deadline(store, "i", clock())
-    assert await store.expire_deadlines([WF], clock()) is None
+    assert await store.closing.expire_deadlines([WF], clock()) is None
     record = await store.get_instance(WF, "i")
     assert record.deadline_at is None
     if status in ("queued", "paused"):  # never started: ended at once
@@ -51,12 +51,13 @@ async def _set_deadline(store: Store, instance_id: str, at: float) -> None:
 async def test_the_next_deadline_and_a_full_batch(store: Store, clock: ManualClock) -> None:
     now = clock()
     await _with_deadline(store, "later", now + HOUR)
-    assert await store.expire_deadlines([WF], now) == now + HOUR
-    assert await store.expire_deadlines(["other"], now) is None
+    assert await store.closing.expire_deadlines([WF], now) == now + HOUR
+    assert await store.closing.expire_deadlines(["other"], now) is None
     items = [NewInstance(f"d{n}", None, deadline_at=now) for n in range(DEADLINE_BATCH + 1)]
     await store.create_instances(WF, items, trigger="api", skip_existing=False)
-    assert await store.expire_deadlines([WF], now) == now  # more were due than one call takes
-    assert await store.expire_deadlines([WF], now) == now + HOUR
+    # more were due than one call takes
+    assert await store.closing.expire_deadlines([WF], now) == now
+    assert await store.closing.expire_deadlines([WF], now) == now + HOUR
     page = await store.list_instances(WF, "errored", 1000, None)
     assert len(page.instances) == DEADLINE_BATCH + 1
 
@@ -65,7 +66,7 @@ async def test_a_pending_control_is_kept(store: Store, clock: ManualClock) -> No
     await in_state(store, "waiting", "i")
     await store.control(WF, "i", "terminate", rollback=True)
     await _set_deadline(store, "i", clock())
-    await store.expire_deadlines([WF], clock())
+    await store.closing.expire_deadlines([WF], clock())
     (taken,) = (await store.claim("w", [WF], 10, LEASE, clock())).claims
     assert taken.control == "terminate_rollback"
 
@@ -84,7 +85,7 @@ async def test_close_children_applies_each_policy_and_is_fenced(
     created = await store.get_instance("kid", "k-terminate")
     grand = NewInstance("g", None, parent_pk=created.pk, on_parent_close="terminate")
     await store.create_instances("kid", [grand], trigger="workflow", skip_existing=False)
-    await store.close_children(parent.lease, clock())
+    await store.closing.close_children(parent.lease, clock())
     statuses = {
         i: (await store.get_instance("kid", i)).status
         for i in ("k-terminate", "k-request_cancel", "k-abandon", "k-none", "g")
@@ -99,26 +100,26 @@ async def test_close_children_applies_each_policy_and_is_fenced(
     cancelled = await store.get_instance("kid", "k-request_cancel")
     assert cancelled.error is not None and cancelled.error["name"] == "WorkflowCancelledError"
     await store.control(WF, "p", "terminate")
-    assert await lease_lost(store.close_children(parent.lease, clock()))
+    assert await lease_lost(store.closing.close_children(parent.lease, clock()))
 
 
 async def test_create_keyed_debounce_and_replace(store: Store, clock: ManualClock) -> None:
     now = clock()
-    first = await store.create_keyed(
+    first = await store.closing.create_keyed(
         WF, NewInstance("a", "1", key="k"), trigger="api", on_conflict="debounce", ready_at=now + 5
     )
     assert (first.id, first.status, first.ready_at) == ("a", "queued", now + 5)
-    joined = await store.create_keyed(
+    joined = await store.closing.create_keyed(
         WF, NewInstance("b", "2", key="k"), trigger="api", on_conflict="debounce", ready_at=now + 9
     )
     assert (joined.id, joined.params, joined.ready_at) == ("a", 2, now + 9)
-    plain = await store.create_keyed(
+    plain = await store.closing.create_keyed(
         WF, NewInstance("c", None, key="k"), trigger="api", on_conflict="replace_queued"
     )
     assert plain.status == "queued" and plain.ready_at == now
     assert (await store.get_instance(WF, "a")).status == "terminated"
     with pytest.raises(InstanceAlreadyExistsError):
-        await store.create_keyed(
+        await store.closing.create_keyed(
             WF, NewInstance("c", None, key="k"), trigger="api", on_conflict="replace_queued"
         )
     assert (await store.get_instance(WF, "c")).status == "queued"
@@ -130,7 +131,7 @@ async def test_concurrent_debounces_from_two_stores_make_one_instance(
     stores = [await open_store(), await open_store()]
     records = await asyncio.gather(
         *(
-            stores[n % 2].create_keyed(
+            stores[n % 2].closing.create_keyed(
                 WF,
                 NewInstance(f"i{n}", str(n), key="k"),
                 trigger="api",

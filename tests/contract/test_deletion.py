@@ -50,19 +50,19 @@ async def test_delete_instances_deletes_them_with_their_steps_and_events(
     for instance_id in ("a", "b", "kept"):
         await _with_history(store, instance_id)
     assert (rows_of(store_url, "steps"), rows_of(store_url, "events")) == (6, 6)
-    assert await store.delete_instances(WF, ["a", "nope", "b", "a"]) == 2
+    assert await store.retention.delete_instances(WF, ["a", "nope", "b", "a"]) == 2
     assert [await _exists(store, i) for i in ("a", "b", "kept")] == [False, False, True]
     assert (rows_of(store_url, "steps"), rows_of(store_url, "events")) == (2, 2)
     assert len(await store.get_steps(WF, "kept")) == 2
     assert len(await store.get_events(WF, "kept")) == 2
-    assert await store.delete_instances(WF, ["a", "b"]) == 0
-    assert await store.delete_instances(WF, []) == 0
-    assert await store.delete_instances("other", ["kept"]) == 0  # another workflow's id
+    assert await store.retention.delete_instances(WF, ["a", "b"]) == 0
+    assert await store.retention.delete_instances(WF, []) == 0
+    assert await store.retention.delete_instances("other", ["kept"]) == 0  # another workflow's id
 
 
 async def test_delete_instances_without_finished_only_deletes_any_status(store: Store) -> None:
     await all_states(store)
-    assert await store.delete_instances(WF, list(STATES)) == len(STATES)
+    assert await store.retention.delete_instances(WF, list(STATES)) == len(STATES)
     assert (await store.list_instances(WF, None, 100, None)).instances == []
 
 
@@ -72,13 +72,13 @@ async def test_delete_finished_only_names_the_first_unfinished_and_deletes_nothi
     await all_states(store)
     ids = ["complete", "nope", "waiting", "errored", "queued", "terminated"]
     with pytest.raises(IllegalStateError) as refused:
-        await store.delete_instances(WF, ids, finished_only=True)
+        await store.retention.delete_instances(WF, ids, finished_only=True)
     assert (refused.value.instance_id, refused.value.status) == ("waiting", "waiting")
     with pytest.raises(IllegalStateError) as refused:
-        await store.delete_instances(WF, list(reversed(ids)), finished_only=True)
+        await store.retention.delete_instances(WF, list(reversed(ids)), finished_only=True)
     assert (refused.value.instance_id, refused.value.status) == ("queued", "queued")
     assert all([await _exists(store, s) for s in STATES])
-    assert await store.delete_instances(WF, [*FINISHED, "nope"], finished_only=True) == 3
+    assert await store.retention.delete_instances(WF, [*FINISHED, "nope"], finished_only=True) == 3
     assert [await _exists(store, s) for s in STATES] == [s not in FINISHED for s in STATES]
 
 
@@ -93,7 +93,7 @@ async def test_delete_finished_only_keeps_or_deletes_an_instance_a_restart_makes
         await in_state(store, "complete", f"i{n}")
     for n in range(rounds):
         instance_id = f"i{n}"
-        delete = store.delete_instances(WF, [instance_id], finished_only=True)
+        delete = store.retention.delete_instances(WF, [instance_id], finished_only=True)
         restart = other.control(WF, instance_id, "restart")
         calls = (delete, restart) if n % 2 else (restart, delete)
         results = await asyncio.gather(*calls, return_exceptions=True)
@@ -114,9 +114,11 @@ async def test_purge_deletes_finished_instances_in_statuses_that_ended_before_ol
     await in_state(store, "complete", "elsewhere", workflow="other")
     ended = store.now()
     clock.advance(10)
-    assert await store.purge_instances(WF, ["complete", "errored"], ended) == 0  # not before
+    assert (
+        await store.retention.purge_instances(WF, ["complete", "errored"], ended) == 0
+    )  # not before
     steps = rows_of(store_url, "steps")
-    assert await store.purge_instances(WF, ["complete", "errored"], ended + 1) == 2
+    assert await store.retention.purge_instances(WF, ["complete", "errored"], ended + 1) == 2
     assert rows_of(store_url, "steps") == steps - 2
     assert [await _exists(store, s) for s in STATES] == [
         s not in ("complete", "errored") for s in STATES
@@ -124,7 +126,7 @@ async def test_purge_deletes_finished_instances_in_statuses_that_ended_before_ol
     assert (await store.get_instance("other", "elsewhere")).status == "complete"
     # unfinished statuses are never purged; no workflow: every workflow
     statuses = ["queued", "running", "paused", "waiting", "waitingForPause", "terminated"]
-    assert await store.purge_instances(None, [*statuses, "complete"], ended + 1) == 2
+    assert await store.retention.purge_instances(None, [*statuses, "complete"], ended + 1) == 2
     assert [await _exists(store, s) for s in STATES] == [s not in FINISHED for s in STATES]
     with pytest.raises(InstanceNotFoundError):
         await store.get_instance("other", "elsewhere")

@@ -309,7 +309,9 @@ async def test_unfinished_steps_reads_the_running_and_waiting_steps_of_many_inst
         ("c", sleeping),
     ):
         await store.record_step(lease[lease_of], step, t)
-    found = await store.unfinished_steps([pk["c"], pk["b"], pk["a"], max(pk.values()) + 100])
+    found = await store.operations.unfinished_steps(
+        [pk["c"], pk["b"], pk["a"], max(pk.values()) + 100]
+    )
     assert found == {
         pk["a"]: [
             StepRecord("charge", 1, 2, "do", "waiting", attempts=failed, wake_at=t + 10),
@@ -317,9 +319,9 @@ async def test_unfinished_steps_reads_the_running_and_waiting_steps_of_many_inst
         ],
         pk["c"]: [StepRecord("nap", 1, 1, "sleep", "waiting", wake_at=t - 5, started_at=t - 10)],
     }
-    assert await store.unfinished_steps([]) == {}
+    assert await store.operations.unfinished_steps([]) == {}
     many = [*range(max(pk.values()) + 1, max(pk.values()) + 1200), pk["c"]]  # several batches
-    assert await store.unfinished_steps(many) == {pk["c"]: found[pk["c"]]}
+    assert await store.operations.unfinished_steps(many) == {pk["c"]: found[pk["c"]]}
 
 
 async def test_instance_times_are_float_seconds(store: Store) -> None:

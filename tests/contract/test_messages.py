@@ -326,14 +326,14 @@ async def test_deleting_an_instance_deletes_its_updates_and_streams(store: Store
     await store.messages.publish(claim.lease, item("1", "o1"), store.now())
     await store.messages.send_update(WF, "a", "u1", "decide", "[]")
     await store.finish(claim.lease, Finish("complete", output="null"), store.now())
-    assert await store.delete_instances(WF, ["a"]) == 1
+    assert await store.retention.delete_instances(WF, ["a"]) == 1
     for table in ("updates", "streams", "stream_items", "events"):
         assert rows_of(store.url, table) == 0, table
     await create(store, "b")
     claim = await claim_one(store, "b")
     await store.messages.publish(claim.lease, item("1", "o1"), store.now())
     await store.finish(claim.lease, Finish("complete", output="null"), store.now())
-    assert await store.purge_instances(WF, ["complete"], store.now() + 1) == 1
+    assert await store.retention.purge_instances(WF, ["complete"], store.now() + 1) == 1
     assert rows_of(store.url, "stream_items") == 0
 
 

@@ -105,7 +105,7 @@ async def test_tags_go_with_their_instance(store: Store, clock: ManualClock, sto
     assert rows_of(store_url, "instance_tags") == 11
     pks = {r.id: r.pk for r in (await store.operations.search(Filter(None), 10, None)).instances}
     assert await store.operations.tags_of([pks["a"], pks["e"]]) == {pks["a"]: TAGGED["a"]}
-    await store.delete_instances(WF, ["a", "b"])
+    await store.retention.delete_instances(WF, ["a", "b"])
     assert rows_of(store_url, "instance_tags") == 4
     ((kind, value),) = raw(store_url, "SELECT kind, num_value FROM instance_tags WHERE key='n'")
     assert (kind, value) == ("n", 10.0)

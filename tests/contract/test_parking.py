@@ -71,7 +71,7 @@ async def stop(store: Store, clock: ManualClock, running: Claim, how: str) -> No
     elif how == "terminate":
         await store.control(workflow, instance_id, "terminate")
     elif how == "delete":
-        assert await store.delete_instances(workflow, [instance_id]) == 1
+        assert await store.retention.delete_instances(workflow, [instance_id]) == 1
     else:
         clock.advance(LEASE)
 

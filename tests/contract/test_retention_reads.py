@@ -1,5 +1,5 @@
-"""The contract of ``Store.histories``, ``Store.purge_expired`` and a store opened read-only,
-on both stores."""
+"""The contract of ``OperationsStore.histories``, ``RetentionStore.purge_expired`` and a store
+opened read-only, on both stores."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ async def test_histories_reads_every_step_of_many_instances_as_get_steps_does(
 ) -> None:
     await all_states(store)
     records = [await store.get_instance(WF, status) for status in ("queued", "complete", "waiting")]
-    found = await store.histories(records)
+    found = await store.operations.histories(records)
     assert set(found) == {r.pk for r in records if r.status != "queued"}  # no steps: absent
     for record in records[1:]:
         assert found[record.pk] == await store.get_steps(WF, record.id)
-    assert await store.histories([]) == {}
+    assert await store.operations.histories([]) == {}
 
 
 async def _ended(
@@ -76,13 +76,16 @@ async def test_purge_expired_deletes_in_batches_counting_by_workflow_and_outcome
     await _ended(store, "t", "terminated", {"terminated": HOUR})
     await _ended(store, "undated", "errored", None)
     now = store.now()
-    assert await store.purge_expired(now + HOUR - 1, 100) == {}
-    assert sum((await store.purge_expired(now + HOUR, 4)).values()) == 4
-    assert await store.purge_expired(now + HOUR, 4) == {(WF, "complete"): 1, (WF, "terminated"): 1}
-    assert await store.purge_expired(now + HOUR, 4) == {}
+    assert await store.retention.purge_expired(now + HOUR - 1, 100) == {}
+    assert sum((await store.retention.purge_expired(now + HOUR, 4)).values()) == 4
+    assert await store.retention.purge_expired(now + HOUR, 4) == {
+        (WF, "complete"): 1,
+        (WF, "terminated"): 1,
+    }
+    assert await store.retention.purge_expired(now + HOUR, 4) == {}
     # the workers' one retention: instances without a deadline, by when they ended
-    assert await store.purge_expired(now + HOUR, 4, now - 1) == {}
-    assert await store.purge_expired(now + HOUR, 4, now + 1) == {(WF, "errored"): 1}
+    assert await store.retention.purge_expired(now + HOUR, 4, now - 1) == {}
+    assert await store.retention.purge_expired(now + HOUR, 4, now + 1) == {(WF, "errored"): 1}
     assert [i.id for i in (await store.list_instances(WF, None, 10, None)).instances] == []
 
 

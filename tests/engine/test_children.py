@@ -202,7 +202,7 @@ async def test_parent_replaying_after_the_child_finished_uses_the_recorded_outpu
         inst = await env.create("parent", id="p1", params={"child": {"n": 4}, "then_sleep": 30})
         assert (await inst.status()).status == "waiting"
         # the child is gone: a replay that asked the database again would fail
-        assert await env.engine.store.delete_instances("child", ["p1-child-1"]) == 1
+        assert await env.engine.store.retention.delete_instances("child", ["p1-child-1"]) == 1
         await env.advance(30)
         assert (await inst.status()).output == {"id": "p1-child-1", "output": 8}
 

@@ -108,7 +108,9 @@ async def test_delete_finished_only_is_all_or_nothing(
         await drain(engine)  # "done" and "queued" both complete
         await engine.workflow("quick").create("late")  # queued
         with pytest.raises(IllegalStateError) as refused:
-            await store.delete_instances("quick", ["done", "late", "nope"], finished_only=True)
+            await store.retention.delete_instances(
+                "quick", ["done", "late", "nope"], finished_only=True
+            )
         assert "cannot delete instance 'late' of workflow 'quick': it is queued" in str(
             refused.value
         )
@@ -117,11 +119,13 @@ async def test_delete_finished_only_is_all_or_nothing(
             "queued": "complete",
             "late": "queued",
         }
-        deleted = await store.delete_instances(
+        deleted = await store.retention.delete_instances(
             "quick", ["done", "queued", "nope"], finished_only=True
         )
         assert deleted == 2
-        assert await store.delete_instances("quick", ["late"]) == 1  # no condition: any status
+        assert (
+            await store.retention.delete_instances("quick", ["late"]) == 1
+        )  # no condition: any status
         assert await _statuses(engine, "quick") == {}
 
 

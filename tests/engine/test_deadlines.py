@@ -112,10 +112,10 @@ async def test_the_deadline_is_carried_out_by_the_store_even_without_a_claim(
     async with make_engine([sleepy], clock=clock) as engine:
         inst = await engine.workflow("sleepy").create(timeout=60)
         clock.advance(30)
-        ahead = await engine.store.expire_deadlines(["sleepy"], clock())
+        ahead = await engine.store.closing.expire_deadlines(["sleepy"], clock())
         assert ahead == clock() + 30
         clock.advance(30)
-        assert await engine.store.expire_deadlines(["sleepy"], clock()) is None
+        assert await engine.store.closing.expire_deadlines(["sleepy"], clock()) is None
         assert (await inst.status()).status == "errored"
 
 
@@ -132,7 +132,7 @@ async def test_a_step_running_past_the_deadline_is_interrupted(
                 break
             await asyncio.sleep(0.01)
         clock.advance(600)
-        await engine.store.expire_deadlines(["blocking"], clock())
+        await engine.store.closing.expire_deadlines(["blocking"], clock())
         GATE["slow"].set()  # the step ends, but its activation was fenced out
         await running
         await drain(engine)
@@ -181,7 +181,7 @@ async def test_without_a_timeout_nothing_expires(
     async with make_engine([Blocking], clock=clock) as engine:
         inst = await engine.workflow("blocking").create()
         assert (await inst.record()).deadline_at is None
-        assert await engine.store.expire_deadlines(["blocking"], clock() + 10**9) is None
+        assert await engine.store.closing.expire_deadlines(["blocking"], clock() + 10**9) is None
 
 
 __all__ = ["NonRetryableError"]
@@ -196,7 +196,7 @@ async def test_a_worker_dying_while_carrying_out_a_deadline_leaves_it_to_the_nex
         inst = await engine.workflow("sleepy").create(timeout="10 minutes")
         await drain(engine)
         clock.advance(600)
-        await engine.store.expire_deadlines(["sleepy"], clock())
+        await engine.store.closing.expire_deadlines(["sleepy"], clock())
         dead = await engine.store.claim("dead-worker", ["sleepy"], 10, 30, clock())
         assert [c.control for c in dead.claims] == ["timeout"]
         await drain(engine)
@@ -217,7 +217,7 @@ async def test_a_pending_termination_is_kept_over_a_deadline(
         await drain(engine)
         await inst.terminate(rollback=True)
         clock.advance(600)
-        await engine.store.expire_deadlines(["sleepy"], clock())
+        await engine.store.closing.expire_deadlines(["sleepy"], clock())
         await drain(engine)
         assert (await inst.status()).status == "terminated"
         assert LOG == [("undo", None, "b1")]

@@ -64,14 +64,17 @@ async def test_listed_and_detailed_instances_carry_their_retry(
         "next_attempt_at": clock() + HOUR,
     }
     reads: list[str] = []
-    for name in ("unfinished_steps", "get_steps"):
-        real = getattr(engine.store, name)
+    for target, name in (
+        (engine.store.operations, "unfinished_steps"),
+        (engine.store, "get_steps"),
+    ):
+        real = getattr(target, name)
 
         async def counted(*args: Any, _name: str = name, _real: Any = real) -> Any:
             reads.append(_name)
             return await _real(*args)
 
-        monkeypatch.setattr(engine.store, name, counted)
+        monkeypatch.setattr(target, name, counted)
     doc = (await client.get("/api/openapi.json")).json()
     page = (await client.get("/api/instances")).json()
     assert reads == ["unfinished_steps"]  # one read for the page, none per instance

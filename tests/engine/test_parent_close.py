@@ -159,7 +159,7 @@ async def test_a_parent_whose_worker_died_after_closing_its_children_ends_on_the
         await drain(engine)
         clock.advance(600)
         (dead,) = (await engine.store.claim("dead", ["boss"], 1, 30, clock())).claims
-        await engine.store.close_children(dead.lease, clock())  # then the worker died
+        await engine.store.closing.close_children(dead.lease, clock())  # then the worker died
         assert (await (await _kid(engine)).status()).status == "terminated"
         assert (await parent.status()).status == "running"
         clock.advance(31)

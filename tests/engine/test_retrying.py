@@ -80,14 +80,19 @@ async def test_a_page_of_instances_reads_its_retries_in_one_query(
         page = await engine.list_instances(limit=10)
         reads: list[str] = []
         store: Store = engine.store
-        for name in ("unfinished_steps", "get_steps", "get_instance"):
-            real = getattr(store, name)
+        reading = (
+            (store.operations, "unfinished_steps"),
+            (store, "get_steps"),
+            (store, "get_instance"),
+        )
+        for target, name in reading:
+            real = getattr(target, name)
 
             async def counted(*args: Any, _name: str = name, _real: Any = real) -> Any:
                 reads.append(_name)
                 return await _real(*args)
 
-            monkeypatch.setattr(store, name, counted)
+            monkeypatch.setattr(target, name, counted)
         retries = dict(
             zip([r.id for r in page.instances], await engine.retries(page.instances), strict=True)
         )

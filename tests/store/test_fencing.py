@@ -399,7 +399,7 @@ async def test_acknowledged_sqlite_writes_commit_with_synchronous_full(
             "resume": inst.resume,
             "terminate": inst.terminate,
             "restart": inst.restart,
-            "delete": lambda: store.delete_instances("fenced", ["d"]),
+            "delete": lambda: store.retention.delete_instances("fenced", ["d"]),
         }
         for name, call in calls.items():
             assert await level_of(call()) == [2], f"{name} did not commit with synchronous=FULL"

@@ -384,13 +384,13 @@ def record_notifications(store: PostgresStore) -> list[str]:
     """The payloads of the notifications ``store`` receives (call before ``open``: it listens
     from then on), each still dispatched."""
     payloads: list[str] = []
-    dispatch = store._dispatch
+    dispatch = store._wakeups.dispatch
 
     def recording(payload: str) -> None:
         payloads.append(payload)
         dispatch(payload)
 
-    store._dispatch = recording  # type: ignore[method-assign]
+    store._wakeups.dispatch = recording  # type: ignore[method-assign]
     return payloads
 
 
@@ -1306,9 +1306,11 @@ async def test_rows_added_while_an_instance_is_deleted_go_with_it(
                 (claim.lease.pk,),
             )
             if doomed == "delete":
-                deleting = asyncio.ensure_future(store.delete_instances("w", ["a"]))
+                deleting = asyncio.ensure_future(store.retention.delete_instances("w", ["a"]))
             else:
-                deleting = asyncio.ensure_future(store.purge_instances("w", ["complete"], 2000.0))
+                deleting = asyncio.ensure_future(
+                    store.retention.purge_instances("w", ["complete"], 2000.0)
+                )
             await asyncio.sleep(0.5)
             assert not deleting.done(), "the delete should wait for the writer's lock"
         assert await deleting == 1

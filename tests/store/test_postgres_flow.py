@@ -501,5 +501,7 @@ async def test_setting_busy_keys_queues_aside_reads_each_keys_queue_not_the_work
         cost[n_keys] = rows_read_to_park(schema, keys, store.now())
         for claim in taken:  # the keys of the next round run nothing any more
             await store.finish(claim.lease, Finish("complete", output="1"), store.now())
-        await store.delete_instances("k", [i.id for i in queue + items], finished_only=False)
+        await store.retention.delete_instances(
+            "k", [i.id for i in queue + items], finished_only=False
+        )
     assert cost[50] < cost[5] * 3, cost

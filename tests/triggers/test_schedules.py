@@ -186,7 +186,7 @@ async def test_overlap_allow_skip_buffer_one(make_engine: MakeEngine, clock: Man
             assert await engine.scheduler.run_once(clock()) == [f"slow-{stamp(tick3)}"]
             record = (await engine.schedules().get("slow")).record
             assert record.buffered_tick is None
-        await engine.store.delete_instances("slow", await ids(engine, "slow"))
+        await engine.store.retention.delete_instances("slow", await ids(engine, "slow"))
         clock.advance(200)
         await engine.worker.run_once()
 

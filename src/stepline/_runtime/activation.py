@@ -28,8 +28,8 @@ from ..errors import (
 )
 from ..records import EventRecord
 from ..step import ChildOptions, EventMatch, RollbackCallback, StepCallback, WorkflowStep
-from ..store._closing import ERRORS, INTERRUPTIONS
 from ..store.base import Claim, Finish, History, Store
+from ..store.closing import ERRORS, INTERRUPTIONS
 from ..values import convert
 from ..workflow import Workflow, WorkflowEvent, payload_type
 from . import children, do, streams, tags, updates, waits
@@ -200,7 +200,7 @@ class Activation:
             return finish
         if finish.status in ("errored", "terminated") and state.parenting:
             await state.writer.committed()
-            await state.store.close_children(state.lease, state.store.now())
+            await state.store.closing.close_children(state.lease, state.store.now())
         steps = await state.writer.for_finish()
         if steps:
             # Not dataclasses.replace: it reads the fields anew on every call, on every
@@ -256,7 +256,7 @@ class Activation:
 
     async def _terminated(self) -> Finish:
         """A termination with rollback, or an interruption (a deadline, a cancellation: see
-        ``store._closing``) that ends it errored once its rollbacks ran."""
+        ``store.closing``) that ends it errored once its rollbacks ran."""
         control = self.claim.control
         if control not in INTERRUPTIONS:
             return Finish("terminated", rollback=await run_rollbacks(self._state, None))

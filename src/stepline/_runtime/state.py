@@ -107,7 +107,7 @@ class ActivationState:
         )
         self.parenting = any(step.kind == "start_workflow" for step in history.steps)
         """Whether the instance started children: its end (errored, terminated) applies their
-        ``on_parent_close`` (``Store.close_children``)."""
+        ``on_parent_close`` (``ClosingStore.close_children``)."""
         self.writer = StepWriter(store, claim.lease, self.replay.recorded, self.quiet, self.loop)
         self.events: list[PendingEvent] = list(history.events)
         """Events sent to the instance that no step has consumed yet, oldest first."""

@@ -1,8 +1,9 @@
 """Checking a deploy: replay recorded histories from a database through today's code.
 
 The database is opened read-only (the server or SQLite refuses writes, and nothing migrates);
-histories are read a page at a time (:meth:`Store.histories`), and every replay writes to one
-scratch store in memory (:class:`Replayer`), so no callback runs and nothing stored changes.
+histories are read a page at a time (:meth:`OperationsStore.histories`), and every replay writes
+to one scratch store in memory (:class:`Replayer`), so no callback runs and nothing stored
+changes.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ async def _histories(
         if left is not None:
             chosen = chosen[:left]
             left -= len(chosen)
-        histories = await store.histories(chosen)
+        histories = await store.operations.histories(chosen)
         for record in chosen:
             yield record, histories.get(record.pk, [])
         older = page.instances and since is not None and page.instances[-1].created_at < since

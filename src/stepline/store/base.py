@@ -5,9 +5,12 @@ workflows' registration; and, as objects of their own each with its interface, i
 schedules (``store.schedules``: :class:`ScheduleStore`, ``schedules.py``), its flow control
 beyond the claim (``store.flow``: :class:`FlowStore`, ``flow.py``), its fleet-wide figures
 (``store.stats``: :class:`StatsStore`, ``stats.py``), its record of live workers
-(``store.workers``: :class:`WorkerStore`, ``workers.py``) and its messaging (``store.messages``:
-:class:`MessageStore`, ``messages.py``) and its operations over many instances
-(``store.operations``: :class:`OperationsStore`, ``operations.py``). The values they pass are in
+(``store.workers``: :class:`WorkerStore`, ``workers.py``), its messaging (``store.messages``:
+:class:`MessageStore`, ``messages.py``), its operations over many instances
+(``store.operations``: :class:`OperationsStore`, ``operations.py``, with the steps of many
+instances read at once), the instances ended on
+its own or by a key (``store.closing``: :class:`ClosingStore`, ``closing.py``) and its deletes
+(``store.retention``: :class:`RetentionStore`, ``retention.py``). The values they pass are in
 ``types.py`` (re-exported here). SQLite and PostgreSQL implement them (one package each) and
 both pass the same contract test suite. Every operation documents its contract. Driver errors
 never escape: an implementation translates them into stepline's exceptions at this boundary,
@@ -33,9 +36,11 @@ from ..records import (
     StepRecord,
     WorkflowInfo,
 )
+from .closing import ClosingStore
 from .flow import FlowStore
 from .messages import MessageStore
 from .operations import OperationsStore
+from .retention import RetentionStore
 from .schedules import ScheduleStore
 from .signals import Signals
 from .stats import EndedCount, FleetCounts, StatsStore
@@ -66,6 +71,7 @@ __all__ = [
     "ChangeWatch",
     "Claim",
     "Claimed",
+    "ClosingStore",
     "ControlAction",
     "EndedCount",
     "Finish",
@@ -81,6 +87,7 @@ __all__ = [
     "OperationsStore",
     "QueryAnswer",
     "QueryRequest",
+    "RetentionStore",
     "ScheduleDefinition",
     "ScheduleStore",
     "StatsStore",
@@ -109,7 +116,11 @@ class Store(abc.ABC):
     messages: MessageStore
     """Updates and their replies, stream items, routed queries (``store/messages.py``)."""
     operations: OperationsStore
-    """Filtered reads, tags and bulk jobs (``store/operations.py``)."""
+    """Filtered reads, many instances' steps, tags, bulk jobs (``store/operations.py``)."""
+    closing: ClosingStore
+    """Deadlines, a parent's end applied to its children, keyed creates (``store/closing.py``)."""
+    retention: RetentionStore
+    """Instances deleted by id, by age, as their retention says (``store/retention.py``)."""
     schema_versions: tuple[int, int] | None = None
     """Set by :meth:`open`: the schema version it found (0: none, so it created the schema) and
     the version it left (the latest migration); None before."""
@@ -208,32 +219,6 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def create_keyed(
-        self,
-        workflow: str,
-        item: NewInstance,
-        *,
-        trigger: str,
-        on_conflict: KeyedConflict,
-        ready_at: float | None = None,
-    ) -> InstanceRecord:
-        """Create one instance with a ``key`` durably, settling what its key holds in the same
-        transaction; of concurrent calls for one workflow and key, each sees the others' whole.
-
-        ``"replace_queued"``: every instance of ``workflow`` with ``item.key`` that is queued
-        and never started ends ``terminated`` (started or running ones are untouched), then
-        ``item`` is created as :meth:`create_instances` does, runnable at once.
-
-        ``"debounce"``: if an instance of ``workflow`` with ``item.key`` created by an earlier
-        debounce is queued and has not started, it takes ``item.params`` and becomes runnable
-        at ``ready_at`` (no other column changes; it is returned, with its own id); otherwise
-        ``item`` is created queued, runnable at ``ready_at``, and returned.
-
-        An existing ``item.id`` raises ``InstanceAlreadyExistsError``, a dedup key held
-        ``DuplicateInstanceError``, and nothing is written.
-        """
-
-    @abc.abstractmethod
     async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
         """The instance, or ``InstanceNotFoundError``."""
 
@@ -258,22 +243,6 @@ class Store(abc.ABC):
 
         A sleep whose wake time has passed reads ``complete``, ended at its wake time (unless the
         instance ended first); :attr:`Claim.history` has the raw record.
-        """
-
-    @abc.abstractmethod
-    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
-        """The steps of the instances ``instance_pks`` whose status is ``running`` or
-        ``waiting``, by instance pk, each list in start order (``seq``); instances without one,
-        and pks of no instance, are absent. One read however many instances (what a list reads
-        to show what each instance waits for). Records as stored: a sleep past its wake time
-        still reads ``waiting`` here."""
-
-    @abc.abstractmethod
-    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
-        """The step histories of ``instances`` (records as read from this store), by pk, each in
-        start order (``seq``) as :meth:`get_steps` reads it; an instance without steps, or no
-        longer stored, is absent. A few reads however many instances (what a replay check of
-        thousands of instances reads), and no write.
         """
 
     @abc.abstractmethod
@@ -305,38 +274,7 @@ class Store(abc.ABC):
         Any other case raises ``IllegalStateError``; an unknown instance
         ``InstanceNotFoundError``. An instance that ends here (terminate) wakes a parent waiting
         for it, as :meth:`finish` does, and applies its children's ``on_parent_close`` as
-        :meth:`close_children` does.
-        """
-
-    @abc.abstractmethod
-    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
-        """Carry out the deadlines of ``workflows``' unfinished instances that have passed
-        (``deadline_at <= now``), in one transaction; return the earliest deadline still ahead
-        (``now`` if more were due than one call carries out, None if none).
-
-        Each instance's ``deadline_at`` is cleared. One that never started (no ``started_at``,
-        no lease: queued, held by a limit, paused) ends ``errored`` with
-        ``WorkflowTimeoutError`` at once, waking a parent as :meth:`finish` does. Any other is
-        marked with the control ``"timeout"`` (:attr:`Claim.control`) and made runnable now
-        (``queued``, or ``running`` if it was, its lease fenced out and its running steps
-        closed as a terminate does, its slots freed): the worker that claims it runs its
-        rollbacks and ends it ``errored`` with ``WorkflowTimeoutError``. One with a control
-        already pending (a termination with rollback, a cancellation) keeps it. An instance
-        made runnable calls the ready listeners.
-        """
-
-    @abc.abstractmethod
-    async def close_children(self, lease: Lease, now: float) -> None:
-        """Apply the ``on_parent_close`` of each unfinished child of the leased instance (the
-        instances created with ``parent_pk`` = its pk), before its activation ends it errored
-        or terminated; fenced on the lease (``LeaseLostError``, nothing written), durable.
-
-        ``"terminate"``: the child ends ``terminated`` at once (fenced out, as
-        :meth:`control` does), and this applies to its own children in turn.
-        ``"request_cancel"``: the child is interrupted with the control ``"cancel"``, as
-        :meth:`expire_deadlines` interrupts an instance (it ends ``errored`` with
-        ``WorkflowCancelledError`` after its rollbacks). ``"abandon"`` or none: left alone.
-        :meth:`control`'s terminate without rollback applies the same in its transaction.
+        :meth:`ClosingStore.close_children` does.
         """
 
     @abc.abstractmethod
@@ -355,44 +293,6 @@ class Store(abc.ABC):
         order (those carrying updates left out), each with the step that consumed it
         (``name-count``, None while pending); or ``InstanceNotFoundError``. A restart that
         removes the consuming step makes its event pending again."""
-
-    @abc.abstractmethod
-    async def delete_instances(
-        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
-    ) -> int:
-        """Delete instances with their steps, events, updates and streams; return how many
-        existed.
-
-        Ids that do not exist are skipped. With ``finished_only`` the statuses are checked in
-        the deleting transaction, under the lock that status changes take: if any of the
-        instances is unfinished at that moment, ``IllegalStateError`` names the first such one
-        (in ``instance_ids`` order) and nothing is deleted. So an instance that a restart makes
-        unfinished concurrently is either deleted before it or kept.
-        """
-
-    @abc.abstractmethod
-    async def purge_instances(
-        self, workflow: str | None, statuses: Sequence[str], older_than: float
-    ) -> int:
-        """Delete finished instances in ``statuses`` that ended before ``older_than`` (with what
-        :meth:`delete_instances` deletes)."""
-
-    @abc.abstractmethod
-    async def purge_expired(
-        self, now: float, limit: int, default_cutoff: float | None = None
-    ) -> dict[tuple[str, str], int]:
-        """Delete at most ``limit`` finished instances whose ``delete_at`` has come (``<=
-        now``), earliest first, and with ``default_cutoff`` finished instances without a
-        ``delete_at`` that ended before it (the workers' one ``retention``), with what
-        :meth:`delete_instances` deletes, in one transaction. Returns how many it deleted by
-        (workflow, status); fewer than ``limit`` in all means none is left to delete.
-
-        ``delete_at`` is set by the database as an instance ends (``ended_at`` set): its end
-        plus the retention of its outcome, from the instance's own ``NewInstance.retention``,
-        else its workflow's ``WorkflowMeta.retention`` as registered then; None (kept) when
-        neither names the outcome. A restart (``ended_at`` cleared) clears it. Concurrent
-        callers delete different instances (rows another holds are skipped).
-        """
 
     # -- activations (worker side) ---------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from ..errors import (
     SteplineError,
 )
 from ..operations.language import Filter
-from ..records import InstancePage, InstanceRecord
+from ..records import InstancePage, InstanceRecord, StepRecord
 from .types import Lease
 
 BulkAction = Literal["terminate", "pause", "resume", "restart", "delete"]
@@ -104,7 +104,8 @@ def bulk_from_row(row: Sequence[Any]) -> BulkJob:
 
 
 class OperationsStore(abc.ABC):
-    """Filtered reads, tags and bulk jobs; every store implements it (``store.operations``)."""
+    """Filtered reads, the steps of many instances, tags and bulk jobs; every store implements
+    it (``store.operations``)."""
 
     @abc.abstractmethod
     async def search(
@@ -117,6 +118,22 @@ class OperationsStore(abc.ABC):
     @abc.abstractmethod
     async def count(self, where: Filter) -> int:
         """How many instances ``where`` matches."""
+
+    @abc.abstractmethod
+    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
+        """The steps of the instances ``instance_pks`` whose status is ``running`` or
+        ``waiting``, by instance pk, each list in start order (``seq``); instances without one,
+        and pks of no instance, are absent. One read however many instances (what a list reads
+        to show what each instance waits for). Records as stored: a sleep past its wake time
+        still reads ``waiting`` here."""
+
+    @abc.abstractmethod
+    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
+        """The step histories of ``instances`` (records as read from this store), by pk, each in
+        start order (``seq``) as :meth:`Store.get_steps` reads it; an instance without steps, or
+        no longer stored, is absent. A few reads however many instances (what a replay check of
+        thousands of instances reads), and no write.
+        """
 
     @abc.abstractmethod
     async def tags_of(self, instance_pks: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -143,10 +160,10 @@ class OperationsStore(abc.ABC):
         Concurrent calls for one job take turns (each batch is distinct).
 
         The action is the one of :meth:`Store.control` (restart from ``(from_step, 1)``) or, for
-        ``delete``, :meth:`Store.delete_instances` with ``finished_only``. An instance the action
-        does not apply to (``IllegalStateError``, an unknown step, a dedup key taken) is
-        skipped, counted and the reason kept in ``last_skip``. The job ends ``complete`` when
-        no matching instance is left. A job that is not running is returned unchanged;
+        ``delete``, :meth:`RetentionStore.delete_instances` with ``finished_only``. An instance
+        the action does not apply to (``IllegalStateError``, an unknown step, a dedup key taken)
+        is skipped, counted and the reason kept in ``last_skip``. The job ends ``complete``
+        when no matching instance is left. A job that is not running is returned unchanged;
         an unknown one raises :class:`BulkJobNotFoundError`."""
 
     @abc.abstractmethod

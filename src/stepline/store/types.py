@@ -55,7 +55,7 @@ class Claim:
     control: str | None
     """``"terminate_rollback"`` when a termination with rollback is waiting to be carried out;
     ``"timeout"`` or ``"cancel"`` when an interruption is (a deadline passed, a parent's end:
-    ``store._closing``): the rollbacks run, then the instance ends errored."""
+    ``store.closing``): the rollbacks run, then the instance ends errored."""
     event_seq: int
     """A counter of what may wake the instance (events sent, children ended); passed back to
     :meth:`Store.finish` to catch what came during the activation."""
@@ -128,10 +128,10 @@ class NewInstance:
     """The version of its workflow it starts under (see :attr:`InstanceRecord.version`)."""
     retention: str | None = None
     """JSON text ``{outcome: seconds}``: its own retention, over its workflow's (see
-    :meth:`Store.purge_expired`)."""
+    :meth:`RetentionStore.purge_expired`)."""
     deadline_at: float | None = None
     """When it errors with ``WorkflowTimeoutError`` if unfinished (see
-    :meth:`Store.expire_deadlines`)."""
+    :meth:`ClosingStore.expire_deadlines`)."""
     parent_pk: int | None = None
     """The pk of the parent instance whose step starts this one (with :attr:`parent`)."""
     on_parent_close: str | None = None
@@ -143,7 +143,7 @@ class NewInstance:
 
 
 KeyedConflict = Literal["debounce", "replace_queued"]
-"""What :meth:`Store.create_keyed` does with the instances its key holds."""
+"""What :meth:`ClosingStore.create_keyed` does with the instances its key holds."""
 
 
 @dataclass(frozen=True)
@@ -320,7 +320,7 @@ class WorkflowMeta:
     """Its flow control, which every worker's claims apply (see :meth:`Store.claim`)."""
     retention: dict[str, float] | None = None
     """Seconds its instances are kept after they end, by outcome: what sets each one's
-    ``delete_at`` when it ends (see :meth:`Store.purge_expired`)."""
+    ``delete_at`` when it ends (see :meth:`RetentionStore.purge_expired`)."""
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ class Driver:
         """The earliest time at which an instance needs the worker, if any (a deadline too)."""
         store, workflows = self._engine.store, list(self._engine.workflows)
         nxt = await store.next_wakeup(workflows)
-        deadline = await store.expire_deadlines(workflows, store.now())
+        deadline = await store.closing.expire_deadlines(workflows, store.now())
         if deadline is not None and (nxt is None or deadline < nxt):
             return deadline
         return nxt

@@ -1,6 +1,7 @@
-"""Deadlines: the claim loop carries out the deadlines that passed (``Store.expire_deadlines``)
-before it claims, and wakes for the next one. The store answers with the next deadline; one
-that a create in another process set earlier is found at the next recheck."""
+"""Deadlines: the claim loop carries out the deadlines that passed
+(``ClosingStore.expire_deadlines``) before it claims, and wakes for the next one. The store
+answers with the next deadline; one that a create in another process set earlier is found at
+the next recheck."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class Deadlines:
         if not due and time.monotonic() - self._checked < RECHECK_SECONDS:
             return
         try:
-            self._next = await self._store.expire_deadlines(list(self._workflows), now)
+            self._next = await self._store.closing.expire_deadlines(list(self._workflows), now)
         except StoreError as exc:
             log.log(outage_level(exc, logging.WARNING), "deadlines: %s; will retry", exc)
             self._next = None  # not a timer to spin on: the recheck tries again

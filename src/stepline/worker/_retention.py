@@ -47,7 +47,7 @@ class Retention:
         while True:
             now = self.store.now()
             cutoff = None if self.retention is None else now - self.retention
-            counts = await self.store.purge_expired(now, BATCH, cutoff)
+            counts = await self.store.retention.purge_expired(now, BATCH, cutoff)
             deleted = sum(counts.values())
             if deleted:
                 total += deleted

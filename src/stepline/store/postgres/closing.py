@@ -1,18 +1,20 @@
-"""The PostgreSQL store's executions of ``store._closing``: deadlines carried out, a parent's
+"""The PostgreSQL store's executions of ``store.closing``: deadlines carried out, a parent's
 end applied to its children. Each runs in an exactly-once transaction; rows are locked ``FOR
-UPDATE`` as control actions lock them."""
+UPDATE`` as control actions lock them. :class:`PostgresClosing` is ``Store.closing``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..._json import dumps
 from ...errors import LeaseLostError
-from .._closing import ERRORS, Interruption, interruption
+from ...records import InstanceRecord
 from .._rows import INTERRUPTED
-from ..base import Lease
+from ..closing import DEADLINE_BATCH, ERRORS, ClosingStore, Interruption, interruption
+from ..types import KeyedConflict, Lease, NewInstance
 from .db import Database
+from .keyed import KeyedCreates
 from .notes import Notes
 from .parking import ParkingStatements, freed_params
 from .pools import Conn
@@ -70,7 +72,7 @@ class Closing:
         self._parking = ParkingStatements.for_schema(schema)
 
     async def interrupt(self, conn: Conn, pk: int, kind: Interruption, now: float) -> bool:
-        """Stop unfinished instance ``pk`` as ``store._closing`` says; whether it changed."""
+        """Stop unfinished instance ``pk`` as ``store.closing`` says; whether it changed."""
         q = self._q
         cur = await conn.execute(q["state"], (pk,))
         row = await cur.fetchone()
@@ -97,8 +99,8 @@ class Closing:
         return True
 
     async def close_children(self, conn: Conn, parent_pk: int, now: float) -> bool:
-        """Apply each unfinished child's ``on_parent_close`` (``Store.close_children``), down
-        the children of those it terminates; whether an instance became runnable."""
+        """Apply each unfinished child's ``on_parent_close`` (``ClosingStore.close_children``),
+        down the children of those it terminates; whether an instance became runnable."""
         q = self._q
         woke = False
         pending = [parent_pk]
@@ -132,7 +134,7 @@ class Closing:
     async def expire_deadlines(
         self, workflows: Sequence[str], now: float, limit: int
     ) -> tuple[float | None, bool]:
-        """``Store.expire_deadlines``: the next deadline, and whether an instance changed."""
+        """``ClosingStore.expire_deadlines``: the next deadline, and whether an instance changed."""
         q = self._q
         params: dict[str, Any] = {"workflows": list(workflows), "now": now, "limit": limit}
         # A read first: a worker asks every second or so, and most find nothing due.
@@ -156,3 +158,47 @@ class Closing:
             return (None if ahead is None else float(ahead[0])), woke
 
         return await self._db.transaction("carrying out deadlines", body)
+
+
+class PostgresClosing(ClosingStore):
+    """``Store.closing`` on PostgreSQL: :class:`Closing` and the keyed creates, then a wake-up
+    of this process's worker when an instance became runnable."""
+
+    def __init__(
+        self,
+        closing: Closing,
+        keyed: KeyedCreates,
+        now: Callable[[], float],
+        ready: Callable[[], None],
+    ) -> None:
+        self._closing = closing
+        self._keyed = keyed
+        self._now = now
+        self._ready = ready
+
+    async def create_keyed(
+        self,
+        workflow: str,
+        item: NewInstance,
+        *,
+        trigger: str,
+        on_conflict: KeyedConflict,
+        ready_at: float | None = None,
+    ) -> InstanceRecord:
+        record = await self._keyed.create_keyed(
+            workflow, item, trigger, on_conflict, ready_at, self._now()
+        )
+        self._ready()
+        return record
+
+    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
+        if not workflows:
+            return None
+        ahead, woke = await self._closing.expire_deadlines(workflows, now, DEADLINE_BATCH)
+        if woke:
+            self._ready()
+        return ahead
+
+    async def close_children(self, lease: Lease, now: float) -> None:
+        if await self._closing.close_children_fenced(lease, now):
+            self._ready()

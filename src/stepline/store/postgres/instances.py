@@ -1,6 +1,7 @@
 """The PostgreSQL store's client writes to instances: creates, control actions (pause, resume,
-terminate, restart), events, deletes and purges. Each is one exactly-once transaction; those on
-existing instances lock the rows they change ``FOR UPDATE`` (see the lock protocol in ``sql``)."""
+terminate, restart) and events (deletes are ``retention``'s). Each is one exactly-once
+transaction; those on existing instances lock the rows they change ``FOR UPDATE`` (see the lock
+protocol in ``sql``)."""
 
 from __future__ import annotations
 
@@ -53,12 +54,12 @@ def _items_json(items: Iterable[tuple[int, NewInstance]]) -> str:
     )
 
 
-_RUNNING = ("running", "waitingForPause")
+RUNNING = ("running", "waitingForPause")
 """The statuses of an instance that holds a slot of its key while its lease lives."""
 
 
 class InstanceWrites:
-    """One store's creates, control actions, events, deletes and purges."""
+    """One store's creates, control actions and events."""
 
     def __init__(self, db: Database, sql: Statements, schema: str, notes: Notes) -> None:
         self._db = db
@@ -247,7 +248,7 @@ class InstanceWrites:
                 await conn.execute(
                     q.interrupt_running_steps, {"pk": pk, "now": now, "error": _INTERRUPTED}
                 )
-                if status in _RUNNING:  # it ran: its slots are free
+                if status in RUNNING:  # it ran: its slots are free
                     back = {"pks": [pk], **freed_params(now, self._notes)}
                     cur = await conn.execute(self._parking.freed_of, back)
                     freed = any((await cur.fetchone() or (0, 0, 0))[:2])
@@ -314,51 +315,3 @@ class InstanceWrites:
             await conn.execute(self._sql.send_event, params)
 
         await self._db.transaction(f"sending an event to instance {instance_id!r}", body)
-
-    async def delete(self, workflow: str, ids: list[str], finished_only: bool, now: float) -> int:
-        """:meth:`~stepline.store.base.Store.delete_instances`."""
-
-        async def body(conn: Conn) -> int:
-            return await self.delete_in(conn, workflow, ids, finished_only, now)
-
-        return await self._db.transaction(f"deleting instances of {workflow!r}", body)
-
-    async def delete_in(
-        self, conn: Conn, workflow: str, ids: list[str], finished_only: bool, now: float
-    ) -> int:
-        """:meth:`delete` in the caller's transaction; its refusal comes before it writes."""
-        q = self._sql
-        cur = await conn.execute(q.lock_instances_by_id, (workflow, ids))
-        # The rows stay locked until the delete commits: no status changes meanwhile.
-        locked = await cur.fetchall()
-        statuses = {row[0]: row[1] for row in locked}
-        if finished_only:
-            for instance_id in ids:
-                status = statuses.get(instance_id)
-                if status is not None and status not in FINISHED_STATUSES:
-                    raise IllegalStateError(workflow, instance_id, status, "delete")
-        cur = await conn.execute(q.delete_instances, (workflow, ids))
-        row = await cur.fetchone()
-        # A running instance deleted frees its slots: its key's next in line may run.
-        stopped = [
-            {"pk": None, "workflow": workflow, "key": key}
-            for _id, status, key in locked
-            if status in _RUNNING
-        ]
-        if stopped:
-            back = {"stopped": json_rows(stopped), **freed_params(now, self._notes)}
-            await conn.execute(self._parking.freed_stopped, back)
-        return int(row[0]) if row else 0
-
-    async def purge(self, workflow: str | None, statuses: list[str], older_than: float) -> int:
-        """:meth:`~stepline.store.base.Store.purge_instances`."""
-        params = {"statuses": statuses, "older_than": older_than, "workflow": workflow}
-        q = self._sql
-
-        async def body(conn: Conn) -> int:
-            await conn.execute(q.lock_finished, params)
-            cur = await conn.execute(q.purge_instances, params)
-            row = await cur.fetchone()
-            return int(row[0]) if row else 0
-
-        return await self._db.transaction("purging finished instances", body)

@@ -1,6 +1,6 @@
-"""The PostgreSQL store's keyed creates (``Store.create_keyed``): debounce and replace_queued,
-in one exactly-once transaction under a lock of the workflow's key, so that concurrent creates
-for a key see each other whole."""
+"""The PostgreSQL store's keyed creates (``ClosingStore.create_keyed``): debounce and
+replace_queued, in one exactly-once transaction under a lock of the workflow's key, so that
+concurrent creates for a key see each other whole."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ class KeyedCreates:
         ready_at: float | None,
         now: float,
     ) -> InstanceRecord:
-        """``Store.create_keyed``, under a lock of the workflow's key for the transaction."""
+        """``ClosingStore.create_keyed``, under a lock of the workflow's key for the
+        transaction."""
         q = self._q
         keyed = {"workflow": workflow, "key": item.key, "now": now}
         ready = now if ready_at is None else ready_at

@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass
 
 from ..._json import dumps, loads
+from ..signals import Signals
 
 
 @dataclass(frozen=True)
@@ -63,3 +64,27 @@ class Notes:
                 if isinstance(item, list) and len(item) == 2
             )
         return Wake(data.get("e") is not True, changed)
+
+
+class Wakeups:
+    """What the notifications a store receives wake in this process (its ``signals``)."""
+
+    def __init__(self, notes: Notes, signals: Signals) -> None:
+        self._notes = notes
+        self._signals = signals
+
+    def dispatch(self, payload: str) -> None:
+        """A notification arrived: wake the worker, and waiters on the instances it names."""
+        wake = self._notes.read(payload)
+        if wake is None:  # this store's own: it signalled itself when it committed
+            return
+        if wake.ready:
+            self._signals.ready()
+        for workflow, instance_id in wake.changed:
+            self._signals.changed(workflow, instance_id)
+
+    def everything(self) -> None:
+        """After the listener reconnects: anything may have changed meanwhile."""
+        self._signals.ready()
+        for workflow, instance_id in self._signals.watched():
+            self._signals.changed(workflow, instance_id)

@@ -13,8 +13,8 @@ from ..._json import dumps, loads
 from ...errors import LeaseLostError
 from ...operations.language import Filter, TagError, parse, render
 from ...operations.language.tags import MAX_TAGS
-from ...records import InstancePage
-from .._rows import decode_cursor, encode_cursor, instance_from_row
+from ...records import InstancePage, InstanceRecord, StepRecord
+from .._rows import decode_cursor, encode_cursor, instance_from_row, settle_sleeps, step_from_row
 from ..operations import (
     BULK_COLUMNS,
     SKIPPABLE,
@@ -31,7 +31,25 @@ from .db import Database
 from .instances import InstanceWrites
 from .notes import Notes
 from .pools import Conn
+from .retention import PostgresRetention
 from .sql import INSTANCE_COLUMNS
+from .sql import render as render_templates
+
+_STEP_READS = {
+    "unfinished_steps": """
+        SELECT p.pk, s.* FROM unnest(%s::bigint[]) AS p(pk)
+        CROSS JOIN LATERAL (
+            SELECT {scols} FROM {s}.steps
+            WHERE instance_pk = p.pk AND status IN ('running', 'waiting') ORDER BY seq
+        ) AS s
+        ORDER BY p.pk, s.seq
+    """,
+    "histories": """
+        SELECT instance_pk, {scols} FROM {s}.steps WHERE instance_pk = ANY(%s::bigint[])
+        ORDER BY instance_pk, seq
+    """,
+}
+"""The steps of many instances, read at once."""
 
 
 class Statements:
@@ -64,6 +82,7 @@ class PostgresOperations(OperationsStore):
         db: Database,
         schema: str,
         instances: InstanceWrites,
+        retention: PostgresRetention,
         notes: Notes,
         now: Callable[[], float],
         signals: Signals,
@@ -71,7 +90,9 @@ class PostgresOperations(OperationsStore):
         self._db = db
         self._notes = notes
         self._q = Statements(schema)
+        self._steps = render_templates(_STEP_READS, schema)
         self._instances = instances
+        self._retention = retention
         self._now = now
         self._signals = signals
 
@@ -93,6 +114,27 @@ class PostgresOperations(OperationsStore):
         statement, params = self._q.count(where)
         rows = await self._db.read("counting instances", statement, params)
         return int(rows[0][0])
+
+    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
+        found: dict[int, list[StepRecord]] = {}
+        if not instance_pks:
+            return found
+        pks = list(dict.fromkeys(instance_pks))
+        query = self._steps["unfinished_steps"]
+        for row in await self._db.read("reading unfinished steps", query, (pks,)):
+            found.setdefault(row[0], []).append(step_from_row(row[1:]))
+        return found
+
+    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
+        found: dict[int, list[StepRecord]] = {}
+        if not instances:
+            return found
+        pks = list(dict.fromkeys(i.pk for i in instances))
+        query = self._steps["histories"]
+        for row in await self._db.read("reading step histories", query, (pks,)):
+            found.setdefault(row[0], []).append(step_from_row(row[1:]))
+        now = self._now()
+        return {i.pk: settle_sleeps(found[i.pk], i, now) for i in instances if i.pk in found}
 
     async def tags_of(self, instance_pks: Sequence[int]) -> dict[int, dict[str, Any]]:
         rows = await self._db.read(
@@ -212,7 +254,7 @@ class PostgresOperations(OperationsStore):
         self, conn: Conn, job: BulkJob, workflow: str, instance_id: str, now: float
     ) -> None:
         if job.action == "delete":
-            await self._instances.delete_in(conn, workflow, [instance_id], True, now)
+            await self._retention.delete_in(conn, workflow, [instance_id], True, now)
             return
         from_step = (job.from_step, 1) if job.from_step is not None else None
         await self._instances.control_in(

@@ -186,18 +186,6 @@ _TEMPLATES: dict[str, str] = {
         ) AS s
         ORDER BY p.pk, s.seq
     """,
-    "unfinished_steps": """
-        SELECT p.pk, s.* FROM unnest(%s::bigint[]) AS p(pk)
-        CROSS JOIN LATERAL (
-            SELECT {scols} FROM {s}.steps
-            WHERE instance_pk = p.pk AND status IN ('running', 'waiting') ORDER BY seq
-        ) AS s
-        ORDER BY p.pk, s.seq
-    """,
-    "histories": """
-        SELECT instance_pk, {scols} FROM {s}.steps WHERE instance_pk = ANY(%s::bigint[])
-        ORDER BY instance_pk, seq
-    """,
     "history_events": """
         SELECT instance_pk, pk, type, payload, created_at FROM {s}.events
         WHERE instance_pk = ANY(%s::bigint[]) AND consumed_by IS NULL ORDER BY instance_pk, pk
@@ -253,60 +241,11 @@ _TEMPLATES: dict[str, str] = {
         SELECT pg_notify(%(channel)s, %(note)s)
     """,
     "notify": "SELECT pg_notify(%s, %s)",
-    # A delete locks its instance rows first, in a statement of its own: the deleting statement
-    # then reads their steps and events in a snapshot taken after every writer holding those
-    # rows committed (a step write or an event sent while it waited would otherwise be missed
-    # by its older snapshot and left behind).
-    "lock_instances_by_id": """
-        SELECT id, status, key FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[])
-        ORDER BY pk FOR UPDATE
-    """,
     "events_of_instance": """
         SELECT type, payload, created_at, consumed_by FROM {s}.events WHERE instance_pk =
             (SELECT pk FROM {s}.instances WHERE workflow = %s AND id = %s)
             AND type <> '@update'
         ORDER BY pk
-    """,
-    "lock_finished": """
-        SELECT pk FROM {s}.instances WHERE status = ANY(%(statuses)s::text[])
-            AND ended_at < %(older_than)s
-            AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
-        ORDER BY pk FOR UPDATE
-    """,
-    "delete_instances": """
-        WITH d AS (
-            DELETE FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[]) RETURNING pk
-        ), ds AS (
-            DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
-        ), de AS (
-            DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
-        ), du AS (
-            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
-        ), dst AS (
-            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
-        ), dsi AS (
-            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
-        )
-        SELECT count(*) FROM d
-    """,
-    "purge_instances": """
-        WITH d AS (
-            DELETE FROM {s}.instances WHERE status = ANY(%(statuses)s::text[])
-                AND ended_at < %(older_than)s
-                AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
-            RETURNING pk
-        ), ds AS (
-            DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
-        ), de AS (
-            DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
-        ), du AS (
-            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
-        ), dst AS (
-            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
-        ), dsi AS (
-            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
-        )
-        SELECT count(*) FROM d
     """,
     # -- activations (the claim's statements are in claim_sql) ----------------------------------
     "record_step": _RECORD_STEP.replace("{conflict}", _STEP_UPSERT).replace("{consume}", ""),
@@ -501,8 +440,6 @@ class Statements:
     get_instance: str
     get_instance_by_pk: str
     history_steps: str
-    unfinished_steps: str
-    histories: str
     history_events: str
     steps_of_instance: str
     lock_instance: str
@@ -516,11 +453,7 @@ class Statements:
     restart: str
     send_event: str
     notify: str
-    lock_instances_by_id: str
     events_of_instance: str
-    lock_finished: str
-    delete_instances: str
-    purge_instances: str
     record_step: str
     record_step_new: str
     record_step_consuming: str

@@ -1,15 +1,13 @@
 """PostgresStore: the store contract's operations on PostgreSQL. The parts with a job of their own
 are modules beside it: the claim (``claim``), activation writes (``writes``), the slots of named
-limits that steps take (``slots``), the client's writes (``instances``), the server clock
-(``clock``), notifications (``notes``), messaging (``messages``), the connections (``db``) and
-the SQL (``sql``)."""
+limits that steps take (``slots``), the client's writes (``instances``) and reads (``reads``),
+the server clock (``clock``), notifications and what they wake (``notes``), messaging
+(``messages``), the connections (``db``) and the SQL (``sql``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from ..._json import loads
-from ...errors import InstanceNotFoundError
 from ...limits import Limit
 from ...records import (
     InstanceEvent,
@@ -19,21 +17,14 @@ from ...records import (
     WorkflowInfo,
 )
 from .._batcher import Batcher
-from .._closing import DEADLINE_BATCH
 from .._rows import (
     claims_on_creation,
-    decode_cursor,
-    encode_cursor,
-    instance_from_row,
-    settle_sleeps,
-    step_from_row,
 )
 from ..base import (
     Claim,
     Claimed,
     ControlAction,
     Finish,
-    KeyedConflict,
     Lease,
     NewInstance,
     StepWrite,
@@ -41,10 +32,9 @@ from ..base import (
     WorkflowMeta,
 )
 from ..migrations import check_current, load_migrations
-from . import sql
 from .claim import Claimer
 from .clock import ServerClock
-from .closing import Closing
+from .closing import Closing, PostgresClosing
 from .db import Database
 from .flow import PostgresFlow
 from .instances import InstanceWrites, Leased
@@ -52,10 +42,11 @@ from .keyed import KeyedCreates
 from .listen import Listener
 from .messages import PostgresMessages
 from .migrate import applied_migrations, migrate, read_only_conninfo
-from .notes import Notes
+from .notes import Notes, Wakeups
 from .operations import PostgresOperations
 from .parking import ParkingStatements
-from .retention import Expiry
+from .reads import InstanceReads
+from .retention import PostgresRetention
 from .schedules import PostgresSchedules, ScheduleWrites
 from .slots import Slots
 from .sql import Statements
@@ -114,13 +105,16 @@ class PostgresStore(Store):
         self.channel = self._notes.channel
         """The LISTEN/NOTIFY channel of this schema."""
         self._listener = Listener(self._db)
+        self._wakeups = Wakeups(self._notes, self.signals)
         self._time = ServerClock(self._db, clock)
         self._claims = Claimer(self._db, self._sql, self.schema, self._notes)
         self._instances = InstanceWrites(self._db, self._sql, self.schema, self._notes)
-        self._expiry = Expiry(self._db, self.schema)
-        self._closing = Closing(self._db, self.schema, self._notes)
-        self._keyed = KeyedCreates(self._db, self.schema, self._instances)
-        self._instances.closing = self._closing.close_children
+        self._reads = InstanceReads(self._db, self._sql, self.schema, self.now)
+        self.retention = PostgresRetention(self._db, self.schema, self._notes, self.now)
+        closing = Closing(self._db, self.schema, self._notes)
+        self._instances.closing = closing.close_children
+        keyed = KeyedCreates(self._db, self.schema, self._instances)
+        self.closing = PostgresClosing(closing, keyed, self.now, self.signals.ready)
         self.workers = PostgresWorkers(self._db, self._sql)
         self._workflows = WorkflowCatalog(self._db, self._sql)
         schedules = ScheduleWrites(self._db, self.schema, self._instances)
@@ -138,7 +132,13 @@ class PostgresStore(Store):
         )
         self.messages = self._messages
         self.operations = PostgresOperations(
-            self._db, self.schema, self._instances, self._notes, self.now, self.signals
+            self._db,
+            self.schema,
+            self._instances,
+            self.retention,
+            self._notes,
+            self.now,
+            self.signals,
         )
         self._step_writes: Batcher[StepRow, str] = Batcher(
             self._writes.record_steps,
@@ -184,7 +184,9 @@ class PostgresStore(Store):
                 return
             self.schema_versions = await migrate(self._db, self.schema, migrations)
             await self._time.measure()
-            await self._listener.start(self.channel, self._dispatch, self._wake_everything)
+            await self._listener.start(
+                self.channel, self._wakeups.dispatch, self._wakeups.everything
+            )
         except BaseException:
             await self._listener.stop()
             await self._db.close()
@@ -199,24 +201,6 @@ class PostgresStore(Store):
         await self._time.stop()
         await self._listener.stop()
         await self._db.close()
-
-    # -- wake-ups --------------------------------------------------------------------------------
-
-    def _dispatch(self, payload: str) -> None:
-        """A notification arrived: wake the worker, and waiters on the instances it names."""
-        wake = self._notes.read(payload)
-        if wake is None:  # this store's own: it signalled itself when it committed
-            return
-        if wake.ready:
-            self.signals.ready()
-        for workflow, instance_id in wake.changed:
-            self.signals.changed(workflow, instance_id)
-
-    def _wake_everything(self) -> None:
-        """After the listener reconnects: anything may have changed meanwhile."""
-        self.signals.ready()
-        for workflow, instance_id in self.signals.watched():
-            self.signals.changed(workflow, instance_id)
 
     # -- workflows -------------------------------------------------------------------------------
 
@@ -262,40 +246,8 @@ class PostgresStore(Store):
             self.signals.ready()
         return created
 
-    async def create_keyed(
-        self,
-        workflow: str,
-        item: NewInstance,
-        *,
-        trigger: str,
-        on_conflict: KeyedConflict,
-        ready_at: float | None = None,
-    ) -> InstanceRecord:
-        record = await self._keyed.create_keyed(
-            workflow, item, trigger, on_conflict, ready_at, self.now()
-        )
-        self.signals.ready()
-        return record
-
-    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
-        if not workflows:
-            return None
-        ahead, woke = await self._closing.expire_deadlines(workflows, now, DEADLINE_BATCH)
-        if woke:
-            self.signals.ready()
-        return ahead
-
-    async def close_children(self, lease: Lease, now: float) -> None:
-        if await self._closing.close_children_fenced(lease, now):
-            self.signals.ready()
-
     async def get_instance(self, workflow: str, instance_id: str) -> InstanceRecord:
-        rows = await self._db.read(
-            f"reading instance {instance_id!r}", self._sql.get_instance, (workflow, instance_id)
-        )
-        if not rows:
-            raise InstanceNotFoundError(workflow, instance_id)
-        return instance_from_row(rows[0])
+        return await self._reads.get_instance(workflow, instance_id)
 
     async def list_instances(
         self,
@@ -306,53 +258,12 @@ class PostgresStore(Store):
         *,
         oldest_first: bool = False,
     ) -> InstancePage:
-        after = decode_cursor(cursor)
-        query = sql.list_instances(
-            self.schema,
-            workflow=workflow is not None,
-            status=status is not None,
-            after=after is not None,
-            oldest_first=oldest_first,
+        return await self._reads.list_instances(
+            workflow, status, limit, cursor, oldest_first=oldest_first
         )
-        params = [value for value in (workflow, status, after) if value is not None]
-        rows = await self._db.read("listing instances", query, (*params, limit + 1))
-        records = [instance_from_row(r) for r in rows[:limit]]
-        next_cursor = encode_cursor(records[-1].pk) if len(rows) > limit else None
-        return InstancePage(records, next_cursor)
 
     async def get_steps(self, workflow: str, instance_id: str) -> list[StepRecord]:
-        found, steps = await self._db.read_many(
-            f"reading the steps of instance {instance_id!r}",
-            [
-                (self._sql.get_instance, (workflow, instance_id)),
-                (self._sql.steps_of_instance, (workflow, instance_id)),
-            ],
-        )
-        if not found:
-            raise InstanceNotFoundError(workflow, instance_id)
-        return settle_sleeps(
-            [step_from_row(r) for r in steps], instance_from_row(found[0]), self.now()
-        )
-
-    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
-        found: dict[int, list[StepRecord]] = {}
-        if not instance_pks:
-            return found
-        pks = list(dict.fromkeys(instance_pks))
-        rows = await self._db.read("reading unfinished steps", self._sql.unfinished_steps, (pks,))
-        for row in rows:
-            found.setdefault(row[0], []).append(step_from_row(row[1:]))
-        return found
-
-    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
-        found: dict[int, list[StepRecord]] = {}
-        if not instances:
-            return found
-        pks = list(dict.fromkeys(i.pk for i in instances))
-        for row in await self._db.read("reading step histories", self._sql.histories, (pks,)):
-            found.setdefault(row[0], []).append(step_from_row(row[1:]))
-        now = self.now()
-        return {i.pk: settle_sleeps(found[i.pk], i, now) for i in instances if i.pk in found}
+        return await self._reads.get_steps(workflow, instance_id)
 
     async def control(
         self,
@@ -372,41 +283,14 @@ class PostgresStore(Store):
             self.signals.ready()
         return record
 
+    async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
+        return await self._reads.get_events(workflow, instance_id)
+
     async def send_event(
         self, workflow: str, instance_id: str, event_type: str, payload: str | None
     ) -> None:
         await self._instances.send_event(workflow, instance_id, event_type, payload, self.now())
         self.signals.ready()
-
-    async def get_events(self, workflow: str, instance_id: str) -> list[InstanceEvent]:
-        found, events = await self._db.read_many(
-            f"reading the events of instance {instance_id!r}",
-            [
-                (self._sql.get_instance, (workflow, instance_id)),
-                (self._sql.events_of_instance, (workflow, instance_id)),
-            ],
-        )
-        if not found:
-            raise InstanceNotFoundError(workflow, instance_id)
-        return [
-            InstanceEvent(kind, loads(payload), created, consumed_by)
-            for kind, payload, created, consumed_by in events
-        ]
-
-    async def delete_instances(
-        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
-    ) -> int:
-        return await self._instances.delete(workflow, list(instance_ids), finished_only, self.now())
-
-    async def purge_instances(
-        self, workflow: str | None, statuses: Sequence[str], older_than: float
-    ) -> int:
-        return await self._instances.purge(workflow, list(statuses), older_than)
-
-    async def purge_expired(
-        self, now: float, limit: int, default_cutoff: float | None = None
-    ) -> dict[tuple[str, str], int]:
-        return await self._expiry.purge(now, limit, default_cutoff)
 
     # -- activations -----------------------------------------------------------------------------
 

@@ -1,17 +1,21 @@
-"""The SQLite store's executions of ``store._closing``: deadlines carried out, a parent's end
-applied to its children. Each function runs inside a write transaction (see ``transactions``)."""
+"""The SQLite store's executions of ``store.closing``: deadlines carried out, a parent's end
+applied to its children (each function runs inside a write transaction, see ``transactions``);
+and :class:`SqliteClosing`, ``Store.closing``, which submits them (and keyed creates)."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..._json import dumps, loads
 from ...errors import LeaseLostError
-from .._closing import ERRORS, Interruption, interruption
+from ...records import InstanceRecord
 from .._rows import INTERRUPTED
-from ..base import Lease
+from ..closing import DEADLINE_BATCH, ERRORS, ClosingStore, Interruption, interruption
+from ..types import KeyedConflict, Lease, NewInstance
 from . import flow, sql
+from .db import Database
+from .keyed import create_keyed
 
 _UNFINISHED = "status NOT IN ('complete', 'errored', 'terminated')"
 _ERRORS = {kind: dumps(error, what="error") for kind, error in ERRORS.items()}
@@ -58,7 +62,7 @@ def deadlines(n_workflows: int, *, due: bool) -> str:
 
 
 def interrupt(c: sqlite3.Connection, pk: int, kind: Interruption, now: float) -> bool:
-    """Stop unfinished instance ``pk`` as ``store._closing`` says; whether that made another
+    """Stop unfinished instance ``pk`` as ``store.closing`` says; whether that made another
     instance runnable (itself, its parent, or what its slots held back)."""
     row = c.execute(_STATE, (pk,)).fetchone()
     if row is None:
@@ -91,8 +95,8 @@ def _wake_parent(c: sqlite3.Connection, parent: str | None, now: float) -> None:
 def expire_deadlines(
     c: sqlite3.Connection, workflows: Sequence[str], now: float, limit: int
 ) -> tuple[float | None, bool]:
-    """``Store.expire_deadlines``: the next deadline (``now`` if more are due), and whether an
-    instance became runnable."""
+    """``ClosingStore.expire_deadlines``: the next deadline (``now`` if more are due), and
+    whether an instance became runnable."""
     due = c.execute(deadlines(len(workflows), due=True), (*workflows, now, limit)).fetchall()
     woke = False
     for (pk,) in due:
@@ -124,7 +128,55 @@ def close_children(c: sqlite3.Connection, parent_pk: int, now: float) -> bool:
 
 
 def close_children_fenced(c: sqlite3.Connection, lease: Lease, now: float) -> bool:
-    """``Store.close_children``: :func:`close_children` if ``lease`` is still held."""
+    """``ClosingStore.close_children``: :func:`close_children` if ``lease`` is still held."""
     if c.execute(_FENCED, (lease.pk, lease.token, lease.owner)).fetchone() is None:
         raise LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
     return close_children(c, lease.pk, now)
+
+
+class SqliteClosing(ClosingStore):
+    """Deadlines, a parent's end and keyed creates, each one durable write transaction."""
+
+    def __init__(self, db: Database, now: Callable[[], float], ready: Callable[[], None]) -> None:
+        self._db = db
+        self._now = now
+        self._ready = ready
+
+    async def create_keyed(
+        self,
+        workflow: str,
+        item: NewInstance,
+        *,
+        trigger: str,
+        on_conflict: KeyedConflict,
+        ready_at: float | None = None,
+    ) -> InstanceRecord:
+        now = self._now()
+        record: InstanceRecord = await self._db.write(
+            lambda c: create_keyed(c, workflow, item, trigger, on_conflict, ready_at, now),
+            durable=True,
+        )
+        self._ready()
+        return record
+
+    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
+        if not workflows:
+            return None
+        # A read first: a worker asks every second or so, and most find nothing due.
+        rows = await self._db.read(deadlines(len(workflows), due=False), (*workflows, 1))
+        if not rows or float(rows[0][0]) > now:
+            return float(rows[0][0]) if rows else None
+        result: tuple[float | None, bool] = await self._db.write(
+            lambda c: expire_deadlines(c, workflows, now, DEADLINE_BATCH), durable=True
+        )
+        ahead, woke = result
+        if woke:
+            self._ready()
+        return ahead
+
+    async def close_children(self, lease: Lease, now: float) -> None:
+        woke: bool = await self._db.write(
+            lambda c: close_children_fenced(c, lease, now), durable=True
+        )
+        if woke:
+            self._ready()

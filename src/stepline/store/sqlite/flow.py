@@ -40,7 +40,7 @@ from ...records import LimitState
 from .._rows import N_INSTANCE_COLUMNS, InstanceRow
 from ..base import Lease
 from ..flow import FlowStore
-from . import sql
+from . import flow_sql, sql
 from .db import Database
 
 _STATUS = InstanceRow._fields.index("status")
@@ -56,7 +56,7 @@ _MAX_KEYS = 400
 
 def read_rules(c: sqlite3.Connection) -> Rules:
     """The registered limits: every workflow's that has some, and the named limits."""
-    return rules_from_rows(c.execute(sql.WORKFLOW_LIMITS), c.execute(sql.NAMED_LIMITS))
+    return rules_from_rows(c.execute(flow_sql.WORKFLOW_LIMITS), c.execute(flow_sql.NAMED_LIMITS))
 
 
 def read_usage(
@@ -73,11 +73,11 @@ def read_usage(
     plan = UsagePlan.of(rules, workflows)
     if not plan.counted:
         return Usage()
-    running = c.execute(sql.running(len(plan.counted)), (*plan.counted, now)).fetchall()
+    running = c.execute(flow_sql.running(len(plan.counted)), (*plan.counted, now)).fetchall()
     slots = [
         (limit, workflow, held, holders)
         for limit in plan.users
-        for workflow, held, holders in c.execute(sql.LIVE_SLOTS, (now, limit))
+        for workflow, held, holders in c.execute(flow_sql.LIVE_SLOTS, (now, limit))
     ]
     starts: dict[tuple[str, str], tuple[int, float | None]] = {
         (scope.scope, scope.name): _starts(c, scope, now, exact) for scope in plan.rates
@@ -97,9 +97,9 @@ def _starts(
     latest: list[float] = []
     if workflows:
         params = (*workflows, since, rate.count)
-        latest = [at for (at,) in c.execute(sql.recent_starts(len(workflows)), params)]
+        latest = [at for (at,) in c.execute(flow_sql.recent_starts(len(workflows)), params)]
     if limit is not None:
-        taken = c.execute(sql.RECENT_LIMIT_STARTS, (limit, since, rate.count))
+        taken = c.execute(flow_sql.RECENT_LIMIT_STARTS, (limit, since, rate.count))
         latest = sorted([*latest, *(at for (at,) in taken)], reverse=True)[: rate.count]
     if len(latest) < rate.count:
         return len(latest), None
@@ -107,9 +107,11 @@ def _starts(
     if exact:
         started = 0
         if workflows:
-            (started,) = c.execute(sql.count_starts(len(workflows)), (*workflows, since)).fetchone()
+            (started,) = c.execute(
+                flow_sql.count_starts(len(workflows)), (*workflows, since)
+            ).fetchone()
         if limit is not None:
-            (taken_n,) = c.execute(sql.COUNT_LIMIT_STARTS, (limit, since)).fetchone()
+            (taken_n,) = c.execute(flow_sql.COUNT_LIMIT_STARTS, (limit, since)).fetchone()
             started += taken_n
     return started, latest[-1]
 
@@ -239,10 +241,10 @@ def park(c: sqlite3.Connection, session: ClaimSession, now: float) -> None:
     parked = session.behind_full_keys
     if len(parked) <= SQLITE_SET_ASIDE_OVER:
         return
-    c.execute(sql.park_behind_keys(len(parked)), tuple(parked))
+    c.execute(flow_sql.park_behind_keys(len(parked)), tuple(parked))
     recheck = recheck_time(now)
     for workflow, key in dict.fromkeys(parked.values()):
-        c.execute(sql.RECHECK_FIRST, (recheck, workflow, key))
+        c.execute(flow_sql.RECHECK_FIRST, (recheck, workflow, key))
 
 
 class Freed(NamedTuple):
@@ -269,22 +271,22 @@ def freed(
     it parks on now: it was refused a slot there). Every write that stops an instance running
     calls this (``flow.parking``'s rule)."""
     back = bring_back(c, workflow, key, now)
-    woken = c.execute(sql.WAKE_PARKED_ON_LISTED, (now, now, pk, workflow, parks_on))
+    woken = c.execute(flow_sql.WAKE_PARKED_ON_LISTED, (now, now, pk, workflow, parks_on))
     return Freed(back, bool(woken.rowcount))
 
 
 def freed_pk(c: sqlite3.Connection, pk: int, now: float) -> Freed:
     """:func:`freed` for instance ``pk``, read by its primary key."""
-    found = c.execute(sql.KEY_OF, (pk,)).fetchone()
+    found = c.execute(flow_sql.KEY_OF, (pk,)).fetchone()
     return Freed(False, False) if found is None else freed(c, pk, found[0], found[1], now)
 
 
 def bring_back(c: sqlite3.Connection, workflow: str, key: str | None, now: float) -> bool:
     """A slot of ``key`` freed: bring back its first in line, if one is set aside, and give
     the next in line a recheck time; whether one came back."""
-    if key is None or not c.execute(sql.UNPARK_NEXT, (workflow, key)).rowcount:
+    if key is None or not c.execute(flow_sql.UNPARK_NEXT, (workflow, key)).rowcount:
         return False
-    c.execute(sql.RECHECK_FIRST, (recheck_time(now), workflow, key))
+    c.execute(flow_sql.RECHECK_FIRST, (recheck_time(now), workflow, key))
     return True
 
 
@@ -292,10 +294,10 @@ def bring_back_expired(
     c: sqlite3.Connection, rules: Rules, workflows: Sequence[str], now: float
 ) -> None:
     """Before a claim reads them: bring back the first in line of each key of ``workflows``
-    whose instances all lost their leases (``sql.expired_keys``)."""
+    whose instances all lost their leases (``flow_sql.expired_keys``)."""
     keyed = [name for name in workflows if rules.keyed(name)]
     if keyed:
-        for workflow, key in c.execute(sql.expired_keys(len(keyed)), (*keyed, now, now)):
+        for workflow, key in c.execute(flow_sql.expired_keys(len(keyed)), (*keyed, now, now)):
             bring_back(c, workflow, key, now)
 
 
@@ -377,26 +379,26 @@ def acquire_limit(
 ) -> float | None:
     """``Store.acquire_limit``, under the write lock (so acquisitions and claims of one limit
     never together exceed it)."""
-    fence = c.execute(sql.FENCE_LIMIT, (lease.pk, lease.token, lease.owner)).fetchone()
+    fence = c.execute(flow_sql.FENCE_LIMIT, (lease.pk, lease.token, lease.owner)).fetchone()
     if fence is None:
         raise LeaseLostError(f"lease on instance {lease.pk} lost by worker {lease.owner}")
-    if c.execute(sql.SLOT_HELD, (limit, lease.pk, step, lease.token)).fetchone() is not None:
+    if c.execute(flow_sql.SLOT_HELD, (limit, lease.pk, step, lease.token)).fetchone() is not None:
         return None  # a retried call whose reply was lost
-    found = c.execute(sql.LIMIT_BY_NAME, (limit,)).fetchone()
+    found = c.execute(flow_sql.LIMIT_BY_NAME, (limit,)).fetchone()
     if found is None:
         raise UnknownLimitError(f"limit {limit!r} is not defined")
     concurrency, count, period = found
     declared = Limit(
         limit, concurrency=concurrency, rate=None if count is None else Rate(count, period)
     )
-    c.execute(sql.DELETE_DEAD_SLOTS, (limit,))
-    c.execute(sql.PRUNE_LIMIT_STARTS, (limit, now - (period if count is not None else 0.0)))
+    c.execute(flow_sql.DELETE_DEAD_SLOTS, (limit,))
+    c.execute(flow_sql.PRUNE_LIMIT_STARTS, (limit, now - (period if count is not None else 0.0)))
     wait = slot_wait(declared, _slot_use(c, declared, lease, fence, now))
     if wait is not None:
         return wait
     if declared.rate is not None:
-        c.execute(sql.LOG_LIMIT_START, (limit, now))
-    c.execute(sql.TAKE_SLOT, (limit, lease.pk, step, lease.token, now))
+        c.execute(flow_sql.LOG_LIMIT_START, (limit, now))
+    c.execute(flow_sql.TAKE_SLOT, (limit, lease.pk, step, lease.token, now))
     return None
 
 
@@ -409,11 +411,11 @@ def _slot_use(
     users = [name for name, declared in rules.workflows.items() if limit.name in declared.limits]
     running = 0
     if users:
-        running = sum(n for _w, _k, n in c.execute(sql.running(len(users)), (*users, now)))
-    for holder, held, holders in c.execute(sql.LIVE_SLOTS, (now, limit.name)):
+        running = sum(n for _w, _k, n in c.execute(flow_sql.running(len(users)), (*users, now)))
+    for holder, held, holders in c.execute(flow_sql.LIVE_SLOTS, (now, limit.name)):
         running += held - (holders if holder in users else 0)
     workflow, expires = fence
-    (own,) = c.execute(sql.OWN_SLOTS, (limit.name, lease.pk, lease.token)).fetchone()
+    (own,) = c.execute(flow_sql.OWN_SLOTS, (limit.name, lease.pk, lease.token)).fetchone()
     counted = workflow in users and expires is not None and expires > now and own == 0
     started, edge = 0, None
     if limit.rate is not None:
@@ -425,9 +427,9 @@ def _slot_use(
 def release_limit(c: sqlite3.Connection, lease: Lease, limit: str, step: str, now: float) -> bool:
     """``Store.release_limit``: whether a slot was given back (then the instance parked on the
     limit that would wake first is ready now)."""
-    if not c.execute(sql.RELEASE_SLOT, (limit, lease.pk, step, lease.token)).rowcount:
+    if not c.execute(flow_sql.RELEASE_SLOT, (limit, lease.pk, step, lease.token)).rowcount:
         return False
-    c.execute(sql.WAKE_PARKED, (now, limit, now))
+    c.execute(flow_sql.WAKE_PARKED, (now, limit, now))
     return True
 
 
@@ -464,5 +466,5 @@ class SqliteFlow(FlowStore):
     ) -> dict[tuple[str, str], int]:
         if not workflows:
             return {}
-        rows = await self._db.read(sql.running_by_worker(len(workflows)), (*workflows, now))
+        rows = await self._db.read(flow_sql.running_by_worker(len(workflows)), (*workflows, now))
         return {(owner, workflow): count for owner, workflow, count in rows}

@@ -1,5 +1,6 @@
-"""The SQLite store's keyed creates (``Store.create_keyed``): debounce and replace_queued, in
-one write transaction (under the write lock: concurrent creates for a key see each other)."""
+"""The SQLite store's keyed creates (``ClosingStore.create_keyed``): debounce and
+replace_queued, in one write transaction (under the write lock: concurrent creates for a key
+see each other)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,15 @@ from ..._json import dumps, loads
 from ...errors import LeaseLostError
 from ...operations.language import Filter, TagError, parse, render
 from ...operations.language.tags import MAX_TAGS
-from ...records import InstancePage
-from .._rows import decode_cursor, encode_cursor, instance_from_row
+from ...records import InstancePage, InstanceRecord, StepRecord
+from .._rows import (
+    STEP_COLUMNS,
+    decode_cursor,
+    encode_cursor,
+    instance_from_row,
+    settle_sleeps,
+    step_from_row,
+)
 from ..operations import (
     BULK_COLUMNS,
     SKIPPABLE,
@@ -26,11 +33,15 @@ from ..operations import (
 )
 from ..signals import Signals
 from ..types import Lease
+from . import retention
 from . import transactions as tx
 from .db import Database
-from .sql import RECORD_COLUMNS
+from .sql import RECORD_COLUMNS, qmarks
 
 TAGS_TABLE = "instance_tags"
+UNFINISHED_STEPS_BATCH = 500
+"""Instances per read of :meth:`SqliteOperations.unfinished_steps` and ``histories`` (SQLite
+caps the parameters of one statement)."""
 
 
 def search_statement(where: Filter, *, after: bool, oldest_first: bool) -> tuple[str, list[Any]]:
@@ -43,6 +54,23 @@ def search_statement(where: Filter, *, after: bool, oldest_first: bool) -> tuple
         f" ORDER BY i.pk {order} LIMIT ?"
     )
     return statement, cond.params
+
+
+def steps_of_many(n: int) -> str:
+    """Every step of ``n`` instances: ``instance_pk`` and the ``STEP_COLUMNS``."""
+    return (
+        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({qmarks(n)})"
+        " ORDER BY instance_pk, seq"
+    )
+
+
+def unfinished_steps(n: int) -> str:
+    """The running and waiting steps of ``n`` instances: ``instance_pk`` and the
+    ``STEP_COLUMNS``."""
+    return (
+        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({qmarks(n)})"
+        " AND status IN ('running', 'waiting') ORDER BY instance_pk, seq"
+    )
 
 
 class SqliteOperations(OperationsStore):
@@ -71,6 +99,25 @@ class SqliteOperations(OperationsStore):
             f"SELECT count(*) FROM instances i WHERE {cond.sql}", cond.params
         )
         return int(rows[0][0])
+
+    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
+        return await self._steps_of(instance_pks, unfinished_steps)
+
+    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
+        found = await self._steps_of([i.pk for i in instances], steps_of_many)
+        now = self._now()
+        return {i.pk: settle_sleeps(found[i.pk], i, now) for i in instances if i.pk in found}
+
+    async def _steps_of(
+        self, instance_pks: Sequence[int], query: Callable[[int], str]
+    ) -> dict[int, list[StepRecord]]:
+        found: dict[int, list[StepRecord]] = {}
+        pks = list(dict.fromkeys(instance_pks))
+        for start in range(0, len(pks), UNFINISHED_STEPS_BATCH):
+            chunk = pks[start : start + UNFINISHED_STEPS_BATCH]
+            for row in await self._db.read(query(len(chunk)), chunk):
+                found.setdefault(row[0], []).append(step_from_row(row[1:]))
+        return found
 
     async def tags_of(self, instance_pks: Sequence[int]) -> dict[int, dict[str, Any]]:
         found: dict[int, dict[str, Any]] = {}
@@ -188,7 +235,7 @@ def _run_batch(
 
 def _act(c: sqlite3.Connection, job: BulkJob, workflow: str, instance_id: str, now: float) -> None:
     if job.action == "delete":
-        tx.delete_instances(c, workflow, [instance_id], True, now)
+        retention.delete_instances(c, workflow, [instance_id], True, now)
         return
     from_step = (job.from_step, 1) if job.from_step is not None else None
     tx.control(c, workflow, instance_id, job.action, False, from_step, now)

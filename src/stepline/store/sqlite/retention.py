@@ -1,13 +1,26 @@
-"""Retention on SQLite: the finished instances whose ``delete_at`` has come (or, past the
-workers' one retention, that ended long enough ago) deleted a batch at a time, with their steps,
-events, updates and streams (:meth:`Store.purge_expired`)."""
+"""Deletes on SQLite (``Store.retention``): instances deleted by id, by age, and as their
+retention says (the finished instances whose ``delete_at`` has come, or, past the workers' one
+retention, that ended long enough ago, a batch at a time), with their steps, events, updates and
+streams. The functions run inside a write transaction (see ``transactions``)."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from .transactions import delete_children
+from ...errors import IllegalStateError
+from ...records import FINISHED_STATUSES
+from ..retention import RetentionStore
+from . import flow, message_writes, sql
+from .db import Database
 
+STATUS_BY_ID = "SELECT status FROM instances WHERE workflow = ? AND id = ?"
+DELETE_EVENTS = "DELETE FROM events WHERE instance_pk = ?"
+DELETE_INSTANCE = (
+    "DELETE FROM instances WHERE workflow = ? AND id = ?"
+    " RETURNING pk, status IN ('running', 'waitingForPause'), key"
+)
 EXPIRED = "SELECT pk FROM instances WHERE delete_at <= ? ORDER BY delete_at LIMIT ?"
 UNDATED = (
     "SELECT pk FROM instances WHERE ended_at < ? AND delete_at IS NULL"
@@ -23,6 +36,59 @@ ANY_EXPIRED = (
 DELETE_EXPIRED = "DELETE FROM instances WHERE pk = ? RETURNING workflow, status"
 
 
+def purge(n_statuses: int, *, workflow: bool) -> str:
+    """Delete ended instances in ``n_statuses`` statuses ended before a time (then a workflow)."""
+    clause = " AND workflow = ?" if workflow else ""
+    return (
+        f"DELETE FROM instances WHERE status IN ({sql.qmarks(n_statuses)}) AND ended_at < ?{clause}"
+        " RETURNING pk"
+    )
+
+
+def delete_instances(
+    c: sqlite3.Connection,
+    workflow: str,
+    instance_ids: Sequence[str],
+    finished_only: bool,
+    now: float,
+) -> int:
+    if finished_only:
+        # Under the write lock: no status can change before the deletes below, and nothing is
+        # written if one is unfinished.
+        for instance_id in instance_ids:
+            for (status,) in c.execute(STATUS_BY_ID, (workflow, instance_id)).fetchall():
+                if status not in FINISHED_STATUSES:
+                    raise IllegalStateError(workflow, instance_id, status, "delete")
+    deleted = 0
+    for instance_id in instance_ids:
+        for pk, ran, key in c.execute(DELETE_INSTANCE, (workflow, instance_id)).fetchall():
+            deleted += 1
+            delete_children(c, pk)
+            if ran:  # its slots are free: the next in line of its key may run now
+                flow.freed(c, pk, workflow, key, now)
+    return deleted
+
+
+def purge_instances(
+    c: sqlite3.Connection, workflow: str | None, statuses: Sequence[str], older_than: float
+) -> int:
+    params: list[Any] = [*statuses, older_than]
+    if workflow is not None:
+        params.append(workflow)
+    statement = purge(len(statuses), workflow=workflow is not None)
+    pks = [pk for (pk,) in c.execute(statement, params)]
+    for pk in pks:
+        delete_children(c, pk)
+    return len(pks)
+
+
+def delete_children(c: sqlite3.Connection, pk: int) -> None:
+    c.execute(sql.DELETE_STEPS, (pk,))
+    c.execute(DELETE_EVENTS, (pk,))
+    for statement in message_writes.DELETE_OF_INSTANCE:
+        c.execute(statement, (pk,))
+
+
 def purge_expired(
     c: sqlite3.Connection, now: float, limit: int, default_cutoff: float | None
 ) -> dict[tuple[str, str], int]:
@@ -35,3 +101,43 @@ def purge_expired(
         counts[workflow, status] = counts.get((workflow, status), 0) + 1
         delete_children(c, pk)
     return counts
+
+
+class SqliteRetention(RetentionStore):
+    """Deletes by id, by age and by retention, each one durable write transaction."""
+
+    def __init__(self, db: Database, now: Callable[[], float], ready: Callable[[], None]) -> None:
+        self._db = db
+        self._now = now
+        self._ready = ready
+
+    async def delete_instances(
+        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
+    ) -> int:
+        now = self._now()
+        count: int = await self._db.write(
+            lambda c: delete_instances(c, workflow, instance_ids, finished_only, now),
+            durable=True,
+        )
+        if count and not finished_only:
+            self._ready()  # a running instance deleted frees a slot of its key
+        return count
+
+    async def purge_instances(
+        self, workflow: str | None, statuses: Sequence[str], older_than: float
+    ) -> int:
+        count: int = await self._db.write(
+            lambda c: purge_instances(c, workflow, statuses, older_than), durable=True
+        )
+        return count
+
+    async def purge_expired(
+        self, now: float, limit: int, default_cutoff: float | None = None
+    ) -> dict[tuple[str, str], int]:
+        [(due,)] = await self._db.read(ANY_EXPIRED, (now, default_cutoff, default_cutoff))
+        if not due:
+            return {}
+        counts: dict[tuple[str, str], int] = await self._db.write(
+            lambda c: purge_expired(c, now, limit, default_cutoff), durable=True
+        )
+        return counts

@@ -1,5 +1,6 @@
-"""The SQLite store's SQL, in one place: every statement as a constant, or a builder where a
-statement takes a list of values (``IN (?, ...)``) or optional filters.
+"""The SQLite store's SQL: each statement as a constant, or a builder where a statement takes a
+list of values (``IN (?, ...)``) or optional filters. Flow control's are in ``flow_sql``; a
+concern object's own (``retention``, ``closing``, ``schedules``...) are in its module.
 
 Rows the store reads by more than one column have a named type (here, or in ``store/_rows.py``
 when both stores read them alike); a statement selects ``columns(RowType._fields)``.
@@ -68,7 +69,8 @@ APPLIED_MIGRATIONS = "SELECT version FROM schema_migrations"
 RECORD_MIGRATION = "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"
 
 
-def _marks(n: int) -> str:
+def qmarks(n: int) -> str:
+    """``?,?,...``: ``n`` parameters of an ``IN (...)``."""
     return ",".join("?" * n)
 
 
@@ -103,7 +105,7 @@ ID_CHUNK = 500
 
 
 def existing_ids(n: int) -> str:
-    return f"SELECT id FROM instances WHERE workflow = ? AND id IN ({_marks(n)})"
+    return f"SELECT id FROM instances WHERE workflow = ? AND id IN ({qmarks(n)})"
 
 
 INSERT_INSTANCE = (
@@ -121,7 +123,7 @@ def dedup_holders(n: int) -> str:
     """The unfinished instances of a workflow holding one of ``n`` dedup keys: key, id."""
     return (
         f"SELECT dedup_key, id FROM instances WHERE workflow = ?"
-        f" AND dedup_key IN ({_marks(n)}) AND {_UNFINISHED}"
+        f" AND dedup_key IN ({qmarks(n)}) AND {_UNFINISHED}"
     )
 
 
@@ -140,7 +142,6 @@ RECORD_COLUMNS = columns(
 ``ready_at``, not its recheck time."""
 INSTANCE_BY_ID = f"SELECT {RECORD_COLUMNS} FROM instances WHERE workflow = ? AND id = ?"
 INSTANCE_BY_PK = f"SELECT {RECORD_COLUMNS} FROM instances WHERE pk = ?"
-STATUS_BY_ID = "SELECT status FROM instances WHERE workflow = ? AND id = ?"
 
 
 def list_instances(*, workflow: bool, status: bool, after: bool, oldest_first: bool) -> str:
@@ -179,7 +180,6 @@ INTERRUPT_RUNNING_STEPS = (
     " WHERE instance_pk = ? AND status = 'running'"
 )
 DELETE_STEPS = "DELETE FROM steps WHERE instance_pk = ?"
-DELETE_EVENTS = "DELETE FROM events WHERE instance_pk = ?"
 UNCONSUME_EVENTS = "UPDATE events SET consumed_by = NULL WHERE instance_pk = ?"
 STEP_SEQ = "SELECT seq FROM steps WHERE instance_pk = ? AND name = ? AND count = ?"
 DELETE_STEPS_FROM = "DELETE FROM steps WHERE instance_pk = ? AND seq >= ? RETURNING name, count"
@@ -205,20 +205,7 @@ EVENTS_OF = (
     f"SELECT {columns(EventRow._fields)} FROM events WHERE instance_pk = ?"
     " AND type <> '@update' ORDER BY pk"
 )
-DELETE_INSTANCE = (
-    "DELETE FROM instances WHERE workflow = ? AND id = ?"
-    " RETURNING pk, status IN ('running', 'waitingForPause'), key"
-)
 STEPS_OF = f"SELECT {STEP_COLUMNS} FROM steps WHERE instance_pk = ? ORDER BY seq"
-
-
-def purge(n_statuses: int, *, workflow: bool) -> str:
-    """Delete ended instances in ``n_statuses`` statuses ended before a time (then a workflow)."""
-    clause = " AND workflow = ?" if workflow else ""
-    return (
-        f"DELETE FROM instances WHERE status IN ({_marks(n_statuses)}) AND ended_at < ?{clause}"
-        " RETURNING pk"
-    )
 
 
 # -- activations -----------------------------------------------------------------------------
@@ -355,7 +342,7 @@ def pauses_due(n_workflows: int) -> str:
     the whole backlog of due instances to find none)."""
     return (
         "SELECT pk FROM instances INDEXED BY instances_status"
-        f" WHERE workflow IN ({_marks(n_workflows)}) AND status = 'waitingForPause'"
+        f" WHERE workflow IN ({qmarks(n_workflows)}) AND status = 'waitingForPause'"
         " AND ready_at <= ?"
     )
 
@@ -375,7 +362,7 @@ def take_leases(n: int) -> str:
         " lease_expires_at = ?, ready_at = ?, updated_at = ?, parked_on = NULL,"
         " held_ready_at = NULL,"
         " status = CASE WHEN status IN ('queued', 'waiting') THEN 'running' ELSE status END,"
-        f" started_at = COALESCE(started_at, ?) WHERE pk IN ({_marks(n)})"
+        f" started_at = COALESCE(started_at, ?) WHERE pk IN ({qmarks(n)})"
     )
 
 
@@ -383,24 +370,7 @@ def history_steps(n: int) -> str:
     """The steps of ``n`` instances: ``instance_pk`` and the ``STEP_COLUMNS``."""
     return (
         f"SELECT instance_pk, {STEP_COLUMNS} FROM steps"
-        f" WHERE instance_pk IN ({_marks(n)}) ORDER BY instance_pk, seq"
-    )
-
-
-def steps_of_many(n: int) -> str:
-    """Every step of ``n`` instances: ``instance_pk`` and the ``STEP_COLUMNS``."""
-    return (
-        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({_marks(n)})"
-        " ORDER BY instance_pk, seq"
-    )
-
-
-def unfinished_steps(n: int) -> str:
-    """The running and waiting steps of ``n`` instances: ``instance_pk`` and the
-    ``STEP_COLUMNS``."""
-    return (
-        f"SELECT instance_pk, {STEP_COLUMNS} FROM steps WHERE instance_pk IN ({_marks(n)})"
-        " AND status IN ('running', 'waiting') ORDER BY instance_pk, seq"
+        f" WHERE instance_pk IN ({qmarks(n)}) ORDER BY instance_pk, seq"
     )
 
 
@@ -408,7 +378,7 @@ def pending_events(n: int) -> str:
     """The unconsumed events of ``n`` instances, as ``PendingEventRow``."""
     return (
         f"SELECT {columns(PendingEventRow._fields)} FROM events"
-        f" WHERE instance_pk IN ({_marks(n)}) AND consumed_by IS NULL ORDER BY instance_pk, pk"
+        f" WHERE instance_pk IN ({qmarks(n)}) AND consumed_by IS NULL ORDER BY instance_pk, pk"
     )
 
 
@@ -423,15 +393,15 @@ class Fence(NamedTuple):
     key: str | None
 
 
-_HELD = "WHERE pk = ? AND lease_token = ? AND lease_owner = ?"
-FENCE = f"SELECT {columns(Fence._fields)} FROM instances {_HELD}"
-FENCE_STATUS = f"SELECT status FROM instances {_HELD}"
+HELD = "WHERE pk = ? AND lease_token = ? AND lease_owner = ?"
+FENCE = f"SELECT {columns(Fence._fields)} FROM instances {HELD}"
+FENCE_STATUS = f"SELECT status FROM instances {HELD}"
 UPSERT_STEP = (
     f"INSERT OR REPLACE INTO steps ({STEP_COLUMNS}, instance_pk)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 CONSUME_EVENT = "UPDATE events SET consumed_by = ? WHERE pk = ?"
-RENEW = f"UPDATE instances SET lease_expires_at = ?, ready_at = ? {_HELD} RETURNING status"
+RENEW = f"UPDATE instances SET lease_expires_at = ?, ready_at = ? {HELD} RETURNING status"
 SUSPEND = (
     "UPDATE instances SET status = ?, ready_at = ?, lease_owner = NULL,"
     " lease_expires_at = NULL, updated_at = ?, parked_on = ? WHERE pk = ?"
@@ -445,7 +415,7 @@ RELEASE = (
     "UPDATE instances SET lease_owner = NULL, lease_expires_at = NULL, ready_at = ?,"
     " status = CASE WHEN status = 'waitingForPause' THEN 'paused'"
     " WHEN status = 'running' THEN 'queued' ELSE status END"
-    f" {_HELD}"
+    f" {HELD}"
 )
 UNREADY_PAUSED = "UPDATE instances SET ready_at = NULL WHERE pk = ? AND status = 'paused'"
 
@@ -461,166 +431,6 @@ def next_wakeup(n_workflows: int, *, after: bool = False, n_routes: int | None =
         f" WHERE workflow = w.column1 AND {since}{_routed(n_routes, first + n_workflows)}))"
         f" FROM {_each_workflow(n_workflows, first)}"
     )
-
-
-# -- flow control ----------------------------------------------------------------------------
-
-WORKFLOW_LIMITS = "SELECT name, limits FROM workflows WHERE limits IS NOT NULL"
-NAMED_LIMITS = "SELECT name, concurrency, rate_count, rate_period FROM limits"
-
-
-def running(n_workflows: int) -> str:
-    """How many instances run (a live lease) per workflow and key. Parameters: the workflows,
-    now. (``instances_status`` finds them; only those running or pausing are read.)"""
-    return (
-        f"SELECT workflow, key, count(*) FROM instances WHERE workflow IN ({_marks(n_workflows)})"
-        " AND status IN ('running', 'waitingForPause') AND lease_expires_at > ?"
-        " GROUP BY workflow, key"
-    )
-
-
-# An instance of a busy key is set aside (parked) by the claim that finds its key full: its
-# place in line goes to ``held_ready_at`` and ``ready_at`` to NULL, so that no claim walks the
-# key's backlog again. What frees a slot of the key brings back the first in line. The first in
-# line alone has a recheck time as its ``ready_at``, so that a slot freed some other way is
-# found, and a long line is not read again at every recheck.
-
-
-def park_behind_keys(n: int) -> str:
-    """Set ``n`` due queued instances aside behind their busy keys (one that was already
-    keeps its place in line). Parameters: the pks."""
-    return (
-        "UPDATE instances SET held_ready_at = COALESCE(held_ready_at, ready_at), ready_at = NULL"
-        f" WHERE pk IN ({_marks(n)})"
-    )
-
-
-_FIRST_IN_LINE = (
-    "SELECT pk FROM instances INDEXED BY instances_key_parked"
-    " WHERE workflow = ? AND key = ? AND held_ready_at IS NOT NULL"
-    " ORDER BY priority, held_ready_at, pk LIMIT 1"
-)
-UNPARK_NEXT = (
-    "UPDATE instances SET ready_at = held_ready_at, held_ready_at = NULL"
-    f" WHERE pk = ({_FIRST_IN_LINE})"
-)
-"""Bring back the first in line of a key. Parameters: the workflow, the key."""
-RECHECK_FIRST = (
-    f"UPDATE instances SET ready_at = ? WHERE pk = ({_FIRST_IN_LINE}) AND ready_at IS NULL"
-)
-"""Give the first in line of a key a recheck time, unless it has one. Parameters: the time,
-the workflow, the key."""
-UNPARK_WORKFLOW = (
-    "UPDATE instances SET ready_at = held_ready_at, held_ready_at = NULL"
-    " WHERE workflow = ? AND held_ready_at IS NOT NULL"
-)
-"""Bring back every instance of a workflow set aside (its limits changed)."""
-KEY_OF = "SELECT workflow, key FROM instances WHERE pk = ?"
-
-
-def expired_keys(n_workflows: int) -> str:
-    """The keys of the workflows with instances set aside that run nothing but instances whose
-    lease expired: their first in line comes back, to run in ``ready_at`` order with those, as
-    without parking. Parameters: the workflows, now, now. (Named indexes: the planner would
-    otherwise scan every instance.)"""
-    return (
-        "SELECT DISTINCT i.workflow, i.key FROM instances i INDEXED BY instances_status"
-        f" WHERE i.workflow IN ({_marks(n_workflows)})"
-        " AND i.status IN ('running', 'waitingForPause') AND i.lease_expires_at <= ?"
-        " AND i.key IS NOT NULL AND EXISTS (SELECT 1 FROM instances p INDEXED BY"
-        " instances_key_parked WHERE p.workflow = i.workflow AND p.key = i.key"
-        " AND p.held_ready_at IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM instances r"
-        " INDEXED BY instances_status WHERE r.workflow = i.workflow AND r.key = i.key"
-        " AND r.status IN ('running', 'waitingForPause') AND r.lease_expires_at > ?)"
-    )
-
-
-def running_by_worker(n_workflows: int) -> str:
-    """How many instances run (a live lease) per worker and workflow. Parameters: the
-    workflows, now. (``instances_status``, as :func:`running`.)"""
-    return (
-        f"SELECT lease_owner, workflow, count(*) FROM instances"
-        f" WHERE workflow IN ({_marks(n_workflows)})"
-        " AND status IN ('running', 'waitingForPause') AND lease_expires_at > ?"
-        " GROUP BY lease_owner, workflow"
-    )
-
-
-def recent_starts(n_workflows: int) -> str:
-    """The latest first starts of the workflows after a time, latest first (``instances_started``).
-    Parameters: the workflows, the time, how many."""
-    return (
-        f"SELECT started_at FROM instances WHERE workflow IN ({_marks(n_workflows)})"
-        " AND started_at > ? ORDER BY started_at DESC LIMIT ?"
-    )
-
-
-def count_starts(n_workflows: int) -> str:
-    """How many first starts the workflows made after a time. Parameters: the workflows, the
-    time."""
-    return (
-        f"SELECT count(*) FROM instances WHERE workflow IN ({_marks(n_workflows)})"
-        " AND started_at > ?"
-    )
-
-
-# -- named limits on steps -------------------------------------------------------------------
-
-LIMIT_BY_NAME = "SELECT concurrency, rate_count, rate_period FROM limits WHERE name = ?"
-FENCE_LIMIT = f"SELECT workflow, lease_expires_at FROM instances {_HELD}"
-SLOT_HELD = (
-    "SELECT 1 FROM limit_slots WHERE limit_name = ? AND instance_pk = ? AND step = ?"
-    " AND lease_token = ?"
-)
-OWN_SLOTS = (
-    "SELECT count(*) FROM limit_slots WHERE limit_name = ? AND instance_pk = ? AND lease_token = ?"
-)
-# A slot whose instance no longer holds the lease it was taken under (its holder ended,
-# released or was fenced out); one whose lease merely expired is not counted, but kept.
-DELETE_DEAD_SLOTS = (
-    "DELETE FROM limit_slots WHERE limit_name = ? AND NOT EXISTS (SELECT 1 FROM instances i"
-    " WHERE i.pk = limit_slots.instance_pk AND i.lease_token = limit_slots.lease_token"
-    " AND i.lease_owner IS NOT NULL)"
-)
-LIVE_SLOTS = (
-    "SELECT i.workflow, count(*), count(DISTINCT s.instance_pk) FROM limit_slots s"
-    " JOIN instances i ON i.pk = s.instance_pk AND i.lease_token = s.lease_token"
-    " AND i.status IN ('running', 'waitingForPause') AND i.lease_expires_at > ?"
-    " WHERE s.limit_name = ? GROUP BY i.workflow"
-)
-"""Live slots of a limit by their instances' workflow: how many, held by how many instances.
-Parameters: now, the limit."""
-TAKE_SLOT = (
-    "INSERT OR REPLACE INTO limit_slots (limit_name, instance_pk, step, lease_token,"
-    " acquired_at) VALUES (?, ?, ?, ?, ?)"
-)
-LOG_LIMIT_START = "INSERT INTO limit_starts (limit_name, at) VALUES (?, ?)"
-PRUNE_LIMIT_STARTS = "DELETE FROM limit_starts WHERE limit_name = ? AND at <= ?"
-RECENT_LIMIT_STARTS = (
-    "SELECT at FROM limit_starts WHERE limit_name = ? AND at > ? ORDER BY at DESC LIMIT ?"
-)
-COUNT_LIMIT_STARTS = "SELECT count(*) FROM limit_starts WHERE limit_name = ? AND at > ?"
-RELEASE_SLOT = (
-    "DELETE FROM limit_slots WHERE limit_name = ? AND instance_pk = ? AND step = ?"
-    " AND lease_token = ?"
-)
-WAKE_PARKED = (
-    "UPDATE instances SET ready_at = ? WHERE pk = (SELECT pk FROM instances"
-    " WHERE parked_on = ? AND ready_at > ? AND status = 'waiting' ORDER BY ready_at LIMIT 1)"
-)
-"""Make the instance parked on a limit that would wake first ready now. Parameters: now, the
-limit, now."""
-WAKE_PARKED_ON_LISTED = (
-    "UPDATE instances SET ready_at = ? WHERE pk IN (SELECT (SELECT pk FROM instances"
-    " WHERE parked_on = l.value AND ready_at > ? AND status = 'waiting' AND pk <> ?"
-    " ORDER BY ready_at LIMIT 1) FROM workflows w, json_each(w.limits, '$.limits') l"
-    " JOIN limits n ON n.name = l.value AND n.concurrency IS NOT NULL"
-    " WHERE w.name = ? AND l.value IS NOT ?)"
-)
-"""For each named limit with a concurrency that a workflow lists, what :data:`WAKE_PARKED`
-does: one of its instances stopped running, which frees a slot of each. Not the instance
-itself, nor on a limit it parks on now: it was refused a slot there, so what it frees leaves
-no room. Parameters: now, now, the instance, the workflow, the limit it parks on (or None)."""
 
 
 # -- worker liveness -------------------------------------------------------------------------

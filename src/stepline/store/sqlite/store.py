@@ -23,7 +23,6 @@ from ...records import (
     StepRecord,
     WorkflowInfo,
 )
-from .._closing import DEADLINE_BATCH
 from .._rows import (
     claims_on_creation,
     count_by_version,
@@ -40,7 +39,6 @@ from ..base import (
     Claimed,
     ControlAction,
     Finish,
-    KeyedConflict,
     Lease,
     NewInstance,
     StepWrite,
@@ -48,20 +46,17 @@ from ..base import (
     WorkflowMeta,
 )
 from ..types import routes
-from . import closing, flow, retention, sql
+from . import flow, sql
 from . import transactions as tx
+from .closing import SqliteClosing
 from .db import Database, missing_message
 from .flow import SqliteFlow
-from .keyed import create_keyed
 from .messages import SqliteMessages
 from .operations import SqliteOperations
+from .retention import SqliteRetention
 from .schedules import SqliteSchedules
 from .stats import SqliteStats
 from .workers import SqliteWorkers
-
-UNFINISHED_STEPS_BATCH = 500
-"""Instances per read of :meth:`SqliteStore.unfinished_steps` and ``histories`` (SQLite caps
-the parameters of one statement)."""
 
 
 def path_from_url(url: str) -> str:
@@ -106,6 +101,8 @@ class SqliteStore(Store):
         self._messages = SqliteMessages(self._db, self.now, self.signals)
         self.messages = self._messages
         self.operations = SqliteOperations(self._db, self.now, self.signals)
+        self.closing = SqliteClosing(self._db, self.now, self.signals.ready)
+        self.retention = SqliteRetention(self._db, self.now, self.signals.ready)
 
     @property
     def retry_seconds(self) -> float:
@@ -153,23 +150,6 @@ class SqliteStore(Store):
         self, workflow: str, items: Sequence[NewInstance], *, trigger: str, skip_existing: bool
     ) -> list[InstanceRecord]:
         return await self._create(workflow, items, trigger, skip_existing)
-
-    async def create_keyed(
-        self,
-        workflow: str,
-        item: NewInstance,
-        *,
-        trigger: str,
-        on_conflict: KeyedConflict,
-        ready_at: float | None = None,
-    ) -> InstanceRecord:
-        now = self.now()
-        record: InstanceRecord = await self._db.write(
-            lambda c: create_keyed(c, workflow, item, trigger, on_conflict, ready_at, now),
-            durable=True,
-        )
-        self.signals.ready()
-        return record
 
     async def create_and_claim(
         self,
@@ -246,25 +226,6 @@ class SqliteStore(Store):
         rows = await self._db.read(sql.STEPS_OF, (instance.pk,))
         return settle_sleeps([step_from_row(row) for row in rows], instance, self.now())
 
-    async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
-        return await self._steps_of(instance_pks, sql.unfinished_steps)
-
-    async def histories(self, instances: Sequence[InstanceRecord]) -> dict[int, list[StepRecord]]:
-        found = await self._steps_of([i.pk for i in instances], sql.steps_of_many)
-        now = self.now()
-        return {i.pk: settle_sleeps(found[i.pk], i, now) for i in instances if i.pk in found}
-
-    async def _steps_of(
-        self, instance_pks: Sequence[int], query: Callable[[int], str]
-    ) -> dict[int, list[StepRecord]]:
-        found: dict[int, list[StepRecord]] = {}
-        pks = list(dict.fromkeys(instance_pks))
-        for start in range(0, len(pks), UNFINISHED_STEPS_BATCH):
-            chunk = pks[start : start + UNFINISHED_STEPS_BATCH]
-            for row in await self._db.read(query(len(chunk)), chunk):
-                found.setdefault(row[0], []).append(step_from_row(row[1:]))
-        return found
-
     async def control(
         self,
         workflow: str,
@@ -288,28 +249,6 @@ class SqliteStore(Store):
             self.signals.ready()
         return record
 
-    async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
-        if not workflows:
-            return None
-        # A read first: a worker asks every second or so, and most find nothing due.
-        rows = await self._db.read(closing.deadlines(len(workflows), due=False), (*workflows, 1))
-        if not rows or float(rows[0][0]) > now:
-            return float(rows[0][0]) if rows else None
-        result: tuple[float | None, bool] = await self._db.write(
-            lambda c: closing.expire_deadlines(c, workflows, now, DEADLINE_BATCH), durable=True
-        )
-        ahead, woke = result
-        if woke:
-            self.signals.ready()
-        return ahead
-
-    async def close_children(self, lease: Lease, now: float) -> None:
-        woke: bool = await self._db.write(
-            lambda c: closing.close_children_fenced(c, lease, now), durable=True
-        )
-        if woke:
-            self.signals.ready()
-
     async def send_event(
         self, workflow: str, instance_id: str, event_type: str, payload: str | None
     ) -> None:
@@ -324,37 +263,6 @@ class SqliteStore(Store):
         instance = await self.get_instance(workflow, instance_id)
         rows = await self._db.read(sql.EVENTS_OF, (instance.pk,))
         return [event_from_row(row) for row in rows]
-
-    async def delete_instances(
-        self, workflow: str, instance_ids: Sequence[str], *, finished_only: bool = False
-    ) -> int:
-        now = self.now()
-        count: int = await self._db.write(
-            lambda c: tx.delete_instances(c, workflow, instance_ids, finished_only, now),
-            durable=True,
-        )
-        if count and not finished_only:
-            self.signals.ready()  # a running instance deleted frees a slot of its key
-        return count
-
-    async def purge_instances(
-        self, workflow: str | None, statuses: Sequence[str], older_than: float
-    ) -> int:
-        count: int = await self._db.write(
-            lambda c: tx.purge_instances(c, workflow, statuses, older_than), durable=True
-        )
-        return count
-
-    async def purge_expired(
-        self, now: float, limit: int, default_cutoff: float | None = None
-    ) -> dict[tuple[str, str], int]:
-        [(due,)] = await self._db.read(retention.ANY_EXPIRED, (now, default_cutoff, default_cutoff))
-        if not due:
-            return {}
-        counts: dict[tuple[str, str], int] = await self._db.write(
-            lambda c: retention.purge_expired(c, now, limit, default_cutoff), durable=True
-        )
-        return counts
 
     # -- activations -----------------------------------------------------------------------------
 

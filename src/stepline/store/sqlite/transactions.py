@@ -22,7 +22,7 @@ from ...errors import (
 )
 from ...flow.claiming import NextLook
 from ...limits import Limit
-from ...records import FINISHED_STATUSES, WORKER_EXPIRE_BEATS, InstanceRecord, WorkerInfo
+from ...records import WORKER_EXPIRE_BEATS, InstanceRecord, WorkerInfo
 from .._rows import (
     INTERRUPTED,
     InstanceRow,
@@ -35,7 +35,7 @@ from .._rows import (
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
 from ..types import new_lease_token
-from . import closing, flow, message_writes, sql
+from . import closing, flow, flow_sql, message_writes, sql
 from .sql import Fence, Lookup
 
 _INTERRUPTED = dumps(INTERRUPTED, what="error")
@@ -59,7 +59,7 @@ def register_workflows(
         )
         if before is not None and before[0] != stored:
             # A changed key limit applies to the instances set aside under the old one too.
-            c.execute(sql.UNPARK_WORKFLOW, (meta.name,))
+            c.execute(flow_sql.UNPARK_WORKFLOW, (meta.name,))
     for limit in limits:
         rate = limit.rate
         c.execute(
@@ -273,50 +273,6 @@ def send_event(
         raise IllegalStateError(workflow, instance_id, found.status, "send an event to")
     c.execute(sql.INSERT_EVENT, (found.pk, event_type, payload, now))
     c.execute(sql.EVENT_SENT, (now, found.pk))
-
-
-def delete_instances(
-    c: sqlite3.Connection,
-    workflow: str,
-    instance_ids: Sequence[str],
-    finished_only: bool,
-    now: float,
-) -> int:
-    if finished_only:
-        # Under the write lock: no status can change before the deletes below, and nothing is
-        # written if one is unfinished.
-        for instance_id in instance_ids:
-            for (status,) in c.execute(sql.STATUS_BY_ID, (workflow, instance_id)).fetchall():
-                if status not in FINISHED_STATUSES:
-                    raise IllegalStateError(workflow, instance_id, status, "delete")
-    deleted = 0
-    for instance_id in instance_ids:
-        for pk, ran, key in c.execute(sql.DELETE_INSTANCE, (workflow, instance_id)).fetchall():
-            deleted += 1
-            delete_children(c, pk)
-            if ran:  # its slots are free: the next in line of its key may run now
-                flow.freed(c, pk, workflow, key, now)
-    return deleted
-
-
-def purge_instances(
-    c: sqlite3.Connection, workflow: str | None, statuses: Sequence[str], older_than: float
-) -> int:
-    params: list[Any] = [*statuses, older_than]
-    if workflow is not None:
-        params.append(workflow)
-    statement = sql.purge(len(statuses), workflow=workflow is not None)
-    pks = [pk for (pk,) in c.execute(statement, params)]
-    for pk in pks:
-        delete_children(c, pk)
-    return len(pks)
-
-
-def delete_children(c: sqlite3.Connection, pk: int) -> None:
-    c.execute(sql.DELETE_STEPS, (pk,))
-    c.execute(sql.DELETE_EVENTS, (pk,))
-    for statement in message_writes.DELETE_OF_INSTANCE:
-        c.execute(statement, (pk,))
 
 
 # -- activations -----------------------------------------------------------------------------
