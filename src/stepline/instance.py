@@ -14,6 +14,7 @@ from ._creating import is_text
 from ._json import DEFAULT_MAX_PAYLOAD
 from .durations import Duration, format_duration, parse_duration
 from .errors import InstanceNotFoundError
+from .liveness import unserved_warning
 from .messages import Messaging
 from .payloads import PayloadCodec, Slot, event_column
 from .payloads.records import open_events, open_instance, open_steps, open_stream_items
@@ -95,12 +96,17 @@ class Instance:
         return await open_instance(self._payloads, record)
 
     async def status(self) -> InstanceStatus:
-        """``InstanceStatus(status, output, error, rollback, retry)``: ``retry``
+        """``InstanceStatus(status, output, error, rollback, retry, warning)``: ``retry``
         (:class:`~stepline.records.PendingRetry`) names the step an unfinished instance waits to try
-        again, its attempt that failed last, that attempt's error and when the next is due."""
+        again, its attempt that failed last, that attempt's error and when the next is due;
+        ``warning`` says that no live worker serves a due instance's workflow or version."""
         rec = await self.record()
         (retry,) = await read_retries(self._store, [rec])
-        return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback, retry)
+        warning = None
+        now = self._store.now()
+        if rec.due(now):  # the worker list is read only when it can matter
+            warning = unserved_warning(rec, await self._store.workers.list_workers(), now)
+        return InstanceStatus(rec.status, rec.output, rec.error, rec.rollback, retry, warning)
 
     async def steps(self, *, redact: bool = False) -> list[StepRecord]:
         """The full step history in start order, with every attempt. ``redact``: the result of

@@ -290,6 +290,10 @@ class InstanceStatus:
     error: dict[str, str] | None = None
     rollback: dict[str, Any] | None = None
     retry: PendingRetry | None = None
+    warning: str | None = None
+    """Why a due instance does not run, as describe and the dashboard say it: ``"no live
+    worker serves 'name'"`` (or its version); None when a live worker serves it, or it is not
+    due (docs/versioning.md)."""
 
 
 @dataclass(frozen=True)

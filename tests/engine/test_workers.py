@@ -206,9 +206,13 @@ async def test_unserved_warnings(make_engine: EngineFactory, clock: ManualClock)
             None,
             "no live worker serves 'orphan'",
         ]
+        # status() says it too, as describe and the dashboard do
+        assert (await queued.status()).warning is None
+        assert (await other.status()).warning == "no live worker serves 'orphan'"
         # The worker dies: after its live window, "served" is flagged again.
         clock.advance(2.0 * WORKER_LIVE_BEATS + 1)
         assert (await engine.unserved_warnings(records))[0] == "no live worker serves 'served'"
+        assert (await queued.status()).warning == "no live worker serves 'served'"
 
 
 async def test_instances_not_due_are_not_flagged(
@@ -231,8 +235,10 @@ async def test_instances_not_due_are_not_flagged(
         clock.advance(61)  # the nap is over: due, and no worker runs it
         record = await sleeper.record()
         assert await engine.unserved_warnings([record]) == ["no live worker serves 'served'"]
+        assert (await sleeper.status()).warning == "no live worker serves 'served'"
         await drain(engine)
         assert await engine.unserved_warnings([await sleeper.record()]) == [None]  # complete
+        assert (await sleeper.status()).warning is None
 
 
 # -- the HTTP API ------------------------------------------------------------------------------

@@ -10,10 +10,13 @@ from stepline.worker._deadlines import Deadlines
 
 
 class FakeStore:
+    """A store whose closing concern (``store.closing``) is itself: only what Deadlines uses."""
+
     def __init__(self, answers: list[Any]) -> None:
         self.answers = answers
         self.asked: list[tuple[list[str], float]] = []
         self.clock = 100.0
+        self.closing = self
 
     def now(self) -> float:
         return self.clock

@@ -101,6 +101,8 @@ async def test_a_worker_claims_only_the_versions_it_serves(store_url: str) -> No
         await old.worker.beat_now()
         (warning,) = await both.unserved_warnings([n])
         assert warning == "no live worker serves version '2' of 'order'"
+        status = await (await both.workflow("order").get("n")).status()
+        assert status.warning == warning
         assert await both.worker.run_once() == 1
         assert (await both.workflow("order").get("n")) is not None
         assert (await both.store.get_instance("order", "n")).output == "v2"

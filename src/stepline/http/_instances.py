@@ -97,11 +97,11 @@ class InstanceEndpoints:
                     raise
                 # Not created: the instance holding the dedup key, as 200 rather than 201.
                 existing = await binding.get(exc.instance_id)
-                status = await existing.status()
-                body = {"id": existing.id, "status": status.status, "duplicate": True}
+                held = await existing.record()
+                body = {"id": existing.id, "status": held.status, "duplicate": True}
                 return JsonResponse(body, status_code=200)
-            status = await instance.status()
-        return JsonResponse({"id": instance.id, "status": status.status}, status_code=201)
+            created = await instance.record()
+        return JsonResponse({"id": instance.id, "status": created.status}, status_code=201)
 
     async def create_batch(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -111,7 +111,7 @@ class InstanceEndpoints:
             items = [{"traceparent": traceparent, **item} for item in items]
         with client_errors():
             created = await self.engine.workflow(name).create_batch(items, trigger="http")
-            result = [{"id": inst.id, "status": (await inst.status()).status} for inst in created]
+            result = [{"id": inst.id, "status": (await inst.record()).status} for inst in created]
         return JsonResponse({"instances": result}, status_code=201)
 
     async def get_instance(self, request: Request) -> Response:
@@ -138,9 +138,9 @@ class InstanceEndpoints:
         async with self.lookup.instance_errors():
             instance = await self.engine.workflow(params["name"]).get(params["id"])
             await instance.send_event(event_type, payload)
-            status = await instance.status()
+            after = await instance.record()
         return JsonResponse(
-            {"id": instance.id, "type": event_type, "status": status.status}, status_code=202
+            {"id": instance.id, "type": event_type, "status": after.status}, status_code=202
         )
 
     async def delete_instance(self, request: Request) -> Response:

@@ -35,7 +35,7 @@ from .._rows import (
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
 from ..types import new_lease_token
-from . import closing, flow, flow_sql, message_writes, sql
+from . import closing_writes, flow, flow_sql, message_writes, sql
 from .sql import Fence, Lookup
 
 _INTERRUPTED = dumps(INTERRUPTED, what="error")
@@ -229,7 +229,7 @@ def control(
                 freed = any(flow.freed_pk(c, found.pk, now))  # it ran: its slots are free
         ended = bool(change.get("end"))
         if ended:  # its children's on_parent_close applies
-            freed = closing.close_children(c, found.pk, now) or freed
+            freed = closing_writes.close_children(c, found.pk, now) or freed
     record = instance_from_row(c.execute(sql.INSTANCE_BY_PK, (found.pk,)).fetchone())
     return record, (ended and _wake_parent(c, record.parent, now)) or freed
 
