@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import httpx
 import orjson
+import pytest
 from click.testing import CliRunner
 
-from stepline import Engine
+from stepline import Engine, InstanceNotFoundError
 from stepline.cli import cli
 from stepline.http import create_app
 
@@ -56,6 +57,19 @@ async def test_the_http_api_creates_restarts_and_reports_versions(
             assert [v["version"] for v in report["versions"]] == ["1", "2"]
             assert report["versions"][1]["finished"] == {"complete": 1}
             assert (await client.get("/api/workflows/nope/versions")).status_code == 404
+            batch = await client.post(
+                f"{base}/instances/batch?version=1", json=[{"id": "c"}, {"id": "d"}]
+            )
+            assert batch.status_code == 201, batch.text
+            for made_id in ("c", "d"):
+                assert (await engine.store.get_instance("order", made_id)).version == "1"
+            newest = await client.post(f"{base}/instances/batch", json=[{"id": "e"}])
+            assert newest.status_code == 201, newest.text
+            assert (await engine.store.get_instance("order", "e")).version == "2"
+            unknown = await client.post(f"{base}/instances/batch?version=8", json=[{"id": "f"}])
+            assert unknown.status_code == 400 and "'8'" in unknown.text
+            with pytest.raises(InstanceNotFoundError):
+                await engine.store.get_instance("order", "f")
 
 
 def test_the_cli_shows_the_versions(store_url: str, tmp_path: object) -> None:

@@ -109,8 +109,10 @@ class InstanceEndpoints:
         traceparent = request.headers.get("traceparent")
         if traceparent is not None:  # the caller's trace, for every instance of the batch
             items = [{"traceparent": traceparent, **item} for item in items]
+        version = request.query_params.get("version")  # one version for the whole batch
         with client_errors():
-            created = await self.engine.workflow(name).create_batch(items, trigger="http")
+            binding = self.engine.workflow(name)
+            created = await binding.create_batch(items, trigger="http", version=version)
             result = [{"id": inst.id, "status": (await inst.record()).status} for inst in created]
         return JsonResponse({"instances": result}, status_code=201)
 

@@ -128,7 +128,17 @@ def instance_paths() -> dict[str, Any]:
             "post": {
                 "operationId": "createBatch",
                 "summary": "Create up to 100 instances at once; existing ids are skipped.",
-                "parameters": [_NAME, TRACEPARENT],
+                "parameters": [
+                    _NAME,
+                    TRACEPARENT,
+                    {
+                        "name": "version",
+                        "in": "query",
+                        "description": "The workflow version of every instance (default: the "
+                        "newest); an unknown one is a 400 and nothing is created.",
+                        "schema": {"type": "string"},
+                    },
+                ],
                 "requestBody": {
                     "required": True,
                     "content": _json_content(
