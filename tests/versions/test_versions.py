@@ -226,3 +226,53 @@ async def test_replay_check_replays_each_instance_with_its_versions_code(store_u
     assert sorted(r.id for r in report.results) == ["one", "two"]
     only_new = await replay_check(store_url, [NappingV2])
     assert [r.id for r in only_new.results] == ["two"]  # no code of today's runs "one"
+
+
+class Account(Workflow):
+    name = "account"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.wait_for_event("close", type="close", timeout="1 hour")
+
+    @stepline.update
+    async def deposit(self, step: WorkflowStep, amount: int) -> int:
+        return amount
+
+    @deposit.validator
+    def _small(self, amount: int) -> None:
+        if amount > 100:
+            raise ValueError(f"version 1 takes at most 100, got {amount}")
+
+
+class AccountV2(Workflow):
+    name = "account"
+    version = "2"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.wait_for_event("close", type="close", timeout="1 hour")
+
+    @stepline.update
+    async def deposit(self, step: WorkflowStep, amount: int) -> int:
+        return amount
+
+    @deposit.validator
+    def _positive(self, amount: int) -> None:
+        if amount <= 0:
+            raise ValueError(f"version 2 takes only positive amounts, got {amount}")
+
+
+async def test_an_update_is_checked_by_the_code_of_the_instance_s_version(
+    make_engine: EngineFactory,
+) -> None:
+    async with make_engine([Account, AccountV2]) as engine:
+        binding = engine.workflow("account")
+        old = await binding.create("old", version="1")
+        new = await binding.create("new")
+        await drain(engine)
+        with pytest.raises(stepline.UpdateRejectedError, match="version 1 takes at most 100"):
+            await old.update("deposit", 500, update_id="big", timeout="2 seconds")
+        with pytest.raises(stepline.UpdateRejectedError, match="version 2 takes only positive"):
+            await new.update("deposit", -1, update_id="negative", timeout="2 seconds")
+        for instance, update_id in ((old, "big"), (new, "negative")):
+            with pytest.raises(LookupError):  # turned down before it was recorded
+                await instance.update_result(update_id)

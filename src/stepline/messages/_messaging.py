@@ -71,12 +71,23 @@ class Messaging:
         unknown name or arguments it does not take are refused here, recording nothing)."""
         chosen = _updates.check_update_id(update_id)
         payload = _updates.update_payload(chosen, name, args, self._max_payload)
-        definition = self._code.get(workflow)
+        definition = await self._code_of(workflow, instance_id)
         if definition is not None:
             handler = self._check(definition, instance_id, name, args)
             if handler.validator_fn is not None:
                 await self._validate(definition, instance_id, chosen, name, args)
         return await self._store.messages.send_update(workflow, instance_id, chosen, name, payload)
+
+    async def _code_of(self, workflow: str, instance_id: str) -> WorkflowDefinition | None:
+        """The code this process has for the instance's version: the only one it has (no read),
+        else the one of the version the instance records; None when it has none of them (the
+        update is then recorded unchecked, as by a process without the workflow's code)."""
+        definition = self._code.get(workflow)
+        versions = self._versions.get(workflow) or {}
+        if definition is None or len(versions) <= 1:
+            return definition
+        record = await self._store.get_instance(workflow, instance_id)
+        return versions.get(record.version)
 
     async def _validate(
         self,
