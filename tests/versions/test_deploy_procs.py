@@ -76,16 +76,22 @@ async def test_a_rolling_deploy_runs_every_instance_on_its_own_code(
         async with Engine(store_url, [OldV1], worker=False) as before:
             old = [old_pool.start(), old_pool.start()]
             old_pool.wait_ready(old)
-            # Naps of 4 to 14 s: the first wake on the old workers, the later ones after the
+            # Naps of 4 to 24 s: the first wake on the old workers, the later ones after the
             # deploy, on whichever worker claims them.
             items = [
-                {"id": f"v1-{i:04d}", "params": {"ledger": str(ledger), "nap": 4 + (i % 50) * 0.2}}
+                {"id": f"v1-{i:04d}", "params": {"ledger": str(ledger), "nap": 4 + (i % 50) * 0.4}}
                 for i in range(V1_COUNT)
             ]
             await before.workflow(NAME).create_batch(items)
             await wait_counts(
                 before, pools, lambda c: c.get("waiting", 0) + c.get("complete", 0) == V1_COUNT,
                 "every version 1 instance asleep", 120,
+            )  # fmt: skip
+            # The deploy starts only once the old code has finished some instances, so a slow
+            # machine cannot push every wake past the old workers' stop.
+            await wait_counts(
+                before, pools, lambda c: c.get("complete", 0) > 0,
+                "a version 1 instance complete on the old workers", 120,
             )  # fmt: skip
         async with Engine(store_url, [PatchedV1, V2], worker=False) as after:
             new = [new_pool.start(), new_pool.start()]
