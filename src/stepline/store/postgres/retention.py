@@ -18,6 +18,13 @@ from .parking import ParkingStatements, freed_params
 from .pools import Conn
 from .sql import json_rows, render
 
+# Every delete of instances (the CTE ``d``, returning their pks) takes their rows in each
+# dependent table with it, in the same statement.
+_DEPENDENTS = "".join(
+    f", d_{table} AS (DELETE FROM {{s}}.{table} WHERE instance_pk IN (SELECT pk FROM d))"
+    for table in ("steps", "events", "updates", "streams", "stream_items")
+)
+
 _TEMPLATES = {
     # A delete locks its instance rows first, in a statement of its own: the deleting statement
     # then reads their steps and events in a snapshot taken after every writer holding those
@@ -36,17 +43,7 @@ _TEMPLATES = {
     "delete_instances": """
         WITH d AS (
             DELETE FROM {s}.instances WHERE workflow = %s AND id = ANY(%s::text[]) RETURNING pk
-        ), ds AS (
-            DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
-        ), de AS (
-            DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
-        ), du AS (
-            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
-        ), dst AS (
-            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
-        ), dsi AS (
-            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
-        )
+        ){dependents}
         SELECT count(*) FROM d
     """,
     "purge_instances": """
@@ -55,17 +52,7 @@ _TEMPLATES = {
                 AND ended_at < %(older_than)s
                 AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
             RETURNING pk
-        ), ds AS (
-            DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
-        ), de AS (
-            DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
-        ), du AS (
-            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
-        ), dst AS (
-            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
-        ), dsi AS (
-            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
-        )
+        ){dependents}
         SELECT count(*) FROM d
     """,
     "purge_expired": """
@@ -83,20 +70,11 @@ _TEMPLATES = {
         ), d AS (
             DELETE FROM {s}.instances WHERE pk IN (SELECT pk FROM chosen)
             RETURNING pk, workflow, status
-        ), ds AS (
-            DELETE FROM {s}.steps WHERE instance_pk IN (SELECT pk FROM d)
-        ), de AS (
-            DELETE FROM {s}.events WHERE instance_pk IN (SELECT pk FROM d)
-        ), du AS (
-            DELETE FROM {s}.updates WHERE instance_pk IN (SELECT pk FROM d)
-        ), dst AS (
-            DELETE FROM {s}.streams WHERE instance_pk IN (SELECT pk FROM d)
-        ), dsi AS (
-            DELETE FROM {s}.stream_items WHERE instance_pk IN (SELECT pk FROM d)
-        )
+        ){dependents}
         SELECT workflow, status, count(*) FROM d GROUP BY workflow, status
     """,
 }
+_TEMPLATES = {name: sql.replace("{dependents}", _DEPENDENTS) for name, sql in _TEMPLATES.items()}
 
 
 class PostgresRetention(RetentionStore):
