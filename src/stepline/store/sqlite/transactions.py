@@ -34,7 +34,7 @@ from .._rows import (
     worker_versions_json,
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
-from ..types import new_lease_token
+from ..types import Routing, new_lease_token, patch_id
 from . import closing_writes, flow, flow_sql, message_writes, sql
 from .sql import Fence, Lookup
 
@@ -286,7 +286,7 @@ def claim(
     expires: float,
     now: float,
     caps: Mapping[str, int] | None = None,
-    routes: Sequence[str] | None = None,
+    routes: Routing | None = None,
 ) -> tuple[list[Claim], NextLook | None]:
     """The instances the limits let run, offered to the claim in claim order with their claimed
     columns (``flow.pick``, under the write lock), leased in one UPDATE, then their histories:
@@ -350,6 +350,8 @@ def _write_step(c: sqlite3.Connection, lease: Lease, write: StepWrite) -> None:
     )
     if write.consume_event is not None:
         c.execute(sql.CONSUME_EVENT, (f"{write.name}-{write.count}", write.consume_event))
+    if write.kind == "patch":
+        c.execute(sql.ADD_PATCH, (patch_id(write.name), lease.pk))
     if write.update is not None or write.publish is not None:
         message_writes.write_message_step(c, lease.pk, write)
 
