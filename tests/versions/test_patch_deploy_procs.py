@@ -101,10 +101,10 @@ async def test_an_instance_that_took_a_patch_never_wakes_on_an_old_worker(
 
     # The ledger of activations: once an instance ran on the new code (where it took the
     # patch), the old worker never ran it again.
-    lines = [line.split(",") for file in ledger.glob("runs-*.csv") for line in file.open()]
-    runs = sorted(
-        (int(at), int(pid), instance_id, code.strip()) for at, pid, instance_id, code in lines
-    )
+    lines = [
+        line.split(",") for file in ledger.glob("runs-*.csv") for line in file.read_text().split()
+    ]
+    runs = sorted((int(at), int(pid), instance_id, code) for at, pid, instance_id, code in lines)
     assert {code for *_, code in runs} == {"old", "patched"}
     seen_new: set[str] = set()
     for _at, pid, instance_id, code in runs:
