@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from stepline.limits import WorkflowLimits
+from stepline.records import WorkerInfo
 from stepline.store.base import Finish, NewInstance, StepWrite, Store, WorkflowMeta
 
 from ._support import LEASE, OWNER, WF, claim_one, create, write
@@ -57,7 +58,8 @@ async def test_an_instance_with_a_patch_is_claimed_only_by_code_that_has_it(
 
 
 async def test_every_patch_an_instance_took_is_needed(store: Store) -> None:
-    await suspended_after(store, "a", "x", "y")
+    await suspended_after(store, "a", "y", "x")
+    assert (await store.get_instance(WF, "a")).patches == ("x", "y")
     assert await taken(store, {(WF, "1"): ["x"]}) == []
     assert await taken(store, {(WF, "1"): ["y"]}) == []
     assert await taken(store, {(WF, "1"): ["x", "y"]}) == ["a"]
@@ -149,3 +151,16 @@ async def test_a_restart_forgets_the_markers_it_removes(store: Store) -> None:
     await store.control(WF, "kept", "restart", from_step=("t", 1))
     assert await taken(store, {(WF, "1"): []}) == ["from-marker", "whole"]
     assert await taken(store, {(WF, "1"): ["x"]}) == ["kept"]
+
+
+async def test_a_heartbeat_keeps_the_patches_a_worker_has(store: Store) -> None:
+    now = store.now()
+    patches = {WF: {"1": ("x", "y"), "2": ()}}
+    info = WorkerInfo("w", "h", 1, now, now, 1.0, (WF,), 4, 0, {WF: ("1", "2")}, patches)
+    await store.workers.heartbeat(info, now)
+    unsaid = WorkerInfo("u", "h", 2, now, now, 1.0, (WF,), 4, 0, {WF: ("1",)})
+    await store.workers.heartbeat(unsaid, now)
+    rows = {row.id: row for row in await store.workers.list_workers()}
+    assert rows["w"].patches == patches
+    assert rows["w"].has_patches(WF, "1", ("y",)) and not rows["w"].has_patches(WF, "2", ("y",))
+    assert rows["u"].patches is None

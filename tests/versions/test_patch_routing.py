@@ -59,7 +59,14 @@ async def test_an_old_worker_leaves_an_instance_that_took_a_patch_to_a_new_one(
         await binding.create("b")  # never takes the patch: the old code may run it
         clock.advance(11)
         assert await drain(old) == 1  # "b" only: "a" is due but needs the patch
-        assert (await old.store.get_instance("remind", "a")).status == "waiting"
+        a = await old.store.get_instance("remind", "a")
+        assert (a.status, a.patches) == ("waiting", ("sms",))
+        await old.worker.beat_now()  # only the old worker is live: "a" says what it waits for
+        (warning,) = await old.unserved_warnings([a])
+        assert warning == "no live worker has patch 'sms' of version '1' of 'remind'"
+        assert (await (await binding.get("a")).status()).warning == warning
+        await new.worker.beat_now()
+        assert await old.unserved_warnings([a]) == [None]
         assert await drain(new) == 1
         assert (await (await binding.get("a")).status()).output == "patched path"
         for _ in range(2):  # the two sleeps of "b", on the old code

@@ -88,7 +88,7 @@ class Worker:
         self._shares = FleetShares(store, self.id, registry, self._caps, self.settings.concurrency)
         self._renewer = LeaseRenewer(store, self._slots, self.settings.lease)
         self._heartbeat = Heartbeat(
-            store, self.id, self.settings, self._workflows, self._slots, self._served
+            store, self.id, self.settings, self._workflows, self._slots, self._served, self._patches
         )
         self._retention = Retention(store, self.settings.retention)
         self._bulk = BulkRunner(store)

@@ -442,14 +442,14 @@ _TEMPLATES: dict[str, str] = {
             WHERE id <> %(id)s AND last_seen + heartbeat * %(expire_beats)s < %(now)s
         )
         INSERT INTO {s}.workers (id, host, pid, started_at, last_seen, heartbeat, workflows,
-            concurrency, running, versions)
+            concurrency, running, versions, patches)
         VALUES (%(id)s, %(host)s, %(pid)s, %(started_at)s, %(now)s, %(heartbeat)s,
-            %(workflows)s, %(concurrency)s, %(running)s, %(versions)s)
+            %(workflows)s, %(concurrency)s, %(running)s, %(versions)s, %(patches)s)
         ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
             started_at = excluded.started_at, last_seen = excluded.last_seen,
             heartbeat = excluded.heartbeat, workflows = excluded.workflows,
             concurrency = excluded.concurrency, running = excluded.running,
-            versions = excluded.versions
+            versions = excluded.versions, patches = excluded.patches
     """,
     "running_by_worker": """
         SELECT lease_owner, workflow, count(*) FROM {s}.instances
@@ -459,7 +459,7 @@ _TEMPLATES: dict[str, str] = {
     """,
     "list_workers": """
         SELECT id, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running,
-            versions
+            versions, patches
         FROM {s}.workers ORDER BY started_at, id
     """,
     "forget_worker": "DELETE FROM {s}.workers WHERE id = %s",

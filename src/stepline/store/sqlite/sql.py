@@ -318,7 +318,8 @@ def claim_due(
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
         f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
-        f" priority, dedup_key, traceparent, version, delete_at, deadline_at, {token}, control,"
+        f" priority, dedup_key, traceparent, version, delete_at, deadline_at, patches, {token},"
+        " control,"
         " event_seq, ready_at, started_at IS NULL, status = 'queued' FROM instances"
     )
     order = f" ORDER BY ready_at, pk LIMIT {limit}"
@@ -464,7 +465,8 @@ def next_wakeup(n_workflows: int, *, after: bool = False, routing: RouteShape | 
 EXPIRE_WORKERS = "DELETE FROM workers WHERE id <> ? AND last_seen + heartbeat * ? < ?"
 UPSERT_WORKER = (
     "INSERT OR REPLACE INTO workers (id, host, pid, started_at, last_seen, heartbeat,"
-    " workflows, concurrency, running, versions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " workflows, concurrency, running, versions, patches)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 LIST_WORKERS = f"SELECT {columns(WorkerRow._fields)} FROM workers ORDER BY started_at, id"
 FORGET_WORKER = "DELETE FROM workers WHERE id = ?"

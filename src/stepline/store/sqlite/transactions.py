@@ -31,6 +31,7 @@ from .._rows import (
     control_assignments,
     control_transition,
     instance_from_row,
+    worker_patches_json,
     worker_versions_json,
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
@@ -148,6 +149,7 @@ def create(
             version=item.version,
             delete_at=None,
             deadline_at=item.deadline_at,
+            patches=None,
         )
         created.append(instance_from_row(row))
     return created
@@ -450,6 +452,7 @@ def heartbeat(c: sqlite3.Connection, info: WorkerInfo, workflows: str, now: floa
             info.concurrency,
             info.running,
             worker_versions_json(info),
+            worker_patches_json(info),
         ),
     )
 
