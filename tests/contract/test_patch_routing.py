@@ -10,8 +10,10 @@ import asyncio
 from stepline.limits import WorkflowLimits
 from stepline.records import WorkerInfo
 from stepline.store.base import Finish, NewInstance, StepWrite, Store, WorkflowMeta
+from stepline.store.migrations import load_migrations
 
-from ._support import LEASE, OWNER, WF, claim_one, create, write
+from ._support import LEASE, OWNER, WF, claim_one, create, raw, write
+from .conftest import OpenStore
 
 
 def marker(patch: str, seq: int) -> StepWrite:
@@ -164,3 +166,21 @@ async def test_a_heartbeat_keeps_the_patches_a_worker_has(store: Store) -> None:
     assert rows["w"].patches == patches
     assert rows["w"].has_patches(WF, "1", ("y",)) and not rows["w"].has_patches(WF, "2", ("y",))
     assert rows["u"].patches is None
+
+
+async def test_the_migration_fills_in_the_patches_of_the_markers_recorded_before(
+    store: Store, open_store: OpenStore, store_url: str, store_kind: str
+) -> None:
+    await suspended_after(store, "a", "y", "x")
+    await create(store, "plain")
+    await store.close()
+    # the database as the release before the patches column left it
+    (migration,) = [m for m in load_migrations(store_kind) if m.name == "patches"]
+    for table in ("instances", "workers"):
+        raw(store_url, f"ALTER TABLE {table} DROP COLUMN patches")
+    raw(store_url, f"DELETE FROM schema_migrations WHERE version = {migration.version}")
+    reopened = await open_store()
+    assert (await reopened.get_instance(WF, "a")).patches == ("x", "y")
+    assert (await reopened.get_instance(WF, "plain")).patches == ()
+    claimed = await reopened.claim("w2", [WF], 10, LEASE, reopened.now(), patches={})
+    assert [c.instance.id for c in claimed.claims] == ["plain"]
