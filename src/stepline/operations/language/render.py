@@ -118,11 +118,16 @@ class _Renderer:
 
     def tag_exists(self, column: Column, kind: str, test: Callable[[], str]) -> str:
         """A test of the tag ``column`` holding a value of ``kind``; ``test`` renders the
-        value's condition (after the key, so that the parameters stay in text order)."""
+        value's condition (after the key, so that the parameters stay in text order).
+
+        Only text tags have a ``text_value``, so a text test needs no ``kind``: it reads the
+        index (key, text_value, instance_pk) alone, in pk order for an equality. Numbers and
+        booleans share ``num_value``: their index is (key, kind, num_value, instance_pk)."""
         key = self.bind(column.name)
+        kind_test = "" if kind == "s" else f" AND t.kind = '{kind}'"
         return (
             f"i.pk IN (SELECT t.instance_pk FROM {self.tags} t WHERE t.key = {key}"
-            f" AND t.kind = '{kind}' AND {test()})"
+            f"{kind_test} AND {test()})"
         )
 
 
