@@ -27,6 +27,7 @@ from ..operations import (
 )
 from ..signals import Signals
 from ..types import Lease
+from .bulk_restart import BulkRestart
 from .db import Database
 from .instances import InstanceWrites
 from .notes import Notes
@@ -91,6 +92,7 @@ class PostgresOperations(OperationsStore):
         self._notes = notes
         self._q = Statements(schema)
         self._steps = render_templates(_STEP_READS, schema)
+        self._restart = BulkRestart(schema)
         self._instances = instances
         self._retention = retention
         self._now = now
@@ -218,7 +220,16 @@ class PostgresOperations(OperationsStore):
             )
             rows = await cur.fetchall()
             skipped, last_skip = 0, job.last_skip
-            for _pk, workflow, instance_id in rows:
+            if job.action == "restart":  # set-based: a few statements for the whole batch
+                from_step = (job.from_step, 1) if job.from_step is not None else None
+                restarted = await self._restart.run(conn, rows, from_step, now)
+                acted.extend(restarted.acted)
+                skipped = len(restarted.skipped)
+                last_skip = restarted.skipped[-1] if restarted.skipped else last_skip
+                rows_left: list[tuple[int, str, str]] = []
+            else:
+                rows_left = rows
+            for _pk, workflow, instance_id in rows_left:
                 try:
                     await self._act(conn, job, workflow, instance_id, now)
                 except SKIPPABLE as exc:

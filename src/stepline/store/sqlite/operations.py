@@ -35,6 +35,7 @@ from ..signals import Signals
 from ..types import Lease
 from . import retention
 from . import transactions as tx
+from .bulk_restart import restart_batch
 from .db import Database
 from .sql import RECORD_COLUMNS, qmarks
 
@@ -211,7 +212,11 @@ def _run_batch(
     ).fetchall()
     acted: list[tuple[str, str]] = []
     skipped, last_skip = 0, job.last_skip
-    for _pk, workflow, instance_id in rows:
+    if job.action == "restart":  # set-based: a few statements for the whole batch
+        from_step = (job.from_step, 1) if job.from_step is not None else None
+        acted, skips = restart_batch(c, rows, from_step, now)
+        skipped, last_skip = len(skips), skips[-1] if skips else last_skip
+    for _pk, workflow, instance_id in rows if job.action != "restart" else []:
         c.execute("SAVEPOINT bulk_item")
         try:
             _act(c, job, workflow, instance_id, now)
