@@ -104,12 +104,12 @@ def _seed(url: str, count: int) -> None:
 def _plan(url: str, text: str) -> list[str]:
     where = parse(text)
     if url.startswith("sqlite:"):
-        statement, params = search_statement(where, after=False, oldest_first=False)
+        statement, params = search_statement(where, after=None, oldest_first=False)
         with closing(sqlite3.connect(path_from_url(url))) as conn:
             rows = conn.execute("EXPLAIN QUERY PLAN " + statement, (*params, 51)).fetchall()
         return [str(row[-1]) for row in rows]
     conninfo, schema = split_url(url)
-    statement, params = Statements(schema).search(where, after=False, oldest_first=False)
+    statement, params = Statements(schema).search(where, after=None, oldest_first=False)
     with psycopg.connect(conninfo) as conn:
         rows = conn.execute(("EXPLAIN ANALYZE " + statement).encode(), (*params, 51)).fetchall()
     return [str(row[0]) for row in rows]

@@ -88,6 +88,28 @@ async def test_every_operator(store: Store, clock: ManualClock, text: str, expec
     assert await _ids(store, text) == expected
 
 
+async def _paged(store: Store, text: str, oldest_first: bool) -> list[str]:
+    found: list[str] = []
+    cursor = None
+    while True:
+        page = await store.operations.search(parse(text), 1, cursor, oldest_first=oldest_first)
+        found += [record.id for record in page.instances]
+        if page.cursor is None:
+            return found
+        cursor = page.cursor
+
+
+@pytest.mark.parametrize(("text", "expected"), FILTERS, ids=[t for t, _ in FILTERS])
+async def test_every_operator_pages_one_at_a_time(
+    store: Store, clock: ManualClock, text: str, expected: list[str]
+):
+    """A page after a cursor bounds the tag tests by the cursor's pk too (a negated one
+    included): pages of one, either way, are the whole answer."""
+    await _tagged(store, clock)
+    assert await _paged(store, text, oldest_first=True) == expected
+    assert await _paged(store, text, oldest_first=False) == expected[::-1]
+
+
 async def test_a_filtered_list_pages_newest_first_with_tags(store: Store, clock: ManualClock):
     await _tagged(store, clock)
     where = parse("exists customer")
