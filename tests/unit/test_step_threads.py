@@ -142,3 +142,43 @@ async def test_a_closed_engine_leaves_no_idle_step_thread(tmp_path: Any) -> None
         assert (await inst.wait(timeout=10)).output == [1, 1, 1, 1]
     assert ran and all(t.name.startswith(NAME) for t in ran)
     join(ran)
+
+
+async def test_a_call_into_an_idle_pool_that_ends_within_the_wait_is_done_on_return() -> None:
+    """One call at a time (a sync step's usual case): the caller waits for it on its own
+    thread, and the loop need not wake for it. (A long wait here: the outcome must not
+    depend on how soon the machine runs the thread.)"""
+    pool = StepThreads(limit=2, wait=10.0)
+    loop = asyncio.get_running_loop()
+    await pool.call(loop, int, ())  # starts the thread: a call that starts one does not wait
+    for n in range(3):
+        future = pool.call(loop, lambda n=n: n * 2, ())
+        assert future.done() and future.result() == n * 2
+    failed = pool.call(loop, {}.__getitem__, ("missing",))
+    assert failed.done()
+    with pytest.raises(KeyError, match="missing"):
+        failed.result()
+    pool.release_idle()
+
+
+async def test_a_call_past_the_wait_or_beside_another_completes_through_the_loop() -> None:
+    """A call still running when the wait runs out, and one made while another runs (no
+    wait then: the loop has other calls to see to), end through the loop; a later waited
+    call gets its own outcome, not a late one's."""
+    pool = StepThreads(limit=3, wait=0.001)
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(pool.call(loop, int, ()), pool.call(loop, int, ()))  # two threads
+    gate = Gate()
+    slow = pool.call(loop, gate, ("slow",))  # waited for 1 ms, then left to the loop
+    assert not slow.done()
+    quick = pool.call(loop, int, ("5",))  # to the other idle thread
+    assert not quick.done()  # another call was running: not waited for
+    assert await quick == 5
+    gate.open.set()
+    assert await slow == "slow"
+    assert await asyncio.to_thread(pool.wait_idle, 5)
+    for n in range(3):
+        future = pool.call(loop, gate, (n,))
+        assert (await future) == n
+    pool.release_idle()
+    join(gate.threads)
