@@ -77,6 +77,11 @@ class _Bell:
 
     def __init__(self) -> None:
         self.read, self.write = os.pipe()
+        self.waiter: tuple[asyncio.AbstractEventLoop, object] | None = None
+        """The loop and task whose calls were waited for in this turn of the loop, if any."""
+
+    def next_turn(self) -> None:
+        self.waiter = None
 
     def __del__(self, close: Callable[[int], None] = os.close) -> None:  # its thread ended
         close(self.read)
@@ -129,7 +134,7 @@ class StepThreads:
             if self._idle:
                 wake = True
                 if self._idle == self._threads and self._wait_for:
-                    bell = _bell()
+                    bell = self._may_wait(loop)
                 self._idle -= 1
             else:
                 wake = False
@@ -144,6 +149,19 @@ class StepThreads:
         if bell is not None:
             self._wait(call, bell)
         return future
+
+    def _may_wait(self, loop: asyncio.AbstractEventLoop) -> _Bell | None:
+        """The calling thread's bell if it may wait: in one turn of the loop, only one task
+        waits (a step after another), so that tasks ready meanwhile go on at once and their
+        calls reach the threads together."""
+        bell = _bell()
+        waiter = (loop, asyncio.current_task(loop))
+        if bell.waiter is None or bell.waiter[0] is not loop:  # or that loop closed meanwhile
+            bell.waiter = waiter
+            loop.call_soon(bell.next_turn)
+        elif bell.waiter[1] is not waiter[1]:
+            return None
+        return bell
 
     def _wait(self, call: _Call, bell: _Bell) -> None:
         """Wait a while for ``call`` (:data:`WAIT`); settle its future if it ended."""

@@ -182,3 +182,23 @@ async def test_a_call_past_the_wait_or_beside_another_completes_through_the_loop
         assert (await future) == n
     pool.release_idle()
     join(gate.threads)
+
+
+async def test_in_one_turn_of_the_loop_only_one_tasks_calls_are_waited_for() -> None:
+    """Tasks ready together (instances running side by side) do not wait in turn for their
+    calls: the first task's are waited for, the others' go to the threads at once."""
+    pool = StepThreads(limit=2, wait=10.0)
+    loop = asyncio.get_running_loop()
+    await pool.call(loop, int, ())
+
+    async def calls(n: int) -> list[bool]:
+        futures = [pool.call(loop, int, (str(n),)) for _ in range(2)]
+        done = [future.done() for future in futures]
+        assert await asyncio.gather(*futures) == [n, n]
+        return done
+
+    first, second = await asyncio.gather(calls(1), calls(2))  # both start in one turn
+    assert first == [True, True] and second == [False, False]
+    await asyncio.to_thread(pool.wait_idle, 5)
+    assert pool.call(loop, int, ()).done()  # a later turn: waited for again
+    pool.release_idle()
