@@ -4,14 +4,16 @@ A small pool with a cheaper hand-off than ``loop.run_in_executor``. A call goes 
 through one queue, as the function, its arguments and a copy of the caller's context, and a
 byte on a pipe wakes an idle thread. Its outcome comes back in one of two ways:
 
-- Waited for: a call made while no other is running in the pool (one sync step at a time, the
+- Waited for: a call made while no other runs in the pool (one sync step after another, the
   common case) has the calling thread wait up to :data:`WAIT` for it, in ``select`` on a pipe
   of its own that the step thread writes a byte to when done. Both wake-ups are then syscalls
-  made with the GIL released, so neither thread wakes only to wait for the GIL the other still
-  holds: two context switches per call instead of five or six. Past the bound the call goes on
-  as below, and the loop runs on: a slow callback blocks the loop for :data:`WAIT` at most.
-- Otherwise (several calls in flight, or the wait ran out): one ``loop.call_soon_threadsafe``
-  settles an asyncio future.
+  made with the GIL released, so that neither thread wakes only to wait for the GIL the other
+  still holds, and the loop skips its own wake-up (docs/performance.md has the figures). Past
+  the bound the call goes on as below and the loop runs on: a slow callback holds the loop for
+  :data:`WAIT` at most. In one turn of the loop only one task waits, for a few calls at most,
+  so that tasks ready together (instances side by side) hand their calls to the threads
+  together and a task calling in a loop lets the others run.
+- Otherwise: one ``loop.call_soon_threadsafe`` settles an asyncio future.
 
 The pool serves the whole process, every loop: threads start as calls arrive, up to
 :data:`LIMIT` (the size of asyncio's default executor), and wait for the next call when done.
@@ -42,10 +44,13 @@ NAME = "stepline-step"
 
 WAIT = 50e-6
 """How long a call made while the pool is otherwise idle waits for its outcome on the calling
-thread (the event loop's) before it lets the loop run on. A trivial callback's round trip takes
-10-20 µs on an idle machine; 50 µs lets most quick callbacks finish inside it and blocks the loop
-no longer than one commit of a step checkpoint. (Not on Windows, where ``select`` takes no
-pipe.)"""
+thread (the event loop's) before the loop runs on: long enough for a quick callback's round trip
+on a busy machine, and no longer than a step's checkpoint commit holds the loop anyway. (Not on
+Windows, where ``select`` takes no pipe.)"""
+
+
+WAITS_PER_TURN = 8
+"""How many calls, one after another, one task may wait for in one turn of the loop."""
 
 
 class _Call:
@@ -79,6 +84,8 @@ class _Bell:
         self.read, self.write = os.pipe()
         self.waiter: tuple[asyncio.AbstractEventLoop, object] | None = None
         """The loop and task whose calls were waited for in this turn of the loop, if any."""
+        self.left = 0
+        """How many more of its calls may be waited for in this turn."""
 
     def next_turn(self) -> None:
         self.waiter = None
@@ -153,14 +160,16 @@ class StepThreads:
     def _may_wait(self, loop: asyncio.AbstractEventLoop) -> _Bell | None:
         """The calling thread's bell if it may wait: in one turn of the loop, only one task
         waits (a step after another), so that tasks ready meanwhile go on at once and their
-        calls reach the threads together."""
+        calls reach the threads together, and for :data:`WAITS_PER_TURN` calls at most, so that
+        a task making call after call without yielding lets the loop run."""
         bell = _bell()
         waiter = (loop, asyncio.current_task(loop))
         if bell.waiter is None or bell.waiter[0] is not loop:  # or that loop closed meanwhile
-            bell.waiter = waiter
+            bell.waiter, bell.left = waiter, WAITS_PER_TURN
             loop.call_soon(bell.next_turn)
-        elif bell.waiter[1] is not waiter[1]:
+        elif bell.waiter[1] is not waiter[1] or not bell.left:
             return None
+        bell.left -= 1
         return bell
 
     def _wait(self, call: _Call, bell: _Bell) -> None:

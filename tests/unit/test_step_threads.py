@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
-from stepline._threads import NAME, StepThreads
+from stepline._threads import NAME, WAITS_PER_TURN, StepThreads
 
 pytestmark = pytest.mark.both_loops
 
@@ -201,4 +201,19 @@ async def test_in_one_turn_of_the_loop_only_one_tasks_calls_are_waited_for() -> 
     assert first == [True, True] and second == [False, False]
     await asyncio.to_thread(pool.wait_idle, 5)
     assert pool.call(loop, int, ()).done()  # a later turn: waited for again
+    pool.release_idle()
+
+
+async def test_a_task_calling_without_yielding_is_waited_for_a_few_calls_a_turn() -> None:
+    """A task that calls and calls without yielding (each outcome already there) would hold
+    the loop: past a few waited calls in one turn, its calls go through the loop."""
+    pool = StepThreads(limit=2, wait=10.0)
+    loop = asyncio.get_running_loop()
+    await pool.call(loop, int, ())
+    done = []
+    for _ in range(WAITS_PER_TURN + 1):
+        future = pool.call(loop, int, ())
+        done.append(future.done())
+        await future  # done: no turn of the loop
+    assert done == [True] * WAITS_PER_TURN + [False]
     pool.release_idle()
