@@ -49,7 +49,7 @@ on a busy machine, and no longer than a step's checkpoint commit holds the loop 
 Windows, where ``select`` takes no pipe.)"""
 
 
-WAITS_PER_TURN = 8
+WAITS_PER_TURN = 16
 """How many calls, one after another, one task may wait for in one turn of the loop."""
 
 
