@@ -71,8 +71,7 @@ async def test_concurrent_batches_on_two_keys_make_one_debounced_instance_each(
     def batch(n: int) -> list[BatchItem]:
         keys = ("k1", "k2") if n % 2 else ("k2", "k1")  # opposite orders: no deadlock
         return [
-            BatchItem(NewInstance(f"{key}-{n}", str(n), key=key), "debounce", ready)
-            for key in keys
+            BatchItem(NewInstance(f"{key}-{n}", str(n), key=key), "debounce", ready) for key in keys
         ]
 
     results = await asyncio.gather(

@@ -48,7 +48,9 @@ async def held(event: WorkflowEvent, step: WorkflowStep) -> Any:
 
 SECRETS: dict[Role, str] = {"read": "r-token", "operate": "o-token", "admin": "a-token"}
 TOKENS = [Token(f"{role}-user", role, digest(secret)) for role, secret in SECRETS.items()]
-SPRING, AUTUMN, MISSPELT = (quote(f) for f in ("campaign = 'spring'", "campaign = 'autumn'", "stauts = 1"))
+SPRING, AUTUMN, MISSPELT = (
+    quote(f) for f in ("campaign = 'spring'", "campaign = 'autumn'", "stauts = 1")
+)
 ADMIN = {"Authorization": f"Bearer {SECRETS['admin']}"}
 
 
@@ -190,19 +192,19 @@ def test_the_list_shows_each_job_and_its_progress(page: Page, site: Site) -> Non
 
 def test_an_admin_cancels_a_running_job(browser: Browser, idle: tuple[str, str]) -> None:
     url, job_id = idle
-    for page in as_role(browser, "admin"):
-        page.goto(f"{url}/#/bulk")
-        row = page.locator(f"[data-testid=bulk-row][data-id={job_id}]")
+    for tab in as_role(browser, "admin"):
+        tab.goto(f"{url}/#/bulk")
+        row = tab.locator(f"[data-testid=bulk-row][data-id={job_id}]")
         expect(row).to_have_attribute("data-status", "running")
         expect(row.locator("[data-testid=bulk-count]")).to_have_text("0/2")
         expect(row.locator("[data-testid=bulk-progress]")).to_have_attribute("aria-valuenow", "0")
-        page.goto(f"{url}/#/bulk/{job_id}")
-        expect(page.locator("[data-testid=bulk-status]")).to_have_attribute("data-status", "running")
-        page.locator("[data-testid=bulk-cancel]").click()
-        expect(page.locator("[data-testid=bulk-status]")).to_have_attribute(
+        tab.goto(f"{url}/#/bulk/{job_id}")
+        expect(tab.locator("[data-testid=bulk-status]")).to_have_attribute("data-status", "running")
+        tab.locator("[data-testid=bulk-cancel]").click()
+        expect(tab.locator("[data-testid=bulk-status]")).to_have_attribute(
             "data-status", "cancelled"
         )
-        expect(page.locator("[data-testid=bulk-cancel]")).to_be_hidden()
+        expect(tab.locator("[data-testid=bulk-cancel]")).to_be_hidden()
         resp = httpx.get(f"{url}/api/bulk/{job_id}", headers=ADMIN, timeout=10)
         assert resp.json()["status"] == "cancelled"
 
@@ -216,19 +218,19 @@ def test_tokens_below_admin_see_no_bulk_controls(
         f"{url}/api/bulk", json={"action": "pause", "workflow": "held"}, headers=ADMIN, timeout=10
     )
     job_id = resp.json()["id"]
-    for page in as_role(browser, role):
-        page.goto(f"{url}/#/bulk/{job_id}")
-        expect(page.locator("body")).to_have_attribute("data-role", role)
-        expect(page.locator("[data-testid=bulk-status]")).to_have_attribute("data-status", "running")
-        expect(page.locator("[data-testid=bulk-cancel]")).to_be_hidden()
-        page.goto(f"{url}/#/instances")
-        expect(page.locator("[data-testid=instance-row]")).to_have_count(2)
-        expect(page.locator("[data-testid=bulk-box]")).to_be_hidden()
-    for page in as_role(browser, "admin"):
-        page.goto(f"{url}/#/bulk/{job_id}")
-        expect(page.locator("[data-testid=bulk-cancel]")).to_be_visible()
-        page.goto(f"{url}/#/instances")
-        expect(page.locator("[data-testid=bulk-box]")).to_be_visible()
+    for tab in as_role(browser, role):
+        tab.goto(f"{url}/#/bulk/{job_id}")
+        expect(tab.locator("body")).to_have_attribute("data-role", role)
+        expect(tab.locator("[data-testid=bulk-status]")).to_have_attribute("data-status", "running")
+        expect(tab.locator("[data-testid=bulk-cancel]")).to_be_hidden()
+        tab.goto(f"{url}/#/instances")
+        expect(tab.locator("[data-testid=instance-row]")).to_have_count(2)
+        expect(tab.locator("[data-testid=bulk-box]")).to_be_hidden()
+    for tab in as_role(browser, "admin"):
+        tab.goto(f"{url}/#/bulk/{job_id}")
+        expect(tab.locator("[data-testid=bulk-cancel]")).to_be_visible()
+        tab.goto(f"{url}/#/instances")
+        expect(tab.locator("[data-testid=bulk-box]")).to_be_visible()
 
 
 def test_the_bulk_pages_fit_a_phone(browser: Any, site: Site, watch: Any, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The PostgreSQL store's keyed creates (``ClosingStore.create_keyed`` and
-``create_keyed_batch``): debounce and replace_queued, in one exactly-once transaction under a lock of the workflow's key, so that
-concurrent creates for a key see each other whole."""
+``create_keyed_batch``): debounce and replace_queued, in one exactly-once transaction under a
+lock of the workflow's key, so that concurrent creates for a key see each other whole."""
 
 from __future__ import annotations
 

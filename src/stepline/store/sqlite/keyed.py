@@ -1,6 +1,6 @@
 """The SQLite store's keyed creates (``ClosingStore.create_keyed`` and
-``create_keyed_batch``): debounce and replace_queued, in one write transaction (under the write lock: concurrent creates for a key
-see each other)."""
+``create_keyed_batch``): debounce and replace_queued, in one write transaction (under the write
+lock: concurrent creates for a key see each other)."""
 
 from __future__ import annotations
 
