@@ -60,7 +60,7 @@ async def create_reserved(
     """Create ``items`` of ``workflow``; a worker in this process (``reserve``) takes what it
     has room for at once."""
     versions = {item.version for item in items} or {DEFAULT_VERSION}
-    # A worker holds slots for one version; a batch of several leaves its claims to the store.
+    # Slots are held for one version (Worker.reserve); a batch of several is left to claims.
     reservation = None
     if reserve is not None and len(versions) == 1:
         reservation = reserve(workflow, len(items), versions.pop())

@@ -91,8 +91,7 @@ async def test_a_version_per_item_over_the_batchs_own(make_engine: EngineFactory
 async def test_a_version_per_item_with_the_worker_taking_them_at_once(
     make_engine: EngineFactory,
 ) -> None:
-    # The in-process worker reserves slots for one version: a mixed batch must not hand a v1
-    # instance to a v2 slot, nor the other way round.
+    # With the in-process worker taking new instances at once, each runs its own version.
     async with make_engine(WORKFLOWS, worker=True, poll_interval=0.02) as engine:
         handles = await engine.workflow(WF).create_batch(
             [{"id": "m1", "version": "1"}, {"id": "m2", "version": "2"}, {"id": "m3"}]
