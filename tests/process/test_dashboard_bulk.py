@@ -178,6 +178,7 @@ def test_the_list_shows_each_job_and_its_progress(page: Page, site: Site) -> Non
     expect(row.locator("[data-testid=bulk-action]")).to_have_text("pause")
     expect(row).to_contain_text("campaign = 'autumn'")
     expect(row.locator("[data-testid=bulk-count]")).to_have_text("1/1")
+    expect(row.locator("[data-testid=bulk-by]")).to_have_text("—")  # the API is open: no name
     bar = row.locator("[data-testid=bulk-progress]")
     expect(bar).to_have_attribute("aria-valuenow", "1")
     expect(bar).to_have_attribute("aria-valuemax", "1")
@@ -197,6 +198,7 @@ def test_an_admin_cancels_a_running_job(browser: Browser, idle: tuple[str, str])
         row = tab.locator(f"[data-testid=bulk-row][data-id={job_id}]")
         expect(row).to_have_attribute("data-status", "running")
         expect(row.locator("[data-testid=bulk-count]")).to_have_text("0/2")
+        expect(row.locator("[data-testid=bulk-by]")).to_have_text("admin-user")
         expect(row.locator("[data-testid=bulk-progress]")).to_have_attribute("aria-valuenow", "0")
         tab.goto(f"{url}/#/bulk/{job_id}")
         expect(tab.locator("[data-testid=bulk-status]")).to_have_attribute("data-status", "running")
@@ -205,6 +207,7 @@ def test_an_admin_cancels_a_running_job(browser: Browser, idle: tuple[str, str])
             "data-status", "cancelled"
         )
         expect(tab.locator("[data-testid=bulk-cancel]")).to_be_hidden()
+        expect(tab.locator("[data-testid=bulk-job-by]")).to_have_text("admin-user")
         resp = httpx.get(f"{url}/api/bulk/{job_id}", headers=ADMIN, timeout=10)
         assert resp.json()["status"] == "cancelled"
 

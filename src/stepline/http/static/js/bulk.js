@@ -72,6 +72,7 @@ function jobRow(job) {
     ),
     h("td", {}, timeCell(job.created_at)),
     h("td", {}, job.ended_at === null ? "—" : timeCell(job.ended_at)),
+    h("td", { "data-testid": "bulk-by" }, job.started_by || "—"),
   );
 }
 
@@ -109,7 +110,7 @@ export function renderList(root, params) {
         h(
           "table",
           { class: "table", "data-testid": "bulk-jobs" },
-          h("thead", {}, h("tr", {}, ["Job", "Action", "Filter", "Status", "Progress", "Started", "Ended"]
+          h("thead", {}, h("tr", {}, ["Job", "Action", "Filter", "Status", "Progress", "Started", "Ended", "By"]
             .map((t) => h("th", { scope: "col" }, t)))),
           body,
         ),
@@ -131,7 +132,7 @@ export function renderList(root, params) {
         body,
         data.jobs.length
           ? data.jobs.map(jobRow)
-          : h("tr", {}, h("td", { colspan: "7", class: "empty", "data-testid": "no-bulk" },
+          : h("tr", {}, h("td", { colspan: "8", class: "empty", "data-testid": "no-bulk" },
             "No bulk jobs. Start one from the Instances page (Bulk action), the CLI or POST /api/bulk.")),
       );
     } catch (err) {
@@ -196,6 +197,7 @@ export function renderJob(root, params) {
       facts,
       fact("Action", actionText(job), "bulk-job-action"),
       fact("Filter", h("code", { class: "mono bulk-filter-full" }, job.filter), "bulk-job-filter"),
+      fact("Started by", job.started_by || "—", "bulk-job-by"),
       fact("Started", formatTime(job.created_at)),
       fact("Ended", job.ended_at === null ? "—" : formatTime(job.ended_at)),
       fact("Duration", formatDuration(end - job.created_at)),
