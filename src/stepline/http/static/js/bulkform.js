@@ -93,7 +93,7 @@ export function bulkPanel(filters) {
       result,
       h(
         "p",
-        { "data-testid": "bulk-count" },
+        { "data-testid": "bulk-count", tabindex: "-1" },
         h("strong", {}, String(run.count)),
         ` instance${run.count === 1 ? " matches" : "s match"}: ${verb} would act on them`,
       ),
@@ -102,7 +102,9 @@ export function bulkPanel(filters) {
       more,
       h("div", { class: "row bulk-confirm" }, startButton, back),
     );
-    startButton.focus();
+    // The count takes the focus (a screen reader reads it), not Start: a second Enter after
+    // Preview must not start the job.
+    result.querySelector("[data-testid=bulk-count]").focus();
   }
 
   action.addEventListener("change", () => {
