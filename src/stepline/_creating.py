@@ -198,6 +198,10 @@ async def batch_instances(
             )
         key, conflict, ready_at, deadline_at = _item_options(item, index, default_timeout, now)
         asked = item.get("version")
+        if asked is not None and not isinstance(asked, str):
+            raise ValueError(
+                f"create_batch item {index}: version must be a string or None, got {shown(asked)}"
+            )
         if asked not in versions:
             try:
                 versions[asked] = await version_of(asked)

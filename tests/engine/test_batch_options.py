@@ -170,6 +170,7 @@ BAD_ITEMS: list[tuple[dict[str, Any], type[Exception], str]] = [
         "create_batch item 1: ",
     ),
     ({"tags": {"9bad": 1}}, TagError, "tags of batch item 1"),
+    ({"version": ["1"]}, ValueError, "create_batch item 1: version must be a string or None"),
     ({"dedup_key": "d"}, ValueError, "create_batch item 1: unknown key 'dedup_key'"),
 ]
 
