@@ -223,3 +223,5 @@ def test_the_cli_names_who_started_a_job(store_url: str, monkeypatch: pytest.Mon
     assert job["started_by"] == "alice (cli)"
     described = runner.invoke(cli, [*base, "bulk", "describe", job["id"]])
     assert "Started by: alice (cli)" in described.output, described.output
+    listed = runner.invoke(cli, [*base, "bulk", "list"], env={"COLUMNS": "200"})
+    assert "alice (cli)" in listed.output, listed.output

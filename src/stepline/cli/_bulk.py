@@ -90,11 +90,11 @@ def list_jobs(state: State, status: Any, limit: int, as_json: bool) -> None:
     if not jobs:
         state.out.print(Text("There are no bulk jobs"))
         return
-    table = Table("Id", "Action", "Status", "Done", "Skipped", "Total", "Created", "Filter")
+    table = Table("Id", "Action", "Status", "Done", "Skipped", "Total", "Created", "By", "Filter")
     for job in jobs:
         table.add_row(
             job.id, job.action, job.status, str(job.done), str(job.skipped), str(job.total),
-            fmt_time(job.created_at), Text(job.filter),
+            fmt_time(job.created_at), Text(job.started_by or "-"), Text(job.filter),
         )  # fmt: skip
     state.out.print(table)
 
