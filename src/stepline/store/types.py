@@ -147,6 +147,16 @@ KeyedConflict = Literal["debounce", "replace_queued"]
 
 
 @dataclass(frozen=True)
+class BatchItem:
+    """One item of :meth:`ClosingStore.create_keyed_batch`: an instance to create, and for a
+    keyed create what it does with the instances its key holds and when it becomes runnable."""
+
+    item: NewInstance
+    on_conflict: KeyedConflict | None = None
+    ready_at: float | None = None
+
+
+@dataclass(frozen=True)
 class StepWrite:
     """A step's new state, written by :meth:`Store.record_step` (insert or replace)."""
 
