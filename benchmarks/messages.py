@@ -119,7 +119,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
             floor_name = floor.name
             series["floor"].append(floor.value / 1000)
             with database(config, store, directory) as url:
-                series["step"].append(await _step_cost(url, count) * 1000)
+                series["step"].append(await _step_cost(url, 50 if config.quick else 200) * 1000)
             for key in ("same", "cross"):
                 with database(config, store, directory) as url:
                     if key == "same":

@@ -15,6 +15,7 @@ from ..errors import UpdateFailedError, UpdateRejectedError
 from ..handlers import check_handler_name
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, UpdateRecord
+from ..store.signals import ChangeWatch
 from ._waiting import changes, deadline_of
 
 MAX_UPDATE_ID = 200
@@ -66,14 +67,20 @@ async def wait_for_reply(
     instance_id: str,
     update_id: str,
     timeout: Duration | None,
+    *,
+    sent: tuple[ChangeWatch, UpdateRecord] | None = None,
 ) -> Any:
     """The reply of update ``update_id`` once it has one (or its error raised):
     :class:`UpdateFailedError` if the instance ends without answering it,
-    :class:`TimeoutError` after ``timeout``, ``LookupError`` for an update id it never got."""
+    :class:`TimeoutError` after ``timeout``, ``LookupError`` for an update id it never got.
+
+    ``sent``: the watch of the instance begun before the update was sent, and the unanswered
+    record the send returned: the first read waits for a change (the send's answer stands
+    until then)."""
     deadline = deadline_of(timeout, "timeout")
     label = f"update {update_id!r} of {workflow}/{instance_id}"
-    record: UpdateRecord | None = None
-    async for _ in changes(store, workflow, instance_id, deadline):
+    watch, record = sent if sent is not None else (None, None)
+    async for _ in changes(store, workflow, instance_id, deadline, watch=watch):
         record = await store.messages.get_update(workflow, instance_id, update_id)
         if record is None:
             raise LookupError(
