@@ -15,7 +15,7 @@ from ..errors import UpdateFailedError, UpdateRejectedError
 from ..handlers import check_handler_name
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, UpdateRecord
-from ..store.signals import ChangeWatch
+from ..store.types import ChangeWatch
 from ._waiting import changes, deadline_of
 
 MAX_UPDATE_ID = 200

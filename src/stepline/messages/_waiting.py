@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from ..durations import Duration, parse_duration
 from ..store.base import Store
-from ..store.signals import ChangeWatch
+from ..store.types import ChangeWatch
 
 
 def deadline_of(timeout: Duration | None, what: str) -> float | None:

@@ -1,6 +1,7 @@
 """What a store tells the process it runs in, as it happens: that an instance may have become
-runnable (ready listeners: the worker's wake), and that a watched instance changed (change
-watches: ``Instance.wait``, the HTTP event stream). ``Store.signals``."""
+runnable (ready listeners: the worker's wake), that one has a timer from now on (timer
+listeners: the worker's next look), and that a watched instance changed (change watches:
+``Instance.wait``, the HTTP event stream). ``Store.signals``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class Signals:
 
     def __init__(self) -> None:
         self._ready_listeners: list[Callable[[], None]] = []
+        self._timer_listeners: list[Callable[[float], None]] = []
         self._change_watches: dict[tuple[str, str], list[ChangeWatch]] = {}
 
     def watched(self) -> list[tuple[str, str]]:
@@ -33,6 +35,31 @@ class Signals:
         """An instance may have become runnable: call every ready listener."""
         for callback in list(self._ready_listeners):
             callback()
+
+    def add_timer_listener(self, callback: Callable[[float], None]) -> None:
+        """Call ``callback(at)`` (on the store's loop) whenever an instance this process
+        suspended becomes runnable at ``at`` (store time), later than now: no need to look for
+        work before then, but not later."""
+        self._timer_listeners.append(callback)
+
+    def remove_timer_listener(self, callback: Callable[[float], None]) -> None:
+        if callback in self._timer_listeners:
+            self._timer_listeners.remove(callback)
+
+    def timer(self, at: float) -> None:
+        """An instance becomes runnable at ``at``: call every timer listener."""
+        for callback in list(self._timer_listeners):
+            callback(at)
+
+    def suspended(self, status: str, ready_at: float | None, now: float) -> None:
+        """What a finish to ``status`` that made the instance runnable at ``ready_at`` (None:
+        not by time) tells: runnable now (an event came meanwhile), a timer, or nothing."""
+        if status != "waiting" or ready_at is None:
+            return
+        if ready_at <= now:
+            self.ready()
+        else:
+            self.timer(ready_at)
 
     def changed(self, workflow: str, instance_id: str) -> None:
         """Instance ``instance_id`` of ``workflow`` changed: signal its watches."""

@@ -347,7 +347,7 @@ _TEMPLATES: dict[str, str] = {
                 parked_on = f.parked_on
             FROM f JOIN held ON h_idx = f.idx
             WHERE i.pk = f.pk AND i.pk = ANY(ARRAY(SELECT pk FROM f))
-            RETURNING f.idx, i.status, i.workflow, i.id, i.parent, i.key
+            RETURNING f.idx, i.status, i.workflow, i.id, i.parent, i.key, i.ready_at
         ), woke AS (
             UPDATE {s}.instances p SET event_seq = p.event_seq + 1,
                 ready_at = CASE WHEN p.status = 'waiting' THEN k.k_now ELSE p.ready_at END
@@ -367,7 +367,7 @@ _TEMPLATES: dict[str, str] = {
             parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'),
             key IS NOT NULL OR EXISTS (SELECT 1 FROM {s}.workflows w WHERE w.name = u.workflow
                 AND w.limits IS NOT NULL AND w.limits::jsonb -> 'limits' <> '[]'::jsonb),
-            (SELECT count(*) FROM notes), (SELECT count(*) FROM answered_note)
+            (SELECT count(*) FROM notes), (SELECT count(*) FROM answered_note), ready_at
         FROM u
     """,
     "wake_parent_of": """
@@ -380,7 +380,9 @@ _TEMPLATES: dict[str, str] = {
     """,
     "finished_by": """
         WITH f AS (SELECT * FROM json_to_recordset(%s::json) AS f(idx int, pk bigint, token bigint))
-        SELECT f.idx, i.status, i.workflow, i.id, i.parent IS NOT NULL FROM {s}.instances i
+        SELECT f.idx, i.status, i.workflow, i.id, i.parent IS NOT NULL, NULL, NULL, NULL,
+            i.ready_at
+        FROM {s}.instances i
         JOIN f ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner IS NULL
         WHERE i.pk = ANY(ARRAY(SELECT pk FROM f))
     """,
