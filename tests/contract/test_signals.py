@@ -87,6 +87,38 @@ async def test_ready_listeners_are_called_whenever_an_instance_may_have_become_r
     assert calls.count == seen
 
 
+async def test_a_suspension_until_a_time_signals_that_timer_not_ready(
+    store: Store, clock: ManualClock
+) -> None:
+    """A finish that suspends an instance until a later time tells the timer listeners that
+    time, and the ready listeners nothing; one that an event overtook (runnable now) tells the
+    ready listeners; a suspension without a time tells neither."""
+    ready = Calls()
+    timers: list[float] = []
+    store.signals.add_ready_listener(ready)
+    store.signals.add_timer_listener(timers.append)
+    await create(store, "a")
+    claim = await claim_one(store, "a")
+    seen = ready.count
+    wake_at = store.now() + HOUR
+    await store.finish(claim.lease, Finish("waiting", wake_at=wake_at, event_seq=0), store.now())
+    assert (ready.count, timers) == (seen, [wake_at])
+    clock.advance(HOUR)
+    claim = await claim_one(store, "a")
+    await store.finish(claim.lease, Finish("waiting", event_seq=claim.event_seq), store.now())
+    assert (ready.count, timers) == (seen, [wake_at])
+    await store.send_event(WF, "a", "go", None)
+    claim = await claim_one(store, "a")
+    await store.send_event(WF, "a", "late", None)
+    seen = ready.count
+    later = store.now() + HOUR
+    end = Finish("waiting", wake_at=later, event_seq=claim.event_seq)
+    await store.finish(claim.lease, end, store.now())
+    assert ready.count > seen and timers == [wake_at]
+    store.signals.remove_timer_listener(timers.append)
+    store.signals.remove_ready_listener(ready)
+
+
 async def test_a_change_watch_sees_this_process_s_control_actions_and_finishes(
     store: Store,
 ) -> None:
