@@ -15,10 +15,12 @@ cost of **one step**, in commits of the acknowledged-write floor:
 - the **event round trip** is shown beside it for context (``send_event("go")`` then ``wait()``
   until the instance has consumed it, run one step and ended: the same hops as an update).
 
-Round trips are measured in the same process as the worker and with two worker processes. The
-**query** figure is ``instance.query("total")`` on an instance with a 100-step history, answered
-in the calling process (it has the code): reading the history and replaying it (target: under
-20 ms on SQLite).
+Round trips are measured in the same process as the worker and with two worker processes; the
+engines and workers run ``bench-updatable`` alone, as ``sequential``'s engine runs its one
+workflow (a registry that includes a workflow with limits makes every claim take the limits'
+path, a few more round trips). The **query** figure is ``instance.query("total")`` on an
+instance with a 100-step history, answered in the calling process (it has the code): reading the
+history and replaying it (target: under 20 ms on SQLite).
 
 Run: ``python -m benchmarks messages`` (``--quick``: fewer calls).
 """
@@ -33,13 +35,12 @@ from pathlib import Path
 
 from stepline import Engine, Instance
 
-from ._common import client
 from ._config import BenchConfig, database, parse, work_directory
 from ._floors import ack_floor
-from ._procs import worker_pool
+from ._procs import WorkerOptions, worker_pool
 from ._report import Figure, Floor, Report, median, percentile
 from ._run import execute
-from ._workflows import WORKFLOWS, Updatable
+from ._workflows import Updatable
 from .sequential import ASYNC, run_sequential
 
 NAME = "messages"
@@ -95,7 +96,7 @@ async def _step_cost(url: str, workflows: int) -> float:
 
 async def _queries(url: str, count: int) -> list[float]:
     """Seconds of each query on a 100-step history, answered in this process."""
-    async with Engine(url, WORKFLOWS) as engine:
+    async with Engine(url, [Updatable]) as engine:
         (instance,) = await _parked(engine, 1, HISTORY)
         await instance.query("total")  # warm-up: imports, statements prepared
         times = []
@@ -123,11 +124,15 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
             for key in ("same", "cross"):
                 with database(config, store, directory) as url:
                     if key == "same":
-                        async with Engine(url, WORKFLOWS) as engine:
+                        async with Engine(url, [Updatable]) as engine:
                             updates, events = await _round_trips(engine, count)
                     else:
                         logs = Path(directory) / "logs"
-                        async with worker_pool(url, logs, 2) as pool, client(url) as engine:
+                        only = WorkerOptions(workflows=(Updatable.name,))
+                        async with (
+                            worker_pool(url, logs, 2, only) as pool,
+                            Engine(url, [Updatable], worker=False) as engine,
+                        ):
                             updates, events = await _round_trips(engine, count)
                         if pool.problems:
                             raise RuntimeError("workers logged errors: " + pool.problems[0])
