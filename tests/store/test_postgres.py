@@ -10,6 +10,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -25,6 +26,7 @@ from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, parse_url, split_url
 from stepline.store.postgres.pools import StoreConnection
 from stepline.store.postgres.sql import CLAIM_IN_ORDER
+from stepline.store.types import UpdateAnswer
 from stepline.worker import Worker, WorkerSettings
 
 from .._pg import ThrowawayServer, connect, drop_schema, pg_admin_url
@@ -1409,3 +1411,56 @@ async def test_sends_of_one_update_id_queued_on_the_instance_lock_record_it_once
         assert len([what for what in runs if what.startswith("sending an update")]) == 3
     finally:
         await store.close()
+
+
+async def test_an_answer_reaches_another_store_s_watch_with_its_notification(
+    schemas: list[str],
+) -> None:
+    """A handler's end that another store (another process) commits notifies its answer with
+    the instance's change, and this store's watch of that update is told it (no read); an
+    answer too long for a notification is left out of it (the change is still told)."""
+    url = url_for(fresh(schemas))
+    here, there = PostgresStore(url), PostgresStore(url)
+    await here.open()
+    await there.open()
+    try:
+        await here.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        (claim,) = (await there.claim("me", ["w"], 5, 30.0, there.now())).claims
+        await there.finish(claim.lease, Finish("waiting", event_seq=0), there.now())
+        for update_id in ("u1", "u2"):
+            await here.messages.send_update("w", "a", update_id, "decide", "[]")
+        (claim,) = (await there.claim("me", ["w"], 5, 30.0, there.now())).claims
+        first, second = claim.history.events
+        signals = here.signals
+        with (
+            signals.watch_changes("w", "a") as watch,
+            signals.watch_answer("w", "a", "u1") as one,
+            signals.watch_answer("w", "a", "u2") as two,
+        ):
+            accept = StepWrite(
+                "@update:decide", 1, 0, "update", "running", started_at=there.now(),
+                consume_event=first.pk, update="u1",
+            )  # fmt: skip
+            await there.record_step(claim.lease, accept, there.now())
+            # u2 first, its end a step record too long to notify with its answer
+            other = replace(accept, count=2, seq=1, consume_event=second.pk, update="u2")
+            await there.record_step(claim.lease, other, there.now())
+            long = '"' + "x" * 9000 + '"'
+            ended = replace(other, status="complete", output=long, consume_event=None)
+            await there.record_step(claim.lease, ended, there.now())
+            await asyncio.wait_for(watch.wait(10), 20)  # its change is told
+            assert not two.done()
+            # u1's end, carried by the finish, with its answer
+            ended = replace(accept, status="complete", output='{"ok": 1}', consume_event=None)
+            end = Finish("waiting", event_seq=claim.event_seq, steps=(ended,))
+            await there.finish(claim.lease, end, there.now())
+            assert await asyncio.wait_for(one, 10) == UpdateAnswer(
+                "u1", "complete", '{"ok": 1}', None
+            )
+            record = await here.messages.get_update("w", "a", "u2")
+            assert record is not None and record.reply == "x" * 9000
+    finally:
+        await there.close()
+        await here.close()

@@ -33,7 +33,7 @@ from ..types import (
 from .db import Database
 from .notes import Notes
 from .pools import Conn
-from .sql import _STEP_UPSERT, render
+from .sql import _STEP_UPSERT, ANSWERS_JOIN, ANSWERS_NOTE, render
 
 _SEND_TRIES = 5
 """Runs of ``send_update`` before giving up on a row it neither inserted nor sees (one more
@@ -183,10 +183,13 @@ _TEMPLATES = {
                 error = %(error)s::text, ended_at = %(ended_at)s::float8
             WHERE instance_pk = %(pk)s::bigint AND update_id = %(update)s::text
                 AND status IN ('pending', 'running') AND EXISTS (SELECT 1 FROM fence)
+            RETURNING update_id, status, reply, error
         )
-        SELECT status, workflow, id, """
-    + _CHANGED
-    + " FROM fence",
+        SELECT i.status, i.workflow, i.id, pg_notify(%(channel)s::text, """
+    + ANSWERS_NOTE
+    + """)
+        FROM fence i"""
+    + ANSWERS_JOIN.replace("{answers}", "answered a"),
     # A publish from run(): the record and its item.
     "publish_step": "WITH"
     + _FENCE
@@ -437,6 +440,7 @@ class PostgresMessages(MessageStore):
             raise _lease_lost(lease)
         status, workflow, instance_id, _note = rows[0]
         if name != "accept_update":  # nobody waits for an acceptance
+            self._signals.answered(workflow, instance_id, (write,))
             self._signals.changed(workflow, instance_id)
         return str(status)
 

@@ -49,6 +49,20 @@ _RECORD_STEP = """
     SELECT 0, status FROM fence
 """
 
+# The notification of updates answered (``{answers}``: their rows) of the instance ``i``: with
+# the answers, for a waiter in another process, unless that would pass the 8,000-byte payload
+# limit (then without them: the waiter reads the update). ``ANSWERS_NOTE`` is the payload of
+# a row joined with ``ANSWERS_JOIN``.
+ANSWERS_NOTE = "CASE WHEN octet_length(n.full) <= 7900 THEN n.full ELSE n.bare END"
+ANSWERS_JOIN = """
+    CROSS JOIN LATERAL (SELECT json_build_object('s', %(source)s::text, 'w', i.workflow,
+            'i', i.id, 'e', true,
+            'u', (SELECT json_agg(json_build_array(a.update_id, a.status, a.reply, a.error))
+                FROM {answers}))::text AS full,
+        json_build_object('s', %(source)s::text, 'w', i.workflow, 'i', i.id, 'e', true)::text
+            AS bare) n
+"""
+
 # A batch of step writes: the rows travel as one JSON parameter. In the batch statements below,
 # `i.pk = ANY(ARRAY(SELECT pk FROM <batch>))` repeats the join on pk as an index condition: the
 # planner takes a JSON batch for 100 rows and, on a table of up to tens of thousands of
@@ -320,11 +334,15 @@ _TEMPLATES: dict[str, str] = {
             JOIN held ON h_idx = w.idx
             WHERE w.upd IS NOT NULL AND a.instance_pk = w.pk AND a.update_id = w.upd
                 AND a.status IN ('pending', 'running')
-            RETURNING a.instance_pk
+            RETURNING a.instance_pk, a.update_id, a.status, a.reply, a.error
         ), answered_note AS (
-            SELECT pg_notify(%(channel)s, json_build_object('s', %(source)s::text,
-                'w', i.workflow, 'i', i.id, 'e', true)::text)
-            FROM {s}.instances i WHERE i.pk IN (SELECT DISTINCT instance_pk FROM answered)
+            SELECT pg_notify(%(channel)s, """
+    + ANSWERS_NOTE
+    + """)
+            FROM {s}.instances i"""
+    + ANSWERS_JOIN.replace("{answers}", "answered a WHERE a.instance_pk = i.pk")
+    + """
+            WHERE i.pk IN (SELECT DISTINCT instance_pk FROM answered)
         ), kids AS (
             SELECT h_parent::json ->> 'workflow' AS k_workflow, h_parent::json ->> 'id' AS k_id,
                 f.fnow AS k_now

@@ -319,6 +319,7 @@ class PostgresStore(Store):
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
         done = await self._finishes.submit(finish_row(lease, finish, now))
+        self.signals.answered(done.workflow, done.instance_id, finish.steps)
         self.signals.changed(done.workflow, done.instance_id)
         if done.woke:
             self.signals.ready()

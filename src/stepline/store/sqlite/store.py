@@ -308,6 +308,7 @@ class SqliteStore(Store):
             lambda c: tx.finish(c, lease, finish, now)
         )
         status, workflow, instance_id, woke, ready_at = result
+        self.signals.answered(workflow, instance_id, finish.steps)
         self.signals.changed(workflow, instance_id)
         if woke:
             self.signals.ready()
