@@ -226,6 +226,25 @@ class UpdateRecord:
 
 
 @dataclass(frozen=True)
+class UpdateAnswer:
+    """An update's answer as a handler's end record wrote it (:meth:`Signals.answered`)."""
+
+    update_id: str
+    status: UpdateStatus
+    reply: str | None
+    """The reply as stored (JSON text) when ``complete``."""
+    error: dict[str, str] | None
+
+    @classmethod
+    def of(cls, write: StepWrite) -> UpdateAnswer | None:
+        """The answer a step record carries: one that ends an update's handler."""
+        if write.update is None or write.status not in ("complete", "errored"):
+            return None
+        reply = write.output if write.status == "complete" else None
+        return cls(write.update, write.status, reply, write.error)
+
+
+@dataclass(frozen=True)
 class NewStreamItem:
     """An item to append to one stream of an instance (:meth:`MessageStore.publish`)."""
 
