@@ -260,8 +260,9 @@ THREADS = StepThreads()
 
 
 def _after_fork() -> None:
-    global THREADS
+    global THREADS, _bells
     THREADS = StepThreads()  # the parent's threads do not exist in a forked child
+    _bells = threading.local()  # nor may its pipes be shared: a byte could reach either side
 
 
 os.register_at_fork(after_in_child=_after_fork)

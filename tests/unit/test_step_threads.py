@@ -4,12 +4,14 @@ outcomes dropped, idle threads ended, and the engine ending them when it closes.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import warnings
 from typing import Any
 
 import pytest
 
-from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
+from stepline import Engine, WorkflowEvent, WorkflowStep, _threads, workflow
 from stepline._threads import NAME, WAITS_PER_TURN, StepThreads
 
 pytestmark = pytest.mark.both_loops
@@ -217,3 +219,26 @@ async def test_a_task_calling_without_yielding_is_waited_for_a_few_calls_a_turn(
         await future  # done: no turn of the loop
     assert done == [True] * WAITS_PER_TURN + [False]
     pool.release_idle()
+
+
+def test_a_forked_child_waits_on_pipes_of_its_own() -> None:
+    """A child forked after its parent waited for a call must not share the parent's pipes:
+    a byte meant for one process's wait could be read by the other's."""
+    parent = _threads._bell()
+    report_read, report_write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads running
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            child = _threads._bell()
+            shared = os.fstat(child.read).st_ino == os.fstat(parent.read).st_ino
+            os.write(report_write, b"shared" if shared else b"own")
+        finally:
+            os._exit(0)
+    os.close(report_write)
+    try:
+        assert os.read(report_read, 16) == b"own"
+    finally:
+        os.close(report_read)
+        os.waitpid(pid, 0)
