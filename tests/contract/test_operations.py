@@ -378,3 +378,16 @@ async def test_finish_then_write_keeps_tags(store: Store):
     await store.record_step(claim.lease, write("s", 1), store.now())
     await store.finish(claim.lease, Finish("complete", output="1"), store.now())
     assert await _ids(store, "t = 1 and status = 'complete'") == ["f"]
+
+
+async def test_a_bulk_job_keeps_who_started_it(store: Store):
+    by = await store.operations.start_bulk(
+        NewBulkJob("who", "pause", parse("id = 'a'"), started_by="ops-admin")
+    )
+    anonymous = await store.operations.start_bulk(NewBulkJob("anon", "pause", parse("id = 'a'")))
+    assert (by.started_by, anonymous.started_by) == ("ops-admin", None)
+    await store.operations.run_bulk_batch("who", 10)
+    assert (await store.operations.bulk_job("who")).started_by == "ops-admin"
+    listed = {j.id: j.started_by for j in await store.operations.bulk_jobs(None, 10)}
+    assert listed == {"who": "ops-admin", "anon": None}
+    assert (await store.operations.cancel_bulk("anon")).started_by is None

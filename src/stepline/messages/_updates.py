@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from .. import _json
@@ -15,6 +17,7 @@ from ..errors import UpdateFailedError, UpdateRejectedError
 from ..handlers import check_handler_name
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, UpdateRecord
+from ..store.types import ChangeWatch, UpdateAnswer
 from ._waiting import changes, deadline_of
 
 MAX_UPDATE_ID = 200
@@ -60,20 +63,36 @@ def outcome(record: UpdateRecord, what: str) -> Any:
     raise UpdateFailedError(what, error["name"], error["message"])
 
 
+def _answered(sent: UpdateRecord, answer: UpdateAnswer, instance: str) -> Any:
+    """The reply (or error raised) of an answer signalled in this process."""
+    reply = None if answer.reply is None else _json.loads(answer.reply)
+    record = replace(sent, status=answer.status, reply=reply, error=answer.error)
+    return outcome(record, f"update {sent.name!r} ({sent.update_id}) of {instance}")
+
+
 async def wait_for_reply(
     store: Store,
     workflow: str,
     instance_id: str,
     update_id: str,
     timeout: Duration | None,
+    *,
+    sent: tuple[ChangeWatch, UpdateRecord] | None = None,
+    answer: asyncio.Future[UpdateAnswer] | None = None,
 ) -> Any:
     """The reply of update ``update_id`` once it has one (or its error raised):
     :class:`UpdateFailedError` if the instance ends without answering it,
-    :class:`TimeoutError` after ``timeout``, ``LookupError`` for an update id it never got."""
+    :class:`TimeoutError` after ``timeout``, ``LookupError`` for an update id it never got.
+
+    ``sent``: the watch of the instance begun before the update was sent, and the unanswered
+    record the send returned: the first read waits for a change (the send's answer stands
+    until then)."""
     deadline = deadline_of(timeout, "timeout")
     label = f"update {update_id!r} of {workflow}/{instance_id}"
-    record: UpdateRecord | None = None
-    async for _ in changes(store, workflow, instance_id, deadline):
+    watch, record = sent if sent is not None else (None, None)
+    async for _ in changes(store, workflow, instance_id, deadline, watch=watch):
+        if answer is not None and answer.done() and record is not None:
+            return _answered(record, answer.result(), f"{workflow}/{instance_id}")
         record = await store.messages.get_update(workflow, instance_id, update_id)
         if record is None:
             raise LookupError(

@@ -190,12 +190,13 @@ class PostgresOperations(OperationsStore):
             statement, params = self._q.count(job.filter, up_to=True)
             cur = await conn.execute(statement, (max_pk, *params))
             (total,) = await cur.fetchone() or (0,)
+            given = (job.id, job.action, job.filter.text, job.from_step, job.started_by)
             cur = await conn.execute(
-                f"INSERT INTO {s}.bulk_jobs (id, action, filter, from_step, status, max_pk,"
-                " total, created_at, updated_at)"
-                " VALUES (%s, %s, %s, %s, 'running', %s, %s, %s, %s)"
+                f"INSERT INTO {s}.bulk_jobs (id, action, filter, from_step, started_by, status,"
+                " max_pk, total, created_at, updated_at)"
+                " VALUES (%s, %s, %s, %s, %s, 'running', %s, %s, %s, %s)"
                 f" RETURNING {BULK_COLUMNS}",
-                (job.id, job.action, job.filter.text, job.from_step, max_pk, total, now, now),
+                (*given, max_pk, total, now, now),
             )
             return bulk_from_row(await cur.fetchone() or ())
 

@@ -192,10 +192,11 @@ def _start(c: sqlite3.Connection, job: NewBulkJob, now: float) -> BulkJob:
         f"SELECT count(*) FROM instances i WHERE i.pk <= ? AND ({cond.sql})",
         (max_pk, *cond.params),
     ).fetchone()
+    given = (job.id, job.action, job.filter.text, job.from_step, job.started_by)
     c.execute(
-        "INSERT INTO bulk_jobs (id, action, filter, from_step, status, max_pk, total,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-        (job.id, job.action, job.filter.text, job.from_step, max_pk, total, now, now),
+        "INSERT INTO bulk_jobs (id, action, filter, from_step, started_by, status, max_pk, total,"
+        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+        (*given, max_pk, total, now, now),
     )
     return _job(c, job.id)[0]
 
