@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from .._shown import shown
 from ..durations import Duration, format_duration, parse_duration
 from ..errors import UpdateFailedError, UpdateRejectedError
 from ..handlers import check_handler_name
+from ..payloads import PayloadCodec, Slot, update_column
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, UpdateRecord
 from ._waiting import changes, deadline_of
@@ -50,6 +52,16 @@ def update_payload(update_id: str, name: str, args: Sequence[Any], max_payload: 
     )
 
 
+async def opened(
+    codec: PayloadCodec, workflow: str, instance_id: str, record: UpdateRecord
+) -> UpdateRecord:
+    """``record`` with its reply opened (decrypted, fetched: sealed as the update's)."""
+    if not codec.is_sealed(record.reply):
+        return record
+    slot = Slot(workflow, instance_id, update_column(record.update_id))
+    return dataclasses.replace(record, reply=await codec.open(record.reply, slot))
+
+
 def outcome(record: UpdateRecord, what: str) -> Any:
     """The reply of an answered update, or its error raised."""
     if record.status == "complete":
@@ -66,6 +78,7 @@ async def wait_for_reply(
     instance_id: str,
     update_id: str,
     timeout: Duration | None,
+    codec: PayloadCodec,
 ) -> Any:
     """The reply of update ``update_id`` once it has one (or its error raised):
     :class:`UpdateFailedError` if the instance ends without answering it,
@@ -82,7 +95,7 @@ async def wait_for_reply(
             )
         what = f"update {record.name!r} ({update_id}) of {workflow}/{instance_id}"
         if record.answered:
-            return outcome(record, what)
+            return outcome(await opened(codec, workflow, instance_id, record), what)
         if record.instance_status in FINISHED_STATUSES:
             ran = "while its handler ran" if record.status == "running" else "before it ran"
             raise UpdateFailedError(

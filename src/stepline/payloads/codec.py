@@ -58,6 +58,16 @@ def stream_column(stream: str) -> str:
     return f"stream:{stream}"
 
 
+def update_column(update_id: str) -> str:
+    """The column of an update's arguments (on its record) and its reply."""
+    return f"update:{update_id}"
+
+
+def query_column(name: str) -> str:
+    """The column of a routed query's arguments and answer (rows kept until it is answered)."""
+    return f"query:{name}"
+
+
 def step_slot(workflow: str, instance_id: str, name: str, count: int) -> Slot:
     return Slot(workflow, instance_id, step_column(name, count))
 
