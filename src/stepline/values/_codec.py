@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any
 
 import orjson
@@ -58,6 +59,10 @@ def encode_typed(value: Any, what: str) -> tuple[bytes, Any]:
     return data, back
 
 
+_MODEL_HEADS: weakref.WeakKeyDictionary[type, bytes] = weakref.WeakKeyDictionary()
+"""Per model class, the start of its tag (its path written once)."""
+
+
 def _encode_model(value: Any, what: str) -> tuple[bytes, Any]:
     """A pydantic model at the top: its own ``model_dump_json`` inside the tag."""
     cls = type(value)
@@ -68,8 +73,12 @@ def _encode_model(value: Any, what: str) -> tuple[bytes, Any]:
         raise InvalidPayloadError(
             f"{what} is not JSON-serialisable: the value of type {name} failed to serialise: {exc}"
         ) from None
-    path = orjson.dumps(_classes.seen(cls))
-    data = b'{"$t":"model","c":' + path + b',"v":' + text.encode() + b"}"
+    path = _classes.seen(cls)  # every time: a class redefined under one path is the newest
+    head = _MODEL_HEADS.get(cls)
+    if head is None:
+        head = b'{"$t":"model","c":' + orjson.dumps(path) + b',"v":'
+        _MODEL_HEADS[cls] = head
+    data = head + text.encode() + b"}"
     try:
         back = cls.model_validate_json(text)
     except Exception as exc:
