@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from . import (
     beside_dbos,
+    bulk,
     create,
     filter,
     fleet,
@@ -56,6 +57,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     handoff.NAME: handoff.run,
     replay_check.NAME: replay_check.run,
     filter.NAME: filter.run,
+    bulk.NAME: bulk.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 

@@ -37,6 +37,8 @@ class WorkerOptions:
     """``PGOPTIONS`` for the worker (libpq session settings, e.g. ``-c synchronous_commit=off``)."""
     telemetry: str = "off"
     """What the worker reports (``benchmarks._worker --telemetry``): off, metrics, traces, both."""
+    workflows: tuple[str, ...] = ()
+    """The benchmark workflows it runs, by name (none: all of them)."""
 
 
 class WorkerProcess:
@@ -77,6 +79,8 @@ class WorkerProcess:
             args.append("--gate")
         if options.telemetry != "off":
             args += ["--telemetry", options.telemetry]
+        if options.workflows:
+            args += ["--workflows", ",".join(options.workflows)]
         env = dict(os.environ)
         if options.pgoptions is not None:
             env["PGOPTIONS"] = options.pgoptions

@@ -1,6 +1,7 @@
 """A benchmark worker process: ``python -m benchmarks._worker --url URL [options]``.
 
-Opens an engine with every benchmark workflow (:mod:`benchmarks._workflows`), prints
+Opens an engine with every benchmark workflow (:mod:`benchmarks._workflows`, or those named by
+``--workflows``), prints
 ``ready <pid>`` on stdout once the store is open and, with ``--gate``, waits for a line on stdin
 before it starts claiming (so that several workers start at the same moment). Runs until SIGTERM
 (graceful) or SIGKILL. Started by :class:`benchmarks._procs.WorkerProcess`.
@@ -25,9 +26,11 @@ TELEMETRY = ("off", "metrics", "traces", "both")
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    chosen = set(args.workflows.split(",")) if args.workflows else None
+    workflows = [w for w in WORKFLOWS if chosen is None or w.name in chosen]
     engine = Engine(
         args.url,
-        WORKFLOWS,
+        workflows,
         worker=False,
         concurrency=args.concurrency,
         lease=args.lease,
@@ -65,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--worker-id", default=None, help="worker id (default: host:pid:random)")
     p.add_argument("--gate", action="store_true", help="wait for a line on stdin before claiming")
     p.add_argument("--telemetry", choices=TELEMETRY, default="off", help="what it reports")
+    p.add_argument("--workflows", default="", help="the workflows it runs (names, comma between)")
     args = p.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING,

@@ -6,7 +6,7 @@ The instances are seeded in SQL: workflows ``charge`` and ``mail``; 90 % complet
 thousand. The tags go straight into the tags table (the load is the benchmark's, not the
 create path's), then ``ANALYZE``. Each figure is the median of 50 calls of the store's
 operation, on a store opened in this process; the floor is a primary-key lookup
-(``get_instance``) measured in the same run. The plan of the first query is printed
+(``get_instance``) measured in the same run. The plan of every query is printed
 (PostgreSQL's ``EXPLAIN ANALYZE``, SQLite's ``EXPLAIN QUERY PLAN``).
 
 Run: ``python -m benchmarks filter [--stores postgres]``.
@@ -24,13 +24,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from stepline.operations.language import parse
+from stepline.operations.language import parse, render
 from stepline.store import create_store
 from stepline.store.base import Store
 from stepline.store.postgres import split_url
 from stepline.store.postgres.operations import Statements
 from stepline.store.sqlite import path_from_url
-from stepline.store.sqlite.operations import search_statement
+from stepline.store.sqlite.operations import TAGS_TABLE, search_statement
 
 from ._config import BenchConfig, database, work_directory
 from ._config import parse as parse_args
@@ -101,17 +101,28 @@ def _seed(url: str, count: int) -> None:
         conn.execute("VACUUM ANALYZE instance_tags")
 
 
-def _plan(url: str, text: str) -> list[str]:
+def _plan(url: str, kind: str, text: str) -> list[str]:
+    """The plan of one query as the store runs it (a list: a page of 51, newest first)."""
     where = parse(text)
     if url.startswith("sqlite:"):
-        statement, params = search_statement(where, after=False, oldest_first=False)
+        if kind == "list":
+            statement, params = search_statement(where, after=None, oldest_first=False)
+            params = [*params, 51]
+        else:
+            cond = render(where, "sqlite", tags_table=TAGS_TABLE)
+            statement, params = f"SELECT count(*) FROM instances i WHERE {cond.sql}", cond.params
         with closing(sqlite3.connect(path_from_url(url))) as conn:
-            rows = conn.execute("EXPLAIN QUERY PLAN " + statement, (*params, 51)).fetchall()
+            rows = conn.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()
         return [str(row[-1]) for row in rows]
     conninfo, schema = split_url(url)
-    statement, params = Statements(schema).search(where, after=False, oldest_first=False)
+    q = Statements(schema)
+    if kind == "list":
+        statement, params = q.search(where, after=None, oldest_first=False)
+        params = [*params, 51]
+    else:
+        statement, params = q.count(where)
     with psycopg.connect(conninfo) as conn:
-        rows = conn.execute(("EXPLAIN ANALYZE " + statement).encode(), (*params, 51)).fetchall()
+        rows = conn.execute(("EXPLAIN ANALYZE " + statement).encode(), params).fetchall()
     return [str(row[0]) for row in rows]
 
 
@@ -148,7 +159,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
     count = 100_000 if config.quick else 1_000_000
     runs = config.repetitions(heavy=True)
     series: dict[str, list[float]] = {}
-    plan: list[str] = []
+    plans: dict[str, list[str]] = {}
     with work_directory(config) as directory, database(config, store, directory) as url:
         opened = create_store(url)
         await opened.open()  # creates the schema
@@ -156,8 +167,10 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
         began = time.perf_counter()
         _seed(url, count)
         print(f"  {NAME} {store}: seeded {count:,} in {time.perf_counter() - began:.0f} s")
-        plan = _plan(url, QUERIES[0][1])
-        print("\n".join(f"    {line}" for line in plan), flush=True)
+        for kind, text in QUERIES:
+            plans[f"{kind}: {text}"] = lines = _plan(url, kind, text)
+            print(f"  {NAME} {store} plan of {kind}: {text}", flush=True)
+            print("\n".join(f"    {line}" for line in lines), flush=True)
         for _ in range(runs):
             for name, value in (await measure(url)).items():
                 series.setdefault(name, []).append(value)
@@ -169,7 +182,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
     for name, values in series.items():
         if name != "floor":
             report.figures.append(Figure(name, median(values), "ms", floor, tuple(values)))
-    report.details = {"store": store, "instances": count, "plan": plan, "series": series}
+    report.details = {"store": store, "instances": count, "plans": plans, "series": series}
     report.notes = [
         "list: a page of 50, newest first; count: every match",
         "ratio = the query's time / a primary-key lookup's, in the same run",

@@ -2,7 +2,8 @@
 a deadline (``timeout``), and what a create does with the instances its key holds
 (``on_conflict``: ``"debounce"``, ``"replace_queued"``, executed by
 ``ClosingStore.create_keyed``; docs/operations.md tells the user); the instances a
-``create_batch`` makes of its items, their params as stored and an instance's own retention."""
+``create_batch`` makes of its items (each with the options of a create, checked the same way),
+their params as stored and an instance's own retention."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from .durations import Duration, parse_duration
 from .operations.search import tags_json
 from .payloads import PayloadCodec, Slot
 from .retention import parse_retention
-from .store.base import KeyedConflict, NewInstance
+from .store.base import BatchItem, KeyedConflict, NewInstance
 from .values import convert
 from .workflow import validate_name
 
@@ -134,51 +135,93 @@ async def sealed_params(
     return await codec.seal(text, Slot(workflow, instance_id, "params"))
 
 
-def retention_json(retention: Mapping[str, Duration] | None) -> str | None:
-    """An instance's own retention as stored: JSON seconds by outcome; ValueError if bad."""
-    policy = parse_retention(retention, where="retention of the instance")
+def retention_json(
+    retention: Mapping[str, Duration] | None, *, where: str = "retention of the instance"
+) -> str | None:
+    """An instance's own retention as stored: JSON seconds by outcome; ValueError naming
+    ``where`` if bad."""
+    policy = parse_retention(retention, where=where)
     return None if policy is None else _json.dumps(policy, what="retention")
 
 
 SealParams = Callable[[str, Any, str], Awaitable[str]]
 """Params as stored, given the instance id, the params and what to call them in errors."""
-_BATCH_ITEM_KEYS = {"id", "params", "key", "priority", "traceparent", "tags"}
+VersionOf = Callable[[str | None], Awaitable[str]]
+"""The version a create uses, given the one asked for (None: the newest)."""
+_BATCH_ITEM_KEYS = (
+    "id", "params", "key", "priority", "traceparent", "tags", "version", "retention",
+    "timeout", "on_conflict", "debounce",
+)  # fmt: skip
+
+
+def _item_options(
+    item: Mapping[str, Any], index: int, default_timeout: float | None, now: float
+) -> tuple[str | None, KeyedConflict | None, float | None, float | None]:
+    """An item's key, conflict, ready time and deadline, checked as ``create`` checks them."""
+    what = f"batch item {index}"
+    key = check_key(item.get("key"), what=f"key of {what}")
+    try:
+        conflict, quiet = keyed_conflict(item.get("on_conflict"), key, item.get("debounce"))
+    except ValueError as exc:
+        raise ValueError(f"create_batch item {index}: {exc}") from exc
+    timeout = item.get("timeout")
+    seconds = (
+        default_timeout if timeout is None else parse_duration(timeout, what=f"timeout of {what}")
+    )
+    ready_at = None if quiet is None else now + quiet
+    return key, conflict, ready_at, None if seconds is None else now + seconds
 
 
 async def batch_instances(
     items: Iterable[Mapping[str, Any]],
     seal: SealParams,
-    version: str,
-    deadline_at: Callable[[], float | None],
-) -> list[NewInstance]:
-    """The instances a ``create_batch`` makes of ``items``, each checked in turn: ``TypeError``
-    or ``ValueError`` naming the first item refused."""
-    new: list[NewInstance] = []
+    version_of: VersionOf,
+    default_timeout: float | None,
+    now: float,
+) -> list[BatchItem]:
+    """The instances a ``create_batch`` makes of ``items``, each checked in turn as ``create``
+    checks its arguments: ``TypeError`` or ``ValueError`` naming the first item refused (and
+    its field), before anything is stored."""
+    new: list[BatchItem] = []
+    versions: dict[str | None, str] = {}
     for index, item in enumerate(items):
         if not isinstance(item, Mapping):
             raise TypeError(
                 f"create_batch item {index} must be a dict like {{'id': ..., 'params': ...}}, "
                 f"got {type(item).__name__}"
             )
-        unknown = set(item) - _BATCH_ITEM_KEYS
+        unknown = set(item) - set(_BATCH_ITEM_KEYS)
         if unknown:
             raise ValueError(
                 f"create_batch item {index}: unknown key {sorted(unknown)[0]!r} (items take "
-                "id, params, key, priority, traceparent and tags)"
+                f"{', '.join(_BATCH_ITEM_KEYS[:-1])} and {_BATCH_ITEM_KEYS[-1]})"
             )
+        key, conflict, ready_at, deadline_at = _item_options(item, index, default_timeout, now)
+        asked = item.get("version")
+        if asked is not None and not isinstance(asked, str):
+            raise ValueError(
+                f"create_batch item {index}: version must be a string or None, got {shown(asked)}"
+            )
+        if asked not in versions:
+            try:
+                versions[asked] = await version_of(asked)
+            except ValueError as exc:
+                raise ValueError(f"create_batch item {index}: {exc}") from exc
         instance_id = new_id(item.get("id"))
-        new.append(
-            NewInstance(
-                instance_id,
-                await seal(instance_id, item.get("params"), f"params of batch item {index}"),
-                key=check_key(item.get("key"), what=f"key of batch item {index}"),
-                priority=check_priority(
-                    item.get("priority", 0), what=f"priority of batch item {index}"
-                ),
-                traceparent=valid_traceparent(item.get("traceparent")),
-                tags=tags_json(item.get("tags"), where=f"tags of batch item {index}"),
-                version=version,
-                deadline_at=deadline_at(),
-            )
+        instance = NewInstance(
+            instance_id,
+            await seal(instance_id, item.get("params"), f"params of batch item {index}"),
+            key=key,
+            priority=check_priority(
+                item.get("priority", 0), what=f"priority of batch item {index}"
+            ),
+            traceparent=valid_traceparent(item.get("traceparent")),
+            tags=tags_json(item.get("tags"), where=f"tags of batch item {index}"),
+            version=versions[asked],
+            retention=retention_json(
+                item.get("retention"), where=f"retention of batch item {index}"
+            ),
+            deadline_at=deadline_at,
         )
+        new.append(BatchItem(instance, conflict, ready_at))
     return new

@@ -59,8 +59,11 @@ async def create_reserved(
 ) -> list[InstanceRecord]:
     """Create ``items`` of ``workflow``; a worker in this process (``reserve``) takes what it
     has room for at once."""
-    version = items[0].version if items else DEFAULT_VERSION  # one version per create
-    reservation = reserve(workflow, len(items), version) if reserve is not None else None
+    versions = {item.version for item in items} or {DEFAULT_VERSION}
+    # Slots are held for one version (Worker.reserve); a batch of several is left to claims.
+    reservation = None
+    if reserve is not None and len(versions) == 1:
+        reservation = reserve(workflow, len(items), versions.pop())
     if reservation is None:
         return await store.create_instances(
             workflow, items, trigger=trigger, skip_existing=skip_existing

@@ -218,20 +218,37 @@ class WorkflowBinding:
         trigger: str = "api",
         version: str | None = None,
     ) -> list[Instance]:
-        """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ...,
-        "key"?: ..., "priority"?: ..., "traceparent"?: ..., "tags"?: ...}, ...]`` (``key``,
-        ``priority``, ``traceparent`` and ``tags`` as in :meth:`create`).
+        """Create many instances in one transaction: ``[{"id"?: ..., "params"?: ..., ...},
+        ...]``. Each item takes what :meth:`create` takes for one instance but ``dedup_key``
+        and ``on_duplicate``: ``key``, ``priority``, ``traceparent``, ``tags``, ``version``
+        (default: this call's ``version``), ``retention``, ``timeout``, ``on_conflict`` and
+        ``debounce``, checked the same way; a bad one raises naming the item's index and the
+        field, and nothing is created.
 
-        Idempotent: ids that already exist are skipped. Returns a handle for every item, in order.
-        Items take no ``dedup_key``: a duplicate would be skipped, and its handle would name an
-        instance that was never created; use :meth:`create` for those. ``version``: as in
-        :meth:`create`, for every item.
+        Idempotent: ids that already exist are skipped (before their key's ``on_conflict``
+        acts). The items are created in order, so a later item of a key sees what an earlier
+        one did (a burst of debounced items is one instance). Returns a handle for every item,
+        in order: a debounced item that joined an instance names that instance, as
+        :meth:`create` does. Items take no ``dedup_key``: a duplicate would be skipped, and its
+        handle would name an instance that was never created; use :meth:`create` for those.
         """
         await self._check()
-        chosen = await self._version_of(self.name, version)
-        new = await batch_instances(items, self._params, chosen, self._deadline_at)
-        await self._create(new, trigger, skip_existing=True)
-        return [self._instance(item.id) for item in new]
+
+        async def version_of(asked: str | None) -> str:
+            return await self._version_of(self.name, version if asked is None else asked)
+
+        now = self._store.now()
+        batch = await batch_instances(items, self._params, version_of, self._default_timeout(), now)
+        if any(b.on_conflict is not None for b in batch):
+            records = await self._store.closing.create_keyed_batch(
+                self.name, batch, trigger=trigger
+            )
+            return [
+                self._instance(b.item.id if r is None else r.id)
+                for b, r in zip(batch, records, strict=True)
+            ]
+        await self._create([b.item for b in batch], trigger, skip_existing=True)
+        return [self._instance(b.item.id) for b in batch]
 
     async def get(self, id: str) -> Instance:
         """A handle on an existing instance; unknown ids raise ``InstanceNotFoundError``, ids no

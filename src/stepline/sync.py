@@ -171,9 +171,15 @@ class SyncWorkflowBinding:
         return SyncInstance(self._portal, self._portal.call(made))
 
     def create_batch(
-        self, items: Iterable[Mapping[str, Any]], *, trigger: str = "api"
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        trigger: str = "api",
+        version: str | None = None,
     ) -> list[SyncInstance]:
-        made = self._portal.call(self._binding.create_batch(list(items), trigger=trigger))
+        """:meth:`stepline.WorkflowBinding.create_batch`: each item takes a create's options."""
+        batch = self._binding.create_batch(list(items), trigger=trigger, version=version)
+        made = self._portal.call(batch)
         return [SyncInstance(self._portal, i) for i in made]
 
     def get(self, id: str) -> SyncInstance:

@@ -88,6 +88,28 @@ async def test_every_operator(store: Store, clock: ManualClock, text: str, expec
     assert await _ids(store, text) == expected
 
 
+async def _paged(store: Store, text: str, oldest_first: bool) -> list[str]:
+    found: list[str] = []
+    cursor = None
+    while True:
+        page = await store.operations.search(parse(text), 1, cursor, oldest_first=oldest_first)
+        found += [record.id for record in page.instances]
+        if page.cursor is None:
+            return found
+        cursor = page.cursor
+
+
+@pytest.mark.parametrize(("text", "expected"), FILTERS, ids=[t for t, _ in FILTERS])
+async def test_every_operator_pages_one_at_a_time(
+    store: Store, clock: ManualClock, text: str, expected: list[str]
+):
+    """A page after a cursor bounds the tag tests by the cursor's pk too (a negated one
+    included): pages of one, either way, are the whole answer."""
+    await _tagged(store, clock)
+    assert await _paged(store, text, oldest_first=True) == expected
+    assert await _paged(store, text, oldest_first=False) == expected[::-1]
+
+
 async def test_a_filtered_list_pages_newest_first_with_tags(store: Store, clock: ManualClock):
     await _tagged(store, clock)
     where = parse("exists customer")
@@ -236,7 +258,9 @@ async def test_a_crash_in_a_batch_acts_on_nothing(
     acting = operations._act if hasattr(operations, "_act") else None
     calls = 0
 
-    if acting is not None:  # PostgreSQL: the store's own method
+    if action == "restart":  # set-based: the batch's restarts are all written, then it dies
+        _die_after_restarting(store, monkeypatch)
+    elif acting is not None:  # PostgreSQL: the store's own method
 
         async def dying(self: Any, *args: Any) -> None:
             nonlocal calls
@@ -269,6 +293,63 @@ async def test_a_crash_in_a_batch_acts_on_nothing(
     assert await acted() == 7
 
 
+def _die_after_restarting(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepline.store.postgres.bulk_restart import BulkRestart
+    from stepline.store.sqlite import operations as module
+
+    if hasattr(store.operations, "_restart"):  # PostgreSQL
+        real_run = BulkRestart.run
+
+        async def dying(self: Any, *args: Any) -> Any:
+            await real_run(self, *args)
+            raise StoreError("the worker died here")
+
+        monkeypatch.setattr(BulkRestart, "run", dying)
+        return
+    real = module.restart_batch
+
+    def dying_sync(*args: Any) -> Any:
+        real(*args)
+        raise StoreError("the worker died here")
+
+    monkeypatch.setattr(module, "restart_batch", dying_sync)
+
+
+async def test_a_bulk_restart_batch_is_the_single_restart_of_each(store: Store, store_url: str):
+    """A batch restarts each instance as ``control(restart)`` does: the steps from the step
+    asked go with the events they consumed, those before it stay, the version is kept; an
+    instance whose dedup key another holds, or that never ran the step, is skipped."""
+    for instance_id in ("r0", "r1", "r2", "dup"):
+        item = NewInstance(instance_id, None, dedup_key="k" if instance_id == "dup" else None)
+        await store.create_instances(WF, [item], trigger="api", skip_existing=False)
+        await store.send_event(WF, instance_id, "go", None)
+        claim = await claim_one(store, instance_id)
+        await store.record_step(claim.lease, write("a", 1), store.now())
+        if instance_id != "r2":  # r2 never runs step b
+            await store.record_step(claim.lease, write("b", 2), store.now())
+        error = {"name": "E", "message": "e"}
+        await store.finish(claim.lease, Finish("errored", error=error), store.now())
+    raw(store_url, "UPDATE events SET consumed_by = 'b-1'")
+    await store.create_instances(
+        WF, [NewInstance("holder", None, dedup_key="k")], trigger="api", skip_existing=False
+    )
+    versions = {r.id: r.version for r in (await store.list_instances(WF, None, 50, None)).instances}
+    job = await store.operations.start_bulk(
+        NewBulkJob("b", "restart", parse("status = 'errored'"), from_step="b")
+    )
+    job = await _run(store, "b", batch=10)
+    assert (job.total, job.done, job.skipped) == (4, 2, 2)
+    assert job.last_skip is not None and "'holder'" in job.last_skip  # dup's, the last
+    for instance_id in ("r0", "r1"):
+        record = await store.get_instance(WF, instance_id)
+        assert (record.status, record.version) == ("queued", versions[instance_id])
+        assert [s.name for s in await store.get_steps(WF, instance_id)] == ["a"]
+        assert [e.consumed_by for e in await store.get_events(WF, instance_id)] == [None]
+    assert (await store.get_instance(WF, "dup")).status == "errored"
+    assert [e.consumed_by for e in await store.get_events(WF, "r2")] == ["b-1"]
+    assert [s.name for s in await store.get_steps(WF, "dup")] == ["a", "b"]
+
+
 async def test_cancel_and_lookups(store: Store):
     await store.create_instances(
         WF, [NewInstance(f"i{n}", None) for n in range(5)], trigger="api", skip_existing=False
@@ -297,3 +378,16 @@ async def test_finish_then_write_keeps_tags(store: Store):
     await store.record_step(claim.lease, write("s", 1), store.now())
     await store.finish(claim.lease, Finish("complete", output="1"), store.now())
     assert await _ids(store, "t = 1 and status = 'complete'") == ["f"]
+
+
+async def test_a_bulk_job_keeps_who_started_it(store: Store):
+    by = await store.operations.start_bulk(
+        NewBulkJob("who", "pause", parse("id = 'a'"), started_by="ops-admin")
+    )
+    anonymous = await store.operations.start_bulk(NewBulkJob("anon", "pause", parse("id = 'a'")))
+    assert (by.started_by, anonymous.started_by) == ("ops-admin", None)
+    await store.operations.run_bulk_batch("who", 10)
+    assert (await store.operations.bulk_job("who")).started_by == "ops-admin"
+    listed = {j.id: j.started_by for j in await store.operations.bulk_jobs(None, 10)}
+    assert listed == {"who": "ops-admin", "anon": None}
+    assert (await store.operations.cancel_bulk("anon")).started_by is None

@@ -4,11 +4,13 @@ watches (an instance changed); on stores that push notifications, other stores' 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
 from stepline import ManualClock
-from stepline.store.base import ChangeWatch, Finish, NewInstance, Store
+from stepline.store.base import ChangeWatch, Finish, NewInstance, StepWrite, Store
+from stepline.store.types import UpdateAnswer
 
 from ._support import HOUR, WF, claim_one, create, in_state
 from .conftest import OpenStore
@@ -85,6 +87,70 @@ async def test_ready_listeners_are_called_whenever_an_instance_may_have_become_r
     seen = calls.count
     await create(store, "b")
     assert calls.count == seen
+
+
+async def test_a_suspension_until_a_time_signals_that_timer_not_ready(
+    store: Store, clock: ManualClock
+) -> None:
+    """A finish that suspends an instance until a later time tells the timer listeners that
+    time, and the ready listeners nothing; one that an event overtook (runnable now) tells the
+    ready listeners; a suspension without a time tells neither."""
+    ready = Calls()
+    timers: list[float] = []
+    store.signals.add_ready_listener(ready)
+    store.signals.add_timer_listener(timers.append)
+    await create(store, "a")
+    claim = await claim_one(store, "a")
+    seen = ready.count
+    wake_at = store.now() + HOUR
+    await store.finish(claim.lease, Finish("waiting", wake_at=wake_at, event_seq=0), store.now())
+    assert (ready.count, timers) == (seen, [wake_at])
+    clock.advance(HOUR)
+    claim = await claim_one(store, "a")
+    await store.finish(claim.lease, Finish("waiting", event_seq=claim.event_seq), store.now())
+    assert (ready.count, timers) == (seen, [wake_at])
+    await store.send_event(WF, "a", "go", None)
+    claim = await claim_one(store, "a")
+    await store.send_event(WF, "a", "late", None)
+    seen = ready.count
+    later = store.now() + HOUR
+    end = Finish("waiting", wake_at=later, event_seq=claim.event_seq)
+    await store.finish(claim.lease, end, store.now())
+    assert ready.count > seen and timers == [wake_at]
+    store.signals.remove_timer_listener(timers.append)
+    store.signals.remove_ready_listener(ready)
+
+
+async def test_an_answer_watch_is_told_the_answer_a_handler_s_end_record_wrote(
+    store: Store,
+) -> None:
+    """A handler's end, carried by a finish or written as a step record, tells the watches of
+    its update the answer once committed; an acceptance tells nothing."""
+    await create(store, "a")
+    claim = await claim_one(store, "a")
+    await store.finish(claim.lease, Finish("waiting", event_seq=0), store.now())
+    for update_id in ("u1", "u2"):
+        await store.messages.send_update(WF, "a", update_id, "decide", "[]")
+    claim = await claim_one(store, "a")
+    (first, second) = claim.history.events
+    signals = store.signals
+    with signals.watch_answer(WF, "a", "u1") as one, signals.watch_answer(WF, "a", "u2") as two:
+        accept = StepWrite(
+            "@update:decide", 1, 0, "update", "running", started_at=store.now(),
+            consume_event=first.pk, update="u1",
+        )  # fmt: skip
+        await store.record_step(claim.lease, accept, store.now())
+        assert not one.done()
+        ended = replace(accept, status="complete", output='{"ok": 1}', consume_event=None)
+        await store.record_step(claim.lease, ended, store.now())
+        assert one.result() == UpdateAnswer("u1", "complete", '{"ok": 1}', None)
+        error = {"name": "ValueError", "message": "no"}
+        accept = replace(accept, count=2, seq=1, consume_event=second.pk, update="u2")
+        await store.record_step(claim.lease, accept, store.now())
+        ended = replace(accept, status="errored", error=error, consume_event=None)
+        end = Finish("waiting", event_seq=claim.event_seq, steps=(ended,))
+        await store.finish(claim.lease, end, store.now())
+        assert two.result() == UpdateAnswer("u2", "errored", None, error)
 
 
 async def test_a_change_watch_sees_this_process_s_control_actions_and_finishes(

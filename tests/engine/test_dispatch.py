@@ -24,6 +24,7 @@ from stepline import (
     workflow,
 )
 from stepline.store.base import History, NewInstance, StepWrite
+from stepline.worker import Worker, WorkerSettings
 
 from ..conftest import EngineFactory, drain
 
@@ -46,6 +47,13 @@ async def worker_running(engine: Engine) -> AsyncIterator[None]:
 @workflow(name="quick")
 async def quick(event: WorkflowEvent, step: WorkflowStep) -> Any:
     return await step.do("only", lambda: event.payload)
+
+
+@workflow(name="timed-napper")
+async def timed_napper(event: WorkflowEvent, step: WorkflowStep) -> Any:
+    await step.do("before", lambda: 1)
+    await step.sleep("nap", "0.5 seconds")
+    return "woke"
 
 
 @workflow(name="gated")
@@ -298,3 +306,42 @@ async def test_a_timer_due_while_every_slot_was_taken_runs_when_one_frees(
         GATE.set()
         assert (await busy.wait(timeout=5)).output == "through"
         assert (await sleeper.wait(timeout=5)).output == "awake"
+
+
+async def test_a_suspension_on_a_timer_costs_no_claim_and_runs_at_its_timer(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An activation that suspends until a time tells its worker the timer instead of waking it
+    to look at the database (that look would only find the timer): no claim until then, and the
+    instance runs at its timer though the worker polls only every 30 s."""
+    async with Engine(store_url, [timed_napper], worker=False) as engine:
+        store = engine.store
+        settings = WorkerSettings(poll_interval=30.0, min_poll_interval=30.0)
+        worker = Worker(store, engine.workflows, settings)
+        claims: list[float] = []
+        suspended: list[tuple[float, float]] = []
+        real_claim, real_finish = store.claim, store.finish
+
+        async def claim(*args: Any, **kwargs: Any) -> Any:
+            claims.append(store.now())
+            return await real_claim(*args, **kwargs)
+
+        async def finish(lease: Any, end: Any, now: float) -> str:
+            status = await real_finish(lease, end, now)
+            if status == "waiting":
+                suspended.append((store.now(), end.wake_at))
+            return status
+
+        monkeypatch.setattr(store, "claim", claim)
+        monkeypatch.setattr(store, "finish", finish)
+        task = asyncio.create_task(worker.run())
+        try:
+            instance = await engine.workflow("timed-napper").create()
+            assert (await instance.wait(timeout=10)).output == "woke"
+        finally:
+            worker.stop()
+            await task
+        ((at, wake_at),) = suspended
+        after = [when for when in claims if when >= at]
+        assert after, "the instance ran again without a claim"
+        assert min(after) >= wake_at - 0.05, "a claim ran before the timer was due"

@@ -180,3 +180,15 @@ def test_every_digest_is_compared_whichever_matches(monkeypatch: pytest.MonkeyPa
         tokens.identify(secret.encode())
         assert len(calls) == len(TOKENS), secret  # no early exit on the first match
         assert all(len(a) == len(b) == 32 for a, b in calls)
+
+
+async def test_a_bulk_job_names_the_token_that_started_it(
+    client: tuple[Engine, httpx.AsyncClient],
+) -> None:
+    _, http = client
+    body = {"action": "pause", "where": "id = 'a'"}
+    started = await http.post("/api/bulk", json=body, headers=auth("admin"))
+    assert started.status_code == 201, started.text
+    assert started.json()["started_by"] == "t-admin"
+    job = await http.get(f"/api/bulk/{started.json()['id']}", headers=auth("read"))
+    assert job.json()["started_by"] == "t-admin"

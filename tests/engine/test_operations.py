@@ -5,12 +5,16 @@ input answers 400 naming the column, never a 500 nor SQL."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
+import orjson
 import pytest
+from click.testing import CliRunner
 
 from stepline import Engine, ManualClock, WorkflowEvent, WorkflowStep, workflow
+from stepline.cli import cli
 from stepline.http import create_app
 from stepline.operations.language import FilterError, TagError
 from stepline.operations.runner import BulkRunner
@@ -104,6 +108,12 @@ async def test_bulk_jobs_through_the_engine(make_engine: EngineFactory, clock: M
             await engine.bulk.start("explode", "id = 'a'")  # type: ignore[arg-type]
         with pytest.raises(BulkJobNotFoundError):
             await engine.bulk.cancel("nope")
+        by = await engine.bulk.start("pause", "id = 'a'", started_by="ops (cli)")
+        assert (by.started_by, job.started_by) == ("ops (cli)", None)
+        assert (await engine.bulk.get(by.id)).to_json()["started_by"] == "ops (cli)"
+        for bad in ("", "x" * 201, "nul\x00"):
+            with pytest.raises(ValueError, match="started_by must be"):
+                await engine.bulk.start("pause", "id = 'a'", started_by=bad)
 
 
 async def binding_get(engine: Engine, instance_id: str) -> Any:
@@ -179,6 +189,7 @@ async def test_tags_and_bulk_over_http(make_engine: EngineFactory, clock: Manual
             await BulkRunner(engine.store).run_once()
             job = (await client.get(f"/api/bulk/{job_id}")).json()
             assert (job["status"], job["done"]) == ("complete", 1)
+            assert job["started_by"] is None  # the API is open: nobody to name
             assert (await client.get("/api/bulk")).json()["jobs"][0]["id"] == job_id
             assert (await client.post(f"/api/bulk/{job_id}/cancel")).json()["status"] == "complete"
             for url in ("/api/bulk/a%00b", "/api/instances/count?workflow=a%00b"):
@@ -193,3 +204,24 @@ async def test_tags_and_bulk_over_http(make_engine: EngineFactory, clock: Manual
             for body in ({"action": "x"}, {"action": "pause", "extra": 1}, [], {"action": "pause"}):
                 resp = await client.post("/api/bulk", json=body)
                 assert resp.status_code == 400, (body, resp.text)
+
+
+def test_the_cli_names_who_started_a_job(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def seed() -> None:
+        async with Engine(store_url, [charge], worker=False) as engine:
+            await engine.workflow("charge").create("a")
+
+    asyncio.run(seed())
+    monkeypatch.setattr("getpass.getuser", lambda: "alice")
+    runner = CliRunner()
+    base = ["--database", store_url]
+    started = runner.invoke(
+        cli, [*base, "workflows", "instances", "bulk", "pause", "--where", "id = 'a'", "--json"]
+    )
+    assert started.exit_code == 0, started.output
+    job = orjson.loads(started.output)
+    assert job["started_by"] == "alice (cli)"
+    described = runner.invoke(cli, [*base, "bulk", "describe", job["id"]])
+    assert "Started by: alice (cli)" in described.output, described.output
+    listed = runner.invoke(cli, [*base, "bulk", "list"], env={"COLUMNS": "200"})
+    assert "alice (cli)" in listed.output, listed.output

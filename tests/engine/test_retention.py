@@ -19,6 +19,7 @@ from stepline import (
 )
 from stepline.cli._render import describe_workflow, fmt_time, instance_fields
 from stepline.clock import ManualClock
+from stepline.cloudflare import Env
 from stepline.http import create_app
 from stepline.project import load_project, load_workflow
 from stepline.workflow import definition_of
@@ -171,6 +172,30 @@ async def test_over_http_and_cloudflares_api_an_instance_brings_its_own_retentio
             ended = await engine.store.get_instance("kept", "c")
             assert ended.delete_at == pytest.approx((ended.ended_at or 0) + 3600)
             assert (await http.get(f"{url}/b")).status_code == 404
+
+
+async def test_cloudflares_batch_creates_bring_each_instances_retention(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    async with make_engine([kept], clock=clock) as engine:
+        transport = httpx.ASGITransport(app=create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://stepline") as http:
+            cf = "/client/v4/accounts/acct/workflows/kept/instances/batch"
+            body = [
+                {"instance_id": "h1", "instance_retention": {"success_retention": 3_600_000}},
+                {"instance_id": "h2"},
+            ]
+            made = await http.post(cf, json=body)
+            assert made.status_code == 201, made.text
+        env = Env({"KEPT": "kept"})
+        env.attach(engine)
+        await env.KEPT.create_batch(
+            [{"id": "p1", "retention": {"successRetention": "2 hours"}}, {"id": "p2"}]
+        )
+        await drain(engine)
+        ends = {i: await engine.store.get_instance("kept", i) for i in ("h1", "h2", "p1", "p2")}
+        kept_for = {i: (r.delete_at or 0) - (r.ended_at or 0) for i, r in ends.items()}
+        assert kept_for == pytest.approx({"h1": 3600, "h2": 7 * DAY, "p1": 7200, "p2": 7 * DAY})
 
 
 async def test_describe_shows_when_retention_deletes_the_instance(

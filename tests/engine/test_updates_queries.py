@@ -310,3 +310,30 @@ def test_the_sync_facade_queries_and_updates(store_url: str) -> None:
         assert instance.read_stream("none").items == []
         reply = engine.workflow("order").create_and_update("s2", "add", 2, timeout=30)
         assert reply == {"total": 2}
+
+
+async def test_an_update_answered_in_this_process_reaches_its_caller_without_a_read(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker of the caller's process writes the answer: the caller takes it from the
+    store's signal, and never reads the answered update back."""
+    async with stepline.Engine(store_url, [Order]) as engine:
+        inst = await engine.workflow("order").create(id="o1", params={"steps": 1})
+        for _ in range(1000):
+            if (await inst.record()).status == "waiting":
+                break
+            await asyncio.sleep(0.01)
+        messages = engine.store.messages
+        reads: list[Any] = []
+        real = messages.get_update
+
+        async def get_update(*args: Any) -> Any:
+            found = await real(*args)
+            reads.append(found)
+            return found
+
+        monkeypatch.setattr(messages, "get_update", get_update)
+        assert await inst.update("add", 4, update_id="u1", timeout=10) == {"total": 5}
+        assert not [r for r in reads if r is not None and r.answered]
+        monkeypatch.undo()
+        assert (await inst.update_result("u1")) == {"total": 5}

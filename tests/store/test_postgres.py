@@ -10,6 +10,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -33,6 +34,7 @@ from stepline.store.migrations import load_migrations
 from stepline.store.postgres import PostgresStore, parse_url, split_url
 from stepline.store.postgres.pools import StoreConnection
 from stepline.store.postgres.sql import CLAIM_IN_ORDER
+from stepline.store.types import UpdateAnswer
 from stepline.worker import Worker, WorkerSettings
 
 from .._pg import ThrowawayServer, connect, drop_schema, pg_admin_url
@@ -1328,3 +1330,145 @@ async def test_rows_added_while_an_instance_is_deleted_go_with_it(
         assert left == [(0,)], "the event committed while the delete waited was left behind"
     finally:
         await store.close()
+
+
+# -- updates -------------------------------------------------------------------------------------
+
+
+def update_events(schema: str) -> int:
+    """How many update events the schema holds (``get_events`` leaves them out)."""
+    found = query(
+        sql.SQL("SELECT count(*) FROM {}.events WHERE type = '@update'").format(
+            sql.Identifier(schema)
+        )
+    )
+    return int(found[0][0])
+
+
+async def test_an_update_whose_send_reply_is_lost_is_recorded_once(
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An update is recorded by one autocommitted statement; retried after its reply was lost,
+    it finds the update it recorded and returns it, pending, with one event."""
+    schema = fresh(schemas)
+    store = PostgresStore(url_for(schema), ManualClock(1000.0))
+    await store.open()
+    try:
+        await store.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        lost = lose_one_reply(store, monkeypatch, "INSERT INTO {}.updates".format(f'"{schema}"'))
+        record = await store.messages.send_update("w", "a", "u1", "decide", "[1]")
+        assert lost == [True], "the fault was not injected"
+        monkeypatch.undo()
+        assert (record.update_id, record.status, record.created_at) == ("u1", "pending", 1000.0)
+        assert await store.messages.get_update("w", "a", "u1") == record
+        assert update_events(schema) == 1
+    finally:
+        await store.close()
+
+
+async def test_sends_of_one_update_id_queued_on_the_instance_lock_record_it_once(
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sends of one update id wait for the instance's row lock: the second to run does not
+    see the first's update in its snapshot, inserts nothing, and runs again to read it. Both
+    return the same update, recorded once."""
+    schema = fresh(schemas)
+    store = PostgresStore(url_for(schema), ManualClock(1000.0))
+    await store.open()
+    runs: list[str] = []
+    real = store._db.retrying
+
+    async def counted(what: str, attempt: Any, *, priority: bool = False) -> Any:
+        runs.append(what)
+        return await real(what, attempt, priority=priority)
+
+    monkeypatch.setattr(store._db, "retrying", counted)
+    try:
+        await store.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        locker = await psycopg.AsyncConnection.connect(pg_admin_url())
+        async with locker, locker.transaction():
+            await locker.execute(
+                sql.SQL("SELECT pk FROM {}.instances WHERE id = 'a' FOR UPDATE").format(
+                    sql.Identifier(schema)
+                )
+            )
+            sends = [
+                asyncio.create_task(
+                    store.messages.send_update("w", "a", "same", "decide", f"[{n}]")
+                )
+                for n in range(2)
+            ]
+            for _ in range(1000):  # until both wait for the lock
+                blocked = query(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE %s",
+                    (f'%INSERT INTO "{schema}".updates%',),
+                )
+                if blocked[0][0] >= 2:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the sends did not wait for the lock")
+        first, second = await asyncio.gather(*sends)
+        assert first == second
+        assert update_events(schema) == 1
+        assert len([what for what in runs if what.startswith("sending an update")]) == 3
+    finally:
+        await store.close()
+
+
+async def test_an_answer_reaches_another_store_s_watch_with_its_notification(
+    schemas: list[str],
+) -> None:
+    """A handler's end that another store (another process) commits notifies its answer with
+    the instance's change, and this store's watch of that update is told it (no read); an
+    answer too long for a notification is left out of it (the change is still told)."""
+    url = url_for(fresh(schemas))
+    here, there = PostgresStore(url), PostgresStore(url)
+    await here.open()
+    await there.open()
+    try:
+        await here.create_instances(
+            "w", [NewInstance("a", None)], trigger="api", skip_existing=False
+        )
+        (claim,) = (await there.claim("me", ["w"], 5, 30.0, there.now())).claims
+        await there.finish(claim.lease, Finish("waiting", event_seq=0), there.now())
+        for update_id in ("u1", "u2"):
+            await here.messages.send_update("w", "a", update_id, "decide", "[]")
+        (claim,) = (await there.claim("me", ["w"], 5, 30.0, there.now())).claims
+        first, second = claim.history.events
+        signals = here.signals
+        with (
+            signals.watch_changes("w", "a") as watch,
+            signals.watch_answer("w", "a", "u1") as one,
+            signals.watch_answer("w", "a", "u2") as two,
+        ):
+            accept = StepWrite(
+                "@update:decide", 1, 0, "update", "running", started_at=there.now(),
+                consume_event=first.pk, update="u1",
+            )  # fmt: skip
+            await there.record_step(claim.lease, accept, there.now())
+            # u2 first, its end a step record too long to notify with its answer
+            other = replace(accept, count=2, seq=1, consume_event=second.pk, update="u2")
+            await there.record_step(claim.lease, other, there.now())
+            long = '"' + "x" * 9000 + '"'
+            ended = replace(other, status="complete", output=long, consume_event=None)
+            await there.record_step(claim.lease, ended, there.now())
+            await asyncio.wait_for(watch.wait(10), 20)  # its change is told
+            assert not two.done()
+            # u1's end, carried by the finish, with its answer
+            ended = replace(accept, status="complete", output='{"ok": 1}', consume_event=None)
+            end = Finish("waiting", event_seq=claim.event_seq, steps=(ended,))
+            await there.finish(claim.lease, end, there.now())
+            assert await asyncio.wait_for(one, 10) == UpdateAnswer(
+                "u1", "complete", '{"ok": 1}', None
+            )
+            record = await here.messages.get_update("w", "a", "u2")
+            assert record is not None and record.reply == "x" * 9000
+    finally:
+        await there.close()
+        await here.close()

@@ -4,13 +4,15 @@ outcomes dropped, idle threads ended, and the engine ending them when it closes.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import warnings
 from typing import Any
 
 import pytest
 
-from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
-from stepline._threads import NAME, StepThreads
+from stepline import Engine, WorkflowEvent, WorkflowStep, _threads, workflow
+from stepline._threads import NAME, WAITS_PER_TURN, StepThreads
 
 pytestmark = pytest.mark.both_loops
 
@@ -142,3 +144,101 @@ async def test_a_closed_engine_leaves_no_idle_step_thread(tmp_path: Any) -> None
         assert (await inst.wait(timeout=10)).output == [1, 1, 1, 1]
     assert ran and all(t.name.startswith(NAME) for t in ran)
     join(ran)
+
+
+async def test_a_call_into_an_idle_pool_that_ends_within_the_wait_is_done_on_return() -> None:
+    """One call at a time (a sync step's usual case): the caller waits for it on its own
+    thread, and the loop need not wake for it. (A long wait here: the outcome must not
+    depend on how soon the machine runs the thread.)"""
+    pool = StepThreads(limit=2, wait=10.0)
+    loop = asyncio.get_running_loop()
+    await pool.call(loop, int, ())  # starts the thread: a call that starts one does not wait
+    for n in range(3):
+        future = pool.call(loop, lambda n=n: n * 2, ())
+        assert future.done() and future.result() == n * 2
+    failed = pool.call(loop, {}.__getitem__, ("missing",))
+    assert failed.done()
+    with pytest.raises(KeyError, match="missing"):
+        failed.result()
+    pool.release_idle()
+
+
+async def test_a_call_past_the_wait_or_beside_another_completes_through_the_loop() -> None:
+    """A call still running when the wait runs out, and one made while another runs (no
+    wait then: the loop has other calls to see to), end through the loop; a later waited
+    call gets its own outcome, not a late one's."""
+    pool = StepThreads(limit=3, wait=0.001)
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(pool.call(loop, int, ()), pool.call(loop, int, ()))  # two threads
+    gate = Gate()
+    slow = pool.call(loop, gate, ("slow",))  # waited for 1 ms, then left to the loop
+    assert not slow.done()
+    quick = pool.call(loop, int, ("5",))  # to the other idle thread
+    assert not quick.done()  # another call was running: not waited for
+    assert await quick == 5
+    gate.open.set()
+    assert await slow == "slow"
+    assert await asyncio.to_thread(pool.wait_idle, 5)
+    for n in range(3):
+        future = pool.call(loop, gate, (n,))
+        assert (await future) == n
+    pool.release_idle()
+    join(gate.threads)
+
+
+async def test_in_one_turn_of_the_loop_only_one_tasks_calls_are_waited_for() -> None:
+    """Tasks ready together (instances running side by side) do not wait in turn for their
+    calls: the first task's are waited for, the others' go to the threads at once."""
+    pool = StepThreads(limit=2, wait=10.0)
+    loop = asyncio.get_running_loop()
+    await pool.call(loop, int, ())
+
+    async def calls(n: int) -> list[bool]:
+        futures = [pool.call(loop, int, (str(n),)) for _ in range(2)]
+        done = [future.done() for future in futures]
+        assert await asyncio.gather(*futures) == [n, n]
+        return done
+
+    first, second = await asyncio.gather(calls(1), calls(2))  # both start in one turn
+    assert first == [True, True] and second == [False, False]
+    await asyncio.to_thread(pool.wait_idle, 5)
+    assert pool.call(loop, int, ()).done()  # a later turn: waited for again
+    pool.release_idle()
+
+
+async def test_a_task_calling_without_yielding_is_waited_for_a_few_calls_a_turn() -> None:
+    """A task that calls and calls without yielding (each outcome already there) would hold
+    the loop: past a few waited calls in one turn, its calls go through the loop."""
+    pool = StepThreads(limit=2, wait=10.0)
+    loop = asyncio.get_running_loop()
+    await pool.call(loop, int, ())
+    done = []
+    for _ in range(WAITS_PER_TURN + 1):
+        future = pool.call(loop, int, ())
+        done.append(future.done())
+        await future  # done: no turn of the loop
+    assert done == [True] * WAITS_PER_TURN + [False]
+    pool.release_idle()
+
+
+def test_a_forked_child_waits_on_pipes_of_its_own() -> None:
+    """A child forked after its parent waited for a call must not share the parent's pipes:
+    a byte meant for one process's wait could be read by the other's."""
+    parent = _threads._bell()
+    report_read, report_write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads running
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            child = _threads._bell()
+            shared = os.fstat(child.read).st_ino == os.fstat(parent.read).st_ino
+            os.write(report_write, b"shared" if shared else b"own")
+        finally:
+            os._exit(0)
+    os.close(report_write)
+    try:
+        assert os.read(report_read, 16) == b"own"
+    finally:
+        os.close(report_read)
+        os.waitpid(pid, 0)

@@ -24,7 +24,7 @@ from ..errors import (
     StepTimeoutError,
     _EngineSignal,
 )
-from ..payloads import step_column
+from ..payloads import escaped, step_column
 from ..records import Attempt, StepRecord
 from ..step import StepCallback, StepContext
 from . import slots
@@ -198,9 +198,11 @@ async def run_attempts(
                 encoded, decoded = _json.encode(
                     result, what=f"the result of step {label!r}", limit=state.encode_limit()
                 )
-                encoded = await state.settings.payloads.seal(
-                    encoded, state.slot(step_column(*step.key))
-                )
+                payloads = state.settings.payloads
+                if payloads.plain:  # most deployments: no coroutine, no slot
+                    encoded = escaped(encoded)
+                else:
+                    encoded = await payloads.seal(encoded, state.slot(step_column(*step.key)))
             except InvalidPayloadError as exc:
                 attempts.append(Attempt(number, now, ended, None))
                 if seen is not None:

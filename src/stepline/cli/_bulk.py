@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import getpass
 from typing import Any
 
 import click
@@ -46,7 +47,9 @@ def bulk_action(
         async with state.client() as engine:
             if dry_run:
                 return await engine.bulk.dry_run(action, where, workflow=workflow)
-            job = await engine.bulk.start(action, where, workflow=workflow, from_step=from_step)
+            job = await engine.bulk.start(
+                action, where, workflow=workflow, from_step=from_step, started_by=_who()
+            )
             return await engine.bulk.wait(job.id) if wait else job
 
     result = run_async(go())
@@ -87,11 +90,11 @@ def list_jobs(state: State, status: Any, limit: int, as_json: bool) -> None:
     if not jobs:
         state.out.print(Text("There are no bulk jobs"))
         return
-    table = Table("Id", "Action", "Status", "Done", "Skipped", "Total", "Created", "Filter")
+    table = Table("Id", "Action", "Status", "Done", "Skipped", "Total", "Created", "By", "Filter")
     for job in jobs:
         table.add_row(
             job.id, job.action, job.status, str(job.done), str(job.skipped), str(job.total),
-            fmt_time(job.created_at), Text(job.filter),
+            fmt_time(job.created_at), Text(job.started_by or "-"), Text(job.filter),
         )  # fmt: skip
     state.out.print(table)
 
@@ -126,6 +129,14 @@ cancel_job = _job_command(
 wait_job = _job_command("wait", "Wait until a bulk job has ended, then describe it.")
 
 
+def _who() -> str:
+    """Who starts a job from the shell: the OS user, as the job shows it (``alice (cli)``)."""
+    try:
+        return f"{getpass.getuser()} (cli)"
+    except (OSError, KeyError):  # no name for this uid (a bare container)
+        return "cli"
+
+
 def _print_job(state: State, job: BulkJob) -> None:
     lines = [
         f"Bulk job {job.id}: {job.action} {job.status}",
@@ -135,6 +146,8 @@ def _print_job(state: State, job: BulkJob) -> None:
     ]
     if job.ended_at is not None:
         lines.append(f"Ended: {fmt_time(job.ended_at)}")
+    if job.started_by:
+        lines.append(f"Started by: {job.started_by}")
     if job.last_skip:
         lines.append(f"Last skipped: {job.last_skip}")
     for line in lines:

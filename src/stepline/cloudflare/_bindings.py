@@ -93,12 +93,19 @@ class WorkflowBinding:
         return WorkflowInstance(instance)
 
     async def create_batch(self, batch: Iterable[Mapping[str, Any]]) -> list[WorkflowInstance]:
-        """Create many instances in one transaction: ``[{"id": ..., "params": ...}, ...]``;
-        ids that already exist are kept as they are."""
+        """Create many instances in one transaction: ``[{"id": ..., "params": ...,
+        "retention": ...}, ...]`` (each item as :meth:`create` takes it); ids that already exist
+        are kept as they are."""
         items: list[dict[str, Any]] = []
         for index, item in enumerate(batch):
-            given = _options(item, {}, f"create_batch item {index}")
-            items.append({key: given[key] for key in ("id", "params") if key in given})
+            what = f"create_batch item {index}"
+            given = _options(item, {}, what)
+            made: dict[str, Any] = {k: given[k] for k in ("id", "params") if k in given}
+            retention = from_cloudflare(
+                given.get("retention"), "successRetention", "errorRetention",
+                where=f"retention of {what}",
+            )  # fmt: skip
+            items.append({**made, "retention": retention})
         return [WorkflowInstance(i) for i in await self._client().create_batch(items)]
 
     async def get(self, id: str) -> WorkflowInstance:

@@ -12,6 +12,7 @@ from ..engine import Engine
 from ..store.operations import BULK_ACTIONS
 from ._input import MISSING, RequestReader, query_int
 from .errors import ApiError, JsonResponse, client_errors
+from .roles import caller
 
 _BODY_KEYS = ("action", "where", "workflow", "from_step", "dry_run")
 
@@ -51,11 +52,13 @@ class BulkEndpoints:
                     raise ValueError("from_step goes with the restart action only")
                 run = await bulk.dry_run(action, body.get("where"), workflow=body.get("workflow"))
                 return JsonResponse(run.to_json())
+            token = caller(request)  # who: the token's name (none when the API is open)
             job = await bulk.start(
                 action,
                 body.get("where"),
                 workflow=body.get("workflow"),
                 from_step=body.get("from_step"),
+                started_by=None if token is None else token.name,
             )
         return JsonResponse(job.to_json(), status_code=201)
 

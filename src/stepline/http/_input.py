@@ -80,10 +80,10 @@ class RequestReader:
             )
 
     def new_instance(self, item: Any, where: str, *, single: bool = True) -> dict[str, Any]:
-        """A create's item: ``id``, ``params``, ``key`` and ``priority``, and for a single
-        create ``dedup_key``, ``on_duplicate``, ``retention``, ``timeout``, ``on_conflict`` and
-        ``debounce``; absent keys are left out (the client's defaults apply). The client checks
-        the values' ranges (durations included)."""
+        """A create's item: ``id``, ``params``, ``key``, ``priority``, ``tags``, ``retention``,
+        ``version``, ``timeout``, ``on_conflict`` and ``debounce``, and for a single create
+        ``dedup_key`` and ``on_duplicate`` too; absent keys are left out (the client's defaults
+        apply). The client checks the values' ranges (durations included)."""
         if not isinstance(item, dict):
             raise ApiError(
                 400, "invalid_input", f"{where} must be a JSON object like "
@@ -138,17 +138,11 @@ class RequestReader:
         return items
 
 
-_BATCH_KEYS = ("id", "params", "key", "priority", "tags")
-_SINGLE_KEYS = (
-    *_BATCH_KEYS,
-    "dedup_key",
-    "on_duplicate",
-    "retention",
-    "version",
-    "timeout",
-    "on_conflict",
-    "debounce",
-)
+_BATCH_KEYS = (
+    "id", "params", "key", "priority", "tags", "retention", "version", "timeout",
+    "on_conflict", "debounce",
+)  # fmt: skip
+_SINGLE_KEYS = (*_BATCH_KEYS, "dedup_key", "on_duplicate")
 
 
 def query_int(request: Request, key: str, default: int, low: int, high: int) -> int:

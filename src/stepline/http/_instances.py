@@ -109,7 +109,7 @@ class InstanceEndpoints:
         traceparent = request.headers.get("traceparent")
         if traceparent is not None:  # the caller's trace, for every instance of the batch
             items = [{"traceparent": traceparent, **item} for item in items]
-        version = request.query_params.get("version")  # one version for the whole batch
+        version = request.query_params.get("version")  # for the items that name none
         with client_errors():
             binding = self.engine.workflow(name)
             created = await binding.create_batch(items, trigger="http", version=version)

@@ -50,6 +50,26 @@ def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str
             "description": "Lower runs first among runnable instances.",
         },
         "tags": TAGS_SCHEMA,
+        "retention": {
+            "type": ["object", "null"],
+            "additionalProperties": {"type": ["string", "number"]},
+            "description": "How long this instance is kept once it ends, by outcome "
+            '(`{"complete": "7 days", "errored": "30 days", "terminated": "1 day"}`), '
+            "over its workflow's retention.",
+        },
+        "version": {**_VERSION, "description": "The workflow version (default: newest)."},
+        "timeout": {
+            **_DURATION,
+            "description": "The instance's deadline from now (default: the "
+            "workflow's `timeout`): past it, it errors with `WorkflowTimeoutError`.",
+        },
+        "on_conflict": {
+            "enum": ["debounce", "replace_queued"],
+            "description": "With `key`: `debounce` (and `debounce`) makes a burst of "
+            "creates one instance with the last params; `replace_queued` terminates the "
+            "key's instances that have not started. The answer names the instance.",
+        },
+        "debounce": {**_DURATION, "description": "The quiet period of `debounce`."},
     }
     return {
         "NewInstance": {
@@ -68,31 +88,15 @@ def create_schemas(max_payload: int, *, status_enum: dict[str, Any]) -> dict[str
                     "is created.",
                 },
                 "on_duplicate": {"enum": ["return", "raise"], "default": "return"},
-                "retention": {
-                    "type": ["object", "null"],
-                    "additionalProperties": {"type": ["string", "number"]},
-                    "description": "How long this instance is kept once it ends, by outcome "
-                    '(`{"complete": "7 days", "errored": "30 days", "terminated": "1 day"}`), '
-                    "over its workflow's retention.",
-                },
-                "version": {**_VERSION, "description": "The workflow version (default: newest)."},
-                "timeout": {
-                    **_DURATION,
-                    "description": "The instance's deadline from now (default: the "
-                    "workflow's `timeout`): past it, it errors with `WorkflowTimeoutError`.",
-                },
-                "on_conflict": {
-                    "enum": ["debounce", "replace_queued"],
-                    "description": "With `key`: `debounce` (and `debounce`) makes a burst of "
-                    "creates one instance with the last params; `replace_queued` terminates the "
-                    "key's instances that have not started. The answer names the instance.",
-                },
-                "debounce": {**_DURATION, "description": "The quiet period of `debounce`."},
             },
         },
         "BatchItem": {
             "type": "object",
             "additionalProperties": False,
+            "description": "One instance of a batch: the options of a single create but "
+            "`dedup_key` and `on_duplicate`, checked the same way (a bad one is a 400 naming "
+            "the item and the field, and nothing is created). Items are created in order: a "
+            "later item of a key sees what an earlier one did.",
             "properties": batch_item,
         },
         "InstanceState": {

@@ -134,8 +134,8 @@ def instance_paths() -> dict[str, Any]:
                     {
                         "name": "version",
                         "in": "query",
-                        "description": "The workflow version of every instance (default: the "
-                        "newest); an unknown one is a 400 and nothing is created.",
+                        "description": "The workflow version of every item that names none "
+                        "(default: the newest); an unknown one is a 400 and nothing is created.",
                         "schema": {"type": "string"},
                     },
                 ],

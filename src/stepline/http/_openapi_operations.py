@@ -71,6 +71,11 @@ def operations_schemas() -> dict[str, Any]:
         "created_at": {"type": "number"},
         "updated_at": {"type": "number"},
         "ended_at": NUMBER_OR_NULL,
+        "started_by": {
+            "type": ["string", "null"],
+            "description": "Who started it: the API token's name (null when the API is open), "
+            "or what the Python caller or the CLI said.",
+        },
     }
     return {
         "BulkJob": {"type": "object", "required": list(job), "properties": job},

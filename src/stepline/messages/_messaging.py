@@ -141,10 +141,24 @@ class Messaging:
         update_id: str | None,
         timeout: Duration | None,
     ) -> Any:
-        record = await self.send_update(workflow, instance_id, name, args, update_id)
-        if record.answered:
-            return _updates.outcome(record, f"update {name!r} of {workflow}/{instance_id}")
-        return await self.reply(workflow, instance_id, record.update_id, timeout)
+        # Watched from before the send: the reply's signal cannot come before the watch, and
+        # the send's answer (pending) needs no second read. An answer written by this process
+        # comes with its signal: no read at all.
+        chosen = _updates.check_update_id(update_id)
+        signals = self._store.signals
+        with (
+            signals.watch_changes(workflow, instance_id) as watch,
+            signals.watch_answer(workflow, instance_id, chosen) as answer,
+        ):
+            record = await self.send_update(workflow, instance_id, name, args, chosen)
+            if record.answered:
+                return _updates.outcome(record, f"update {name!r} of {workflow}/{instance_id}")
+            # (Not for an update the instance ended without answering: that is read at once.)
+            sent = None if record.instance_status in FINISHED_STATUSES else (watch, record)
+            return await _updates.wait_for_reply(
+                self._store, workflow, instance_id, record.update_id, timeout, self.payloads,
+                sent=sent, answer=answer,
+            )  # fmt: skip
 
     async def reply(
         self, workflow: str, instance_id: str, update_id: str, timeout: Duration | None

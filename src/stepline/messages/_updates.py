@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from .. import _json
@@ -17,6 +18,7 @@ from ..handlers import check_handler_name
 from ..payloads import PayloadCodec, Slot, update_column
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, UpdateRecord
+from ..store.types import ChangeWatch, UpdateAnswer
 from ._waiting import changes, deadline_of
 
 MAX_UPDATE_ID = 200
@@ -59,7 +61,7 @@ async def opened(
     if not codec.is_sealed(record.reply):
         return record
     slot = Slot(workflow, instance_id, update_column(record.update_id))
-    return dataclasses.replace(record, reply=await codec.open(record.reply, slot))
+    return replace(record, reply=await codec.open(record.reply, slot))
 
 
 def outcome(record: UpdateRecord, what: str) -> Any:
@@ -72,6 +74,18 @@ def outcome(record: UpdateRecord, what: str) -> Any:
     raise UpdateFailedError(what, error["name"], error["message"])
 
 
+async def _answered(
+    codec: PayloadCodec, sent: UpdateRecord, answer: UpdateAnswer, workflow: str, instance_id: str
+) -> Any:
+    """The reply (or error raised) of an answer signalled in this process."""
+    reply = None if answer.reply is None else _json.loads(answer.reply)
+    record = replace(sent, status=answer.status, reply=reply, error=answer.error)
+    opened_record = await opened(codec, workflow, instance_id, record)
+    return outcome(
+        opened_record, f"update {sent.name!r} ({sent.update_id}) of {workflow}/{instance_id}"
+    )
+
+
 async def wait_for_reply(
     store: Store,
     workflow: str,
@@ -79,14 +93,23 @@ async def wait_for_reply(
     update_id: str,
     timeout: Duration | None,
     codec: PayloadCodec,
+    *,
+    sent: tuple[ChangeWatch, UpdateRecord] | None = None,
+    answer: asyncio.Future[UpdateAnswer] | None = None,
 ) -> Any:
     """The reply of update ``update_id`` once it has one (or its error raised):
     :class:`UpdateFailedError` if the instance ends without answering it,
-    :class:`TimeoutError` after ``timeout``, ``LookupError`` for an update id it never got."""
+    :class:`TimeoutError` after ``timeout``, ``LookupError`` for an update id it never got.
+
+    ``sent``: the watch of the instance begun before the update was sent, and the unanswered
+    record the send returned: the first read waits for a change (the send's answer stands
+    until then)."""
     deadline = deadline_of(timeout, "timeout")
     label = f"update {update_id!r} of {workflow}/{instance_id}"
-    record: UpdateRecord | None = None
-    async for _ in changes(store, workflow, instance_id, deadline):
+    watch, record = sent if sent is not None else (None, None)
+    async for _ in changes(store, workflow, instance_id, deadline, watch=watch):
+        if answer is not None and answer.done() and record is not None:
+            return await _answered(codec, record, answer.result(), workflow, instance_id)
         record = await store.messages.get_update(workflow, instance_id, update_id)
         if record is None:
             raise LookupError(

@@ -84,11 +84,13 @@ class Bulk:
         workflow: str | None = None,
         from_step: str | None = None,
         id: str | None = None,
+        started_by: str | None = None,
     ) -> BulkJob:
         """Start a durable job: the workers act on every instance that matches now (those
         created later are not in it), in batches, each exactly once; returns the job (see
         :meth:`get`, :meth:`wait`, :meth:`cancel`). ``from_step``: a restart from that step
-        (its first run), kept steps before it."""
+        (its first run), kept steps before it. ``started_by``: who starts it (1-200 characters
+        of plain text), kept with the job to be shown (the HTTP API gives the token's name)."""
         chosen = self._filter(action, where, workflow)
         if from_step is not None and action != "restart":
             raise ValueError("from_step goes with the restart action only")
@@ -97,8 +99,14 @@ class Bulk:
         job_id = id if id is not None else f"bulk-{uuid.uuid4().hex[:12]}"
         if not plain_text(job_id) or not 0 < len(job_id) <= 200:
             raise ValueError(f"invalid bulk job id {job_id!r}: 1-200 characters of plain text")
+        if started_by is not None and (
+            not plain_text(started_by) or not 0 < len(started_by) <= 200
+        ):
+            raise ValueError(
+                f"started_by must be 1-200 characters of plain text, got {started_by!r}"
+            )
         return await self._store.operations.start_bulk(
-            NewBulkJob(job_id, action, chosen, from_step)
+            NewBulkJob(job_id, action, chosen, from_step, started_by)
         )
 
     async def get(self, job_id: str) -> BulkJob:

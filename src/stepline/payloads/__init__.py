@@ -16,6 +16,7 @@ from .codec import (
     update_column,
 )
 from .config import BlobsConfig, PayloadConfig, build_codec, parse_size
+from .envelope import escaped
 from .keys import KeyRing, KeySource, new_key
 from .s3 import S3BlobStore
 from .sweep import sweep_orphans
@@ -33,6 +34,7 @@ __all__ = [
     "S3BlobStore",
     "Slot",
     "build_codec",
+    "escaped",
     "event_column",
     "new_key",
     "parse_size",

@@ -94,6 +94,12 @@ class PayloadCodec:
         else ``max_payload``."""
         return 1 << 62 if self.blobs is not None else self.max_payload
 
+    @property
+    def plain(self) -> bool:
+        """Whether values are stored as their JSON (escaped): no blob store and no keys, so a
+        caller may skip :meth:`seal` and use :func:`escaped`."""
+        return self.blobs is None and self.keys is None
+
     async def seal(self, text: str, slot: Slot, *, offload: bool = True) -> str:
         """The text to store for a value whose JSON is ``text``. Raises ``BlobStoreError``
         when the blob store fails (nothing is stored then), ``InvalidPayloadError`` when the

@@ -45,6 +45,7 @@ from .schedules import ScheduleStore
 from .signals import Signals
 from .stats import EndedCount, FleetCounts, StatsStore
 from .types import (
+    BatchItem,
     ChangeWatch,
     Claim,
     Claimed,
@@ -68,6 +69,7 @@ from .types import (
 from .workers import WorkerStore
 
 __all__ = [
+    "BatchItem",
     "ChangeWatch",
     "Claim",
     "Claimed",

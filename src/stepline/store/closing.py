@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ..records import InstanceRecord
-from .types import KeyedConflict, Lease, NewInstance
+from .types import BatchItem, KeyedConflict, Lease, NewInstance
 
 Interruption = Literal["timeout", "cancel"]
 """The controls an interrupted instance carries to the activation that ends it."""
@@ -86,6 +86,20 @@ class ClosingStore(abc.ABC):
 
         An existing ``item.id`` raises ``InstanceAlreadyExistsError``, a dedup key held
         ``DuplicateInstanceError``, and nothing is written.
+        """
+
+    @abc.abstractmethod
+    async def create_keyed_batch(
+        self, workflow: str, items: Sequence[BatchItem], *, trigger: str
+    ) -> list[InstanceRecord | None]:
+        """Create ``items`` in order in one durable transaction, each as one call would:
+        one with ``on_conflict`` as :meth:`create_keyed` does (so a later item of a key sees
+        what an earlier one did), one without as :meth:`Store.create_instances` does.
+
+        An item whose id exists (or came earlier in ``items``) is skipped before anything of
+        its key is settled: its place in the result is None. Otherwise its place holds the
+        instance it created, or for a debounce that joined one, that instance (its own id).
+        Of concurrent calls for one workflow and key, each sees the others' whole.
         """
 
     @abc.abstractmethod

@@ -47,6 +47,8 @@ class NewBulkJob:
     action: BulkAction
     filter: Filter
     from_step: str | None = None
+    started_by: str | None = None
+    """Who started it (an API token's name, say), kept to be shown; None for nobody named."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class BulkJob:
     ended_at: float | None
     cursor: int = 0
     """The pk of the last instance it reached (in pk order)."""
+    started_by: str | None = None
+    """Who started it (:attr:`NewBulkJob.started_by`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,12 +90,13 @@ class BulkJob:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "ended_at": self.ended_at,
+            "started_by": self.started_by,
         }
 
 
 BULK_COLUMNS = (
     "id, action, filter, from_step, status, total, done, skipped, last_skip, created_at,"
-    " updated_at, ended_at, cursor"
+    " updated_at, ended_at, cursor, started_by"
 )
 
 
@@ -149,7 +154,8 @@ class OperationsStore(abc.ABC):
     async def start_bulk(self, job: NewBulkJob) -> BulkJob:
         """Record a running bulk job durably, in one transaction with what it will act on: the
         instances that match its filter now, up to the newest pk now (instances created later
-        are not in it); ``total`` is how many match. An id in use: ``ValueError``."""
+        are not in it); ``total`` is how many match; ``started_by`` is kept as given. An id in
+        use: ``ValueError``."""
 
     @abc.abstractmethod
     async def run_bulk_batch(self, job_id: str, batch: int) -> BulkJob:

@@ -147,6 +147,16 @@ KeyedConflict = Literal["debounce", "replace_queued"]
 
 
 @dataclass(frozen=True)
+class BatchItem:
+    """One item of :meth:`ClosingStore.create_keyed_batch`: an instance to create, and for a
+    keyed create what it does with the instances its key holds and when it becomes runnable."""
+
+    item: NewInstance
+    on_conflict: KeyedConflict | None = None
+    ready_at: float | None = None
+
+
+@dataclass(frozen=True)
 class StepWrite:
     """A step's new state, written by :meth:`Store.record_step` (insert or replace)."""
 
@@ -213,6 +223,25 @@ class UpdateRecord:
     @property
     def answered(self) -> bool:
         return self.status in ("complete", "errored", "rejected")
+
+
+@dataclass(frozen=True)
+class UpdateAnswer:
+    """An update's answer as a handler's end record wrote it (:meth:`Signals.answered`)."""
+
+    update_id: str
+    status: UpdateStatus
+    reply: str | None
+    """The reply as stored (JSON text) when ``complete``."""
+    error: dict[str, str] | None
+
+    @classmethod
+    def of(cls, write: StepWrite) -> UpdateAnswer | None:
+        """The answer a step record carries: one that ends an update's handler."""
+        if write.update is None or write.status not in ("complete", "errored"):
+            return None
+        reply = write.output if write.status == "complete" else None
+        return cls(write.update, write.status, reply, write.error)
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,24 @@ _CONVERTIBLE: dict[object, bool] = {}
 
 def returns_of(fn: Callable[..., Any]) -> Any:
     """The return type ``fn`` declares, if values are converted into it; else None."""
+    # Every step asks: a function's (or bound method's) answer is kept by its code, looked up
+    # before anything else.
+    try:
+        code = fn.__code__
+    except AttributeError:
+        code = None
+    else:
+        found = _RETURNS.get(code, _NO_TYPE)
+        if found is not _NO_TYPE:
+            return found
     target = getattr(fn, "__func__", fn)
     annotations = getattr(target, "__annotations__", None)
     if not annotations or "return" not in annotations:
-        return None
-    key = getattr(target, "__code__", None) or target
+        found = None
+        if code is not None:
+            _RETURNS[code] = found
+        return found
+    key = code or target
     found = _RETURNS.get(key, _NO_TYPE)
     if found is _NO_TYPE:
         found = declared(target, "return")

@@ -70,15 +70,28 @@ class ClaimLoop:
         self.deadlines = Deadlines(store, registry.keys())
         self._claim_after = 0.0
         """Monotonic time before which the loop claims nothing (after a clock step)."""
+        self._woken = False
+        """Whether ``_wake`` was set to look at the database now (not only for a timer)."""
+        self._timer_at: float | None = None
+        """The earliest timer :meth:`timer` told of since the loop last looked (store time)."""
 
     def wake(self) -> None:
         """Something may be runnable: look at the database now instead of at the next poll."""
         self._wanted = True
         self._pacing.told()
+        self._woken = True
         self._wake.set()
+
+    def timer(self, at: float) -> None:
+        """An instance this process suspended becomes runnable at ``at`` (store time): the
+        loop's wait ends by then. (A look at the database now would only learn that timer.)"""
+        if self._timer_at is None or at < self._timer_at:
+            self._timer_at = at
+            self._wake.set()  # the wait recomputes its end (see _idle)
 
     def interrupt(self) -> None:
         """End the loop's wait (the worker is stopping)."""
+        self._woken = True
         self._wake.set()
 
     def ended(self, workflow: str, *, holding: bool) -> None:
@@ -105,6 +118,7 @@ class ClaimLoop:
         # looked since every slot was taken. Otherwise new work comes by wake, and timers by
         # the loop's own wait.
         if self.backlog or self._wanted:
+            self._woken = True
             self._wake.set()
 
     async def run(self) -> None:
@@ -120,6 +134,8 @@ class ClaimLoop:
         pacing.start(fastest, self.settings.poll_interval)
         while not self._stopping.is_set():
             self._wake.clear()
+            self._woken = False
+            self._timer_at = None  # this look (or its next_look) covers the timers told so far
             await self.deadlines.expire()
             free = self._slots.free()
             step = self._clock.step()
@@ -170,7 +186,7 @@ class ClaimLoop:
                         continue  # there may be more: claim again at once
                     # Fewer than asked: nothing else was runnable. New work arrives by
                     # notification (or the next poll); timers by the wait below.
-                if self._wake.is_set():
+                if self._woken:
                     # Woken while it claimed: it claims again at once, whatever the timers.
                     pacing.waited(True)
                     continue
@@ -225,7 +241,15 @@ class ClaimLoop:
         return min(idle_wait, max(nxt - self.store.now(), 0.0))
 
     async def _idle(self, timeout: float) -> bool:
-        """Wait for a wake or ``timeout``; whether a wake ended it."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        return self._wake.is_set()
+        """Wait for a wake or ``timeout`` (brought forward to a timer told meanwhile); whether a
+        wake ended it."""
+        end = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(end - time.monotonic(), 0.0))
+            at = self._timer_at
+            if self._woken or not self._wake.is_set() or at is None:
+                return self._wake.is_set()
+            self._timer_at = None
+            self._wake.clear()
+            end = min(end, time.monotonic() + max(at - self.store.now(), 0.0))

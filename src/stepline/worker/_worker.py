@@ -206,6 +206,7 @@ class Worker:
     async def run(self) -> None:
         """Run until :meth:`stop` is called, then shut down gracefully."""
         self.store.signals.add_ready_listener(self.wake)
+        self.store.signals.add_timer_listener(self._loop.timer)
         self._heartbeat.started_at = self.store.now()
         # The fleet's view of this worker (its heartbeat, its share) ends before the drain.
         fleet_tasks = [
@@ -235,6 +236,7 @@ class Worker:
         finally:
             self._running = False
             self.store.signals.remove_ready_listener(self.wake)
+            self.store.signals.remove_timer_listener(self._loop.timer)
             # Leave the worker list first: a stopping worker takes no more work, so its peers
             # take its share of fleet-wide limits now, not once it has drained.
             await _cancel(fleet_tasks)

@@ -102,8 +102,8 @@ class InstanceEndpoints:
 
     async def create_batch(self, request: Request) -> Response:
         given = _input.new_instances(self.reader, await self.reader.json(request))
-        # A batch creates in one transaction with no per-instance retention: theirs is ignored.
-        items = [{"id": item["id"], "params": item["params"]} for item in given]
+        keys = ("id", "params", "retention")  # each instance's own retention, as a create's
+        items = [{key: item[key] for key in keys} for item in given]
         binding = self.engine.workflow(request.path_params["name"])
         with client_errors():
             created = await binding.create_batch(items, trigger="http")

@@ -3,13 +3,14 @@ against the columns (``columns``), rendered to parameterised SQL per dialect (``
 
 from .errors import FilterError, TagError
 from .parser import parse
-from .render import Rendered, render
+from .render import PkWindow, Rendered, render
 from .tags import TagValue, check_tags
 from .tree import Filter
 
 __all__ = [
     "Filter",
     "FilterError",
+    "PkWindow",
     "Rendered",
     "TagError",
     "TagValue",

@@ -21,6 +21,16 @@ Dialect = Literal["sqlite", "postgres"]
 
 
 @dataclass(frozen=True)
+class PkWindow:
+    """The instance pks a query reads (both bounds exclusive; None: unbounded): a page after a
+    cursor, a bulk batch. Each tag test reads its index within them too, so that a later page
+    or batch does not read again the tag rows of every earlier one."""
+
+    above: int | None = None
+    below: int | None = None
+
+
+@dataclass(frozen=True)
 class Rendered:
     """A condition on ``instances`` aliased ``i``, and its parameters in order."""
 
@@ -28,18 +38,26 @@ class Rendered:
     params: list[Any] = field(default_factory=list)
 
 
-def render(filter_: Filter | None, dialect: Dialect, *, tags_table: str) -> Rendered:
+def render(
+    filter_: Filter | None,
+    dialect: Dialect,
+    *,
+    tags_table: str,
+    window: PkWindow | None = None,
+) -> Rendered:
     """The condition for ``filter_`` (``1 = 1`` for none), with ``?`` (SQLite) or ``%s``
-    (PostgreSQL) placeholders; ``tags_table`` is the tags table's (qualified) name."""
+    (PostgreSQL) placeholders; ``tags_table`` is the tags table's (qualified) name. ``window``:
+    the pks the query reads (the caller bounds ``i.pk`` itself), which bound the tag tests."""
     if filter_ is None or filter_.expr is None:
         return Rendered("1 = 1")
-    out = _Renderer(dialect, tags_table)
+    out = _Renderer(dialect, tags_table, window or PkWindow())
     return Rendered(out.expr(filter_.expr), out.params)
 
 
 class _Renderer:
-    def __init__(self, dialect: Dialect, tags_table: str) -> None:
+    def __init__(self, dialect: Dialect, tags_table: str, window: PkWindow) -> None:
         self.mark = "?" if dialect == "sqlite" else "%s"
+        self.window = window
         self.like = "LIKE" if dialect == "sqlite" else "ILIKE"  # case-insensitive in both
         self.tags = tags_table
         self.params: list[Any] = []
@@ -113,17 +131,34 @@ class _Renderer:
     def present(self, column: Column) -> str:
         if column.tag:
             key = self.bind(column.name)
-            return f"i.pk IN (SELECT t.instance_pk FROM {self.tags} t WHERE t.key = {key})"
+            return (
+                f"i.pk IN (SELECT t.instance_pk FROM {self.tags} t WHERE t.key = {key}"
+                f"{self.bounds()})"
+            )
         return f"i.{BUILTINS[column.name].sql} IS NOT NULL"
 
     def tag_exists(self, column: Column, kind: str, test: Callable[[], str]) -> str:
         """A test of the tag ``column`` holding a value of ``kind``; ``test`` renders the
-        value's condition (after the key, so that the parameters stay in text order)."""
+        value's condition (after the key, so that the parameters stay in text order).
+
+        Only text tags have a ``text_value``, so a text test needs no ``kind``: it reads the
+        index (key, text_value, instance_pk) alone, in pk order for an equality. Numbers and
+        booleans share ``num_value``: their index is (key, kind, num_value, instance_pk)."""
         key = self.bind(column.name)
+        kind_test = "" if kind == "s" else f" AND t.kind = '{kind}'"
         return (
             f"i.pk IN (SELECT t.instance_pk FROM {self.tags} t WHERE t.key = {key}"
-            f" AND t.kind = '{kind}' AND {test()})"
+            f"{kind_test} AND {test()}{self.bounds()})"
         )
+
+    def bounds(self) -> str:
+        """The window's bounds on a tag test's rows (bound after the test's own values)."""
+        out = ""
+        if self.window.above is not None:
+            out += f" AND t.instance_pk > {self.bind(self.window.above)}"
+        if self.window.below is not None:
+            out += f" AND t.instance_pk < {self.bind(self.window.below)}"
+        return out
 
 
 def _slot(value: Value) -> tuple[str, Any]:

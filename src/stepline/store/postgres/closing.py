@@ -12,7 +12,7 @@ from ...errors import LeaseLostError
 from ...records import InstanceRecord
 from .._rows import INTERRUPTED
 from ..closing import DEADLINE_BATCH, ERRORS, ClosingStore, Interruption, interruption
-from ..types import KeyedConflict, Lease, NewInstance
+from ..types import BatchItem, KeyedConflict, Lease, NewInstance
 from .db import Database
 from .keyed import KeyedCreates
 from .notes import Notes
@@ -190,6 +190,14 @@ class PostgresClosing(ClosingStore):
         )
         self._ready()
         return record
+
+    async def create_keyed_batch(
+        self, workflow: str, items: Sequence[BatchItem], *, trigger: str
+    ) -> list[InstanceRecord | None]:
+        records = await self._keyed.create_keyed_batch(workflow, items, trigger, self._now())
+        if any(record is not None for record in records):
+            self._ready()
+        return records
 
     async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
         if not workflows:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..._json import dumps, loads
-from ...errors import IllegalStateError, InstanceNotFoundError, LeaseLostError
+from ...errors import IllegalStateError, InstanceNotFoundError, LeaseLostError, StoreError
 from ...records import FINISHED_STATUSES
 from ..messages import QUERY_EXPIRY, MessageStore
 from ..signals import Signals
@@ -33,8 +33,11 @@ from ..types import (
 from .db import Database
 from .notes import Notes
 from .pools import Conn
-from .sql import _STEP_UPSERT, render
+from .sql import _STEP_UPSERT, ANSWERS_JOIN, ANSWERS_NOTE, render
 
+_SEND_TRIES = 5
+"""Runs of ``send_update`` before giving up on a row it neither inserted nor sees (one more
+than the first only after a concurrent send of the same update id)."""
 _UPDATE_COLUMNS = "u.update_id, u.name, u.status, u.reply, u.error, u.created_at, u.ended_at"
 _CHANGED = (
     "pg_notify(%(channel)s::text, json_build_object('s', %(source)s::text, 'w', workflow,"
@@ -91,28 +94,34 @@ _RECORDED = (
 """The step record itself (insert or replace, fenced), in each statement below."""
 
 _TEMPLATES = {
-    "lock_instance": """
-        SELECT pk FROM {s}.instances WHERE workflow = %(workflow)s AND id = %(id)s FOR UPDATE
-    """,
-    # After the lock (a statement of its own: this one's snapshot then sees a concurrent send
-    # of the same update id that committed while the lock was awaited).
+    # One statement, autocommitted: one round trip. The instance's row is locked first (a
+    # concurrent finish is waited for, and its status read as committed); the update's row
+    # goes in before its event (ON CONFLICT: of two sends of one update id, one inserts), and
+    # the event takes the number the update's row was given. A concurrent send of the same id
+    # that committed while the lock was awaited is not in this statement's snapshot: nothing is
+    # inserted, nothing is returned as old, and the caller runs the statement again.
     "send_update": """
         WITH inst AS (
             SELECT pk, status FROM {s}.instances WHERE workflow = %(workflow)s AND id = %(id)s
+            FOR UPDATE
         ), old AS (
             SELECT """
     + _UPDATE_COLUMNS
     + """ FROM {s}.updates u JOIN inst ON u.instance_pk = inst.pk
             WHERE u.update_id = %(update_id)s
-        ), ev AS (
-            INSERT INTO {s}.events (instance_pk, type, payload, created_at)
-            SELECT pk, %(type)s, %(payload)s, %(now)s FROM inst
-            WHERE status NOT IN ('complete', 'errored', 'terminated')
-                AND NOT EXISTS (SELECT 1 FROM old)
-            RETURNING pk, instance_pk
         ), up AS (
             INSERT INTO {s}.updates (instance_pk, update_id, name, event_pk, status, created_at)
-            SELECT instance_pk, %(update_id)s, %(name)s, pk, 'pending', %(now)s FROM ev
+            SELECT pk, %(update_id)s, %(name)s,
+                nextval(pg_get_serial_sequence('{s}.events', 'pk')), 'pending', %(now)s
+            FROM inst
+            WHERE status NOT IN ('complete', 'errored', 'terminated')
+                AND NOT EXISTS (SELECT 1 FROM old)
+            ON CONFLICT (instance_pk, update_id) DO NOTHING
+            RETURNING instance_pk, event_pk
+        ), ev AS (
+            INSERT INTO {s}.events (pk, instance_pk, type, payload, created_at)
+            SELECT event_pk, instance_pk, %(type)s, %(payload)s, %(now)s FROM up
+            RETURNING pk, instance_pk
         ), woke AS (
             UPDATE {s}.instances SET event_seq = event_seq + 1,
                 ready_at = CASE WHEN status = 'waiting' THEN %(now)s ELSE ready_at END
@@ -174,10 +183,13 @@ _TEMPLATES = {
                 error = %(error)s::text, ended_at = %(ended_at)s::float8
             WHERE instance_pk = %(pk)s::bigint AND update_id = %(update)s::text
                 AND status IN ('pending', 'running') AND EXISTS (SELECT 1 FROM fence)
+            RETURNING update_id, status, reply, error
         )
-        SELECT status, workflow, id, """
-    + _CHANGED
-    + " FROM fence",
+        SELECT i.status, i.workflow, i.id, pg_notify(%(channel)s::text, """
+    + ANSWERS_NOTE
+    + """)
+        FROM fence i"""
+    + ANSWERS_JOIN.replace("{answers}", "answered a"),
     # A publish from run(): the record and its item.
     "publish_step": "WITH"
     + _FENCE
@@ -329,20 +341,29 @@ class PostgresMessages(MessageStore):
             "note": self._notes.note(workflow, instance_id),
         }
 
-        async def body(conn: Conn) -> UpdateRecord:
-            await conn.execute(sql["lock_instance"], params)
+        async def attempt(conn: Conn) -> list[Any]:
             cur = await conn.execute(sql["send_update"], params)
-            row = await cur.fetchone()
-            if row is None:
-                raise InstanceNotFoundError(workflow, instance_id)
-            status, sent, *old = row
-            if old[0] is not None:
-                return _update(old, status)
-            if not sent and status in FINISHED_STATUSES:
-                raise IllegalStateError(workflow, instance_id, status, "send an update to")
-            return UpdateRecord(update_id, name, "pending", None, None, now, None, status)
+            return await cur.fetchall()
 
-        record = await self._db.transaction(f"sending an update to {instance_id!r}", body)
+        what = f"sending an update to {instance_id!r}"
+        # Safe to repeat: a retry after a lost reply finds the update it recorded.
+        for _ in range(_SEND_TRIES):
+            rows = await self._db.retrying(what, attempt)
+            if not rows:
+                raise InstanceNotFoundError(workflow, instance_id)
+            status, sent, *old = rows[0]
+            if old[0] is not None:
+                record = _update(old, status)
+                break
+            if sent:
+                record = UpdateRecord(update_id, name, "pending", None, None, now, None, status)
+                break
+            if status in FINISHED_STATUSES:
+                raise IllegalStateError(workflow, instance_id, status, "send an update to")
+            # A concurrent send of this update id committed after this statement's snapshot:
+            # the next run sees it.
+        else:
+            raise StoreError(f"PostgreSQL: {what}: the update neither recorded nor found")
         if record.created_at == now and record.status == "pending":
             self._signals.ready()
         return record
@@ -419,6 +440,7 @@ class PostgresMessages(MessageStore):
             raise _lease_lost(lease)
         status, workflow, instance_id, _note = rows[0]
         if name != "accept_update":  # nobody waits for an acceptance
+            self._signals.answered(workflow, instance_id, (write,))
             self._signals.changed(workflow, instance_id)
         return str(status)
 

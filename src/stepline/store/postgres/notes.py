@@ -4,16 +4,20 @@ channel, and what a payload it receives asks it to wake.
 A payload is a JSON object: ``s``, the sending store's id (a store skips its own: it signalled
 itself when it committed); ``w`` and ``i``, the instance that changed, if one; ``ended``, the
 ``[workflow, id]`` pairs a finish batch ended; ``e``, true when those ended and nothing became
-runnable (then no worker needs to look for work).
+runnable (then no worker needs to look for work); ``u``, the answers of the instance's updates
+that a handler's end wrote, ``[update_id, status, reply, error]`` each (left out when the payload
+would be too long: the waiter reads the update).
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from ..._json import dumps, loads
 from ..signals import Signals
+from ..types import UpdateAnswer
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,8 @@ class Wake:
     """Something may have become runnable: wake the worker."""
     changed: list[tuple[str, str]]
     """The instances (workflow, id) that changed: wake their waiters."""
+    answers: list[UpdateAnswer]
+    """Answers of updates of the instance ``changed`` names first."""
 
 
 class Notes:
@@ -63,7 +69,26 @@ class Notes:
                 for item in ended
                 if isinstance(item, list) and len(item) == 2
             )
-        return Wake(data.get("e") is not True, changed)
+        answers = _answers(data.get("u")) if changed else []
+        return Wake(data.get("e") is not True, changed, answers)
+
+
+def _answers(items: Any) -> list[UpdateAnswer]:
+    """The ``u`` of a payload: ``[update_id, status, reply, error]`` each."""
+    found: list[UpdateAnswer] = []
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, list) or len(item) != 4:
+            continue
+        update_id, status, reply, error = item
+        if not isinstance(update_id, str) or status not in ("complete", "errored"):
+            continue
+        try:
+            failure = loads(error) if isinstance(error, str) else None
+        except ValueError:
+            continue
+        text = reply if isinstance(reply, str) else None
+        found.append(UpdateAnswer(update_id, status, text, failure))
+    return found
 
 
 class Wakeups:
@@ -80,6 +105,8 @@ class Wakeups:
             return
         if wake.ready:
             self._signals.ready()
+        if wake.answers:
+            self._signals.tell_answers(*wake.changed[0], wake.answers)
         for workflow, instance_id in wake.changed:
             self._signals.changed(workflow, instance_id)
 

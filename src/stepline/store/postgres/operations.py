@@ -11,7 +11,7 @@ from psycopg import sql
 
 from ..._json import dumps, loads
 from ...errors import LeaseLostError
-from ...operations.language import Filter, TagError, parse, render
+from ...operations.language import Filter, PkWindow, TagError, parse, render
 from ...operations.language.tags import MAX_TAGS
 from ...records import InstancePage, InstanceRecord, StepRecord
 from .._rows import decode_cursor, encode_cursor, instance_from_row, settle_sleeps, step_from_row
@@ -27,6 +27,7 @@ from ..operations import (
 )
 from ..signals import Signals
 from ..types import Lease
+from .bulk_restart import BulkRestart
 from .db import Database
 from .instances import InstanceWrites
 from .notes import Notes
@@ -52,6 +53,13 @@ _STEP_READS = {
 """The steps of many instances, read at once."""
 
 
+def _window(after: int | None, oldest_first: bool) -> PkWindow | None:
+    """The pks a page after the cursor's pk ``after`` reads."""
+    if after is None:
+        return None
+    return PkWindow(above=after) if oldest_first else PkWindow(below=after)
+
+
 class Statements:
     """The statements of one schema that a filter's condition completes."""
 
@@ -59,15 +67,18 @@ class Statements:
         self.s = sql.Identifier(schema).as_string()
         self.tags = f"{self.s}.instance_tags"
 
-    def search(self, where: Filter, *, after: bool, oldest_first: bool) -> tuple[str, list[Any]]:
-        """A page of ``where`` (then the cursor's pk if ``after``, then LIMIT)."""
-        cond = render(where, "postgres", tags_table=self.tags)
+    def search(
+        self, where: Filter, *, after: int | None, oldest_first: bool
+    ) -> tuple[str, list[Any]]:
+        """A page of ``where`` after the cursor's pk ``after`` if any (then LIMIT)."""
+        window = _window(after, oldest_first)
+        cond = render(where, "postgres", tags_table=self.tags, window=window)
         order = "ASC" if oldest_first else "DESC"
-        page = (" AND i.pk > %s" if oldest_first else " AND i.pk < %s") if after else ""
+        page = (" AND i.pk > %s" if oldest_first else " AND i.pk < %s") if after is not None else ""
         return (
             f"SELECT {INSTANCE_COLUMNS}, i.tags FROM {self.s}.instances i"
             f" WHERE ({cond.sql}){page} ORDER BY i.pk {order} LIMIT %s",
-            cond.params,
+            [*cond.params, *([after] if after is not None else [])],
         )
 
     def count(self, where: Filter, *, up_to: bool = False) -> tuple[str, list[Any]]:
@@ -91,6 +102,7 @@ class PostgresOperations(OperationsStore):
         self._notes = notes
         self._q = Statements(schema)
         self._steps = render_templates(_STEP_READS, schema)
+        self._restart = BulkRestart(schema)
         self._instances = instances
         self._retention = retention
         self._now = now
@@ -100,11 +112,8 @@ class PostgresOperations(OperationsStore):
         self, where: Filter, limit: int, cursor: str | None, *, oldest_first: bool = False
     ) -> InstancePage:
         after = decode_cursor(cursor)
-        statement, params = self._q.search(
-            where, after=after is not None, oldest_first=oldest_first
-        )
-        given = [after] if after is not None else []
-        rows = await self._db.read("listing instances", statement, (*params, *given, limit + 1))
+        statement, params = self._q.search(where, after=after, oldest_first=oldest_first)
+        rows = await self._db.read("listing instances", statement, (*params, limit + 1))
         records = [replace(instance_from_row(row), tags=loads(row[-1]) or {}) for row in rows]
         page = records[:limit]
         next_cursor = encode_cursor(page[-1].pk) if len(records) > limit else None
@@ -181,12 +190,13 @@ class PostgresOperations(OperationsStore):
             statement, params = self._q.count(job.filter, up_to=True)
             cur = await conn.execute(statement, (max_pk, *params))
             (total,) = await cur.fetchone() or (0,)
+            given = (job.id, job.action, job.filter.text, job.from_step, job.started_by)
             cur = await conn.execute(
-                f"INSERT INTO {s}.bulk_jobs (id, action, filter, from_step, status, max_pk,"
-                " total, created_at, updated_at)"
-                " VALUES (%s, %s, %s, %s, 'running', %s, %s, %s, %s)"
+                f"INSERT INTO {s}.bulk_jobs (id, action, filter, from_step, started_by, status,"
+                " max_pk, total, created_at, updated_at)"
+                " VALUES (%s, %s, %s, %s, %s, 'running', %s, %s, %s, %s)"
                 f" RETURNING {BULK_COLUMNS}",
-                (job.id, job.action, job.filter.text, job.from_step, max_pk, total, now, now),
+                (*given, max_pk, total, now, now),
             )
             return bulk_from_row(await cur.fetchone() or ())
 
@@ -210,7 +220,8 @@ class PostgresOperations(OperationsStore):
             job = bulk_from_row(found)
             if job.status != "running":
                 return job
-            cond = render(parse(job.filter), "postgres", tags_table=self._q.tags)
+            window = PkWindow(above=job.cursor, below=found[-1] + 1)
+            cond = render(parse(job.filter), "postgres", tags_table=self._q.tags, window=window)
             cur = await conn.execute(
                 f"SELECT i.pk, i.workflow, i.id FROM {s}.instances i"
                 f" WHERE i.pk > %s AND i.pk <= %s AND ({cond.sql}) ORDER BY i.pk LIMIT %s",
@@ -218,7 +229,16 @@ class PostgresOperations(OperationsStore):
             )
             rows = await cur.fetchall()
             skipped, last_skip = 0, job.last_skip
-            for _pk, workflow, instance_id in rows:
+            if job.action == "restart":  # set-based: a few statements for the whole batch
+                from_step = (job.from_step, 1) if job.from_step is not None else None
+                restarted = await self._restart.run(conn, rows, from_step, now)
+                acted.extend(restarted.acted)
+                skipped = len(restarted.skipped)
+                last_skip = restarted.skipped[-1] if restarted.skipped else last_skip
+                rows_left: list[tuple[int, str, str]] = []
+            else:
+                rows_left = rows
+            for _pk, workflow, instance_id in rows_left:
                 try:
                     await self._act(conn, job, workflow, instance_id, now)
                 except SKIPPABLE as exc:

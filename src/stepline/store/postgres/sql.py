@@ -49,6 +49,20 @@ _RECORD_STEP = """
     SELECT 0, status FROM fence
 """
 
+# The notification of updates answered (``{answers}``: their rows) of the instance ``i``: with
+# the answers, for a waiter in another process, unless that would pass the 8,000-byte payload
+# limit (then without them: the waiter reads the update). ``ANSWERS_NOTE`` is the payload of
+# a row joined with ``ANSWERS_JOIN``.
+ANSWERS_NOTE = "CASE WHEN octet_length(n.full) <= 7900 THEN n.full ELSE n.bare END"
+ANSWERS_JOIN = """
+    CROSS JOIN LATERAL (SELECT json_build_object('s', %(source)s::text, 'w', i.workflow,
+            'i', i.id, 'e', true,
+            'u', (SELECT json_agg(json_build_array(a.update_id, a.status, a.reply, a.error))
+                FROM {answers}))::text AS full,
+        json_build_object('s', %(source)s::text, 'w', i.workflow, 'i', i.id, 'e', true)::text
+            AS bare) n
+"""
+
 # A batch of step writes: the rows travel as one JSON parameter. In the batch statements below,
 # `i.pk = ANY(ARRAY(SELECT pk FROM <batch>))` repeats the join on pk as an index condition: the
 # planner takes a JSON batch for 100 rows and, on a table of up to tens of thousands of
@@ -320,11 +334,15 @@ _TEMPLATES: dict[str, str] = {
             JOIN held ON h_idx = w.idx
             WHERE w.upd IS NOT NULL AND a.instance_pk = w.pk AND a.update_id = w.upd
                 AND a.status IN ('pending', 'running')
-            RETURNING a.instance_pk
+            RETURNING a.instance_pk, a.update_id, a.status, a.reply, a.error
         ), answered_note AS (
-            SELECT pg_notify(%(channel)s, json_build_object('s', %(source)s::text,
-                'w', i.workflow, 'i', i.id, 'e', true)::text)
-            FROM {s}.instances i WHERE i.pk IN (SELECT DISTINCT instance_pk FROM answered)
+            SELECT pg_notify(%(channel)s, """
+    + ANSWERS_NOTE
+    + """)
+            FROM {s}.instances i"""
+    + ANSWERS_JOIN.replace("{answers}", "answered a WHERE a.instance_pk = i.pk")
+    + """
+            WHERE i.pk IN (SELECT DISTINCT instance_pk FROM answered)
         ), kids AS (
             SELECT h_parent::json ->> 'workflow' AS k_workflow, h_parent::json ->> 'id' AS k_id,
                 f.fnow AS k_now
@@ -347,7 +365,7 @@ _TEMPLATES: dict[str, str] = {
                 parked_on = f.parked_on
             FROM f JOIN held ON h_idx = f.idx
             WHERE i.pk = f.pk AND i.pk = ANY(ARRAY(SELECT pk FROM f))
-            RETURNING f.idx, i.status, i.workflow, i.id, i.parent, i.key
+            RETURNING f.idx, i.status, i.workflow, i.id, i.parent, i.key, i.ready_at
         ), woke AS (
             UPDATE {s}.instances p SET event_seq = p.event_seq + 1,
                 ready_at = CASE WHEN p.status = 'waiting' THEN k.k_now ELSE p.ready_at END
@@ -367,7 +385,7 @@ _TEMPLATES: dict[str, str] = {
             parent IS NOT NULL AND status IN ('complete', 'errored', 'terminated'),
             key IS NOT NULL OR EXISTS (SELECT 1 FROM {s}.workflows w WHERE w.name = u.workflow
                 AND w.limits IS NOT NULL AND w.limits::jsonb -> 'limits' <> '[]'::jsonb),
-            (SELECT count(*) FROM notes), (SELECT count(*) FROM answered_note)
+            (SELECT count(*) FROM notes), (SELECT count(*) FROM answered_note), ready_at
         FROM u
     """,
     "wake_parent_of": """
@@ -380,7 +398,9 @@ _TEMPLATES: dict[str, str] = {
     """,
     "finished_by": """
         WITH f AS (SELECT * FROM json_to_recordset(%s::json) AS f(idx int, pk bigint, token bigint))
-        SELECT f.idx, i.status, i.workflow, i.id, i.parent IS NOT NULL FROM {s}.instances i
+        SELECT f.idx, i.status, i.workflow, i.id, i.parent IS NOT NULL, NULL, NULL, NULL,
+            i.ready_at
+        FROM {s}.instances i
         JOIN f ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner IS NULL
         WHERE i.pk = ANY(ARRAY(SELECT pk FROM f))
     """,

@@ -319,9 +319,12 @@ class PostgresStore(Store):
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
         done = await self._finishes.submit(finish_row(lease, finish, now))
+        self.signals.answered(done.workflow, done.instance_id, finish.steps)
         self.signals.changed(done.workflow, done.instance_id)
-        if done.status == "waiting" or done.woke:
+        if done.woke:
             self.signals.ready()
+        else:
+            self.signals.suspended(done.status, done.ready_at, now)
         return done.status
 
     async def release(self, lease: Lease, now: float) -> None:

@@ -73,6 +73,8 @@ class Finished(NamedTuple):
     woke: bool
     """Whether it made another instance runnable: a parent waiting for it, or one parked on a
     named limit whose slot it freed."""
+    ready_at: float | None
+    """When the instance becomes runnable again (None: not by time)."""
 
 
 def step_row(lease: Lease, write: StepWrite) -> StepRow:
@@ -271,9 +273,10 @@ class ActivationWrites:
 
 
 def _finished_by_idx(rows: Sequence[Sequence[Any]], woke: bool = False) -> dict[int, Finished]:
-    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke a parent, ...);
-    ``woke``: the batch's ``freed_released`` made a step parked on a limit runnable."""
-    return {row[0]: Finished(row[1], row[2], row[3], bool(row[4]) or woke) for row in rows}
+    """Rows of ``finish`` or ``finished_by`` (idx, status, workflow, id, woke a parent, ...,
+    ready_at ninth); ``woke``: the batch's ``freed_released`` made a step parked on a limit
+    runnable."""
+    return {row[0]: Finished(row[1], row[2], row[3], bool(row[4]) or woke, row[8]) for row in rows}
 
 
 def not_a_connection_fault(exc: Exception) -> bool:

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 
 from ...records import InstanceRecord
 from ..closing import DEADLINE_BATCH, ClosingStore
-from ..types import KeyedConflict, Lease, NewInstance
+from ..types import BatchItem, KeyedConflict, Lease, NewInstance
 from .closing_writes import close_children_fenced, deadlines, expire_deadlines
 from .db import Database
-from .keyed import create_keyed
+from .keyed import create_keyed, create_keyed_batch
 
 
 class SqliteClosing(ClosingStore):
@@ -37,6 +37,17 @@ class SqliteClosing(ClosingStore):
         )
         self._ready()
         return record
+
+    async def create_keyed_batch(
+        self, workflow: str, items: Sequence[BatchItem], *, trigger: str
+    ) -> list[InstanceRecord | None]:
+        now = self._now()
+        records: list[InstanceRecord | None] = await self._db.write(
+            lambda c: create_keyed_batch(c, workflow, items, trigger, now), durable=True
+        )
+        if any(record is not None for record in records):
+            self._ready()
+        return records
 
     async def expire_deadlines(self, workflows: Sequence[str], now: float) -> float | None:
         if not workflows:

@@ -1,14 +1,15 @@
-"""The SQLite store's keyed creates (``ClosingStore.create_keyed``): debounce and
-replace_queued, in one write transaction (under the write lock: concurrent creates for a key
-see each other)."""
+"""The SQLite store's keyed creates (``ClosingStore.create_keyed`` and
+``create_keyed_batch``): debounce and replace_queued, in one write transaction (under the write
+lock: concurrent creates for a key see each other)."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from ...records import InstanceRecord
 from .._rows import instance_from_row
-from ..base import KeyedConflict, NewInstance
+from ..base import BatchItem, KeyedConflict, NewInstance
 from . import sql
 from . import transactions as tx
 
@@ -49,3 +50,27 @@ def create_keyed(
         c.execute(_DEBOUNCING, (ready_at or now, created.pk))
         return instance_from_row(c.execute(sql.INSTANCE_BY_PK, (created.pk,)).fetchone())
     return created
+
+
+def create_keyed_batch(
+    c: sqlite3.Connection, workflow: str, items: Sequence[BatchItem], trigger: str, now: float
+) -> list[InstanceRecord | None]:
+    """``ClosingStore.create_keyed_batch``, in the caller's write transaction."""
+    out: list[InstanceRecord | None] = []
+    seen: set[str] = set()
+    for batched in items:
+        item = batched.item
+        if item.id in seen or c.execute(sql.existing_ids(1), (workflow, item.id)).fetchone():
+            out.append(None)  # skipped before its key is settled: a retried batch ends nothing
+            continue
+        seen.add(item.id)
+        if batched.on_conflict is None:
+            (created,) = tx.create(
+                c, workflow, [item], trigger, False, now, owner=None, lease_expires=0.0, limit=0
+            )
+            out.append(created)
+        else:
+            out.append(
+                create_keyed(c, workflow, item, trigger, batched.on_conflict, batched.ready_at, now)
+            )
+    return out

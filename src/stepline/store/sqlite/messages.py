@@ -69,6 +69,7 @@ class SqliteMessages(MessageStore):
             lambda c: tx.record_message_step(c, lease, write)
         )
         if write.status != "running":  # nobody waits for an update's acceptance
+            self._signals.answered(workflow, instance_id, (write,))
             self._signals.changed(workflow, instance_id)
         return str(status)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..._json import dumps, loads
 from ...errors import LeaseLostError
-from ...operations.language import Filter, TagError, parse, render
+from ...operations.language import Filter, PkWindow, TagError, parse, render
 from ...operations.language.tags import MAX_TAGS
 from ...records import InstancePage, InstanceRecord, StepRecord
 from .._rows import (
@@ -35,6 +35,7 @@ from ..signals import Signals
 from ..types import Lease
 from . import retention
 from . import transactions as tx
+from .bulk_restart import restart_batch
 from .db import Database
 from .sql import RECORD_COLUMNS, qmarks
 
@@ -44,16 +45,21 @@ UNFINISHED_STEPS_BATCH = 500
 caps the parameters of one statement)."""
 
 
-def search_statement(where: Filter, *, after: bool, oldest_first: bool) -> tuple[str, list[Any]]:
-    """The page read (then LIMIT, and before it the cursor's pk if ``after``)."""
-    cond = render(where, "sqlite", tags_table=TAGS_TABLE)
+def search_statement(
+    where: Filter, *, after: int | None, oldest_first: bool
+) -> tuple[str, list[Any]]:
+    """The page read after the cursor's pk ``after`` if any (then LIMIT)."""
+    window = None
+    if after is not None:
+        window = PkWindow(above=after) if oldest_first else PkWindow(below=after)
+    cond = render(where, "sqlite", tags_table=TAGS_TABLE, window=window)
     order = "ASC" if oldest_first else "DESC"
-    page = (" AND i.pk > ?" if oldest_first else " AND i.pk < ?") if after else ""
+    page = (" AND i.pk > ?" if oldest_first else " AND i.pk < ?") if after is not None else ""
     statement = (
         f"SELECT {RECORD_COLUMNS}, i.tags FROM instances i WHERE ({cond.sql}){page}"
         f" ORDER BY i.pk {order} LIMIT ?"
     )
-    return statement, cond.params
+    return statement, [*cond.params, *([after] if after is not None else [])]
 
 
 def steps_of_many(n: int) -> str:
@@ -83,11 +89,8 @@ class SqliteOperations(OperationsStore):
         self, where: Filter, limit: int, cursor: str | None, *, oldest_first: bool = False
     ) -> InstancePage:
         after = decode_cursor(cursor)
-        statement, params = search_statement(
-            where, after=after is not None, oldest_first=oldest_first
-        )
-        given = [after] if after is not None else []
-        rows = await self._db.read(statement, (*params, *given, limit + 1))
+        statement, params = search_statement(where, after=after, oldest_first=oldest_first)
+        rows = await self._db.read(statement, (*params, limit + 1))
         records = [replace(instance_from_row(row), tags=loads(row[-1]) or {}) for row in rows]
         page = records[:limit]
         next_cursor = encode_cursor(page[-1].pk) if len(records) > limit else None
@@ -189,10 +192,11 @@ def _start(c: sqlite3.Connection, job: NewBulkJob, now: float) -> BulkJob:
         f"SELECT count(*) FROM instances i WHERE i.pk <= ? AND ({cond.sql})",
         (max_pk, *cond.params),
     ).fetchone()
+    given = (job.id, job.action, job.filter.text, job.from_step, job.started_by)
     c.execute(
-        "INSERT INTO bulk_jobs (id, action, filter, from_step, status, max_pk, total,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-        (job.id, job.action, job.filter.text, job.from_step, max_pk, total, now, now),
+        "INSERT INTO bulk_jobs (id, action, filter, from_step, started_by, status, max_pk, total,"
+        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+        (*given, max_pk, total, now, now),
     )
     return _job(c, job.id)[0]
 
@@ -203,7 +207,8 @@ def _run_batch(
     job, max_pk = _job(c, job_id)
     if job.status != "running":
         return job, []
-    cond = render(parse(job.filter), "sqlite", tags_table=TAGS_TABLE)
+    window = PkWindow(above=job.cursor, below=max_pk + 1)
+    cond = render(parse(job.filter), "sqlite", tags_table=TAGS_TABLE, window=window)
     rows = c.execute(
         f"SELECT i.pk, i.workflow, i.id FROM instances i WHERE i.pk > ? AND i.pk <= ?"
         f" AND ({cond.sql}) ORDER BY i.pk LIMIT ?",
@@ -211,7 +216,11 @@ def _run_batch(
     ).fetchall()
     acted: list[tuple[str, str]] = []
     skipped, last_skip = 0, job.last_skip
-    for _pk, workflow, instance_id in rows:
+    if job.action == "restart":  # set-based: a few statements for the whole batch
+        from_step = (job.from_step, 1) if job.from_step is not None else None
+        acted, skips = restart_batch(c, rows, from_step, now)
+        skipped, last_skip = len(skips), skips[-1] if skips else last_skip
+    for _pk, workflow, instance_id in rows if job.action != "restart" else []:
         c.execute("SAVEPOINT bulk_item")
         try:
             _act(c, job, workflow, instance_id, now)

@@ -304,13 +304,16 @@ class SqliteStore(Store):
         return held
 
     async def finish(self, lease: Lease, finish: Finish, now: float) -> str:
-        result: tuple[str, str, str, bool] = await self._db.write(
+        result: tuple[str, str, str, bool, float | None] = await self._db.write(
             lambda c: tx.finish(c, lease, finish, now)
         )
-        status, workflow, instance_id, woke = result
+        status, workflow, instance_id, woke, ready_at = result
+        self.signals.answered(workflow, instance_id, finish.steps)
         self.signals.changed(workflow, instance_id)
-        if status == "waiting" or woke:
+        if woke:
             self.signals.ready()
+        else:
+            self.signals.suspended(status, ready_at, now)
         return status
 
     async def release(self, lease: Lease, now: float) -> None:

@@ -375,9 +375,10 @@ def renew(c: sqlite3.Connection, leases: Sequence[Lease], expires: float) -> dic
 
 def finish(
     c: sqlite3.Connection, lease: Lease, end: Finish, now: float
-) -> tuple[str, str, str, bool]:
-    """The new status, the instance's workflow and id, and whether it made another instance
-    runnable (its parent, or one parked on a limit its workflow lists)."""
+) -> tuple[str, str, str, bool, float | None]:
+    """The new status, the instance's workflow and id, whether it made another instance
+    runnable (its parent, or one parked on a limit its workflow lists), and when it becomes
+    runnable again (None: not by time)."""
     row = c.execute(sql.FENCE, (lease.pk, lease.token, lease.owner)).fetchone()
     if row is None:
         raise _lease_lost(lease)
@@ -385,6 +386,7 @@ def finish(
     for write in end.steps:
         _write_step(c, lease, write)
     woke = False
+    ready: float | None = None
     if end.status == "waiting":
         if fence.status == "waitingForPause":
             status, ready = "paused", None
@@ -406,7 +408,7 @@ def finish(
     parks_on = end.parked_on if end.status == "waiting" else None
     if flow.freed(c, lease.pk, fence.workflow, fence.key, now, parks_on=parks_on).limit_waiters:
         woke = True
-    return status, fence.workflow, fence.id, woke
+    return status, fence.workflow, fence.id, woke, ready
 
 
 def _wake_parent(c: sqlite3.Connection, parent: dict[str, Any] | None, now: float) -> bool:

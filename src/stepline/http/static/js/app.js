@@ -1,6 +1,7 @@
 // Dashboard entry point: routing, navigation state and the API token prompt.
 
 import { api, getToken, onTokenNeeded, setToken } from "./api.js";
+import { renderJob as renderBulkJob, renderList as renderBulk } from "./bulk.js";
 import { clear, h, replace } from "./dom.js";
 import { render as renderInstance } from "./instance.js";
 import { render as renderInstances } from "./instances.js";
@@ -11,6 +12,8 @@ const PAGES = {
   workflows: renderWorkflows,
   instances: renderInstances,
   instance: renderInstance,
+  bulk: renderBulk,
+  bulkjob: renderBulkJob,
   notfound: (root, params) => {
     root.append(
       h("div", { class: "empty-state" }, h("h2", {}, "Page not found"), h("p", {}, `#${params.path}`),
@@ -28,7 +31,8 @@ function route() {
   cleanup = null;
   const root = clear(document.getElementById("view"));
   for (const link of document.querySelectorAll("[data-nav]")) {
-    const active = link.dataset.nav === page || (page === "instance" && link.dataset.nav === "instances");
+    const parent = { instance: "instances", bulkjob: "bulk" }[page];
+    const active = link.dataset.nav === page || link.dataset.nav === parent;
     link.classList.toggle("active", active);
   }
   cleanup = PAGES[page](root, params) || null;

@@ -1,7 +1,8 @@
 // Instances page: filter by workflow, status and a filter expression (docs/operations.md),
-// search by id, page newest first, auto-refresh.
+// search by id, page newest first, auto-refresh; a bulk action on what the filters match.
 
 import { api, enc, instancePath } from "./api.js";
+import { bulkPanel } from "./bulkform.js";
 import {
   STATUSES,
   formatDuration,
@@ -100,6 +101,7 @@ export function render(root, params) {
   const newer = h("button", { type: "button", "data-testid": "newer" }, "← Newer");
   const older = h("button", { type: "button", "data-testid": "older" }, "Older →");
   const updated = h("span", { class: "muted small" });
+  const bulk = bulkPanel(() => ({ workflow: state.workflow, status: state.status, where: state.where }));
 
   root.append(
     h(
@@ -118,6 +120,7 @@ export function render(root, params) {
       h("form", { class: "search", onsubmit: (ev) => { ev.preventDefault(); find(); } },
         search, h("button", { type: "submit" }, "Go")),
     ),
+    bulk.el,
     h(
       "div",
       { class: "card table-card" },
@@ -201,6 +204,7 @@ export function render(root, params) {
     state.status = statusSelect.value;
     state.where = whereBox.value.trim();
     state.cursors = [null];
+    bulk.reset();
     setQuery(shown());
     load();
   }

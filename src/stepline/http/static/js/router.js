@@ -1,4 +1,5 @@
-// Hash routing: #/workflows, #/instances?workflow=&status=, #/workflows/{name}/instances/{id}.
+// Hash routing: #/workflows, #/instances?workflow=&status=, #/workflows/{name}/instances/{id},
+// #/bulk and #/bulk/{id}.
 
 export function go(hash) {
   if (location.hash === hash) window.dispatchEvent(new HashChangeEvent("hashchange"));
@@ -16,6 +17,8 @@ export function parse(hash) {
     return { page: "instance", params: { ...params, workflow: parts[1], id: parts[3] } };
   }
   if (parts[0] === "workflows" && parts.length === 1) return { page: "workflows", params };
+  if (parts[0] === "bulk" && parts.length === 1) return { page: "bulk", params };
+  if (parts[0] === "bulk" && parts.length === 2) return { page: "bulkjob", params: { ...params, id: parts[1] } };
   return { page: "notfound", params: { path } };
 }
 
