@@ -30,6 +30,7 @@ from . import (
     telemetry,
     throughput,
     triggers,
+    values,
     virtual_time,
 )
 from ._config import config_from, parser
@@ -48,6 +49,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     latency.NAME: latency.run,
     messages.NAME: messages.run,
     payloads.NAME: payloads.run,
+    values.NAME: values.run,
     loops.NAME: loops.run,
     triggers.NAME: triggers.run,
     virtual_time.NAME: virtual_time.run,

@@ -361,6 +361,8 @@ class WorkflowBinding:
         age = parse_duration(older_than, what="older_than", allow_zero=True)
         if not self._possible:
             return 0
-        return await self._store.retention.purge_instances(
+        deleted = await self._store.retention.purge_instances(
             self.name, chosen, self._store.now() - age
         )
+        await self._payloads.forget((d.workflow, d.id) for d in deleted)  # blobs go with them
+        return len(deleted)

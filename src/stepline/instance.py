@@ -51,7 +51,7 @@ async def delete_instances(
     the blobs that go with them; return how many were deleted."""
     deleted = await store.retention.delete_instances(workflow, ids, finished_only=not force)
     if deleted:
-        await codec.forget(workflow, list(ids))  # the blobs go with their instances
+        await codec.forget((workflow, instance_id) for instance_id in ids)
     return deleted
 
 

@@ -115,10 +115,14 @@ async def test_purge_deletes_finished_instances_in_statuses_that_ended_before_ol
     ended = store.now()
     clock.advance(10)
     assert (
-        await store.retention.purge_instances(WF, ["complete", "errored"], ended) == 0
+        await store.retention.purge_instances(WF, ["complete", "errored"], ended) == []
     )  # not before
     steps = rows_of(store_url, "steps")
-    assert await store.retention.purge_instances(WF, ["complete", "errored"], ended + 1) == 2
+    purged = await store.retention.purge_instances(WF, ["complete", "errored"], ended + 1)
+    assert sorted((d.workflow, d.id, d.status) for d in purged) == [
+        (WF, "complete", "complete"),
+        (WF, "errored", "errored"),
+    ]
     assert rows_of(store_url, "steps") == steps - 2
     assert [await _exists(store, s) for s in STATES] == [
         s not in ("complete", "errored") for s in STATES
@@ -126,7 +130,11 @@ async def test_purge_deletes_finished_instances_in_statuses_that_ended_before_ol
     assert (await store.get_instance("other", "elsewhere")).status == "complete"
     # unfinished statuses are never purged; no workflow: every workflow
     statuses = ["queued", "running", "paused", "waiting", "waitingForPause", "terminated"]
-    assert await store.retention.purge_instances(None, [*statuses, "complete"], ended + 1) == 2
+    purged = await store.retention.purge_instances(None, [*statuses, "complete"], ended + 1)
+    assert sorted((d.workflow, d.id) for d in purged) == [
+        ("other", "elsewhere"),
+        (WF, "terminated"),
+    ]
     assert [await _exists(store, s) for s in STATES] == [s not in FINISHED for s in STATES]
     with pytest.raises(InstanceNotFoundError):
         await store.get_instance("other", "elsewhere")

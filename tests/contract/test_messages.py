@@ -333,7 +333,7 @@ async def test_deleting_an_instance_deletes_its_updates_and_streams(store: Store
     claim = await claim_one(store, "b")
     await store.messages.publish(claim.lease, item("1", "o1"), store.now())
     await store.finish(claim.lease, Finish("complete", output="null"), store.now())
-    assert await store.retention.purge_instances(WF, ["complete"], store.now() + 1) == 1
+    assert len(await store.retention.purge_instances(WF, ["complete"], store.now() + 1)) == 1
     assert rows_of(store.url, "stream_items") == 0
 
 

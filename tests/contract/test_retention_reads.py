@@ -10,7 +10,7 @@ import pytest
 from stepline import ManualClock
 from stepline.errors import StoreError
 from stepline.store import create_store
-from stepline.store.base import Finish, NewInstance, Store, WorkflowMeta
+from stepline.store.base import DeletedInstance, Finish, NewInstance, Store, WorkflowMeta
 
 from ._support import HOUR, WF, all_states, claim_one, create, write
 
@@ -76,16 +76,21 @@ async def test_purge_expired_deletes_in_batches_counting_by_workflow_and_outcome
     await _ended(store, "t", "terminated", {"terminated": HOUR})
     await _ended(store, "undated", "errored", None)
     now = store.now()
-    assert await store.retention.purge_expired(now + HOUR - 1, 100) == {}
-    assert sum((await store.retention.purge_expired(now + HOUR, 4)).values()) == 4
-    assert await store.retention.purge_expired(now + HOUR, 4) == {
-        (WF, "complete"): 1,
-        (WF, "terminated"): 1,
-    }
-    assert await store.retention.purge_expired(now + HOUR, 4) == {}
+    assert await store.retention.purge_expired(now + HOUR - 1, 100) == []
+    first = await store.retention.purge_expired(now + HOUR, 4)
+    assert len(first) == 4
+    second = await store.retention.purge_expired(now + HOUR, 4)
+    assert sorted((d.workflow, d.status) for d in second) == [
+        (WF, "complete"),
+        (WF, "terminated"),
+    ]
+    assert {d.id for d in [*first, *second]} == {"c0", "c1", "c2", "c3", "c4", "t"}
+    assert await store.retention.purge_expired(now + HOUR, 4) == []
     # the workers' one retention: instances without a deadline, by when they ended
-    assert await store.retention.purge_expired(now + HOUR, 4, now - 1) == {}
-    assert await store.retention.purge_expired(now + HOUR, 4, now + 1) == {(WF, "errored"): 1}
+    assert await store.retention.purge_expired(now + HOUR, 4, now - 1) == []
+    assert await store.retention.purge_expired(now + HOUR, 4, now + 1) == [
+        DeletedInstance(WF, "undated", "errored")
+    ]
     assert [i.id for i in (await store.list_instances(WF, None, 10, None)).instances] == []
 
 

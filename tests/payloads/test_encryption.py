@@ -3,6 +3,7 @@ event payloads or outputs; keys rotate; a record of an unknown key fails clearly
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import subprocess
 import sys
@@ -223,3 +224,79 @@ async def test_replay_check_opens_sealed_histories(
     assert report.ok and [r.id for r in report.results] == ["c"]
     with pytest.raises(PayloadKeyError, match=r"replay of checked/c: .* encrypted \(key 'k1'\)"):
         await replay_check(store_url, [checked])
+
+
+MESSAGE_MARKERS = (
+    "UPDATE-ARG-PLAINTEXT",
+    "UPDATE-REPLY-PLAINTEXT",
+    "QUERY-ARG-PLAINTEXT",
+    "QUERY-ANSWER-PLAINTEXT",
+)
+
+
+class Vault(Workflow):
+    """Keeps the notes its updates bring; a query searches them."""
+
+    name = "vault"
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        await step.wait_for_event("close", type="close", timeout="1 day")
+        return len(self.notes)
+
+    @stepline.query
+    def find(self, word: str) -> list[str]:
+        return [n for n in self.notes if word not in n] + ["QUERY-ANSWER-PLAINTEXT"]
+
+    @stepline.update
+    async def note(self, step: WorkflowStep, text: str) -> dict[str, Any]:
+        self.notes.append(text)
+        return {"reply": "UPDATE-REPLY-PLAINTEXT", "big": "y" * 3000}  # offloaded too
+
+
+async def driven(eng: Engine, call: Any) -> Any:
+    """``call``'s result, the engine's worker driven (its routed queries answered) meanwhile."""
+    task = asyncio.create_task(asyncio.wait_for(call, 20))
+    for _ in range(500):
+        await drain(eng)
+        await eng.worker.answer_queries_now()
+        if task.done():
+            break
+        await asyncio.sleep(0.005)
+    return await task
+
+
+async def test_update_arguments_replies_and_routed_queries_are_encrypted(
+    store_url: str, tmp_path: Path, clock: ManualClock
+) -> None:
+    blobs = tmp_path / "blobs"
+    payloads = config("k1", blobs=blobs)
+    async with Engine(store_url, [Vault], worker=False, clock=clock, payloads=payloads) as eng:
+        instance = await eng.workflow("vault").create("v", {})
+        await drain(eng)
+        reply = {"reply": "UPDATE-REPLY-PLAINTEXT", "big": "y" * 3000}
+        sent = instance.update("note", "UPDATE-ARG-PLAINTEXT", update_id="u1")
+        assert await driven(eng, sent) == reply
+        assert await instance.update("note", "again", update_id="u1") == reply  # recorded
+        assert await instance.update_result("u1") == reply
+        (marker,) = [s for s in await instance.steps() if s.kind == "update"]
+        assert marker.output == reply and marker.info is not None
+        assert marker.info["args"] == ["UPDATE-ARG-PLAINTEXT"]
+        # The state the update left replays under the keys (it is read back to be answered).
+        assert await instance.query("find", "nothing") == [
+            "UPDATE-ARG-PLAINTEXT",
+            "QUERY-ANSWER-PLAINTEXT",
+        ]
+        await eng.worker.beat_now()
+        async with Engine(store_url, worker=False, clock=clock, payloads=payloads) as client:
+            remote = await client.workflow("vault").get("v")
+            asked = remote.query("find", "QUERY-ARG-PLAINTEXT", timeout=30)
+            assert await driven(eng, asked) == ["UPDATE-ARG-PLAINTEXT", "QUERY-ANSWER-PLAINTEXT"]
+        raw = await eng.store.get_steps("vault", "v")
+        assert any("$blob" in str(s.output) for s in raw if s.kind == "update")
+    data = dump(store_url) + b"".join(p.read_bytes() for p in blobs.rglob("*") if p.is_file())
+    assert b"query_requests" in data or store_url.startswith("sqlite")
+    for marker in MESSAGE_MARKERS:
+        assert marker.encode() not in data, marker

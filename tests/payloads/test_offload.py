@@ -102,26 +102,80 @@ async def test_large_values_are_offloaded_and_read_back_lazily(
         assert (await instance.record()).params == {"size": size, "pad": pad}
 
 
-async def test_blobs_go_with_their_instances(
+async def finished(eng: Engine, clock: ManualClock, names: Sequence[str], **options: Any) -> None:
+    """Instances of ``big`` named ``names``, each with an offloaded result, run to their end."""
+    for name in names:
+        await eng.workflow("big").create(name, {"size": 100 * 1024, "pad": ""}, **options)
+    await drain(eng)
+    clock.advance(61)
+    await drain(eng)
+
+
+def blobs_of(root: Path, name: str) -> list[str]:
+    return [f for f in blob_files(root) if f.startswith(f"big/{name}/")]
+
+
+async def test_blobs_go_with_their_instances_deleted_purged_or_expired(
     store_url: str, tmp_path: Path, clock: ManualClock
 ) -> None:
     root = tmp_path / "blobs"
     async with engine(store_url, root, clock) as eng:
         wf = eng.workflow("big")
-        for name in ("deleted", "purged", "kept"):
-            await wf.create(name, {"size": 100 * 1024, "pad": ""})
-        await drain(eng)
-        clock.advance(61)
-        await drain(eng)
+        await finished(eng, clock, ["deleted", "purged", "kept"])
+        clock.advance(3600)
+        await finished(eng, clock, ["expired"], retention={"complete": "1 hour"})
+        assert all(blobs_of(root, n) for n in ("deleted", "purged", "kept", "expired"))
         await (await wf.get("deleted")).delete()
-        assert not any(f.startswith("big/deleted/") for f in blob_files(root))
-        # A purge leaves its blobs to the sweep, as does a crash between a blob and its row.
-        (root / "big" / "kept" / ("f" * 64)).write_bytes(b"orphan")
-        clock.advance(1)
-        assert await wf.purge(statuses=["complete"]) == 2
+        assert blobs_of(root, "deleted") == []
+        assert await wf.purge(statuses=["complete"], older_than="30 minutes") == 2
+        assert blobs_of(root, "purged") == [] and blobs_of(root, "kept") == []
+        assert blobs_of(root, "expired")  # purge's older_than spared it; retention's turn
+        clock.advance(3600)
+        assert await eng.worker.purge_now() == 1
+        assert blob_files(root) == []
+
+
+class FailingDeletes(CountingStore):
+    """A directory blob store whose deletes fail: a crash between the rows and the blobs."""
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        raise BlobStoreError(f"blob store {self.url}: cannot delete blob {keys[0]!r}: down")
+
+
+async def test_blobs_a_failed_delete_left_go_to_the_sweep_and_the_rows_are_gone(
+    store_url: str, tmp_path: Path, clock: ManualClock
+) -> None:
+    root = tmp_path / "blobs"
+    async with engine(store_url, root, clock) as eng:
+        wf = eng.workflow("big")
+        await finished(eng, clock, ["deleted", "purged"])
+        clock.advance(3600)
+        await finished(eng, clock, ["expired"], retention={"complete": "1 hour"})
+        working = eng.payloads.blobs
+        eng.payloads.blobs = FailingDeletes(root)
+        assert await wf.delete(["deleted"]) == 1
+        assert await wf.purge(statuses=["complete"], older_than="30 minutes") == 1
+        clock.advance(3600)
+        assert await eng.worker.purge_now() == 1
+        assert (await wf.list()).instances == []
+        assert len(blob_files(root)) == 3  # every instance left its result's blob
+        eng.payloads.blobs = working
         assert await eng.worker.sweep_blobs_now() == 0  # within the grace period
         assert await eng.worker.sweep_blobs_now(time.time() + 3601) == 3
         assert blob_files(root) == []
+
+
+async def test_an_orphan_is_swept_after_its_grace_period(
+    store_url: str, tmp_path: Path, clock: ManualClock
+) -> None:
+    root = tmp_path / "blobs"
+    async with engine(store_url, root, clock) as eng:
+        await finished(eng, clock, ["kept"])
+        # A crash between a blob and its row leaves it to the sweep.
+        (root / "big" / "kept" / ("f" * 64)).write_bytes(b"orphan")
+        assert await eng.worker.sweep_blobs_now() == 0
+        assert await eng.worker.sweep_blobs_now(time.time() + 3601) == 1
+        assert len(blobs_of(root, "kept")) == 1
 
 
 async def test_referenced_blobs_survive_the_sweep(

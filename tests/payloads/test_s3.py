@@ -78,6 +78,28 @@ async def test_values_offload_to_a_bucket_and_go_with_their_instance(
         assert keys_in(s3) == []
 
 
+async def test_purge_and_retention_delete_their_instances_objects_at_once(
+    store_url: str, s3: str, clock: ManualClock
+) -> None:
+    async with Engine(store_url, [big], worker=False, clock=clock, payloads=payloads(s3)) as engine:
+        wf = engine.workflow("big")
+        await wf.create("purged", {"size": 300_000, "pad": ""})
+        await drain(engine)
+        clock.advance(61)
+        await drain(engine)
+        clock.advance(3600)
+        await wf.create("expired", {"size": 300_000, "pad": ""}, retention={"complete": "1 hour"})
+        await drain(engine)
+        clock.advance(61)
+        await drain(engine)
+        assert [k.split("/")[2] for k in keys_in(s3)] == ["expired", "purged"]
+        assert await wf.purge(older_than="30 minutes") == 1
+        assert [k.split("/")[2] for k in keys_in(s3)] == ["expired"]
+        clock.advance(3600)
+        assert await engine.worker.purge_now() == 1
+        assert keys_in(s3) == []
+
+
 async def test_an_unreachable_bucket_fails_the_attempt_naming_the_store(
     store_url: str, s3: str, clock: ManualClock
 ) -> None:

@@ -208,6 +208,7 @@ REFUSED: list[tuple[Any, str]] = [
         "in the time zone",
     ),
     ({"x": {2**64}}, "the integer 18446744073709551616"),
+    ({"d": [decimal.Decimal("NaN")]}, "would not read back equal"),
 ]
 
 
@@ -313,3 +314,26 @@ def test_subclasses_of_plain_types_are_stored_as_their_base() -> None:
     typed = [Attrs(at=datetime.date(2026, 1, 1)), Name("x")]
     text, back = encode(typed, what="x")
     assert back == typed and loads(text) == typed
+
+
+EXACT_KINDS: list[Any] = [
+    {"when": [datetime.datetime(2026, 1, i + 1, tzinfo=datetime.UTC) for i in range(3)]},
+    (b"\x00raw", bytearray(b"x"), {1, 2}, frozenset({"a"}), datetime.date(2026, 1, 2)),
+    {(1, "k"): datetime.timedelta(days=1, microseconds=3), "u": uuid.UUID(int=5)},
+    [datetime.time(10, 30, tzinfo=datetime.UTC), datetime.datetime(2026, 1, 1)],
+]
+
+
+@pytest.mark.parametrize("value", EXACT_KINDS)
+def test_stepline_kinds_read_back_equal_as_the_value_itself(value: Any) -> None:
+    # Only stepline's own kinds: each reads back exactly, so the value is its own read-back.
+    text, back = encode(value, what="x")
+    assert back is value and loads(text) == value and type(loads(text)) is type(value)
+
+
+def test_what_the_text_does_not_keep_reads_back_as_stored() -> None:
+    named = datetime.timezone(datetime.timedelta(hours=1), "CET")
+    folded = datetime.datetime(2026, 10, 25, 2, 30, fold=1)
+    for value in (datetime.datetime(2026, 1, 1, tzinfo=named), folded):
+        text, back = encode({"v": value}, what="x")
+        assert back == loads(text) and back["v"] is not value  # as a replay will see it

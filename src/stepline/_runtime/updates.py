@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+import orjson
+
 from ..durations import Duration
 from ..errors import (
     DefinitionError,
@@ -38,6 +40,7 @@ from ..errors import (
     _EngineSignal,
 )
 from ..handlers import Handlers, UpdateHandler, handlers_of
+from ..payloads import event_column, update_column
 from ..records import EventRecord, PendingEvent, StepRecord, StepStatus
 from ..step import (
     ChildOptions,
@@ -232,8 +235,12 @@ class Updates:
 
     async def _replay(self, record: StepRecord, done: asyncio.Future[None]) -> None:
         key, found = self._state.replay.find(record.name, "update")
-        info = dict(record.info or {})
-        request = UpdateRequest.read({**info, "id": info.get("update")})
+        info = dict(record.info or {})  # written again as recorded: its arguments stay sealed
+        update_id = info.get("update")
+        args = info.get("args")
+        if isinstance(update_id, str):
+            args = await self._busy(self._state.open(args, update_column(update_id)))
+        request = UpdateRequest.read({**info, "id": update_id, "args": args})
         handler = None if request is None else self._handlers.updates.get(request.name)
         if found is None or request is None or handler is None:
             name = info.get("name")
@@ -249,7 +256,8 @@ class Updates:
 
     async def _accept(self, event: PendingEvent, frontier: list[list[Any]]) -> None:
         state = self._state
-        request = UpdateRequest.read(event.payload)
+        payload = await self._busy(state.open(event.payload, event_column(UPDATE_EVENT)))
+        request = UpdateRequest.read(payload)
         if request is None:
             await self._reject(event, "", "InvalidUpdateError", "the update could not be read")
             return
@@ -278,13 +286,14 @@ class Updates:
                 return
             finally:
                 state.quiet.end()
+        args = await self._busy(self._sealed_args(request))
         key, _ = state.replay.find(UPDATE_PREFIX + request.name, "update")
         now = state.store.now()
         marker = StepRef(key, state.replay.seq_for(None), "update", started_at=now)
         info = {
             "update": request.update_id,
             "name": request.name,
-            "args": request.args,
+            "args": args,
             "frontier": frontier,
         }
         await state.writer.write(
@@ -292,6 +301,26 @@ class Updates:
         )
         state.emit("update_start", {"update": request.name, "id": request.update_id})
         await self._run(marker, info, handler, request, None)
+
+    async def _busy(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """``work`` (a blob fetched or written) counted as progress: the activation does not
+        take the handler for idle and end meanwhile."""
+        self._state.quiet.begin()
+        try:
+            return await work
+        finally:
+            self._state.quiet.end()
+
+    async def _sealed_args(self, request: UpdateRequest) -> Any:
+        """The arguments as the update's record keeps them: encrypted when values are (never
+        offloaded: the record's info is no column the orphan sweep reads)."""
+        state = self._state
+        codec = state.settings.payloads
+        if codec.keys is None:
+            return request.args
+        text = state.encode(request.args, f"arguments of update {request.name!r}")
+        slot = state.slot(update_column(request.update_id))
+        return orjson.loads(await codec.seal(text, slot, offload=False))
 
     async def _reject(self, event: PendingEvent, update_id: str, name: str, message: str) -> None:
         state = self._state
@@ -328,13 +357,15 @@ class Updates:
             raise
         except Exception as exc:
             error = error_info(exc)
-        else:
-            try:
-                output = state.encode(reply, f"the reply of update {request.name!r}")
-            except InvalidPayloadError as exc:
-                error = {"name": "InvalidPayloadError", "message": str(exc)}
+            reply = None
         if (record is not None and record.status in FINAL) or self._replay_only:
             return  # replayed: how it ended is recorded (or, for a query, not to be written)
+        if error is None:
+            try:
+                what = f"the reply of update {request.name!r}"
+                output = await self._busy(state.seal(reply, what, update_column(request.update_id)))
+            except InvalidPayloadError as exc:
+                error = {"name": "InvalidPayloadError", "message": str(exc)}
         status: StepStatus = "complete" if error is None else "errored"
         # Write-behind: the activation's finish (or the next write) carries the reply, in one
         # commit with the handler's last step records.

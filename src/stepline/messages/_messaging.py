@@ -11,10 +11,11 @@ from .._runtime import ActivationSettings, check_update
 from ..durations import Duration
 from ..errors import UpdateRejectedError
 from ..handlers import UpdateHandler, handlers_of
-from ..payloads import PayloadCodec
+from ..payloads import PayloadCodec, Slot, event_column
 from ..payloads.records import open_stream_items
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, StreamItem, StreamRead, UpdateRecord
+from ..store.types import UPDATE_EVENT
 from ..workflow import WorkflowDefinition
 from . import _queries, _streams, _updates
 
@@ -51,7 +52,7 @@ class Messaging:
         definition = self._code.get(workflow)
         if definition is None:
             return await _queries.ask_a_worker(
-                self._store, workflow, instance_id, name, encoded, timeout
+                self._store, workflow, instance_id, name, encoded, timeout, self.payloads
             )
         text = await _queries.answer_here(
             self._store, definition, instance_id, name, _json.loads(encoded), self._settings,
@@ -76,7 +77,10 @@ class Messaging:
             handler = self._check(definition, instance_id, name, args)
             if handler.validator_fn is not None:
                 await self._validate(definition, instance_id, chosen, name, args)
-        return await self._store.messages.send_update(workflow, instance_id, chosen, name, payload)
+        slot = Slot(workflow, instance_id, event_column(UPDATE_EVENT))
+        sealed = await self.payloads.seal(payload, slot)  # travels as the update's event
+        record = await self._store.messages.send_update(workflow, instance_id, chosen, name, sealed)
+        return await _updates.opened(self.payloads, workflow, instance_id, record)
 
     async def _code_of(self, workflow: str, instance_id: str) -> WorkflowDefinition | None:
         """The code this process has for the instance's version: the only one it has (no read),
@@ -152,14 +156,16 @@ class Messaging:
             # (Not for an update the instance ended without answering: that is read at once.)
             sent = None if record.instance_status in FINISHED_STATUSES else (watch, record)
             return await _updates.wait_for_reply(
-                self._store, workflow, instance_id, record.update_id, timeout, sent=sent,
-                answer=answer,
+                self._store, workflow, instance_id, record.update_id, timeout, self.payloads,
+                sent=sent, answer=answer,
             )  # fmt: skip
 
     async def reply(
         self, workflow: str, instance_id: str, update_id: str, timeout: Duration | None
     ) -> Any:
-        return await _updates.wait_for_reply(self._store, workflow, instance_id, update_id, timeout)
+        return await _updates.wait_for_reply(
+            self._store, workflow, instance_id, update_id, timeout, self.payloads
+        )
 
     async def read_stream(
         self, workflow: str, instance_id: str, stream: str, after: int, limit: int

@@ -13,8 +13,9 @@ from typing import Any
 from .. import _json
 from .._runtime import ActivationSettings, answer_query
 from ..durations import Duration, format_duration, parse_duration
-from ..errors import InvalidPayloadError, QueryError
+from ..errors import InvalidPayloadError, PayloadKeyError, QueryError
 from ..handlers import check_handler_name
+from ..payloads import PayloadCodec, Slot, query_column
 from ..store.base import QueryAnswer, QueryRequest, Store
 from ..workflow import WorkflowDefinition
 from ._waiting import changes, deadline_of
@@ -72,8 +73,10 @@ async def answer_request(
     versions: Mapping[str, WorkflowDefinition] | None = None,
 ) -> QueryAnswer:
     """A worker's answer to a routed query (its error, if the query could not be answered)."""
+    codec = settings.payloads
+    slot = Slot(definition.name, request.instance_id, query_column(request.name))
     try:
-        args = _json.loads(request.args)
+        args = await codec.open(_json.loads(request.args), slot)
         if not isinstance(args, list):
             raise QueryError(f"query {request.name!r}", "InvalidArgumentsError", "not a list")
         text = await answer_here(
@@ -81,9 +84,9 @@ async def answer_request(
         )
     except QueryError as exc:
         return QueryAnswer(None, {"name": exc.error_name, "message": exc.message})
-    except LookupError as exc:
+    except (LookupError, PayloadKeyError) as exc:
         return QueryAnswer(None, {"name": type(exc).__name__, "message": str(exc)})
-    return QueryAnswer(text, None)
+    return QueryAnswer(await codec.seal(text, slot, offload=False), None)
 
 
 async def ask_a_worker(
@@ -93,9 +96,11 @@ async def ask_a_worker(
     name: str,
     args: str,
     timeout: Duration | None,
+    codec: PayloadCodec,
 ) -> Any:
     """The answer of a query that a live worker serving ``workflow`` gives; raises
-    :class:`QueryError` (no such worker, or its answer is an error) or :class:`TimeoutError`."""
+    :class:`QueryError` (no such worker, or its answer is an error) or :class:`TimeoutError`.
+    Its arguments and answer are sealed (encrypted) in their row, never offloaded."""
     what = f"query {name!r} of {workflow}/{instance_id}"
     now = store.now()
     workers = await store.workers.list_workers()
@@ -110,7 +115,9 @@ async def ask_a_worker(
     await store.get_instance(workflow, instance_id)  # an unknown instance: said at once
     limit = DEFAULT_QUERY_TIMEOUT if timeout is None else timeout
     deadline = deadline_of(limit, "timeout")
-    pk = await store.messages.ask_query(workflow, instance_id, name, args, now)
+    slot = Slot(workflow, instance_id, query_column(name))
+    sealed = await codec.seal(args, slot, offload=False)
+    pk = await store.messages.ask_query(workflow, instance_id, name, sealed, now)
     answered = False
     try:
         async for _ in changes(store, workflow, instance_id, deadline):
@@ -119,7 +126,7 @@ async def ask_a_worker(
                 answered = True
                 if answer.error is not None:
                     raise QueryError(what, answer.error["name"], answer.error["message"])
-                return _json.loads(answer.answer)
+                return await codec.open(_json.loads(answer.answer), slot)
     finally:
         if not answered:
             with contextlib.suppress(Exception):

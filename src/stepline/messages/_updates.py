@@ -15,6 +15,7 @@ from .._shown import shown
 from ..durations import Duration, format_duration, parse_duration
 from ..errors import UpdateFailedError, UpdateRejectedError
 from ..handlers import check_handler_name
+from ..payloads import PayloadCodec, Slot, update_column
 from ..records import FINISHED_STATUSES
 from ..store.base import Store, UpdateRecord
 from ..store.types import ChangeWatch, UpdateAnswer
@@ -53,6 +54,16 @@ def update_payload(update_id: str, name: str, args: Sequence[Any], max_payload: 
     )
 
 
+async def opened(
+    codec: PayloadCodec, workflow: str, instance_id: str, record: UpdateRecord
+) -> UpdateRecord:
+    """``record`` with its reply opened (decrypted, fetched: sealed as the update's)."""
+    if not codec.is_sealed(record.reply):
+        return record
+    slot = Slot(workflow, instance_id, update_column(record.update_id))
+    return replace(record, reply=await codec.open(record.reply, slot))
+
+
 def outcome(record: UpdateRecord, what: str) -> Any:
     """The reply of an answered update, or its error raised."""
     if record.status == "complete":
@@ -63,11 +74,16 @@ def outcome(record: UpdateRecord, what: str) -> Any:
     raise UpdateFailedError(what, error["name"], error["message"])
 
 
-def _answered(sent: UpdateRecord, answer: UpdateAnswer, instance: str) -> Any:
+async def _answered(
+    codec: PayloadCodec, sent: UpdateRecord, answer: UpdateAnswer, workflow: str, instance_id: str
+) -> Any:
     """The reply (or error raised) of an answer signalled in this process."""
     reply = None if answer.reply is None else _json.loads(answer.reply)
     record = replace(sent, status=answer.status, reply=reply, error=answer.error)
-    return outcome(record, f"update {sent.name!r} ({sent.update_id}) of {instance}")
+    opened_record = await opened(codec, workflow, instance_id, record)
+    return outcome(
+        opened_record, f"update {sent.name!r} ({sent.update_id}) of {workflow}/{instance_id}"
+    )
 
 
 async def wait_for_reply(
@@ -76,6 +92,7 @@ async def wait_for_reply(
     instance_id: str,
     update_id: str,
     timeout: Duration | None,
+    codec: PayloadCodec,
     *,
     sent: tuple[ChangeWatch, UpdateRecord] | None = None,
     answer: asyncio.Future[UpdateAnswer] | None = None,
@@ -92,7 +109,7 @@ async def wait_for_reply(
     watch, record = sent if sent is not None else (None, None)
     async for _ in changes(store, workflow, instance_id, deadline, watch=watch):
         if answer is not None and answer.done() and record is not None:
-            return _answered(record, answer.result(), f"{workflow}/{instance_id}")
+            return await _answered(codec, record, answer.result(), workflow, instance_id)
         record = await store.messages.get_update(workflow, instance_id, update_id)
         if record is None:
             raise LookupError(
@@ -101,7 +118,7 @@ async def wait_for_reply(
             )
         what = f"update {record.name!r} ({update_id}) of {workflow}/{instance_id}"
         if record.answered:
-            return outcome(record, what)
+            return outcome(await opened(codec, workflow, instance_id, record), what)
         if record.instance_status in FINISHED_STATUSES:
             ran = "while its handler ran" if record.status == "running" else "before it ran"
             raise UpdateFailedError(

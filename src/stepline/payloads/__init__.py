@@ -9,9 +9,11 @@ from .codec import (
     PayloadCodec,
     Slot,
     event_column,
+    query_column,
     step_column,
     step_slot,
     stream_column,
+    update_column,
 )
 from .config import BlobsConfig, PayloadConfig, build_codec, parse_size
 from .envelope import escaped
@@ -36,8 +38,10 @@ __all__ = [
     "event_column",
     "new_key",
     "parse_size",
+    "query_column",
     "step_column",
     "step_slot",
     "stream_column",
     "sweep_orphans",
+    "update_column",
 ]

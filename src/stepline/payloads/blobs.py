@@ -134,10 +134,12 @@ class FileBlobStore(BlobStore):
             raise self.failure("list", prefix, exc) from exc
 
     def _list(self, prefix: str) -> list[BlobEntry]:
-        if not self.root.is_dir():
+        # Only the directory the prefix names is walked (an instance's own, for its delete).
+        folder = self.root.joinpath(*prefix.split("/")[:-1])
+        if not folder.is_dir():
             return []
         found = []
-        for path in self.root.rglob("*"):
+        for path in folder.rglob("*"):
             if not path.is_file() or path.name.startswith(".tmp-"):
                 continue
             key = path.relative_to(self.root).as_posix()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,8 @@ from ..errors import BlobStoreError, InvalidPayloadError, PayloadKeyError
 from .blobs import BlobStore, blob_prefix
 from .envelope import BLOB, ENC, envelope_kind, escaped, unescaped
 from .keys import KeyRing
+
+log = logging.getLogger("stepline.payloads")
 
 DEFAULT_OFFLOAD_OVER = 256 * 1024
 
@@ -52,6 +56,16 @@ def event_column(event_type: str) -> str:
 
 def stream_column(stream: str) -> str:
     return f"stream:{stream}"
+
+
+def update_column(update_id: str) -> str:
+    """The column of an update's arguments (on its record) and its reply."""
+    return f"update:{update_id}"
+
+
+def query_column(name: str) -> str:
+    """The column of a routed query's arguments and answer (rows kept until it is answered)."""
+    return f"query:{name}"
 
 
 def step_slot(workflow: str, instance_id: str, name: str, count: int) -> Slot:
@@ -173,13 +187,23 @@ class PayloadCodec:
             data = self.keys.open_blob(data, slot.associated(), where)
         return data
 
-    async def forget(self, workflow: str, instance_ids: list[str]) -> None:
-        """Delete the blobs of deleted instances (no-op without a blob store)."""
-        if self.blobs is None:
+    async def forget(self, instances: Iterable[tuple[str, str]]) -> None:
+        """Delete the blobs of deleted instances, ``(workflow, instance id)`` each, right after
+        their rows (no-op without a blob store). A blob store that fails is logged, not raised:
+        the rows are gone, and the orphan sweep deletes what is left after its grace period."""
+        blobs = self.blobs
+        if blobs is None:
             return
-        for instance_id in instance_ids:
-            entries = await self.blobs.list_blobs(blob_prefix(workflow, instance_id))
-            await self.blobs.delete([entry.key for entry in entries])
+        for workflow, instance_id in instances:
+            try:
+                entries = await blobs.list_blobs(blob_prefix(workflow, instance_id))
+                if entries:
+                    await blobs.delete([entry.key for entry in entries])
+            except BlobStoreError as exc:
+                log.warning(
+                    "the blobs of deleted instance %s/%s are left to the orphan sweep: %s",
+                    workflow, instance_id, exc,
+                )  # fmt: skip
 
     async def close(self) -> None:
         if self.blobs is not None:

@@ -7,7 +7,14 @@ from collections.abc import Sequence
 
 from ..records import InstanceEvent, InstanceRecord, StepRecord
 from ..store.types import StreamItem
-from .codec import PayloadCodec, Slot, event_column, step_column, stream_column
+from .codec import (
+    PayloadCodec,
+    Slot,
+    event_column,
+    step_column,
+    stream_column,
+    update_column,
+)
 
 REDACTED = "[redacted]"
 """What a step run with ``{"sensitive": True}`` shows instead of its result."""
@@ -45,13 +52,24 @@ async def open_steps(
     :data:`REDACTED` (and are not even fetched)."""
     shown: list[StepRecord] = []
     for step in steps:
+        slot = Slot(workflow, instance_id, _column(step))
+        if step.kind == "update" and step.info and codec.is_sealed(step.info.get("args")):
+            args = await codec.open(step.info["args"], slot)
+            step = dataclasses.replace(step, info={**step.info, "args": args})
         if redact and is_sensitive(step) and step.output is not None:
             step = dataclasses.replace(step, output=REDACTED)
         elif codec.is_sealed(step.output):
-            slot = Slot(workflow, instance_id, step_column(step.name, step.count))
             step = dataclasses.replace(step, output=await codec.open(step.output, slot))
         shown.append(step)
     return shown
+
+
+def _column(step: StepRecord) -> str:
+    """Where a step's result is sealed: an update's reply (and arguments) by its update id."""
+    update_id = step.info.get("update") if step.kind == "update" and step.info else None
+    if isinstance(update_id, str):
+        return update_column(update_id)
+    return step_column(step.name, step.count)
 
 
 async def open_events(

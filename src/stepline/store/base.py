@@ -40,7 +40,7 @@ from .closing import ClosingStore
 from .flow import FlowStore
 from .messages import MessageStore
 from .operations import OperationsStore
-from .retention import RetentionStore
+from .retention import DeletedInstance, RetentionStore
 from .schedules import ScheduleStore
 from .signals import Signals
 from .stats import EndedCount, FleetCounts, StatsStore
@@ -76,6 +76,7 @@ __all__ = [
     "Claimed",
     "ClosingStore",
     "ControlAction",
+    "DeletedInstance",
     "EndedCount",
     "Finish",
     "FinishStatus",

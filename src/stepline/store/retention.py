@@ -5,6 +5,17 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedInstance:
+    """An instance that a purge deleted: the caller deletes what lives outside the store with
+    it (its offloaded values' blobs)."""
+
+    workflow: str
+    id: str
+    status: str
 
 
 class RetentionStore(abc.ABC):
@@ -27,19 +38,20 @@ class RetentionStore(abc.ABC):
     @abc.abstractmethod
     async def purge_instances(
         self, workflow: str | None, statuses: Sequence[str], older_than: float
-    ) -> int:
+    ) -> list[DeletedInstance]:
         """Delete finished instances in ``statuses`` that ended before ``older_than`` (with what
-        :meth:`delete_instances` deletes)."""
+        :meth:`delete_instances` deletes), of ``workflow`` (every workflow when None), in one
+        transaction; return those it deleted, in no particular order."""
 
     @abc.abstractmethod
     async def purge_expired(
         self, now: float, limit: int, default_cutoff: float | None = None
-    ) -> dict[tuple[str, str], int]:
+    ) -> list[DeletedInstance]:
         """Delete at most ``limit`` finished instances whose ``delete_at`` has come (``<=
         now``), earliest first, and with ``default_cutoff`` finished instances without a
         ``delete_at`` that ended before it (the workers' one ``retention``), with what
-        :meth:`delete_instances` deletes, in one transaction. Returns how many it deleted by
-        (workflow, status); fewer than ``limit`` in all means none is left to delete.
+        :meth:`delete_instances` deletes, in one transaction. Returns those it deleted, in no
+        particular order; fewer than ``limit`` means none is left to delete.
 
         ``delete_at`` is set by the database as an instance ends (``ended_at`` set): its end
         plus the retention of its outcome, from the instance's own ``NewInstance.retention``,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any
 
 import orjson
@@ -10,7 +11,17 @@ import orjson
 from .._shown import shown
 from ..errors import InvalidPayloadError
 from . import _classes
-from ._tree import MAX_DEPTH, Path, Unstorable, describe, from_tree, pydantic_model, to_tree
+from ._tree import (
+    MAX_DEPTH,
+    Path,
+    Unstorable,
+    begin_walk,
+    describe,
+    end_walk,
+    from_tree,
+    pydantic_model,
+    to_tree,
+)
 
 TAG_BYTES = b'"$t"'
 TAG_TEXT = '"$t"'
@@ -22,10 +33,13 @@ def encode_typed(value: Any, what: str) -> tuple[bytes, Any]:
     model = pydantic_model()
     if model is not None and isinstance(value, model) and _classes.codec_for(type(value)) is None:
         return _encode_model(value, what)
+    outer = begin_walk()
     try:
         tree = to_tree(value, [])
     except Unstorable as exc:
         raise InvalidPayloadError(refusal(what, exc.path, exc.found)) from None
+    finally:
+        unsure = end_walk(outer)
     try:
         data = orjson.dumps(tree)
     except TypeError as exc:  # a string that is not valid UTF-8 (a lone surrogate)
@@ -35,11 +49,18 @@ def encode_typed(value: Any, what: str) -> tuple[bytes, Any]:
             if path is None
             else refusal(what, path, describe(""))
         ) from None
+    if not unsure:
+        # Only stepline's own kinds (datetimes, bytes, tuples, sets...), each read back exactly.
+        return data, value
     back = from_tree(orjson.loads(data))
     if back != value:
         path, found = _difference(value, back, [])
         raise InvalidPayloadError(refusal(what, path, found))
     return data, back
+
+
+_MODEL_HEADS: weakref.WeakKeyDictionary[type, bytes] = weakref.WeakKeyDictionary()
+"""Per model class, the start of its tag (its path written once)."""
 
 
 def _encode_model(value: Any, what: str) -> tuple[bytes, Any]:
@@ -52,8 +73,12 @@ def _encode_model(value: Any, what: str) -> tuple[bytes, Any]:
         raise InvalidPayloadError(
             f"{what} is not JSON-serialisable: the value of type {name} failed to serialise: {exc}"
         ) from None
-    path = orjson.dumps(_classes.seen(cls))
-    data = b'{"$t":"model","c":' + path + b',"v":' + text.encode() + b"}"
+    path = _classes.seen(cls)  # every time: a class redefined under one path is the newest
+    head = _MODEL_HEADS.get(cls)
+    if head is None:
+        head = b'{"$t":"model","c":' + orjson.dumps(path) + b',"v":'
+        _MODEL_HEADS[cls] = head
+    data = head + text.encode() + b"}"
     try:
         back = cls.model_validate_json(text)
     except Exception as exc:

@@ -16,6 +16,7 @@ import enum
 import logging
 import math
 import sys
+import threading
 import uuid
 import zoneinfo
 from typing import Any
@@ -32,6 +33,29 @@ INT_MAX = 2**64 - 1
 MAX_DEPTH = 512
 
 Path = list[str | int]
+
+
+_walk = threading.local()
+"""Per thread: whether the value being walked holds a part whose read-back must be checked (a
+user's class or codec, a subclass of a plain type, a decimal). Steps encode in threads."""
+
+
+def begin_walk() -> bool:
+    """Start noting what :func:`to_tree` meets; returns the outer walk's note to restore."""
+    outer = bool(getattr(_walk, "unsure", False))
+    _walk.unsure = False
+    return outer
+
+
+def end_walk(outer: bool) -> bool:
+    """Whether the walk met a part to check; the outer walk's note restored (and told)."""
+    unsure = bool(getattr(_walk, "unsure", False))
+    _walk.unsure = outer or unsure
+    return unsure
+
+
+def _unsure() -> None:
+    _walk.unsure = True
 
 
 class Unstorable(Exception):
@@ -73,9 +97,13 @@ def to_tree(value: Any, path: Path) -> Any:
     if cls is dict:
         return _dict(value, path)
     if cls is list:
-        return [to_tree(item, [*path, i]) for i, item in enumerate(value)]
+        return [
+            item if type(item) in _AS_IS else to_tree(item, [*path, i])
+            for i, item in enumerate(value)
+        ]
     codec = _classes.codec_for(cls)
     if codec is not None:
+        _unsure()
         try:
             data = codec.encode(value)
         except Exception as exc:  # the user's code: its failure is named, not raised through
@@ -95,9 +123,11 @@ def to_tree(value: Any, path: Path) -> Any:
     if cls is datetime.timedelta:
         return {TAG: "timedelta", "v": [value.days, value.seconds, value.microseconds]}
     if cls is decimal.Decimal:
+        _unsure()  # NaN reads back unequal
         return {TAG: "decimal", "v": str(value)}
     if cls is uuid.UUID:
         return {TAG: "uuid", "v": str(value)}
+    _unsure()  # a class of the user's, or a subclass of a plain type
     if isinstance(value, enum.Enum):
         return {TAG: "enum", "c": _classes.seen(cls), "v": to_tree(value.value, path)}
     model = pydantic_model()
@@ -137,8 +167,12 @@ def _dict(value: dict[Any, Any], path: Path) -> Any:
                 for k, v in value.items()
             ]
             return {TAG: "map", "v": pairs}
-        out[key] = to_tree(item, [*path, key])
+        out[key] = item if type(item) in _AS_IS else to_tree(item, [*path, key])
     return {TAG: "dict", "v": out} if TAG in out else out
+
+
+_AS_IS = frozenset({str, bool, type(None)})
+"""Types whose values are their own tree (no range to check, unlike int and float)."""
 
 
 def _shown_key(key: Any) -> str | int:
@@ -155,6 +189,8 @@ def ordered(items: set[Any] | frozenset[Any]) -> list[Any]:
 
 def _clock(value: datetime.datetime | datetime.time, path: Path) -> dict[str, Any]:
     tz = value.tzinfo
+    if value.fold or (tz is not None and tz is not datetime.UTC):
+        _unsure()  # a fold, a fixed zone's name: not in the text, so read back to compare
     kind = "datetime" if type(value) is datetime.datetime else "time"
     tagged = {TAG: kind, "v": value.isoformat()}
     if tz is None or type(tz) is datetime.timezone:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from ..errors import StoreError
+from ..payloads import PayloadCodec
 from ..store.base import Store
 from ._log import log, outage_level
 
@@ -19,11 +20,15 @@ CHECK_EVERY = 60.0
 class Retention:
     """Deletes finished instances whose ``delete_at`` has come (set as each ended, from its
     own or its workflow's retention by outcome), and with ``retention`` (the workers' one
-    setting, the default) those without one ``retention`` seconds after they ended."""
+    setting, the default) those without one ``retention`` seconds after they ended; their
+    blobs right after their rows (``codec``)."""
 
-    def __init__(self, store: Store, retention: float | None) -> None:
+    def __init__(
+        self, store: Store, retention: float | None, codec: PayloadCodec | None = None
+    ) -> None:
         self.store = store
         self.retention = retention
+        self.codec = codec
 
     async def loop(self) -> None:
         # Often enough that nothing outlives its retention by more than a tenth of the global
@@ -47,9 +52,14 @@ class Retention:
         while True:
             now = self.store.now()
             cutoff = None if self.retention is None else now - self.retention
-            counts = await self.store.retention.purge_expired(now, BATCH, cutoff)
-            deleted = sum(counts.values())
+            gone = await self.store.retention.purge_expired(now, BATCH, cutoff)
+            if gone and self.codec is not None:
+                await self.codec.forget((d.workflow, d.id) for d in gone)
+            deleted = len(gone)
             if deleted:
+                counts: dict[tuple[str, str], int] = {}
+                for d in gone:
+                    counts[d.workflow, d.status] = counts.get((d.workflow, d.status), 0) + 1
                 total += deleted
                 by = " ".join(f"{wf}/{status}={n}" for (wf, status), n in sorted(counts.items()))
                 log.info(

@@ -90,7 +90,7 @@ class Worker:
         self._heartbeat = Heartbeat(
             store, self.id, self.settings, self._workflows, self._slots, self._served, self._patches
         )
-        self._retention = Retention(store, self.settings.retention)
+        self._retention = Retention(store, self.settings.retention, self.settings.payloads)
         self._bulk = BulkRunner(store)
         self._sweep = BlobSweep(store, self.settings.payloads, self.settings.sweep_grace)
         self._queries = QueryService(store, self.id, registry, self.settings, self.versions)

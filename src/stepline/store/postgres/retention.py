@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import IllegalStateError
 from ...records import FINISHED_STATUSES
-from ..retention import RetentionStore
+from ..retention import DeletedInstance, RetentionStore
 from .db import Database
 from .instances import RUNNING
 from .notes import Notes
@@ -51,9 +51,9 @@ _TEMPLATES = {
             DELETE FROM {s}.instances WHERE status = ANY(%(statuses)s::text[])
                 AND ended_at < %(older_than)s
                 AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
-            RETURNING pk
+            RETURNING pk, workflow, id, status
         ){dependents}
-        SELECT count(*) FROM d
+        SELECT workflow, id, status FROM d
     """,
     "purge_expired": """
         WITH expired AS (
@@ -69,9 +69,9 @@ _TEMPLATES = {
             LIMIT %(limit)s
         ), d AS (
             DELETE FROM {s}.instances WHERE pk IN (SELECT pk FROM chosen)
-            RETURNING pk, workflow, status
+            RETURNING pk, workflow, id, status
         ){dependents}
-        SELECT workflow, status, count(*) FROM d GROUP BY workflow, status
+        SELECT workflow, id, status FROM d
     """,
 }
 _TEMPLATES = {name: sql.replace("{dependents}", _DEPENDENTS) for name, sql in _TEMPLATES.items()}
@@ -127,21 +127,21 @@ class PostgresRetention(RetentionStore):
 
     async def purge_instances(
         self, workflow: str | None, statuses: Sequence[str], older_than: float
-    ) -> int:
+    ) -> list[DeletedInstance]:
         params = {"statuses": list(statuses), "older_than": older_than, "workflow": workflow}
         q = self._q
 
-        async def body(conn: Conn) -> int:
+        async def body(conn: Conn) -> list[Any]:
             await conn.execute(q["lock_finished"], params)
             cur = await conn.execute(q["purge_instances"], params)
-            row = await cur.fetchone()
-            return int(row[0]) if row else 0
+            return await cur.fetchall()
 
-        return await self._db.transaction("purging finished instances", body)
+        rows = await self._db.transaction("purging finished instances", body)
+        return [DeletedInstance(*row) for row in rows]
 
     async def purge_expired(
         self, now: float, limit: int, default_cutoff: float | None = None
-    ) -> dict[tuple[str, str], int]:
+    ) -> list[DeletedInstance]:
         params = {"now": now, "limit": limit, "cutoff": default_cutoff}
 
         async def body(conn: Conn) -> list[Any]:
@@ -149,4 +149,4 @@ class PostgresRetention(RetentionStore):
             return await cur.fetchall()
 
         rows = await self._db.transaction("deleting expired instances", body)
-        return {(workflow, status): int(n) for workflow, status, n in rows}
+        return [DeletedInstance(*row) for row in rows]

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...errors import IllegalStateError
 from ...records import FINISHED_STATUSES
-from ..retention import RetentionStore
+from ..retention import DeletedInstance, RetentionStore
 from . import flow, message_writes, sql
 from .db import Database
 
@@ -33,7 +33,7 @@ ANY_EXPIRED = (
     " AND status IN ('complete', 'errored', 'terminated')))"
 )
 """Whether anything is to be deleted: a read first, so an idle look takes no write lock."""
-DELETE_EXPIRED = "DELETE FROM instances WHERE pk = ? RETURNING workflow, status"
+DELETE_EXPIRED = "DELETE FROM instances WHERE pk = ? RETURNING workflow, id, status"
 
 
 def purge(n_statuses: int, *, workflow: bool) -> str:
@@ -41,7 +41,7 @@ def purge(n_statuses: int, *, workflow: bool) -> str:
     clause = " AND workflow = ?" if workflow else ""
     return (
         f"DELETE FROM instances WHERE status IN ({sql.qmarks(n_statuses)}) AND ended_at < ?{clause}"
-        " RETURNING pk"
+        " RETURNING pk, workflow, id, status"
     )
 
 
@@ -71,15 +71,16 @@ def delete_instances(
 
 def purge_instances(
     c: sqlite3.Connection, workflow: str | None, statuses: Sequence[str], older_than: float
-) -> int:
+) -> list[DeletedInstance]:
     params: list[Any] = [*statuses, older_than]
     if workflow is not None:
         params.append(workflow)
     statement = purge(len(statuses), workflow=workflow is not None)
-    pks = [pk for (pk,) in c.execute(statement, params)]
-    for pk in pks:
+    deleted: list[DeletedInstance] = []
+    for pk, name, instance_id, status in c.execute(statement, params).fetchall():
         delete_children(c, pk)
-    return len(pks)
+        deleted.append(DeletedInstance(name, instance_id, status))
+    return deleted
 
 
 def delete_children(c: sqlite3.Connection, pk: int) -> None:
@@ -91,16 +92,16 @@ def delete_children(c: sqlite3.Connection, pk: int) -> None:
 
 def purge_expired(
     c: sqlite3.Connection, now: float, limit: int, default_cutoff: float | None
-) -> dict[tuple[str, str], int]:
+) -> list[DeletedInstance]:
     pks = [pk for (pk,) in c.execute(EXPIRED, (now, limit))]
     if default_cutoff is not None and len(pks) < limit:
         pks += [pk for (pk,) in c.execute(UNDATED, (default_cutoff, limit - len(pks)))]
-    counts: dict[tuple[str, str], int] = {}
+    deleted: list[DeletedInstance] = []
     for pk in pks:
-        workflow, status = c.execute(DELETE_EXPIRED, (pk,)).fetchone()
-        counts[workflow, status] = counts.get((workflow, status), 0) + 1
+        workflow, instance_id, status = c.execute(DELETE_EXPIRED, (pk,)).fetchone()
+        deleted.append(DeletedInstance(workflow, instance_id, status))
         delete_children(c, pk)
-    return counts
+    return deleted
 
 
 class SqliteRetention(RetentionStore):
@@ -125,19 +126,19 @@ class SqliteRetention(RetentionStore):
 
     async def purge_instances(
         self, workflow: str | None, statuses: Sequence[str], older_than: float
-    ) -> int:
-        count: int = await self._db.write(
+    ) -> list[DeletedInstance]:
+        deleted: list[DeletedInstance] = await self._db.write(
             lambda c: purge_instances(c, workflow, statuses, older_than), durable=True
         )
-        return count
+        return deleted
 
     async def purge_expired(
         self, now: float, limit: int, default_cutoff: float | None = None
-    ) -> dict[tuple[str, str], int]:
+    ) -> list[DeletedInstance]:
         [(due,)] = await self._db.read(ANY_EXPIRED, (now, default_cutoff, default_cutoff))
         if not due:
-            return {}
-        counts: dict[tuple[str, str], int] = await self._db.write(
+            return []
+        deleted: list[DeletedInstance] = await self._db.write(
             lambda c: purge_expired(c, now, limit, default_cutoff), durable=True
         )
-        return counts
+        return deleted
