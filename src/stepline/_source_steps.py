@@ -1,7 +1,9 @@
 """What a workflow's source says about its steps, without running it (``stepline workflows
 describe``, the dashboard): steps called with a literal name (``step.do("load", ...)``) and
 steps declared with the decorator (``@step.do()`` on a function), whose parameters name the
-decorated steps they depend on, so that their graph can be drawn as a DAG's is."""
+decorated steps they depend on, so that their graph can be drawn as a DAG's is; and the patch
+ids it names, which the code can replay (a worker claims only instances whose patches its code
+has: docs/versioning.md)."""
 
 from __future__ import annotations
 
@@ -122,3 +124,27 @@ def step_graph(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
         "edges": [[dep, name] for name in names for dep in deps[name]],
         "levels": [list(level) for level in plan.levels],
     }
+
+
+PATCH_METHODS = frozenset({"patched", "deprecate_patch"})
+
+
+def literal_patches(fn: Any) -> set[str]:
+    """The patch ids ``fn``'s source (a function or a class) names as literals:
+    ``step.patched("id")`` and ``step.deprecate_patch("id")``; none if its source is unknown."""
+    tree = _tree(fn)
+    if tree is None:
+        return set()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in PATCH_METHODS
+            and node.args
+        ):
+            continue
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            found.add(first.value)
+    return found

@@ -20,7 +20,9 @@ def unserved_warning(
 ) -> str | None:
     """``"no live worker serves 'name'"`` when ``record`` is due to run at ``now`` and none of
     the live ``workers`` runs its workflow (``"no live worker serves version 'v' of 'name'"``
-    when some run the workflow but none its version); else None.
+    when some run the workflow but none its version; ``"no live worker has patch 'p' of
+    version 'v' of 'name'"`` when some run its version but none has every patch it took: a
+    worker claims only instances whose patches its code has); else None.
 
     Due: its ``ready_at`` (creation, wake-up time, retry time, or the expiry of the lease of
     the worker running it) has come; paused and finished instances have none. An instance
@@ -29,8 +31,20 @@ def unserved_warning(
     if not record.due(now):
         return None
     live = [worker for worker in workers if worker.live(now)]
-    if any(worker.serves(record.workflow, record.version) for worker in live):
+    serving = [w for w in live if w.serves(record.workflow, record.version)]
+    if any(w.has_patches(record.workflow, record.version, record.patches) for w in serving):
         return None
+    if serving:
+        missing = [
+            patch
+            for patch in record.patches
+            if not any(w.has_patches(record.workflow, record.version, (patch,)) for w in serving)
+        ] or list(record.patches)  # each had by some, never all by one
+        named = ", ".join(repr(patch) for patch in missing)
+        return (
+            f"no live worker has patch{'es' if len(missing) > 1 else ''} {named} of version "
+            f"{record.version!r} of {record.workflow!r}"
+        )
     if any(record.workflow in worker.workflows for worker in live):
         return f"no live worker serves version {record.version!r} of {record.workflow!r}"
     return f"no live worker serves {record.workflow!r}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -219,6 +220,9 @@ class InstanceRecord:
     """When the instance errors with :class:`~stepline.WorkflowTimeoutError` if it has not
     ended (its workflow's ``timeout``, ``create(timeout=...)``, or its parent's deadline); None
     for none, and once the deadline has been carried out (docs/operations.md, "Deadlines")."""
+    patches: tuple[str, ...] = ()
+    """The ids of the patches it took (its ``patch:<id>`` markers), sorted: only workers whose
+    code has them all claim it (docs/versioning.md)."""
     tags: dict[str, Any] | None = None
     """Its tags (docs/operations.md), where the read that made this record read them (a
     filtered list, ``describe``); None where it did not."""
@@ -385,6 +389,9 @@ class WorkerInfo:
     """Activations it was running at its last heartbeat."""
     versions: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """The versions of each of its workflows it runs (a workflow absent: version "1")."""
+    patches: dict[str, dict[str, tuple[str, ...]]] | None = None
+    """The patch ids its code has, by workflow then version (it claims only instances whose
+    patches are among them); None when it did not say (a worker of an earlier release)."""
 
     def live(self, now: float) -> bool:
         """Whether its last heartbeat is recent enough (:data:`WORKER_LIVE_BEATS`) at ``now``."""
@@ -395,6 +402,14 @@ class WorkerInfo:
         return workflow in self.workflows and version in self.versions.get(
             workflow, (DEFAULT_VERSION,)
         )
+
+    def has_patches(self, workflow: str, version: str, patches: Iterable[str]) -> bool:
+        """Whether its code has every one of ``patches`` for ``version`` of ``workflow`` (a
+        worker that did not say is taken to have them: no warning it cannot back)."""
+        if self.patches is None:
+            return True
+        known = self.patches.get(workflow, {}).get(version, ())
+        return all(patch in known for patch in patches)
 
     def to_json(self, now: float) -> dict[str, Any]:
         return {

@@ -13,14 +13,14 @@ from typing import Any, ClassVar, Generic
 from typing_extensions import TypeVar
 
 from ._shown import shown
-from ._source_steps import static_steps, step_graph
+from ._source_steps import literal_patches, static_steps, step_graph
 from .durations import Duration, parse_duration
 from .errors import DefinitionError
 from .limits import WORKFLOW_LIMIT_KEYS, Rate, WorkflowLimits, workflow_limits
 from .records import DEFAULT_VERSION
 from .retention import Retention, parse_retention
 from .schedule import Schedule, as_schedule
-from .step import WorkflowStep
+from .step import WorkflowStep, validate_patch_id
 from .values import convertible
 
 _Payload = TypeVar("_Payload", default=Any)
@@ -77,6 +77,11 @@ class Workflow:
     with different versions; a create uses the newest unless told otherwise."""
     schedules: ClassVar[Iterable[str | Schedule]] = ()
     """Cron schedules that create instances: cron strings or :class:`~stepline.Schedule`."""
+    patches: ClassVar[Iterable[str]] = ()
+    """Patch ids this code has beyond those its source names as literals
+    (``step.patched("id")``, ``step.deprecate_patch("id")``, found at registration): ids
+    computed at run time. A worker claims an instance that took a patch only if its code has
+    that patch (docs/versioning.md, "Patches in a rolling deploy")."""
     concurrency: int | None = None
     """Instances running at once across every worker."""
     worker_concurrency: int | None = None
@@ -178,13 +183,15 @@ def workflow(
     limits: Iterable[str] = (),
     retention: Mapping[str, Duration] | None = None,
     timeout: Duration | None = None,
+    patches: Iterable[str] = (),
 ) -> Callable[[RunFunction], type[Workflow]]:
     """Decorator form: ``@workflow(name="greeting")`` on ``async def fn(event, step)``.
 
     Returns a :class:`Workflow` subclass, usable everywhere a workflow class is. ``version``:
     :attr:`Workflow.version`. ``schedules``:
     cron strings or :class:`~stepline.Schedule` objects (see :attr:`Workflow.schedules`). The
-    flow control arguments are the :class:`Workflow` attributes of the same names, checked here.
+    flow control arguments are the :class:`Workflow` attributes of the same names, checked here;
+    ``patches``: :attr:`Workflow.patches`.
     """
     declared = tuple(schedules)
     settings: dict[str, Any] = {
@@ -222,6 +229,7 @@ def workflow(
                 "retention": retention,
                 **settings,
                 "timeout": timeout,
+                "patches": tuple(patches),
                 "run": run,
                 "__doc__": fn.__doc__,
                 "__module__": fn.__module__,
@@ -250,6 +258,10 @@ class WorkflowDefinition:
     """How long its finished instances are kept, seconds by outcome (:mod:`stepline.retention`)."""
     timeout: float | None = field(default=None, kw_only=True)
     """Its instances' deadline in seconds from their creation (:attr:`Workflow.timeout`)."""
+    patches: frozenset[str] = field(default=frozenset(), kw_only=True)
+    """The patch ids the code has: named in its source as literals, declared
+    (:attr:`Workflow.patches`) or, for a Pipeline or Dag, its nodes' ``patch``. The worker
+    claims only instances whose patches are among them."""
 
     @property
     def class_name(self) -> str:
@@ -313,6 +325,7 @@ def definition_of(obj: Any) -> WorkflowDefinition:
             retention=retention,
             timeout=_timeout(obj.timeout, what),
             version=version,
+            patches=_patches(obj, what),
         )
     if isinstance(obj, Workflow):
         check_workflow_class(type(obj))
@@ -329,6 +342,7 @@ def definition_of(obj: Any) -> WorkflowDefinition:
             version=_version(obj, what),
             retention=_retention(obj.retention, what),
             timeout=_timeout(obj.timeout, what),
+            patches=_patches(obj, what),
         )
     raise DefinitionError(
         f"{obj!r} is not a workflow: pass a Workflow subclass, a @workflow function, "
@@ -342,6 +356,42 @@ def _version(obj: Any, what: str) -> str:
         return validate_version(getattr(obj, "version", DEFAULT_VERSION), what=f"version of {what}")
     except ValueError as exc:
         raise DefinitionError(str(exc)) from None
+
+
+def _patches(obj: Any, what: str) -> frozenset[str]:
+    """The patch ids a class or object has: declared in ``patches`` (checked), named as
+    literals in the source of its classes (not stepline's own) or of the function a
+    ``@workflow`` class wraps, and its graph's nodes' (a Pipeline or Dag)."""
+    declared = getattr(obj, "patches", ())
+    if isinstance(declared, str) or not isinstance(declared, Iterable):
+        raise DefinitionError(f"{what}: patches must be a list of patch ids, not {declared!r}")
+    found: set[str] = set()
+    for value in declared:
+        try:
+            found.add(validate_patch_id(value))
+        except ValueError as exc:
+            raise DefinitionError(f"{what}: patches: {exc}") from None
+    cls = obj if isinstance(obj, type) else type(obj)
+    sources: list[Any] = [c for c in cls.__mro__ if c.__module__.split(".")[0] != "stepline"]
+    sources.append(getattr(cls, "__wrapped__", None))
+    for source in sources:
+        if source is not None and source is not object:
+            found |= literal_patches(source)
+    if not isinstance(obj, type):
+        nodes = obj.describe().get("nodes") or ()
+        found |= {node["patch"] for node in nodes if isinstance(node.get("patch"), str)}
+    return frozenset(_valid_patch_ids(found))
+
+
+def _valid_patch_ids(ids: Iterable[str]) -> set[str]:
+    """Of ``ids``, those a patch may have (a literal that is not fails where it is called)."""
+    valid = set()
+    for value in ids:
+        try:
+            valid.add(validate_patch_id(value))
+        except ValueError:
+            continue
+    return valid
 
 
 def _limits(obj: Any, what: str) -> WorkflowLimits:

@@ -104,6 +104,7 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
     for column in ("deadline_at", "parent_pk", "on_parent_close", "conflict"):
         raw(store_url, f"ALTER TABLE instances DROP COLUMN {column}")
     raw(store_url, "ALTER TABLE instances DROP COLUMN traceparent")
+    raw(store_url, "ALTER TABLE instances DROP COLUMN patches")
     raw(store_url, "ALTER TABLE instances DROP COLUMN version")
     raw(store_url, "DROP INDEX instances_key_parked")
     raw(store_url, "ALTER TABLE instances DROP COLUMN held_ready_at")

@@ -701,6 +701,8 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
             "expires": 2030.0,
             "routed": True,  # as a worker claims: only the versions it serves
             "routes": ["w\x1f1", "w\x1f2"],
+            "patching": True,  # and only the instances whose patches its code has
+            "patches": ["w\x1f1\x1fsome-patch"],
         }  # one priority in use: the claim reads its range of the index in order
         pool = store._db._pools._priority_pool
         assert pool is not None
@@ -713,7 +715,9 @@ async def test_claims_read_the_ready_at_index_in_order_whatever_the_statistics(
         sorts = [line.strip() for line in picked.splitlines() if "Sort Key" in line]
         assert "Bitmap" not in picked and sorts == ["Sort Key: levels.p"], plan
 
-        claimed = await store.claim("me", ["w"], 10, 30.0, 2000.0, versions={"w": ["1", "2"]})
+        claimed = await store.claim(
+            "me", ["w"], 10, 30.0, 2000.0, versions={"w": ["1", "2"]}, patches={}
+        )
         assert len(claimed.claims) == 10
         async with pool.connection() as first, pool.connection() as second:
             for conn in (first, second):

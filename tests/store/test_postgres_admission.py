@@ -14,7 +14,7 @@ import pytest
 
 from stepline import ManualClock
 from stepline.limits import Limit, Rate, WorkflowLimits
-from stepline.store.base import Claim, Finish, NewInstance, Store, WorkflowMeta
+from stepline.store.base import Claim, Finish, NewInstance, StepWrite, Store, WorkflowMeta
 from stepline.store.postgres import PostgresStore
 from stepline.store.sqlite import SqliteStore
 
@@ -63,6 +63,15 @@ def _instances(rng: random.Random, first: int) -> dict[str, list[NewInstance]]:
     return made
 
 
+def _patches(
+    rng: random.Random, workflows: Sequence[str]
+) -> dict[tuple[str, str], list[str]] | None:
+    """The patches a claim's code has: every one (None), or some of ``p0`` and ``p1``."""
+    if rng.random() < 0.5:
+        return None
+    return {(w, "1"): [p for p in ("p0", "p1") if rng.random() < 0.6] for w in workflows}
+
+
 async def _both(
     stores: Sequence[Store], clock: ManualClock, seed: int
 ) -> list[tuple[str, list[str]]]:
@@ -90,14 +99,23 @@ async def _both(
             workflows = [w for w in WORKFLOWS if rng.random() < 0.7] or ["a"]
             limit = rng.randint(1, 6)
             caps = {w: rng.randint(1, 3) for w in workflows if rng.random() < 0.2}
+            patches = _patches(rng, workflows)
             taken = []
             for store, leases in zip(stores, held, strict=True):
                 claims = (
-                    await store.claim("me", workflows, limit, LEASE, store.now(), caps=caps or None)
+                    await store.claim(
+                        "me",
+                        workflows,
+                        limit,
+                        LEASE,
+                        store.now(),
+                        caps=caps or None,
+                        patches=patches,
+                    )
                 ).claims
                 leases.extend(claims)
                 taken.append([c.instance.id for c in claims])
-            what = f"step {step}: claim {workflows} limit {limit} caps {caps}"
+            what = f"step {step}: claim {workflows} limit {limit} caps {caps} patches {patches}"
             assert taken[1:] == taken[:1] * (len(stores) - 1), (what, taken)
             log.append((what, taken[0]))
         elif roll < 0.8 and held[0]:  # a step takes a slot of a named limit
@@ -112,13 +130,18 @@ async def _both(
         elif held[0]:
             index = rng.randrange(len(held[0]))
             status = rng.choice(["complete", "complete", "waiting"])
+            marked = tuple(
+                StepWrite(f"patch:p{n}", 1, 90 + n, "patch", "complete")
+                for n in range(2)
+                if rng.random() < 0.2
+            )
             ended = []
             for store, leases in zip(stores, held, strict=True):
                 done = leases.pop(index)
                 if status == "complete":
                     finish = Finish("complete", output="null")
-                else:
-                    finish = Finish("waiting", wake_at=store.now() + 5.0)
+                else:  # some take a patch before they suspend: claims route on it
+                    finish = Finish("waiting", wake_at=store.now() + 5.0, steps=marked)
                 ended.append(await store.finish(done.lease, finish, store.now()))
             assert ended[1:] == ended[:1] * (len(stores) - 1), (f"step {step}: finish", ended)
     return log

@@ -11,7 +11,10 @@ step of the new path. The rule:
   point without the patch follows its history: the old path);
 - otherwise the instance runs new ground: true, and the marker is recorded.
 
-The marker is a recorded step like any other, so removing a ``patched`` call while instances
+The store adds the id to the instance's patches with the marker (``Store.record_step``): a
+worker claims the instance only if its code has every patch it took (a worker whose code does
+not call ``patched(id)`` would diverge on the marker). The marker is a recorded step like any
+other, so removing a ``patched`` call while instances
 that recorded it are unfinished is a divergence (:mod:`.divergence`), and
 ``deprecate_patch(id)`` keeps such instances replaying: it consumes the marker if there is one
 and records nothing.
@@ -20,12 +23,10 @@ and records nothing.
 from __future__ import annotations
 
 from ..step import validate_patch_id
+from ..store.types import PATCH_PREFIX
 from .replay import StepKey
 from .state import ActivationState
 from .writer import StepRef
-
-PATCH_PREFIX = "patch:"
-"""A patch marker's record is named this and the patch id (the kind keeps it from a step)."""
 
 
 def marker_key(patch_id: str) -> StepKey:
@@ -61,6 +62,9 @@ class Patches:
                 step = StepRef(key, replay.seq_for(None), "patch", started_at=now)
                 state.writer.send(step, "complete", ended_at=now)
                 state.emit("patch", {"patch": patch_id})
+                taken = state.settings.patch_taken
+                if taken is not None:
+                    taken(state.instance.workflow, state.instance.version, patch_id)
         self._decided[patch_id] = decided
         return decided
 

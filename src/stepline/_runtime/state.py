@@ -47,6 +47,9 @@ class ActivationSettings:
     """What seals stored values and opens them (offload, encryption: :mod:`stepline.payloads`)."""
     timeout_of: Callable[[str], float | None] | None = None
     """A workflow's declared ``timeout`` by name, if the worker knows it (a child's deadline)."""
+    patch_taken: Callable[[str, str, str], None] | None = None
+    """Told (workflow, version, patch id) when an instance records a patch marker: the worker
+    adds an id its registration did not find to the patches its claims route on."""
 
 
 @dataclass(slots=True)

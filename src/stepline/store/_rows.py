@@ -62,6 +62,7 @@ class InstanceRow(NamedTuple):
     version: str
     delete_at: float | None
     deadline_at: float | None
+    patches: str | None
 
 
 class ScheduleRow(NamedTuple):
@@ -128,6 +129,7 @@ class WorkerRow(NamedTuple):
     concurrency: int
     running: int
     versions: str | None
+    patches: str | None
 
 
 INSTANCE_COLUMNS = columns(InstanceRow._fields)
@@ -152,7 +154,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
     (
         pk, workflow, id_, status, params, output, error, rollback, trigger, created_at,
         updated_at, started_at, ended_at, ready_at, lease_owner, parent, schedule, key,
-        priority, dedup_key, traceparent, version, delete_at, deadline_at,
+        priority, dedup_key, traceparent, version, delete_at, deadline_at, patches,
     ) = row[:N_INSTANCE_COLUMNS]  # fmt: skip
     return InstanceRecord(
         pk=pk,
@@ -179,6 +181,7 @@ def instance_from_row(row: Sequence[Any]) -> InstanceRecord:
         version=version,
         delete_at=delete_at,
         deadline_at=deadline_at,
+        patches=tuple(loads(patches)) if patches is not None else (),
     )
 
 
@@ -369,13 +372,19 @@ def count_by_version(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, int]]
 
 def worker_from_row(row: Sequence[Any]) -> WorkerInfo:
     """The worker of a :class:`WorkerRow`."""
-    id_, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running, versions = (
-        row
-    )
+    (
+        id_, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running,
+        versions, patches,
+    ) = row  # fmt: skip
     served = loads(versions) or {}
+    had = loads(patches) if patches is not None else None
     return WorkerInfo(
         id_, host, pid, started_at, last_seen, heartbeat, tuple(loads(workflows)), concurrency,
         running, {name: tuple(found) for name, found in served.items()},
+        None if had is None else {
+            name: {version: tuple(ids) for version, ids in by_version.items()}
+            for name, by_version in had.items()
+        },
     )  # fmt: skip
 
 
@@ -383,6 +392,17 @@ def worker_versions_json(info: WorkerInfo) -> str:
     """What a heartbeat stores of the versions ``info`` serves (JSON text)."""
     served = {name: list(found) for name, found in info.versions.items()}
     return dumps(served, what="worker versions", limit=1 << 24)
+
+
+def worker_patches_json(info: WorkerInfo) -> str | None:
+    """What a heartbeat stores of the patches ``info``'s code has (JSON text; None: unsaid)."""
+    if info.patches is None:
+        return None
+    had = {
+        name: {version: sorted(ids) for version, ids in by_version.items()}
+        for name, by_version in info.patches.items()
+    }
+    return dumps(had, what="worker patches", limit=1 << 24)
 
 
 def claims_on_creation(created: Iterable[InstanceRecord], owner: str) -> list[Claim]:

@@ -57,6 +57,7 @@ from .types import (
     Lease,
     NewInstance,
     NewStreamItem,
+    PatchesKnown,
     QueryAnswer,
     QueryRequest,
     ScheduleDefinition,
@@ -88,6 +89,7 @@ __all__ = [
     "NewInstance",
     "NewStreamItem",
     "OperationsStore",
+    "PatchesKnown",
     "QueryAnswer",
     "QueryRequest",
     "RetentionStore",
@@ -310,6 +312,7 @@ class Store(abc.ABC):
         *,
         caps: Mapping[str, int] | None = None,
         versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
     ) -> Claimed:
         """Atomically take up to ``limit`` runnable instances of ``workflows`` that their limits
         let run, lowest ``priority`` first, then earliest ``ready_at`` (then lowest ``pk``).
@@ -318,6 +321,13 @@ class Store(abc.ABC):
         default version, ``"1"``); an instance of another version is never claimed, and counts
         for nothing the claim answers (``next_look``), as if it were another workflow's.
         None: every version. Limits count every version of a workflow together.
+
+        ``patches``: the patch ids the claiming code has, by (workflow, version). An instance
+        that recorded patch markers (records of kind ``patch`` named ``patch:<id>``, written
+        by :meth:`record_step` or :meth:`finish`, less those a restart removed) is claimed only
+        if each of its ids is among those of its (workflow, version) (absent: none); otherwise
+        it counts for nothing the claim answers, as an instance of another version. None:
+        every patch. An instance without markers is claimed whatever ``patches`` says.
 
         Runnable: ``ready_at <= now`` and no live lease. Each claimed instance gets a fresh lease
         token (:func:`~stepline.store.types.new_lease_token`: never one the instance had, not
@@ -360,6 +370,9 @@ class Store(abc.ABC):
         The returned status lets the activation see a pause request (``waitingForPause``) at the
         next step boundary. Raises ``LeaseLostError`` if the lease is no longer held (nothing is
         written then). If ``write.consume_event`` is set the event is marked consumed atomically.
+        A patch marker (kind ``patch``, named ``patch:<id>``) adds ``<id>`` to the patches the
+        instance took, in the same transaction (what :meth:`claim` routes on); so does one among
+        a :meth:`finish`'s ``steps``.
         """
 
     @abc.abstractmethod
@@ -389,11 +402,15 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def next_wakeup(
-        self, workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None = None
+        self,
+        workflows: Sequence[str],
+        versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
     ) -> float | None:
         """The earliest time at which an instance of ``workflows`` may need a worker: a timer,
         a runnable instance, or a lease's expiry (when another worker may take it over). Of
-        ``versions`` only, as :meth:`claim` takes them (None: every version).
+        ``versions`` and ``patches`` only, as :meth:`claim` takes them (None: every version,
+        every patch).
 
         A runnable instance that a limit holds back counts from when it may start: a rate's
         next opening; never, for a concurrency limit (of its workflow, key, or a named one),

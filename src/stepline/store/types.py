@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -88,6 +88,69 @@ class History:
 
 ROUTE_SEPARATOR = "\x1f"
 """Between a workflow's name and a version in a route (``chr(31)`` in SQL)."""
+
+
+PATCH_PREFIX = "patch:"
+"""A patch marker's record (kind ``patch``) is named this and the patch id."""
+
+
+def patch_id(marker: str) -> str:
+    """The patch id a marker's record name holds (``patch:<id>``)."""
+    return marker[len(PATCH_PREFIX) :]
+
+
+PatchesKnown = Mapping[tuple[str, str], Collection[str]]
+"""The patch ids a worker's code has, by (workflow name, version) (``Store.claim``'s
+``patches``)."""
+
+
+@dataclass(frozen=True)
+class Routing:
+    """What a claim may take of its workflows' instances, as the stores compare it: ``routes``,
+    the (workflow, version) pairs, each ``name + ROUTE_SEPARATOR + version`` (None: every
+    version); ``patches``, the patches its code has, each a route, ``ROUTE_SEPARATOR`` and the
+    id (None: every patch). An instance is taken only if its route is one of ``routes`` and
+    each patch it recorded, prefixed by its route, is one of ``patches``."""
+
+    routes: tuple[str, ...] | None
+    patches: tuple[str, ...] | None
+
+    @property
+    def shape(self) -> tuple[int | None, int | None]:
+        """How many routes and patches (a statement's shape, for those built per shape)."""
+        return (
+            None if self.routes is None else len(self.routes),
+            None if self.patches is None else len(self.patches),
+        )
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The routes, then the patches: the parameters in the order statements take them."""
+        return (*(self.routes or ()), *(self.patches or ()))
+
+
+def routing(
+    workflows: Sequence[str],
+    versions: Mapping[str, Sequence[str]] | None,
+    patches: PatchesKnown | None = None,
+) -> Routing | None:
+    """A claim's :class:`Routing` (None when it takes every version and every patch)."""
+    served = routes(workflows, versions)
+    if served is None and patches is None:
+        return None
+    known = (
+        None
+        if patches is None
+        else tuple(
+            sorted(
+                f"{name}{ROUTE_SEPARATOR}{version}{ROUTE_SEPARATOR}{found}"
+                for (name, version), ids in patches.items()
+                if name in workflows
+                for found in ids
+            )
+        )
+    )
+    return Routing(served, known)
 
 
 def routes(

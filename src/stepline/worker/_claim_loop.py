@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 from .._runtime import Observer
 from ..errors import StoreError
@@ -36,6 +36,7 @@ class ClaimLoop:
         caps: WorkflowCaps,
         shares: FleetShares,
         versions: Mapping[str, Sequence[str]],
+        patches: Mapping[tuple[str, str], Collection[str]],
         *,
         start: Callable[[Claim], object],
         renew_now: Callable[[], Awaitable[None]],
@@ -50,6 +51,9 @@ class ClaimLoop:
         self._shares = shares
         self._versions = versions
         """The versions of each workflow it claims (``Store.claim``'s ``versions``)."""
+        self._patches = patches
+        """The patches its code has (``Store.claim``'s ``patches``), kept up to date by the
+        worker."""
         self._start = start
         self._renew_now = renew_now
         self._stopping = stopping
@@ -210,6 +214,7 @@ class ClaimLoop:
             self.store.now(),
             caps=plan.caps,
             versions=self._versions,
+            patches=self._patches,
         )
 
     async def _until_next_timer(
@@ -229,7 +234,7 @@ class ClaimLoop:
             nxt = (
                 look.at
                 if look is not None
-                else await self.store.next_wakeup(plan.workflows, self._versions)
+                else await self.store.next_wakeup(plan.workflows, self._versions, self._patches)
             )
         except StoreError:
             return idle_wait

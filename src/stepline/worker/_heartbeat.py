@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from ..errors import StoreError
 from ..records import WorkerInfo
@@ -28,6 +28,7 @@ class Heartbeat:
         workflows: Sequence[str],
         slots: Slots,
         versions: Mapping[str, tuple[str, ...]],
+        patches: Mapping[tuple[str, str], Collection[str]] | None = None,
     ) -> None:
         self.store = store
         self.worker_id = worker_id
@@ -35,6 +36,8 @@ class Heartbeat:
         self.workflows = tuple(workflows)
         self.slots = slots
         self.versions = dict(versions)
+        self.patches = patches
+        """The patches its code has, by workflow and version (the worker's, kept up to date)."""
         self.started_at: float | None = None
         """When the worker's run began (store time)."""
 
@@ -62,8 +65,17 @@ class Heartbeat:
             self.settings.concurrency,
             len(self.slots.active),
             self.versions,
+            self._patches_by_workflow(),
         )
         await self.store.workers.heartbeat(info, now)
+
+    def _patches_by_workflow(self) -> dict[str, dict[str, tuple[str, ...]]] | None:
+        if self.patches is None:
+            return None
+        found: dict[str, dict[str, tuple[str, ...]]] = {}
+        for (name, version), ids in self.patches.items():
+            found.setdefault(name, {})[version] = tuple(sorted(ids))
+        return found
 
     async def forget(self) -> None:
         """Remove this worker's row as a graceful stop begins. Bounded: with the database gone

@@ -57,6 +57,13 @@ class Worker:
         )
         self._served = {name: tuple(found) for name, found in self.versions.items()}
         """The versions of each workflow it claims (the claim filters on them)."""
+        self._patches: dict[tuple[str, str], set[str]] = {
+            (name, version): set(definition.patches)
+            for name, found in self.versions.items()
+            for version, definition in found.items()
+        }
+        """The patches its code has, by workflow and version: it claims only instances whose
+        patches are among them (an id first met at run time joins them)."""
         self._settings = settings or WorkerSettings()
         self.id = worker_id or default_worker_id()
         marks = hooks.marks if hooks is not None and hooks.marks is not None else RunningMarks()
@@ -71,6 +78,7 @@ class Worker:
             stream_keep_for=self.settings.stream_keep_for,
             payloads=self.settings.payloads,
             timeout_of=lambda name: found.timeout if (found := registry.get(name)) else None,
+            patch_taken=self._patch_taken,
         )
         self._observer = observer
         self._slots = Slots(self.settings.concurrency)
@@ -80,7 +88,7 @@ class Worker:
         self._shares = FleetShares(store, self.id, registry, self._caps, self.settings.concurrency)
         self._renewer = LeaseRenewer(store, self._slots, self.settings.lease)
         self._heartbeat = Heartbeat(
-            store, self.id, self.settings, self._workflows, self._slots, self._served
+            store, self.id, self.settings, self._workflows, self._slots, self._served, self._patches
         )
         self._retention = Retention(store, self.settings.retention, self.settings.payloads)
         self._bulk = BulkRunner(store)
@@ -99,11 +107,16 @@ class Worker:
             self._caps,
             self._shares,
             self._served,
+            self._patches,
             start=self._start,
             renew_now=self.renew_now,
             stopping=self._stopping,
             observer=observer,
         )
+
+    def _patch_taken(self, workflow: str, version: str, patch_id: str) -> None:
+        """An instance took ``patch_id``: this code has it, found at registration or not."""
+        self._patches.setdefault((workflow, version), set()).add(patch_id)
 
     # -- public ----------------------------------------------------------------------------------
 

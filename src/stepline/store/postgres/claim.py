@@ -28,7 +28,7 @@ from .._rows import (
     step_from_row,
 )
 from ..base import Claim, Claimed, History, Lease
-from ..types import new_lease_token, routes
+from ..types import PatchesKnown, Routing, new_lease_token, routing
 from .claim_sql import ClaimStatements
 from .db import Database
 from .limited import READ_ONLY, Leased, LimitedClaim, read_rules, read_usage
@@ -69,8 +69,8 @@ class Claimer:
         self._rules: Rules | None = None
         """The rules the last claim under limits read: the next takes their locks first."""
         self._lock_prefix = f"stepline:{schema}:"
-        self._floors: dict[tuple[str, ...], ClaimFloor] = {}
-        self._limited: dict[tuple[str, ...], bool] = {}
+        self._floors: dict[tuple[str | None, ...], ClaimFloor] = {}
+        self._limited: dict[tuple[str | None, ...], bool] = {}
         """Whether the last claim of these workflows found fleet-wide limits registered: the
         next claims them under the limits (a claim without finds out, and claims again)."""
 
@@ -83,12 +83,13 @@ class Claimer:
         now: float,
         caps: Mapping[str, int] | None = None,
         versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
     ) -> Claimed:
         """:meth:`~stepline.store.base.Store.claim`."""
         if not workflows or limit <= 0:
             return Claimed([])
-        served = routes(workflows, versions)
-        key = (*workflows, *(served or ()))
+        served = routing(workflows, versions, patches)
+        key = _key(workflows, served)
         floor = self._floors.get(key)
         if floor is not None and not floor.holds(now):
             floor = None
@@ -227,7 +228,7 @@ class Claimer:
 
     def _move_floor(
         self,
-        key: tuple[str, ...],
+        key: tuple[str | None, ...],
         leased: Leased,
         short: bool,
         now: float,
@@ -258,12 +259,14 @@ class Claimer:
         workflows: Sequence[str],
         now: float,
         versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
     ) -> float | None:
         """:meth:`~stepline.store.base.Store.next_wakeup`."""
         if not workflows:
             return None
-        served = _routes_params(routes(workflows, versions))
-        key = (*workflows, *served["routes"])
+        routed = routing(workflows, versions, patches)
+        key = _key(workflows, routed)
+        served = _routes_params(routed)
         if self._limited.get(key, False):
 
             async def read(conn: Conn) -> float | None:
@@ -306,10 +309,23 @@ class Claimer:
         return [found[pk] for pk in pks]
 
 
-def _routes_params(served: Sequence[str] | None) -> dict[str, Any]:
-    """The claim statements' parameters of ``{routed}`` for the routes ``served`` (None: every
-    version)."""
-    return {"routed": served is not None, "routes": list(served or ())}
+def _routes_params(served: Routing | None) -> dict[str, Any]:
+    """The claim statements' parameters of ``{routed}`` for the routing ``served`` (None: every
+    version and patch)."""
+    found = served or Routing(None, None)
+    return {
+        "routed": found.routes is not None,
+        "routes": list(found.routes or ()),
+        "patching": found.patches is not None,
+        "patches": list(found.patches or ()),
+    }
+
+
+def _key(workflows: Sequence[str], served: Routing | None) -> tuple[str | None, ...]:
+    """What the claim floors and the limits found are kept by: the workflows and routing."""
+    if served is None:
+        return tuple(workflows)
+    return (*workflows, *(served.routes or ()), None, *(served.patches or ()))
 
 
 def _history_from_json(steps: str, events: str) -> History:

@@ -52,9 +52,14 @@ def fleet_wide(limits: str) -> str:
         OR jsonb_array_length(COALESCE(NULLIF(({limits})->'limits', 'null'), '[]')) > 0)"""
 
 
-# Of the (workflow, version) pairs a claim may take (``store.types.routes``), unless ``routed``
-# is false (every version): a filter on the rows an index read finds, no read of its own.
-_ROUTED = "(NOT %(routed)s::boolean OR workflow || chr(31) || version = ANY(%(routes)s::text[]))"
+# Of the (workflow, version) pairs a claim may take (``store.types.Routing``), unless ``routed``
+# is false (every version), and whose recorded patches its code has, each prefixed by the
+# instance's route, unless ``patching`` is false (every patch): a filter on the rows an index
+# read finds, no read of its own (an instance without patches, nearly all, stops at NULL).
+_ROUTED = """(NOT %(routed)s::boolean OR workflow || chr(31) || version = ANY(%(routes)s::text[]))
+    AND (patches IS NULL OR NOT %(patching)s::boolean OR NOT EXISTS (
+        SELECT 1 FROM json_array_elements_text(patches::json) AS x(p)
+        WHERE NOT workflow || chr(31) || version || chr(31) || x.p = ANY(%(patches)s::text[])))"""
 
 # The earliest timer of the workflows from ``{since}`` on: one seek per workflow and priority
 # (``instances_workflow_ready``), however many rows of other workflows come first in the ready

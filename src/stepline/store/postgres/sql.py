@@ -93,6 +93,43 @@ _RECORD_STEPS = (
 """
 )
 
+
+def merged_patches(current: str, added: str) -> str:
+    """An instance's ``patches`` (JSON array text ``current``) with the ids the query ``added``
+    selects: sorted, each once (the claim routes on them)."""
+    return f"""(SELECT json_agg(p ORDER BY p)::text FROM (
+            SELECT json_array_elements_text(COALESCE({current}, '[]')::json)
+            UNION {added}) AS m(p))"""
+
+
+# The events a batch's steps consume.
+_CONSUME_MANY = """, consume AS (
+            UPDATE {s}.events e SET consumed_by = w.name || '-' || w.count
+            FROM w JOIN fence f ON f.idx = w.idx WHERE e.pk = w.event
+        )"""
+
+# A patch marker's id joins its instance's patches, in the statement that records it.
+_PATCH_ONE = (
+    """, patched AS (
+            UPDATE {s}.instances SET patches = """
+    + merged_patches("patches", "SELECT substr(%(name)s::text, 7)")
+    + """
+            WHERE pk = %(pk)s::bigint AND EXISTS (SELECT 1 FROM fence)
+        )"""
+)
+# The same for a batch: each instance's markers together (one update per row).
+_PATCH_MANY = (
+    """, marked AS (
+            SELECT w.pk AS m_pk, array_agg(substr(w.name, 7)) AS m_ids
+            FROM w JOIN fence f ON f.idx = w.idx WHERE w.kind = 'patch' GROUP BY w.pk
+        ), patched AS (
+            UPDATE {s}.instances i SET patches = """
+    + merged_patches("i.patches", "SELECT unnest(m.m_ids)")
+    + """
+            FROM marked m WHERE i.pk = m.m_pk
+        )"""
+)
+
 INSTANCE_COLUMNS = ", ".join(
     "COALESCE(held_ready_at, ready_at) AS ready_at" if name == "ready_at" else name
     for name in InstanceRow._fields
@@ -240,7 +277,9 @@ _TEMPLATES: dict[str, str] = {
             control = NULL, ready_at = %(now)s, held_ready_at = NULL,
             lease_token = lease_token + 1, lease_owner = NULL,
             lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = %(now)s,
-            version = COALESCE(%(version)s::text, version)
+            version = COALESCE(%(version)s::text, version), patches = (
+                SELECT json_agg(substr(name, 7) ORDER BY substr(name, 7))::text
+                FROM {s}.steps WHERE instance_pk = %(pk)s AND kind = 'patch')
         WHERE pk = %(pk)s
     """,
     "send_event": """
@@ -271,14 +310,12 @@ _TEMPLATES: dict[str, str] = {
             WHERE pk = %(event)s::bigint AND EXISTS (SELECT 1 FROM fence)
         )""",
     ),
-    "record_steps": _RECORD_STEPS.replace("{consume}", ""),
-    "record_steps_consuming": _RECORD_STEPS.replace(
-        "{consume}",
-        """, consume AS (
-            UPDATE {s}.events e SET consumed_by = w.name || '-' || w.count
-            FROM w JOIN fence f ON f.idx = w.idx WHERE e.pk = w.event
-        )""",
+    "record_step_patch": _RECORD_STEP.replace("{conflict}", _STEP_UPSERT).replace(
+        "{consume}", _PATCH_ONE
     ),
+    "record_steps": _RECORD_STEPS.replace("{consume}", ""),
+    "record_steps_consuming": _RECORD_STEPS.replace("{consume}", _CONSUME_MANY),
+    "record_steps_patching": _RECORD_STEPS.replace("{consume}", _CONSUME_MANY + _PATCH_MANY),
     "renew": """
         WITH l AS (
             SELECT * FROM json_to_recordset(%(leases)s::json) AS l(pk bigint, token bigint,
@@ -307,7 +344,7 @@ _TEMPLATES: dict[str, str] = {
         WITH f AS (
             SELECT * FROM json_to_recordset(%(rows)s::json) AS f(idx int, pk bigint,
                 token bigint, owner text, status text, output text, error text, rollback text,
-                wake_at float8, event_seq bigint, fnow float8, parked_on text)
+                wake_at float8, event_seq bigint, fnow float8, parked_on text, patches text)
         ), held AS (
             SELECT f.idx AS h_idx, i.parent AS h_parent FROM {s}.instances i
             JOIN f ON i.pk = f.pk AND i.lease_token = f.token AND i.lease_owner = f.owner
@@ -362,7 +399,10 @@ _TEMPLATES: dict[str, str] = {
                 control = CASE WHEN f.status = 'waiting' THEN i.control END,
                 ended_at = CASE WHEN f.status = 'waiting' THEN i.ended_at ELSE f.fnow END,
                 lease_owner = NULL, lease_expires_at = NULL, updated_at = f.fnow,
-                parked_on = f.parked_on
+                parked_on = f.parked_on, patches = CASE WHEN f.patches IS NULL THEN i.patches
+                    ELSE """
+    + merged_patches("i.patches", "SELECT json_array_elements_text(f.patches::json)")
+    + """ END
             FROM f JOIN held ON h_idx = f.idx
             WHERE i.pk = f.pk AND i.pk = ANY(ARRAY(SELECT pk FROM f))
             RETURNING f.idx, i.status, i.workflow, i.id, i.parent, i.key, i.ready_at
@@ -422,14 +462,14 @@ _TEMPLATES: dict[str, str] = {
             WHERE id <> %(id)s AND last_seen + heartbeat * %(expire_beats)s < %(now)s
         )
         INSERT INTO {s}.workers (id, host, pid, started_at, last_seen, heartbeat, workflows,
-            concurrency, running, versions)
+            concurrency, running, versions, patches)
         VALUES (%(id)s, %(host)s, %(pid)s, %(started_at)s, %(now)s, %(heartbeat)s,
-            %(workflows)s, %(concurrency)s, %(running)s, %(versions)s)
+            %(workflows)s, %(concurrency)s, %(running)s, %(versions)s, %(patches)s)
         ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
             started_at = excluded.started_at, last_seen = excluded.last_seen,
             heartbeat = excluded.heartbeat, workflows = excluded.workflows,
             concurrency = excluded.concurrency, running = excluded.running,
-            versions = excluded.versions
+            versions = excluded.versions, patches = excluded.patches
     """,
     "running_by_worker": """
         SELECT lease_owner, workflow, count(*) FROM {s}.instances
@@ -439,7 +479,7 @@ _TEMPLATES: dict[str, str] = {
     """,
     "list_workers": """
         SELECT id, host, pid, started_at, last_seen, heartbeat, workflows, concurrency, running,
-            versions
+            versions, patches
         FROM {s}.workers ORDER BY started_at, id
     """,
     "forget_worker": "DELETE FROM {s}.workers WHERE id = %s",
@@ -479,6 +519,8 @@ class Statements:
     record_step_consuming: str
     record_steps: str
     record_steps_consuming: str
+    record_steps_patching: str
+    record_step_patch: str
     renew: str
     finish: str
     wake_parent_of: str

@@ -27,6 +27,7 @@ from ..base import (
     Finish,
     Lease,
     NewInstance,
+    PatchesKnown,
     StepWrite,
     Store,
     WorkflowMeta,
@@ -304,8 +305,11 @@ class PostgresStore(Store):
         *,
         caps: Mapping[str, int] | None = None,
         versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
     ) -> Claimed:
-        return await self._claims.claim(owner, workflows, limit, lease_seconds, now, caps, versions)
+        return await self._claims.claim(
+            owner, workflows, limit, lease_seconds, now, caps, versions, patches
+        )
 
     async def record_step(self, lease: Lease, write: StepWrite, now: float) -> str:
         if write.update is not None or write.publish is not None:
@@ -332,6 +336,9 @@ class PostgresStore(Store):
         self.signals.ready()
 
     async def next_wakeup(
-        self, workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None = None
+        self,
+        workflows: Sequence[str],
+        versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
     ) -> float | None:
-        return await self._claims.next_wakeup(workflows, self.now(), versions)
+        return await self._claims.next_wakeup(workflows, self.now(), versions, patches)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..._json import dumps
 from ...records import WORKER_EXPIRE_BEATS, WorkerInfo
-from .._rows import worker_from_row, worker_versions_json
+from .._rows import worker_from_row, worker_patches_json, worker_versions_json
 from ..workers import WorkerStore
 from .db import Database
 from .sql import Statements
@@ -30,6 +30,7 @@ class PostgresWorkers(WorkerStore):
             "concurrency": info.concurrency,
             "running": info.running,
             "versions": worker_versions_json(info),
+            "patches": worker_patches_json(info),
             "expire_beats": WORKER_EXPIRE_BEATS,
         }
         # On the pool kept for leases and claims: a worker busy enough to exhaust the main pool

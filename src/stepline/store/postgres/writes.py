@@ -13,6 +13,7 @@ import psycopg
 from ..._json import dumps
 from ...errors import LeaseLostError
 from ..base import Finish, Lease, StepWrite
+from ..types import patch_id
 from .db import Database
 from .notes import Notes
 from .parking import ParkingStatements, freed_params
@@ -60,6 +61,8 @@ class FinishRow(TypedDict):
     event_seq: int
     fnow: float
     parked_on: str | None
+    patches: str | None
+    """The patch ids its steps' markers record, a JSON array (None: no marker)."""
     steps: list[StepRow]
 
 
@@ -116,8 +119,15 @@ def finish_row(lease: Lease, finish: Finish, now: float) -> FinishRow:
         "event_seq": finish.event_seq,
         "fnow": now,
         "parked_on": finish.parked_on if waiting else None,
+        "patches": _marked(finish.steps),
         "steps": [step_row(lease, write) for write in finish.steps],
     }
+
+
+def _marked(steps: Sequence[StepWrite]) -> str | None:
+    """The patch ids of the markers among ``steps``, as JSON text; None if none."""
+    ids = sorted({patch_id(write.name) for write in steps if write.kind == "patch"})
+    return dumps(ids, what="patches") if ids else None
 
 
 class ActivationWrites:
@@ -140,16 +150,22 @@ class ActivationWrites:
         """Record each step; the result is its instance's status, or LeaseLostError."""
         q = self._sql
         consuming = any(row["event"] is not None for row in rows)
+        patching = any(row["kind"] == "patch" for row in rows)  # rare: its own statements
         query: str
         params: StepRow | tuple[str]
         plain_insert = False  # a step's first record, without the upsert (`record_step_new`)
         if len(rows) == 1:  # the common case: plain parameters are cheaper for the server
             params = rows[0]
-            plain_insert = params["new"] and not consuming
-            if consuming:
+            plain_insert = params["new"] and not consuming and not patching
+            if patching:
+                query = q.record_step_patch
+            elif consuming:
                 query = q.record_step_consuming
             else:
                 query = q.record_step_new if plain_insert else q.record_step
+        elif patching:
+            query = q.record_steps_patching
+            params = (indexed_rows(rows),)
         else:
             query = q.record_steps_consuming if consuming else q.record_steps
             params = (indexed_rows(rows),)

@@ -40,6 +40,7 @@ from ...records import LimitState
 from .._rows import N_INSTANCE_COLUMNS, InstanceRow
 from ..base import Lease
 from ..flow import FlowStore
+from ..types import Routing
 from . import flow_sql, sql
 from .db import Database
 
@@ -135,7 +136,7 @@ def pick(
     session: ClaimSession,
     now: float,
     head: tuple[float, float, float, str, int],
-    routes: Sequence[str] | None = None,
+    routes: Routing | None = None,
     *,
     probe: bool = False,
 ) -> list[Sequence[Any]]:
@@ -144,7 +145,7 @@ def pick(
     claim's parameters of :func:`sql.claim_due` (now, now, lease expiry, owner, lease token).
     A ``probe`` (:func:`next_wakeup`) reads the instances a rate holds back too, so as to learn
     that one is, and leaves full keys' queues alone. ``routes``: the (workflow, version) pairs
-    it may take (``store.types.routes``; None: every version)."""
+    and patches it may take (``store.types.Routing``; None: every version and patch)."""
     workflows = session.workflows
     if session.limited:
         for (pk,) in c.execute(sql.pauses_due(len(workflows)), (*workflows, now)):
@@ -173,7 +174,7 @@ def pick(
                 each=each,
                 parking=not probe,
                 resuming=len(resuming),
-                n_routes=None if routes is None else len(routes),
+                routing=None if routes is None else routes.shape,
             )
             flat_keys = [part for pair in keys for part in pair]
             params = (
@@ -182,7 +183,7 @@ def pick(
                 now,
                 *read_whole,
                 *resuming,
-                *(routes or ()),
+                *(routes.params if routes else ()),
                 *flat_keys,
                 *(after or ()),
                 page,
@@ -305,7 +306,7 @@ def next_wakeup(
     c: sqlite3.Connection,
     workflows: Sequence[str],
     now: float,
-    routes: Sequence[str] | None = None,
+    routes: Routing | None = None,
 ) -> float | None:
     """``Store.next_wakeup``: the earliest ``ready_at`` of the workflows without fleet-wide
     limits (one read when none has any); for the others, their timers and leases after ``now``,
@@ -332,7 +333,7 @@ def next_look(
     c: sqlite3.Connection,
     session: ClaimSession,
     now: float,
-    routes: Sequence[str] | None = None,
+    routes: Routing | None = None,
 ) -> NextLook | None:
     """When the worker should look again after a claim at ``now`` (its leases written: their
     expiry is a timer), if the claim can tell; a full claim only if it left every workflow
@@ -347,18 +348,17 @@ def next_look(
 def earliest(
     c: sqlite3.Connection,
     workflows: Sequence[str],
-    routes: Sequence[str] | None = None,
+    routes: Routing | None = None,
     *,
     after: float | None = None,
 ) -> float | None:
-    """The earliest ``ready_at`` of ``workflows`` (of ``routes`` only, if given; after
+    """The earliest ``ready_at`` of ``workflows`` (of what ``routes`` takes only, if given; after
     ``after``, if given)."""
-    params = (
-        (*workflows, *(routes or ())) if after is None else (after, *workflows, *(routes or ()))
-    )
-    n_routes = None if routes is None else len(routes)
+    routed = routes.params if routes else ()
+    params = (*workflows, *routed) if after is None else (after, *workflows, *routed)
+    shape = None if routes is None else routes.shape
     (found,) = c.execute(
-        sql.next_wakeup(len(workflows), after=after is not None, n_routes=n_routes), params
+        sql.next_wakeup(len(workflows), after=after is not None, routing=shape), params
     ).fetchone()
     return None if found is None else float(found)
 

@@ -189,7 +189,9 @@ RESTART = (
     " control = NULL, ready_at = ?, held_ready_at = NULL, lease_token = lease_token + 1,"
     " lease_owner = NULL,"
     " lease_expires_at = NULL, started_at = NULL, ended_at = NULL, updated_at = ?,"
-    " version = COALESCE(?, version) WHERE pk = ?"
+    " version = COALESCE(?, version), patches = (SELECT json_group_array(id) FROM"
+    " (SELECT substr(name, 7) AS id FROM steps WHERE instance_pk = instances.pk"
+    " AND kind = 'patch' ORDER BY 1) HAVING count(*) > 0) WHERE pk = ?"
 )
 INSERT_EVENT = "INSERT INTO events (instance_pk, type, payload, created_at) VALUES (?, ?, ?, ?)"
 # An event, or a child's end, bumps ``event_seq`` so that a running activation does not sleep.
@@ -220,26 +222,45 @@ def _each_workflow(n_workflows: int, first: int) -> str:
     return "(VALUES " + ",".join(f"(?{first + i})" for i in range(n_workflows)) + ") w"
 
 
-def _routed(n_routes: int | None, first: int) -> str:
-    """The condition that an instance's (workflow, version) is one of ``n_routes`` routes
-    (``store.types.routes``), from parameter number ``first`` on; none for None (every
-    version). A filter on the rows an index read finds: no read of its own."""
-    return _routed_in(None if n_routes is None else [f"?{first + i}" for i in range(n_routes)])
+RouteShape = tuple[int | None, int | None]
+"""How many routes and patches a claim's :class:`~stepline.store.types.Routing` has."""
 
 
-def _routed_in(marks: list[str] | None) -> str:
-    """:func:`_routed` with its parameters ``marks``."""
-    return "" if marks is None else f" AND workflow || char(31) || version IN ({', '.join(marks)})"
+def _routed(shape: RouteShape | None, first: int) -> str:
+    """The condition that an instance's (workflow, version) is one of the routes and each patch
+    it recorded one of the patches (``store.types.Routing``, of ``shape``), from parameter
+    number ``first`` on; none for None (every version, every patch). A filter on the rows an
+    index read finds: no read of its own (an instance without patches, nearly all, stops at
+    ``patches IS NULL``)."""
+    number = itertools.count(first)
+    return _routed_in(shape, lambda n: [f"?{next(number)}" for _ in range(n)])
+
+
+def _routed_in(shape: RouteShape | None, marks: Callable[[int], list[str]]) -> str:
+    """:func:`_routed` taking its parameters' ``marks``, the routes' then the patches'."""
+    if shape is None:
+        return ""
+    n_routes, n_patches = shape
+    text = ""
+    if n_routes is not None:
+        text += f" AND workflow || char(31) || version IN ({', '.join(marks(n_routes))})"
+    if n_patches is not None:
+        text += (
+            " AND (patches IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(patches) WHERE"
+            f" workflow || char(31) || version || char(31) || value"
+            f" NOT IN ({', '.join(marks(n_patches))})))"
+        )
+    return text
 
 
 @functools.lru_cache(maxsize=256)
-def any_due(n_workflows: int, n_routes: int | None = None) -> str:
+def any_due(n_workflows: int, routed: RouteShape | None = None) -> str:
     """Whether anything is due: a read first, so an idle poll takes no write lock. One seek per
-    workflow (``instances_workflow_ready``). Parameters: now, the workflows, the routes."""
+    workflow (``instances_workflow_ready``). Parameters: now, the workflows, the routing's."""
     return (
         f"SELECT 1 FROM {_each_workflow(n_workflows, 2)} WHERE EXISTS (SELECT 1 FROM instances"
         " INDEXED BY instances_workflow_ready WHERE workflow = w.column1 AND ready_at <= ?1"
-        f"{_routed(n_routes, 2 + n_workflows)}) LIMIT 1"
+        f"{_routed(routed, 2 + n_workflows)}) LIMIT 1"
     )
 
 
@@ -254,18 +275,18 @@ def claim_due(
     each: bool = False,
     parking: bool = False,
     resuming: int = 0,
-    n_routes: int | None = None,
+    routing: RouteShape | None = None,
 ) -> str:
     """The due instances of one priority as claimed, in claim order (``InstanceRow`` columns
     after :func:`take_leases`), then their new lease token, ``control`` and ``event_seq``, then
     their ``ready_at``, whether a claim would be their first start and whether they are
     queued (may be set aside behind a busy key). Parameters: now
     (updated_at), now (started_at if unset), the lease expiry (ready_at), the owner, the lease
-    token, the priority, now (due), the workflows, the ``n_routes`` routes (:func:`_routed`;
-    None: every version), then the ``excluding`` full keys (workflow,
-    key) whose instances the read leaves out (:func:`_excluding`), then ``ready_at`` and ``pk``
-    to read after if ``after``, then the limit. A ``waitingForPause`` row keeps its status (a
-    claim pauses it instead).
+    token, the priority, now (due), the workflows, the routing's parameters (:func:`_routed`
+    of shape ``routing``; None: every version and patch), then the ``excluding`` full keys
+    (workflow, key) whose instances the read leaves out (:func:`_excluding`), then ``ready_at``
+    and ``pk`` to read after if ``after``, then the limit. A ``waitingForPause`` row keeps its
+    status (a claim pauses it instead).
 
     ``each``: read each workflow through ``instances_workflow_ready`` and merge, instead of
     walking the ready index in claim order; for a claim some of whose workflows a limit holds
@@ -286,7 +307,7 @@ def claim_due(
 
     now, started, expiry, owner, token, priority, due = marks(7)
     workflows = marks(n_workflows)
-    routed = _routed_in(None if n_routes is None else marks(n_routes))
+    routed = _routed_in(routing, marks)
     skip = f" AND {_excluding(excluding, marks, parking)}" if excluding else ""
     ranges = [f" AND ready_at <= {due}"]
     if after:
@@ -297,7 +318,8 @@ def claim_due(
         "SELECT pk, workflow, id, CASE WHEN status IN ('queued', 'waiting') THEN 'running'"
         f" ELSE status END, params, output, error, rollback, trigger, created_at, {now},"
         f" COALESCE(started_at, {started}), ended_at, {expiry}, {owner}, parent, schedule, key,"
-        f" priority, dedup_key, traceparent, version, delete_at, deadline_at, {token}, control,"
+        f" priority, dedup_key, traceparent, version, delete_at, deadline_at, patches, {token},"
+        " control,"
         " event_seq, ready_at, started_at IS NULL, status = 'queued' FROM instances"
     )
     order = f" ORDER BY ready_at, pk LIMIT {limit}"
@@ -401,6 +423,11 @@ UPSERT_STEP = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 CONSUME_EVENT = "UPDATE events SET consumed_by = ? WHERE pk = ?"
+# A patch marker's id joins the instance's patches (a sorted JSON array; the claim routes on it).
+ADD_PATCH = (
+    "UPDATE instances SET patches = (SELECT json_group_array(value) FROM (SELECT value FROM"
+    " json_each(COALESCE(patches, '[]')) UNION SELECT ?1 ORDER BY 1)) WHERE pk = ?2"
+)
 RENEW = f"UPDATE instances SET lease_expires_at = ?, ready_at = ? {HELD} RETURNING status"
 SUSPEND = (
     "UPDATE instances SET status = ?, ready_at = ?, lease_owner = NULL,"
@@ -421,14 +448,14 @@ UNREADY_PAUSED = "UPDATE instances SET ready_at = NULL WHERE pk = ? AND status =
 
 
 @functools.lru_cache(maxsize=256)
-def next_wakeup(n_workflows: int, *, after: bool = False, n_routes: int | None = None) -> str:
+def next_wakeup(n_workflows: int, *, after: bool = False, routing: RouteShape | None = None) -> str:
     """The earliest ``ready_at`` of the workflows, one seek per workflow (after a time if
-    ``after``: parameters the time, then the workflows, then the routes)."""
+    ``after``: parameters the time, then the workflows, then the routing's)."""
     since = "ready_at > ?1" if after else "ready_at IS NOT NULL"
     first = 2 if after else 1
     return (
         "SELECT min((SELECT min(ready_at) FROM instances INDEXED BY instances_workflow_ready"
-        f" WHERE workflow = w.column1 AND {since}{_routed(n_routes, first + n_workflows)}))"
+        f" WHERE workflow = w.column1 AND {since}{_routed(routing, first + n_workflows)}))"
         f" FROM {_each_workflow(n_workflows, first)}"
     )
 
@@ -438,7 +465,8 @@ def next_wakeup(n_workflows: int, *, after: bool = False, n_routes: int | None =
 EXPIRE_WORKERS = "DELETE FROM workers WHERE id <> ? AND last_seen + heartbeat * ? < ?"
 UPSERT_WORKER = (
     "INSERT OR REPLACE INTO workers (id, host, pid, started_at, last_seen, heartbeat,"
-    " workflows, concurrency, running, versions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " workflows, concurrency, running, versions, patches)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 LIST_WORKERS = f"SELECT {columns(WorkerRow._fields)} FROM workers ORDER BY started_at, id"
 FORGET_WORKER = "DELETE FROM workers WHERE id = ?"

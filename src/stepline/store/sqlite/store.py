@@ -45,7 +45,7 @@ from ..base import (
     Store,
     WorkflowMeta,
 )
-from ..types import routes
+from ..types import PatchesKnown, routing
 from . import flow, sql
 from . import transactions as tx
 from .closing import SqliteClosing
@@ -276,13 +276,14 @@ class SqliteStore(Store):
         *,
         caps: Mapping[str, int] | None = None,
         versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
     ) -> Claimed:
         if not workflows or limit <= 0:
             return Claimed([])
-        served = routes(workflows, versions)
+        served = routing(workflows, versions, patches)
         # A read first: an idle poll must not take the database's write lock.
-        due = sql.any_due(len(workflows), None if served is None else len(served))
-        if not await self._db.read(due, (now, *workflows, *(served or ()))):
+        due = sql.any_due(len(workflows), None if served is None else served.shape)
+        if not await self._db.read(due, (now, *workflows, *(served.params if served else ()))):
             return Claimed([])
         expires = now + lease_seconds
         claimed: tuple[list[Claim], NextLook | None] = await self._db.write(
@@ -321,12 +322,15 @@ class SqliteStore(Store):
         self.signals.ready()
 
     async def next_wakeup(
-        self, workflows: Sequence[str], versions: Mapping[str, Sequence[str]] | None = None
+        self,
+        workflows: Sequence[str],
+        versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
     ) -> float | None:
         if not workflows:
             return None
         now = self.now()
-        served = routes(workflows, versions)
+        served = routing(workflows, versions, patches)
         earliest: float | None = await self._db.read_with(
             lambda c: flow.next_wakeup(c, workflows, now, served)
         )

@@ -31,10 +31,11 @@ from .._rows import (
     control_assignments,
     control_transition,
     instance_from_row,
+    worker_patches_json,
     worker_versions_json,
 )
 from ..base import Claim, ControlAction, Finish, Lease, NewInstance, StepWrite, WorkflowMeta
-from ..types import new_lease_token
+from ..types import Routing, new_lease_token, patch_id
 from . import closing_writes, flow, flow_sql, message_writes, sql
 from .sql import Fence, Lookup
 
@@ -148,6 +149,7 @@ def create(
             version=item.version,
             delete_at=None,
             deadline_at=item.deadline_at,
+            patches=None,
         )
         created.append(instance_from_row(row))
     return created
@@ -286,7 +288,7 @@ def claim(
     expires: float,
     now: float,
     caps: Mapping[str, int] | None = None,
-    routes: Sequence[str] | None = None,
+    routes: Routing | None = None,
 ) -> tuple[list[Claim], NextLook | None]:
     """The instances the limits let run, offered to the claim in claim order with their claimed
     columns (``flow.pick``, under the write lock), leased in one UPDATE, then their histories:
@@ -350,6 +352,8 @@ def _write_step(c: sqlite3.Connection, lease: Lease, write: StepWrite) -> None:
     )
     if write.consume_event is not None:
         c.execute(sql.CONSUME_EVENT, (f"{write.name}-{write.count}", write.consume_event))
+    if write.kind == "patch":
+        c.execute(sql.ADD_PATCH, (patch_id(write.name), lease.pk))
     if write.update is not None or write.publish is not None:
         message_writes.write_message_step(c, lease.pk, write)
 
@@ -450,6 +454,7 @@ def heartbeat(c: sqlite3.Connection, info: WorkerInfo, workflows: str, now: floa
             info.concurrency,
             info.running,
             worker_versions_json(info),
+            worker_patches_json(info),
         ),
     )
 
