@@ -115,7 +115,7 @@ class EngineReads:
         serve it, whether it is drained (:mod:`stepline.versions`). Unknown workflows raise
         :class:`~stepline.WorkflowNotFoundError`."""
         await self._check_workflow(name)
-        counts = await self.store.version_counts(name)
+        counts = await self.store.operations.version_counts(name)
         workers = await self.store.workers.list_workers()
         known = self.registry.versions.get(name, {})
         return version_states(name, counts, workers, self.store.now(), known)

@@ -22,20 +22,25 @@ from ._reserving import Reservation as Reservation
 from ._reserving import ReserveSlots, create_reserved
 from ._runtime.observer import Observer
 from ._traceparent import valid_traceparent
-from .durations import Duration, parse_duration
+from .durations import Duration
 from .errors import DuplicateInstanceError, InstanceNotFoundError
+from .instance import (
+    FINISHED_ORDER,
+    delete_instances,
+    given_version,
+    purge_arguments,
+    purge_instances,
+)
 from .instance import STATUS_ACTIONS as STATUS_ACTIONS
 from .instance import Instance as Instance
 from .instance import StatusAction as StatusAction
 from .instance import VersionOf as VersionOf
-from .instance import delete_instances, given_version
 from .messages import Messaging
 from .operations.language import Filter
 from .operations.search import Ranges, build_filter, listing_filter, search, tags_json
 from .payloads import PayloadCodec
 from .payloads.records import open_instances
 from .records import (
-    FINISHED_STATUSES,
     INSTANCE_STATUSES,
     InstancePage,
     InstanceRecord,
@@ -45,7 +50,6 @@ from .workflow import is_valid_name, validate_name
 
 CheckWorkflow = Callable[[str], Awaitable[None]]
 
-FINISHED_ORDER = tuple(s for s in INSTANCE_STATUSES if s in FINISHED_STATUSES)
 OnDuplicate = Literal["return", "raise"]
 
 
@@ -351,18 +355,7 @@ class WorkflowBinding:
         """Delete finished instances in ``statuses`` (default: complete, errored, terminated)
         that ended more than ``older_than`` ago; return how many. Unfinished statuses are
         refused (``ValueError``): delete those by id with ``force``."""
-        chosen = tuple(statuses)
-        wrong = [s for s in chosen if s not in FINISHED_STATUSES]
-        if wrong or not chosen:
-            raise ValueError(
-                f"purge deletes finished instances only ({', '.join(FINISHED_ORDER)}), "
-                f"got {wrong[0] if wrong else 'no status'!r}"
-            )
-        age = parse_duration(older_than, what="older_than", allow_zero=True)
+        chosen, age = purge_arguments(statuses, older_than)
         if not self._possible:
             return 0
-        deleted = await self._store.retention.purge_instances(
-            self.name, chosen, self._store.now() - age
-        )
-        await self._payloads.forget((d.workflow, d.id) for d in deleted)  # blobs go with them
-        return len(deleted)
+        return await purge_instances(self._store, self._payloads, self.name, chosen, age)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from . import _json
@@ -21,6 +21,7 @@ from .payloads.records import open_events, open_instance, open_steps, open_strea
 from .records import (
     DEFAULT_VERSION,
     FINISHED_STATUSES,
+    INSTANCE_STATUSES,
     InstanceEvent,
     InstanceRecord,
     InstanceStatus,
@@ -53,6 +54,33 @@ async def delete_instances(
     if deleted:
         await codec.forget((workflow, instance_id) for instance_id in ids)
     return deleted
+
+
+FINISHED_ORDER = tuple(s for s in INSTANCE_STATUSES if s in FINISHED_STATUSES)
+"""The finished statuses, in the order the docs list them (a purge's default)."""
+
+
+def purge_arguments(statuses: Iterable[str], older_than: Duration) -> tuple[tuple[str, ...], float]:
+    """The statuses and the age (seconds) of a purge, checked: finished statuses only, at least
+    one (``ValueError`` otherwise)."""
+    chosen = tuple(statuses)
+    wrong = [s for s in chosen if s not in FINISHED_STATUSES]
+    if wrong or not chosen:
+        raise ValueError(
+            f"purge deletes finished instances only ({', '.join(FINISHED_ORDER)}), "
+            f"got {wrong[0] if wrong else 'no status'!r}"
+        )
+    return chosen, parse_duration(older_than, what="older_than", allow_zero=True)
+
+
+async def purge_instances(
+    store: Store, codec: PayloadCodec, workflow: str, statuses: tuple[str, ...], age: float
+) -> int:
+    """Delete the finished instances of ``workflow`` in ``statuses`` that ended more than
+    ``age`` seconds ago, and the blobs that go with them; return how many."""
+    deleted = await store.retention.purge_instances(workflow, statuses, store.now() - age)
+    await codec.forget((d.workflow, d.id) for d in deleted)
+    return len(deleted)
 
 
 def _check_from_step(name: object) -> str:

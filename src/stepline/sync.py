@@ -19,9 +19,10 @@ from typing import Any, TypeVar
 
 from . import _loop
 from ._creating import OnConflict
-from .client import FINISHED_ORDER, Instance, OnDuplicate, WorkflowBinding
+from .client import Instance, OnDuplicate, WorkflowBinding
 from .durations import Duration
 from .engine import Engine
+from .instance import FINISHED_ORDER
 from .records import (
     InstanceEvent,
     InstancePage,

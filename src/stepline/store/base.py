@@ -174,11 +174,6 @@ class Store(abc.ABC):
     async def list_workflows(self) -> list[WorkflowInfo]:
         """Every registered workflow, sorted by name, with instance counts by status."""
 
-    @abc.abstractmethod
-    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
-        """The instances of ``workflow`` by version, then status: ``{"1": {"complete": 3}}``
-        (only the versions and statuses some instance has). One read."""
-
     # -- instances (client side) -------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -317,17 +312,12 @@ class Store(abc.ABC):
         """Atomically take up to ``limit`` runnable instances of ``workflows`` that their limits
         let run, lowest ``priority`` first, then earliest ``ready_at`` (then lowest ``pk``).
 
-        ``versions``: the versions of each workflow the claim may take (a workflow absent: the
-        default version, ``"1"``); an instance of another version is never claimed, and counts
-        for nothing the claim answers (``next_look``), as if it were another workflow's.
-        None: every version. Limits count every version of a workflow together.
-
-        ``patches``: the patch ids the claiming code has, by (workflow, version). An instance
-        that recorded patch markers (records of kind ``patch`` named ``patch:<id>``, written
-        by :meth:`record_step` or :meth:`finish`, less those a restart removed) is claimed only
-        if each of its ids is among those of its (workflow, version) (absent: none); otherwise
-        it counts for nothing the claim answers, as an instance of another version. None:
-        every patch. An instance without markers is claimed whatever ``patches`` says.
+        Routing (None: no filter). ``versions``: each workflow's versions the claim may take
+        (absent: ``"1"``). ``patches``: the patch ids the claiming code has, by (workflow,
+        version) (absent: none); an instance is taken only if it holds every id it took (its
+        ``patch:<id>`` markers, less those a restart removed). An instance routed away is never
+        claimed and counts for nothing the claim answers (``next_look``), as if it were another
+        workflow's. Limits count every version of a workflow together.
 
         Runnable: ``ready_at <= now`` and no live lease. Each claimed instance gets a fresh lease
         token (:func:`~stepline.store.types.new_lease_token`: never one the instance had, not
@@ -369,10 +359,9 @@ class Store(abc.ABC):
 
         The returned status lets the activation see a pause request (``waitingForPause``) at the
         next step boundary. Raises ``LeaseLostError`` if the lease is no longer held (nothing is
-        written then). If ``write.consume_event`` is set the event is marked consumed atomically.
-        A patch marker (kind ``patch``, named ``patch:<id>``) adds ``<id>`` to the patches the
-        instance took, in the same transaction (what :meth:`claim` routes on); so does one among
-        a :meth:`finish`'s ``steps``.
+        written then). If ``write.consume_event`` is set the event is marked consumed atomically;
+        a patch marker (kind ``patch``, ``patch:<id>``; also among a :meth:`finish`'s ``steps``)
+        adds ``<id>`` to the instance's patches in the same transaction (:meth:`claim` routes).
         """
 
     @abc.abstractmethod

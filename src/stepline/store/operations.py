@@ -125,6 +125,11 @@ class OperationsStore(abc.ABC):
         """How many instances ``where`` matches."""
 
     @abc.abstractmethod
+    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
+        """The instances of ``workflow`` by version, then status: ``{"1": {"complete": 3}}``
+        (only the versions and statuses some instance has). One read."""
+
+    @abc.abstractmethod
     async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
         """The steps of the instances ``instance_pks`` whose status is ``running`` or
         ``waiting``, by instance pk, each list in start order (``seq``); instances without one,

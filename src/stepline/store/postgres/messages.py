@@ -33,7 +33,8 @@ from ..types import (
 from .db import Database
 from .notes import Notes
 from .pools import Conn
-from .sql import _STEP_UPSERT, ANSWERS_JOIN, ANSWERS_NOTE, render
+from .sql import render
+from .step_sql import ANSWERS_JOIN, ANSWERS_NOTE, STEP_UPSERT
 
 _SEND_TRIES = 5
 """Runs of ``send_update`` before giving up on a row it neither inserted nor sees (one more
@@ -89,7 +90,7 @@ _RECORDED = (
             %(wake_at)s::float8, %(started_at)s::float8, %(ended_at)s::float8, %(info)s::text
         FROM fence
     """
-    + _STEP_UPSERT
+    + STEP_UPSERT
 )
 """The step record itself (insert or replace, fenced), in each statement below."""
 

@@ -14,7 +14,14 @@ from ...errors import LeaseLostError
 from ...operations.language import Filter, PkWindow, TagError, parse, render
 from ...operations.language.tags import MAX_TAGS
 from ...records import InstancePage, InstanceRecord, StepRecord
-from .._rows import decode_cursor, encode_cursor, instance_from_row, settle_sleeps, step_from_row
+from .._rows import (
+    count_by_version,
+    decode_cursor,
+    encode_cursor,
+    instance_from_row,
+    settle_sleeps,
+    step_from_row,
+)
 from ..operations import (
     BULK_COLUMNS,
     SKIPPABLE,
@@ -123,6 +130,13 @@ class PostgresOperations(OperationsStore):
         statement, params = self._q.count(where)
         rows = await self._db.read("counting instances", statement, params)
         return int(rows[0][0])
+
+    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
+        statement = (
+            f"SELECT version, status, count(*) FROM {self._q.s}.instances WHERE workflow = %s"
+            " GROUP BY version, status"
+        )
+        return count_by_version(await self._db.read("counting versions", statement, (workflow,)))
 
     async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
         found: dict[int, list[StepRecord]] = {}

@@ -213,9 +213,6 @@ class PostgresStore(Store):
     async def list_workflows(self) -> list[WorkflowInfo]:
         return await self._workflows.list()
 
-    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
-        return await self._workflows.version_counts(workflow)
-
     # -- instances -------------------------------------------------------------------------------
 
     async def create_instances(

@@ -9,7 +9,7 @@ from ..._json import dumps
 from ...flow.floor import FLOOR_MARGIN
 from ...limits import Limit
 from ...records import WorkflowInfo
-from .._rows import count_by_version, workflow_from_row
+from .._rows import workflow_from_row
 from ..base import WorkflowMeta
 from .db import Database
 from .sql import Statements
@@ -56,11 +56,6 @@ class WorkflowCatalog:
             "rate_periods": [None if n.rate is None else n.rate.period for n in named.values()],
         }
         await self._db.execute("registering workflows", self._sql.register_workflows, params)
-
-    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
-        """:meth:`~stepline.store.base.Store.version_counts`."""
-        rows = await self._db.read("counting versions", self._sql.version_counts, (workflow,))
-        return count_by_version(rows)
 
     async def list(self) -> list[WorkflowInfo]:
         """:meth:`~stepline.store.base.Store.list_workflows`."""

@@ -15,6 +15,7 @@ from ...operations.language.tags import MAX_TAGS
 from ...records import InstancePage, InstanceRecord, StepRecord
 from .._rows import (
     STEP_COLUMNS,
+    count_by_version,
     decode_cursor,
     encode_cursor,
     instance_from_row,
@@ -37,7 +38,7 @@ from . import retention
 from . import transactions as tx
 from .bulk_restart import restart_batch
 from .db import Database
-from .sql import RECORD_COLUMNS, qmarks
+from .sql import RECORD_COLUMNS, VERSION_COUNTS, qmarks
 
 TAGS_TABLE = "instance_tags"
 UNFINISHED_STEPS_BATCH = 500
@@ -102,6 +103,9 @@ class SqliteOperations(OperationsStore):
             f"SELECT count(*) FROM instances i WHERE {cond.sql}", cond.params
         )
         return int(rows[0][0])
+
+    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
+        return count_by_version(await self._db.read(VERSION_COUNTS, (workflow,)))
 
     async def unfinished_steps(self, instance_pks: Sequence[int]) -> dict[int, list[StepRecord]]:
         return await self._steps_of(instance_pks, unfinished_steps)

@@ -25,7 +25,6 @@ from ...records import (
 )
 from .._rows import (
     claims_on_creation,
-    count_by_version,
     decode_cursor,
     encode_cursor,
     event_from_row,
@@ -140,9 +139,6 @@ class SqliteStore(Store):
         for workflow, status, n in await self._db.read(sql.COUNT_INSTANCES):
             counts.setdefault(workflow, {})[status] = n
         return [workflow_from_row(row, counts) for row in rows]
-
-    async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
-        return count_by_version(await self._db.read(sql.VERSION_COUNTS, (workflow,)))
 
     # -- instances -------------------------------------------------------------------------------
 
