@@ -17,7 +17,7 @@ from ._shown import shown
 from ._traceparent import valid_traceparent
 from .durations import Duration, parse_duration
 from .operations.search import tags_json
-from .payloads import PayloadCodec, Slot
+from .payloads import PayloadCodec, Slot, escaped
 from .retention import parse_retention
 from .store.base import BatchItem, KeyedConflict, NewInstance
 from .values import convert
@@ -132,6 +132,8 @@ async def sealed_params(
     if params_type is not None and params is not None:
         convert(params, params_type, what)
     text = _json.dumps(params, what=what, limit=codec.encode_limit)
+    if codec.plain:  # nothing seals: no slot, no coroutine
+        return escaped(text)
     return await codec.seal(text, Slot(workflow, instance_id, "params"))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from .. import _json
 from .._callbacks import ShapeMemo
 from ..config import StepConfig
-from ..payloads import PayloadCodec, Slot
+from ..payloads import PayloadCodec, Slot, escaped
 from ..records import PendingEvent
 from ..store.base import Claim, History, Store
 from .hooks import RuntimeHooks
@@ -139,8 +139,11 @@ class ActivationState:
 
     async def seal(self, value: Any, what: str, column: str) -> str:
         """``value`` as stored in ``column`` of this instance: encoded, then sealed."""
+        payloads = self.settings.payloads
+        if payloads.plain:  # nothing seals: no slot, no coroutine
+            return escaped(_json.dumps(value, what=what, limit=self.settings.max_payload))
         text = _json.dumps(value, what=what, limit=self.encode_limit())
-        return await self.settings.payloads.seal(text, self.slot(column))
+        return await payloads.seal(text, self.slot(column))
 
     async def open(self, value: Any, column: str) -> Any:
         """A value read from ``column`` of this instance, opened (fetched only now)."""
