@@ -33,10 +33,10 @@ async def test_a_wake_during_a_claim_sends_the_loop_straight_to_the_next_claim(
                 worker.wake()  # something became runnable while this claim was in flight
             return claims
 
-        async def spied_next_wakeup(workflows: Any, versions: Any = None) -> Any:
+        async def spied_next_wakeup(workflows: Any, *routing: Any) -> Any:
             calls.append("look")
             await asyncio.sleep(0)  # SQLite may answer without yielding: no busy loop here
-            return await next_wakeup(workflows, versions)
+            return await next_wakeup(workflows, *routing)
 
         store.claim = spied_claim  # type: ignore[method-assign]
         store.next_wakeup = spied_next_wakeup  # type: ignore[method-assign]
