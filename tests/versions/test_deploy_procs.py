@@ -35,12 +35,16 @@ async def wait_counts(
     done: Callable[[dict[str, int]], bool],
     what: str,
     timeout: float,
+    workflow: str = NAME,
 ) -> None:
+    """Wait until ``done`` holds for the counts of ``workflow``'s instances by status, checking
+    meanwhile that no worker of ``pools`` died."""
     deadline = time.monotonic() + timeout
     while True:
         for pool in pools:
             pool.check_alive()
-        counts = {info.name: info.counts for info in await client.list_workflows()}.get(NAME, {})
+        listed = {info.name: info.counts for info in await client.list_workflows()}
+        counts = listed.get(workflow, {})
         if done(counts):
             return
         if time.monotonic() > deadline:

@@ -8,10 +8,7 @@ the patch."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,30 +18,11 @@ from stepline import Engine
 from .._procs import WorkerPool
 from ..flow.test_fleet import records_of
 from ._deploy_flows import TWICE, OldTwice
+from .test_deploy_procs import wait_counts
 
 pytestmark = pytest.mark.slow
 
 COUNT = 200
-
-
-async def wait_counts(
-    client: Engine,
-    pools: list[WorkerPool],
-    done: Callable[[dict[str, int]], bool],
-    what: str,
-    timeout: float,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        for pool in pools:
-            pool.check_alive()
-        counts = {info.name: info.counts for info in await client.list_workflows()}.get(TWICE, {})
-        if done(counts):
-            return
-        if time.monotonic() > deadline:
-            reports = "\n".join(pool.report() for pool in pools)
-            raise AssertionError(f"{what}: not after {timeout} s: {counts}\n{reports}")
-        await asyncio.sleep(0.2)
 
 
 async def test_an_instance_that_took_a_patch_never_wakes_on_an_old_worker(
@@ -73,13 +51,13 @@ async def test_an_instance_that_took_a_patch_never_wakes_on_an_old_worker(
             await client.workflow(TWICE).create_batch(items)
             await wait_counts(
                 client, pools, lambda c: c.get("waiting", 0) + c.get("complete", 0) == COUNT,
-                "every instance asleep", 60,
+                "every instance asleep", 60, TWICE,
             )  # fmt: skip
             new = new_pool.start()
             new_pool.wait_ready([new])
             await wait_counts(
                 client, pools, lambda c: c.get("complete", 0) == COUNT or c.get("errored", 0) > 0,
-                "every instance complete", 120,
+                "every instance complete", 120, TWICE,
             )  # fmt: skip
             records = await records_of(client, TWICE)
         old_pool.stop_all()
