@@ -4,9 +4,11 @@ timer, on both stores."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
+from stepline import Engine, WorkflowEvent, WorkflowStep, workflow
 from stepline.testing import StallError, StepError, StuckError, WorkflowTestEnv
 
 from ._flows import approve, flaky, hangs, naps, timed
@@ -104,3 +106,27 @@ async def test_a_callback_that_never_returns_is_named() -> None:
         await env.create(hangs, id="h")
         with pytest.raises(StallError, match=r"hangs/h: step forever-1 attempt 1"):
             await env.run_until_idle()
+
+
+def naps_v2() -> object:
+    """``naps`` as version 2: code the env below does not have."""
+
+    @workflow(name="naps", version="2")
+    async def run(event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return await step.do("start", lambda: "v2")
+
+    return run
+
+
+async def test_time_passes_to_timers_of_instances_the_env_can_run(store_url: str) -> None:
+    """An instance of a version the env's code lacks is due now: the env's worker never claims
+    it, so its clock must go on to the env's own timers, as a worker's look does."""
+    async with WorkflowTestEnv([naps], store=store_url) as env:
+        start = env.now()
+        async with Engine(env.url, [naps_v2()], worker=False, clock=env.clock) as other:
+            await other.workflow("naps").create("theirs", version="2")
+        mine = await env.create(naps)
+        assert await mine.output() == "rested"
+        assert env.now() == start + 2 * 86400
+        theirs = await env.engine.store.get_instance("naps", "theirs")
+        assert (theirs.status, theirs.version) == ("queued", "2")

@@ -84,7 +84,7 @@ class Driver:
     async def next_timer(self) -> float | None:
         """The earliest time at which an instance needs the worker, if any (a deadline too)."""
         store, workflows = self._engine.store, list(self._engine.workflows)
-        nxt = await store.next_wakeup(workflows)
+        nxt = await self._engine.worker.next_wakeup()  # routed: what its worker would claim
         deadline = await store.closing.expire_deadlines(workflows, store.now())
         if deadline is not None and (nxt is None or deadline < nxt):
             return deadline

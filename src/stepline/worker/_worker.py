@@ -199,6 +199,11 @@ class Worker:
         """Delete blobs no row references, older than ``sweep_grace``; return how many."""
         return await self._sweep.sweep_now(now)
 
+    async def next_wakeup(self) -> float | None:
+        """When an instance this worker would claim next needs a worker, as its claim loop
+        looks (``Store.next_wakeup`` of its workflows, versions and patches)."""
+        return await self.store.next_wakeup(list(self._workflows), self._served, self._patches)
+
     async def run_once(self) -> int:
         """Claim every instance runnable now and run each to its next suspension or end.
 
