@@ -225,3 +225,23 @@ def test_the_cli_names_who_started_a_job(store_url: str, monkeypatch: pytest.Mon
     assert "Started by: alice (cli)" in described.output, described.output
     listed = runner.invoke(cli, [*base, "bulk", "list"], env={"COLUMNS": "200"})
     assert "alice (cli)" in listed.output, listed.output
+
+
+def test_a_dry_run_says_how_many_match_in_words_that_fit_the_count(store_url: str) -> None:
+    async def seed() -> None:
+        async with Engine(store_url, [charge], worker=False) as engine:
+            for id in ("a", "b"):
+                await engine.workflow("charge").create(id)
+
+    asyncio.run(seed())
+    runner = CliRunner()
+    bulk = ["--database", store_url, "workflows", "instances", "bulk", "terminate", "--dry-run"]
+    said = {
+        where: runner.invoke(cli, [*bulk, "--where", where], env={"COLUMNS": "200"}).output
+        for where in ("id = 'zz'", "id = 'a'", "exists id or id != ''")
+    }
+    assert said["id = 'zz'"].splitlines() == ["No instance matches: terminate would act on none"]
+    assert said["id = 'a'"].splitlines()[0] == "1 instance matches: terminate would act on it"
+    assert said["exists id or id != ''"].splitlines()[0] == (
+        "2 instances match: terminate would act on them"
+    )

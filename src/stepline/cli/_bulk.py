@@ -57,13 +57,22 @@ def bulk_action(
         print_json(result.to_json())
         return
     if not isinstance(result, BulkJob):
-        state.out.print(Text(f"{result.count} instances match: {action} would act on them"))
+        state.out.print(Text(_matched(result.count, action)))
         for record in result.first:
             state.out.print(Text(f"  {record.workflow}  {record.id}  {record.status}"))
         if result.count > len(result.first):
             state.out.print(Text(f"  ... and {result.count - len(result.first)} more"))
         return
     _print_job(state, result)
+
+
+def _matched(count: int, action: str) -> str:
+    """A dry run's first line, in words that fit the count."""
+    if count == 0:
+        return f"No instance matches: {action} would act on none"
+    if count == 1:
+        return f"1 instance matches: {action} would act on it"
+    return f"{count:,} instances match: {action} would act on them"
 
 
 @click.group("bulk")

@@ -95,7 +95,7 @@ export function bulkPanel(filters) {
         "p",
         { "data-testid": "bulk-count", tabindex: "-1" },
         h("strong", {}, String(run.count)),
-        ` instance${run.count === 1 ? " matches" : "s match"}: ${verb} would act on them`,
+        run.count === 1 ? ` instance matches: ${verb} would act on it` : ` instances match: ${verb} would act on them`,
       ),
       h("p", { class: "muted small mono bulk-filter-full" }, run.filter),
       h("ul", { class: "bulk-first" }, items),
