@@ -52,7 +52,7 @@ async def start_workflow(
     validate_name(child_id, what="instance id")
     what = f"params of child workflow {workflow!r}"
     encoded = await state.settings.payloads.seal(
-        _json.dumps(params, what=what, limit=state.encode_limit()),
+        _json.dumps(params, what=what, limit=state.encode_limit),
         Slot(workflow, child_id, "params"),
     )
     parent = {"workflow": instance.workflow, "id": instance.id, "step": step.label}

@@ -196,7 +196,7 @@ async def run_attempts(
                 await slots.give_back(state, step, limit)
             try:
                 encoded, decoded = _json.encode(
-                    result, what=f"the result of step {label!r}", limit=state.encode_limit()
+                    result, what=f"the result of step {label!r}", limit=state.encode_limit
                 )
                 payloads = state.settings.payloads
                 if payloads.plain:  # most deployments: no coroutine, no slot

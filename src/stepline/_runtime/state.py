@@ -70,6 +70,7 @@ class ActivationState:
     """One activation's parts, as its steps use them."""
 
     __slots__ = (
+        "encode_limit",
         "events",
         "instance",
         "lease",
@@ -99,6 +100,9 @@ class ActivationState:
         self.instance = claim.instance
         self.lease = claim.lease
         self.settings = settings
+        codec = settings.payloads
+        self.encode_limit = settings.max_payload if codec.blobs is None else codec.encode_limit
+        """The largest JSON a sealed value may have (any size when it can be offloaded)."""
         self.loop = asyncio.get_running_loop()
         """Kept: ``asyncio.get_running_loop()`` costs a ``getpid`` system call each time."""
         self.replay = Replay(history.steps)
@@ -129,11 +133,6 @@ class ActivationState:
     def encode(self, value: Any, what: str) -> str:
         return _json.dumps(value, what=what, limit=self.settings.max_payload)
 
-    def encode_limit(self) -> int:
-        """The largest JSON a sealed value may have (any size when it can be offloaded)."""
-        codec = self.settings.payloads
-        return self.settings.max_payload if codec.blobs is None else codec.encode_limit
-
     def slot(self, column: str) -> Slot:
         return Slot(self.instance.workflow, self.instance.id, column)
 
@@ -142,7 +141,7 @@ class ActivationState:
         payloads = self.settings.payloads
         if payloads.plain:  # nothing seals: no slot, no coroutine
             return escaped(_json.dumps(value, what=what, limit=self.settings.max_payload))
-        text = _json.dumps(value, what=what, limit=self.encode_limit())
+        text = _json.dumps(value, what=what, limit=self.encode_limit)
         return await payloads.seal(text, self.slot(column))
 
     async def open(self, value: Any, column: str) -> Any:

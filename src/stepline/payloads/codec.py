@@ -14,7 +14,7 @@ import hashlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -87,18 +87,13 @@ class PayloadCodec:
         self.offload_over = offload_over
         self.blobs = blobs
         self.keys = keys
-
-    @property
-    def encode_limit(self) -> int:
+        # Attributes, not properties (every step reads them): a codec is not reconfigured.
+        self.encode_limit: Final = 1 << 62 if blobs is not None else max_payload
         """The largest JSON encoding a value may have: any size when values can be offloaded,
         else ``max_payload``."""
-        return 1 << 62 if self.blobs is not None else self.max_payload
-
-    @property
-    def plain(self) -> bool:
+        self.plain: Final = blobs is None and keys is None
         """Whether values are stored as their JSON (escaped): no blob store and no keys, so a
         caller may skip :meth:`seal` and use :func:`escaped`."""
-        return self.blobs is None and self.keys is None
 
     async def seal(self, text: str, slot: Slot, *, offload: bool = True) -> str:
         """The text to store for a value whose JSON is ``text``. Raises ``BlobStoreError``
