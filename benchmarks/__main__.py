@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from . import (
     beside_dbos,
     bulk,
+    bytecodes,
     create,
     filter,
     fleet,
@@ -58,6 +59,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     replay_check.NAME: replay_check.run,
     filter.NAME: filter.run,
     bulk.NAME: bulk.run,
+    bytecodes.NAME: bytecodes.run,
 }
 """Every benchmark, in the order ``python -m benchmarks`` runs them."""
 
