@@ -28,7 +28,7 @@ from stepline.operations.language import parse, render
 from stepline.store import create_store
 from stepline.store.base import Store
 from stepline.store.postgres import split_url
-from stepline.store.postgres.operations import Statements
+from stepline.store.postgres.search_sql import Statements
 from stepline.store.sqlite import path_from_url
 from stepline.store.sqlite.operations import TAGS_TABLE, search_statement
 
@@ -69,6 +69,10 @@ _TAGS = [
     "INSERT INTO instance_tags (instance_pk, key, kind, text_value, num_value)"
     " SELECT pk, 'campaign', 's', 'spring', NULL FROM instances WHERE pk % 1000 = 0",
 ]
+_NUMBERS = (  # PostgreSQL's numeric tags have a table of their own
+    "INSERT INTO instance_tag_numbers (instance_pk, key, kind, num_value)"
+    " SELECT instance_pk, key, kind, num_value FROM instance_tags WHERE kind <> 's'"
+)
 
 
 async def run(config: BenchConfig) -> list[Report]:
@@ -93,12 +97,13 @@ def _seed(url: str, count: int) -> None:
     numbers = f"generate_series(1, {count}) AS numbers(n)"
     with psycopg.connect(conninfo) as conn:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-        for statement in [_INSTANCES.format(start=START, numbers=numbers), *_TAGS]:
+        for statement in [_INSTANCES.format(start=START, numbers=numbers), *_TAGS, _NUMBERS]:
             conn.execute(statement.encode())
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE instances")
         conn.execute("VACUUM ANALYZE instance_tags")
+        conn.execute("VACUUM ANALYZE instance_tag_numbers")
 
 
 def _plan(url: str, kind: str, text: str) -> list[str]:
@@ -117,8 +122,7 @@ def _plan(url: str, kind: str, text: str) -> list[str]:
     conninfo, schema = split_url(url)
     q = Statements(schema)
     if kind == "list":
-        statement, params = q.search(where, after=None, oldest_first=False)
-        params = [*params, 51]
+        statement, params = q.search(where, 51, after=None, oldest_first=False)
     else:
         statement, params = q.count(where)
     with psycopg.connect(conninfo) as conn:

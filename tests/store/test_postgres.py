@@ -216,8 +216,8 @@ async def test_two_schemas_in_one_database_do_not_see_each_other(schemas: list[s
     )
     # workflows, instances, steps, events, workers, schedules, limits, limit_slots,
     # limit_starts, schema_migrations, updates, streams, stream_items, query_requests,
-    # instance_tags, bulk_jobs
-    assert dict(tables) == {a: 16, b: 16}
+    # instance_tags, instance_tag_numbers, bulk_jobs
+    assert dict(tables) == {a: 17, b: 17}
 
 
 # -- migrations ----------------------------------------------------------------------------------
