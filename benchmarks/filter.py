@@ -122,7 +122,8 @@ def _plan(url: str, kind: str, text: str) -> list[str]:
     conninfo, schema = split_url(url)
     q = Statements(schema)
     if kind == "list":
-        statement, params = q.search(where, 51, after=None, oldest_first=False)
+        first = q.search(where, 51, after=None, oldest_first=False)
+        statement, params = first.sql, first.params
     else:
         statement, params = q.count(where)
     with psycopg.connect(conninfo) as conn:

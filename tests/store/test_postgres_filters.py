@@ -12,10 +12,8 @@ import pytest
 from psycopg import sql
 
 from stepline import Engine
-from stepline.operations.language import parse
 from stepline.store.migrations import load_migrations
-from stepline.store.postgres import split_url
-from stepline.store.postgres.search_sql import Statements
+from stepline.store.postgres import search_sql, split_url
 
 from .._pg import connect, pg_admin_url
 from ..conftest import STORES
@@ -78,30 +76,28 @@ CHUNKED: list[tuple[str, Callable[[int], bool]]] = [
 
 @pytest.mark.parametrize(("text", "matches"), CHUNKED, ids=[t for t, _ in CHUNKED])
 async def test_pages_sought_in_the_tag_s_first_chunk_then_among_the_rest(
-    schemas: list[str], text: str, matches: Callable[[int], bool]
+    schemas: list[str], monkeypatch: pytest.MonkeyPatch, text: str, matches: Callable[[int], bool]
 ) -> None:
     """With a first chunk of 4 of the tag's instances, pages of every size either way are the
     whole answer in order: whether the page lies in the chunk, partly, or past it."""
+    monkeypatch.setattr(search_sql, "FIRST_CHUNK", 4)
     url = await _opened(schemas)
     _seed(url, 120, 3)
-    q = Statements(split_url(url)[1], first_chunk=4)
-    expected = [pk for pk in range(1, 121) if matches(pk)]
-    with connect(url.split("?")[0]) as conn:
-
-        def page(limit: int, after: int | None, oldest_first: bool) -> list[Any]:
-            statement, params = q.search(parse(text), limit, after=after, oldest_first=oldest_first)
-            return [row[0] for row in conn.execute(statement.encode(), params).fetchall()]
-
+    expected = [f"i{pk}" for pk in range(1, 121) if matches(pk)]
+    async with Engine(url, worker=False) as engine:
         for limit in (1, 3, 5, 50):
             for oldest_first in (False, True):
-                found: list[int] = []
-                after = None
-                while chunk := page(limit, after, oldest_first):
-                    assert len(chunk) <= limit
-                    found += chunk
-                    after = chunk[-1]
-                order = expected if oldest_first else expected[::-1]
-                assert found == order, (limit, oldest_first)
+                found: list[str] = []
+                cursor = None
+                while True:
+                    page = await engine.list_instances(
+                        limit=limit, cursor=cursor, oldest_first=oldest_first, where=text
+                    )
+                    assert len(page.instances) <= limit
+                    found += [record.id for record in page.instances]
+                    if (cursor := page.cursor) is None:
+                        break
+                assert found == (expected if oldest_first else expected[::-1]), limit
 
 
 async def test_a_broad_list_reads_the_tag_s_instances_not_every_instance(

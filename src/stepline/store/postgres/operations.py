@@ -83,12 +83,30 @@ class PostgresOperations(OperationsStore):
         self, where: Filter, limit: int, cursor: str | None, *, oldest_first: bool = False
     ) -> InstancePage:
         after = decode_cursor(cursor)
-        statement, params = self._q.search(where, limit + 1, after=after, oldest_first=oldest_first)
-        rows = await self._db.read("listing instances", statement, params, prepare=False)
+        rows = await self._page_rows(where, limit + 1, after, oldest_first)
         records = [replace(instance_from_row(row), tags=loads(row[-1]) or {}) for row in rows]
         page = records[:limit]
         next_cursor = encode_cursor(page[-1].pk) if len(records) > limit else None
         return InstancePage(page, next_cursor)
+
+    async def _page_rows(
+        self, where: Filter, limit: int, after: int | None, oldest_first: bool
+    ) -> list[Any]:
+        """Up to ``limit`` rows (the instance's columns, then its tags) of ``where`` after
+        ``after``, in the page's order. Filters are planned for their values at each run (not
+        prepared): how many instances a tag's value names decides the plan."""
+        first = self._q.search(where, limit, after=after, oldest_first=oldest_first)
+        rows = await self._db.read("listing instances", first.sql, first.params, prepare=False)
+        if not first.driven:
+            return rows
+        full, edge = rows[0][-2:]
+        found = [row[:-2] for row in rows if row[0] is not None]
+        if len(found) < limit and full:
+            statement, params = self._q.beyond(
+                where, limit - len(found), edge=edge, oldest_first=oldest_first
+            )
+            found += await self._db.read("listing instances", statement, params, prepare=False)
+        return found
 
     async def count(self, where: Filter) -> int:
         statement, params = self._q.count(where)
