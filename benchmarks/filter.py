@@ -121,14 +121,21 @@ def _plan(url: str, kind: str, text: str) -> list[str]:
         return [str(row[-1]) for row in rows]
     conninfo, schema = split_url(url)
     q = Statements(schema)
-    if kind == "list":
-        first = q.search(where, 51, after=None, oldest_first=False)
-        statement, params = first.sql, first.params
-    else:
-        statement, params = q.count(where)
+    statements = [q.count(where)]
     with psycopg.connect(conninfo) as conn:
-        rows = conn.execute(("EXPLAIN ANALYZE " + statement).encode(), params).fetchall()
-    return [str(row[0]) for row in rows]
+        if kind == "list":
+            first = q.search(where, 51, after=None, oldest_first=False)
+            statements = [(first.sql, first.params)]
+            rows = conn.execute(first.sql.encode(), first.params).fetchall()
+            found = sum(row[0] is not None for row in rows)
+            if first.driven and found < 51 and rows[0][-2]:  # the store's second statement
+                statements.append(q.beyond(where, 51 - found, edge=rows[0][-1], oldest_first=False))
+        lines: list[str] = []
+        for statement, params in statements:
+            lines += ["then:"] if lines else []
+            explained = conn.execute(("EXPLAIN ANALYZE " + statement).encode(), params)
+            lines += [str(row[0]) for row in explained.fetchall()]
+    return lines
 
 
 async def _timed(call: Callable[[], Awaitable[Any]]) -> float:
