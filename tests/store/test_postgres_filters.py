@@ -17,7 +17,7 @@ from stepline.store.postgres import search_sql, split_url
 
 from .._pg import connect, pg_admin_url
 from ..conftest import STORES
-from .test_postgres import fresh, schemas, url_for
+from .test_postgres import fresh, migrate_by_hand, schemas, url_for
 from .test_postgres_reads import Explained, explained
 
 __all__ = ["explained", "schemas"]  # the fixtures, used by name
@@ -128,15 +128,7 @@ async def test_numeric_tags_move_to_their_own_table_and_stay_in_step(schemas: li
     before = [m for m in migrations if m.name != "tag_numbers"]
     assert len(before) == len(migrations) - 1
     with connect(pg_admin_url()) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(name)))
-        conn.execute(
-            "CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
-            " name text NOT NULL, applied_at double precision NOT NULL)"
-        )
-        for m in before:
-            conn.execute(m.sql.encode())
-            conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 0)", (m.version, m.name))
+        migrate_by_hand(conn, name, before)
         conn.execute(
             "INSERT INTO instances (workflow, id, status, trigger, created_at, updated_at, tags)"
             " VALUES ('wf', 'a', 'queued', 'api', 1, 1, %s),"
