@@ -77,12 +77,13 @@ def render_driver(
 
 
 def split_driver(filter_: Filter | None) -> tuple[Compare, Filter] | None:
-    """A tag equality every match must pass (a top-level test, or one of the top-level
-    ``and``), and the filter of the other tests; None when there is none. Its index yields the
-    tag's instances in pk order, so a page can be sought among them alone."""
+    """A tag equality every match must pass (the whole filter, or one of the tests its
+    ``and`` requires, nested ones included), and the filter of the other tests; None when
+    there is none. Its index yields the tag's instances in pk order, so a page can be sought
+    among them alone."""
     if filter_ is None or filter_.expr is None:
         return None
-    items = filter_.expr.items if isinstance(filter_.expr, And) else (filter_.expr,)
+    items = _conjuncts(filter_.expr)
     for n, item in enumerate(items):
         if isinstance(item, Compare) and item.column.tag and item.op == "=":
             rest = items[:n] + items[n + 1 :]
@@ -225,6 +226,14 @@ def _slot(value: Value) -> tuple[str, Any]:
     if isinstance(value, float):
         return "t.num_value", value
     return "t.text_value", value
+
+
+def _conjuncts(e: Expr) -> tuple[Expr, ...]:
+    """The tests ``e`` requires all of, nested ``and`` flattened (a list's workflow and time
+    ranges wrap the user's filter in one more)."""
+    if not isinstance(e, And):
+        return (e,)
+    return tuple(item for nested in e.items for item in _conjuncts(nested))
 
 
 def _other_statuses(values: tuple[Value, ...]) -> tuple[Value, ...]:
