@@ -78,7 +78,8 @@ async def test_open_upgrades_an_older_schema_and_keeps_its_data(
         raw(store_url, "DROP FUNCTION instance_tags_sync()")
     for index in ("instances_status_pk", "instances_created"):
         raw(store_url, f"DROP INDEX {index}")
-    for table in ("instance_tags", "bulk_jobs"):
+    tables = ("instance_tags", "bulk_jobs")
+    for table in (*tables, "instance_tag_numbers") if store_kind == "postgres" else tables:
         raw(store_url, f"DROP TABLE {table}")
     raw(store_url, "ALTER TABLE instances DROP COLUMN tags")
     # the indexes first: SQLite drops no column an index uses (PostgreSQL drops the index too)

@@ -3,7 +3,7 @@ against the columns (``columns``), rendered to parameterised SQL per dialect (``
 
 from .errors import FilterError, TagError
 from .parser import parse
-from .render import PkWindow, Rendered, render
+from .render import PkWindow, Rendered, render, render_driver, split_driver
 from .tags import TagValue, check_tags
 from .tree import Filter
 
@@ -17,4 +17,6 @@ __all__ = [
     "check_tags",
     "parse",
     "render",
+    "render_driver",
+    "split_driver",
 ]

@@ -6,6 +6,9 @@ tags table, whose indexes (key, value, instance) answer it: both databases then 
 few instances a tag names (SQLite would run an ``EXISTS`` once per instance it scans).
 The logic is two-valued: a test of a column that is NULL (or of a tag the instance lacks) is
 false, so ``not`` and ``!=`` match it.
+
+Numeric and boolean tags may live in a table of their own (``numbers_table``: PostgreSQL's,
+whose statistics then describe numbers alone); SQLite keeps them in the tags table.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .columns import BUILTINS
+from .columns import BUILTINS, STATUSES
 from .tree import And, Column, Compare, Expr, Filter, In, Like, Not, Or, Value
 
 Dialect = Literal["sqlite", "postgres"]
@@ -43,23 +46,62 @@ def render(
     dialect: Dialect,
     *,
     tags_table: str,
+    numbers_table: str | None = None,
     window: PkWindow | None = None,
 ) -> Rendered:
     """The condition for ``filter_`` (``1 = 1`` for none), with ``?`` (SQLite) or ``%s``
-    (PostgreSQL) placeholders; ``tags_table`` is the tags table's (qualified) name. ``window``:
-    the pks the query reads (the caller bounds ``i.pk`` itself), which bound the tag tests."""
+    (PostgreSQL) placeholders; ``tags_table`` is the tags table's (qualified) name,
+    ``numbers_table`` the numeric tags' (default: the tags table). ``window``: the pks the
+    query reads (the caller bounds ``i.pk`` itself), which bound the tag tests."""
     if filter_ is None or filter_.expr is None:
         return Rendered("1 = 1")
-    out = _Renderer(dialect, tags_table, window or PkWindow())
+    out = _Renderer(dialect, tags_table, numbers_table, window or PkWindow())
     return Rendered(out.expr(filter_.expr), out.params)
 
 
+def render_driver(
+    driver: Compare,
+    dialect: Dialect,
+    *,
+    tags_table: str,
+    numbers_table: str | None = None,
+    window: PkWindow | None = None,
+) -> Rendered:
+    """The pks of the instances whose tag equals a value (``driver``, from :func:`split_driver`)
+    as a ``SELECT`` of one column, ``instance_pk``, read from the tag's index in pk order (the
+    caller adds ORDER BY and LIMIT)."""
+    out = _Renderer(dialect, tags_table, numbers_table, window or PkWindow())
+    slot, bound = _slot(driver.value)
+    sql = out.tag_rows(driver.column, _kind_of(driver.value), lambda: f"{slot} = {out.bind(bound)}")
+    return Rendered(sql, out.params)
+
+
+def split_driver(filter_: Filter | None) -> tuple[Compare, Filter] | None:
+    """A tag equality every match must pass (the whole filter, or one of the tests its
+    ``and`` requires, nested ones included), and the filter of the other tests; None when
+    there is none. Its index yields the tag's instances in pk order, so a page can be sought
+    among them alone."""
+    if filter_ is None or filter_.expr is None:
+        return None
+    items = _conjuncts(filter_.expr)
+    for n, item in enumerate(items):
+        if isinstance(item, Compare) and item.column.tag and item.op == "=":
+            rest = items[:n] + items[n + 1 :]
+            expr = None if not rest else rest[0] if len(rest) == 1 else And(rest)
+            return item, Filter(expr, filter_.text)
+    return None
+
+
 class _Renderer:
-    def __init__(self, dialect: Dialect, tags_table: str, window: PkWindow) -> None:
+    def __init__(
+        self, dialect: Dialect, tags_table: str, numbers_table: str | None, window: PkWindow
+    ) -> None:
         self.mark = "?" if dialect == "sqlite" else "%s"
+        self.dialect = dialect
         self.window = window
         self.like = "LIKE" if dialect == "sqlite" else "ILIKE"  # case-insensitive in both
         self.tags = tags_table
+        self.numbers = numbers_table or tags_table
         self.params: list[Any] = []
 
     def bind(self, value: Any) -> str:
@@ -74,10 +116,14 @@ class _Renderer:
         if isinstance(e, Not):
             return f"(NOT {self.expr(e.item)})"
         if isinstance(e, Compare):
+            if e.op == "!=" and self.complement(e.column):
+                return self.member(e.column, _other_statuses((e.value,)))
             if e.op == "!=":
                 return f"(NOT {self.compare(e.column, '=', e.value)})"
             return self.compare(e.column, e.op, e.value)
         if isinstance(e, In):
+            if e.negated and self.complement(e.column):
+                return self.member(e.column, _other_statuses(e.values))
             test = self.member(e.column, e.values)
             return f"(NOT {test})" if e.negated else test
         if isinstance(e, Like):
@@ -85,6 +131,12 @@ class _Renderer:
             return f"(NOT {test})" if e.negated else test
         test = self.present(e.column)
         return f"(NOT {test})" if e.negated else test
+
+    def complement(self, column: Column) -> bool:
+        """Whether a status test that excludes values is written as the others' ``IN``: then
+        PostgreSQL reads the ``(status, pk)`` index for it rather than every instance's row.
+        SQLite reads it best as it is."""
+        return self.dialect == "postgres" and not column.tag and column.name == "status"
 
     # -- built-in columns and tags ---------------------------------------------------------------
 
@@ -139,16 +191,22 @@ class _Renderer:
 
     def tag_exists(self, column: Column, kind: str, test: Callable[[], str]) -> str:
         """A test of the tag ``column`` holding a value of ``kind``; ``test`` renders the
-        value's condition (after the key, so that the parameters stay in text order).
+        value's condition (after the key, so that the parameters stay in text order)."""
+        return f"i.pk IN ({self.tag_rows(column, kind, test)})"
+
+    def tag_rows(self, column: Column, kind: str, test: Callable[[], str]) -> str:
+        """The pks of the instances whose tag ``column`` holds a value of ``kind`` passing
+        ``test``.
 
         Only text tags have a ``text_value``, so a text test needs no ``kind``: it reads the
         index (key, text_value, instance_pk) alone, in pk order for an equality. Numbers and
         booleans share ``num_value``: their index is (key, kind, num_value, instance_pk)."""
         key = self.bind(column.name)
         kind_test = "" if kind == "s" else f" AND t.kind = '{kind}'"
+        table = self.tags if kind == "s" else self.numbers
         return (
-            f"i.pk IN (SELECT t.instance_pk FROM {self.tags} t WHERE t.key = {key}"
-            f"{kind_test} AND {test()}{self.bounds()})"
+            f"SELECT t.instance_pk FROM {table} t WHERE t.key = {key}"
+            f"{kind_test} AND {test()}{self.bounds()}"
         )
 
     def bounds(self) -> str:
@@ -168,6 +226,19 @@ def _slot(value: Value) -> tuple[str, Any]:
     if isinstance(value, float):
         return "t.num_value", value
     return "t.text_value", value
+
+
+def _conjuncts(e: Expr) -> tuple[Expr, ...]:
+    """The tests ``e`` requires all of, nested ``and`` flattened (a list's workflow and time
+    ranges wrap the user's filter in one more)."""
+    if not isinstance(e, And):
+        return (e,)
+    return tuple(item for nested in e.items for item in _conjuncts(nested))
+
+
+def _other_statuses(values: tuple[Value, ...]) -> tuple[Value, ...]:
+    """The statuses not among ``values`` (a status is never NULL: the same instances)."""
+    return tuple(s for s in STATUSES if s not in values) or ("",)
 
 
 def _kind_of(value: Value) -> str:

@@ -174,12 +174,19 @@ class Database:
         await self.retrying(what, attempt, priority=priority)
 
     async def read(
-        self, what: str, query: str, params: Params = (), *, priority: bool = False
+        self,
+        what: str,
+        query: str,
+        params: Params = (),
+        *,
+        priority: bool = False,
+        prepare: bool | None = None,
     ) -> list[Any]:
-        """All rows of one query (retried on connection faults)."""
+        """All rows of one query (retried on connection faults). ``prepare``: psycopg's (None:
+        prepared once run often; False: never, so each run is planned for its own values)."""
 
         async def attempt(conn: Conn) -> list[Any]:
-            cur = await conn.execute(query, params)
+            cur = await conn.execute(query, params, prepare=prepare)
             return await cur.fetchall()
 
         return await self._retrying(what, attempt, priority, None)

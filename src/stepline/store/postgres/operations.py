@@ -7,11 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from psycopg import sql
-
 from ..._json import dumps, loads
 from ...errors import LeaseLostError
-from ...operations.language import Filter, PkWindow, TagError, parse, render
+from ...operations.language import Filter, PkWindow, TagError, parse
 from ...operations.language.tags import MAX_TAGS
 from ...records import InstancePage, InstanceRecord, StepRecord
 from .._rows import (
@@ -40,7 +38,7 @@ from .instances import InstanceWrites
 from .notes import Notes
 from .pools import Conn
 from .retention import PostgresRetention
-from .sql import INSTANCE_COLUMNS
+from .search_sql import Statements
 from .sql import render as render_templates
 
 _STEP_READS = {
@@ -58,40 +56,6 @@ _STEP_READS = {
     """,
 }
 """The steps of many instances, read at once."""
-
-
-def _window(after: int | None, oldest_first: bool) -> PkWindow | None:
-    """The pks a page after the cursor's pk ``after`` reads."""
-    if after is None:
-        return None
-    return PkWindow(above=after) if oldest_first else PkWindow(below=after)
-
-
-class Statements:
-    """The statements of one schema that a filter's condition completes."""
-
-    def __init__(self, schema: str) -> None:
-        self.s = sql.Identifier(schema).as_string()
-        self.tags = f"{self.s}.instance_tags"
-
-    def search(
-        self, where: Filter, *, after: int | None, oldest_first: bool
-    ) -> tuple[str, list[Any]]:
-        """A page of ``where`` after the cursor's pk ``after`` if any (then LIMIT)."""
-        window = _window(after, oldest_first)
-        cond = render(where, "postgres", tags_table=self.tags, window=window)
-        order = "ASC" if oldest_first else "DESC"
-        page = (" AND i.pk > %s" if oldest_first else " AND i.pk < %s") if after is not None else ""
-        return (
-            f"SELECT {INSTANCE_COLUMNS}, i.tags FROM {self.s}.instances i"
-            f" WHERE ({cond.sql}){page} ORDER BY i.pk {order} LIMIT %s",
-            [*cond.params, *([after] if after is not None else [])],
-        )
-
-    def count(self, where: Filter, *, up_to: bool = False) -> tuple[str, list[Any]]:
-        cond = render(where, "postgres", tags_table=self.tags)
-        bound = "i.pk <= %s AND " if up_to else ""
-        return f"SELECT count(*) FROM {self.s}.instances i WHERE {bound}({cond.sql})", cond.params
 
 
 class PostgresOperations(OperationsStore):
@@ -119,16 +83,34 @@ class PostgresOperations(OperationsStore):
         self, where: Filter, limit: int, cursor: str | None, *, oldest_first: bool = False
     ) -> InstancePage:
         after = decode_cursor(cursor)
-        statement, params = self._q.search(where, after=after, oldest_first=oldest_first)
-        rows = await self._db.read("listing instances", statement, (*params, limit + 1))
+        rows = await self._page_rows(where, limit + 1, after, oldest_first)
         records = [replace(instance_from_row(row), tags=loads(row[-1]) or {}) for row in rows]
         page = records[:limit]
         next_cursor = encode_cursor(page[-1].pk) if len(records) > limit else None
         return InstancePage(page, next_cursor)
 
+    async def _page_rows(
+        self, where: Filter, limit: int, after: int | None, oldest_first: bool
+    ) -> list[Any]:
+        """Up to ``limit`` rows (the instance's columns, then its tags) of ``where`` after
+        ``after``, in the page's order. Filters are planned for their values at each run (not
+        prepared): how many instances a tag's value names decides the plan."""
+        first = self._q.search(where, limit, after=after, oldest_first=oldest_first)
+        rows = await self._db.read("listing instances", first.sql, first.params, prepare=False)
+        if not first.driven:
+            return rows
+        full, edge = rows[0][-2:]
+        found = [row[:-2] for row in rows if row[0] is not None]
+        if len(found) < limit and full:
+            statement, params = self._q.beyond(
+                where, limit - len(found), edge=edge, oldest_first=oldest_first
+            )
+            found += await self._db.read("listing instances", statement, params, prepare=False)
+        return found
+
     async def count(self, where: Filter) -> int:
         statement, params = self._q.count(where)
-        rows = await self._db.read("counting instances", statement, params)
+        rows = await self._db.read("counting instances", statement, params, prepare=False)
         return int(rows[0][0])
 
     async def version_counts(self, workflow: str) -> dict[str, dict[str, int]]:
@@ -235,11 +217,11 @@ class PostgresOperations(OperationsStore):
             if job.status != "running":
                 return job
             window = PkWindow(above=job.cursor, below=found[-1] + 1)
-            cond = render(parse(job.filter), "postgres", tags_table=self._q.tags, window=window)
+            cond, params = self._q.condition(parse(job.filter), window)
             cur = await conn.execute(
                 f"SELECT i.pk, i.workflow, i.id FROM {s}.instances i"
-                f" WHERE i.pk > %s AND i.pk <= %s AND ({cond.sql}) ORDER BY i.pk LIMIT %s",
-                (job.cursor, found[-1], *cond.params, batch),
+                f" WHERE i.pk > %s AND i.pk <= %s AND ({cond}) ORDER BY i.pk LIMIT %s",
+                (job.cursor, found[-1], *params, batch),
             )
             rows = await cur.fetchall()
             skipped, last_skip = 0, job.last_skip
