@@ -142,6 +142,39 @@ async def test_a_failed_instance_records_its_error_and_its_rollbacks(
     assert recorder.one("step book:rollback").parent_id == rollback.span_id
 
 
+class Instrumented(Workflow):
+    """Steps that open spans of their own, as an instrumented library would."""
+
+    name = "instrumented"
+    tracer: Any = None
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        async def query() -> int:
+            with Instrumented.tracer.start_as_current_span("query"):
+                return 1
+
+        def call() -> int:  # a sync step: in a step thread
+            with Instrumented.tracer.start_as_current_span("call"):
+                return 2
+
+        return await step.do("query", query) + await step.do("call", call)
+
+
+async def test_a_steps_own_spans_are_children_of_its_attempts_span(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    recorder = Recorder()
+    Instrumented.tracer = recorder.provider.get_tracer("the application")
+    async with make_engine([Instrumented], clock=clock, telemetry=traced(recorder)) as engine:
+        await engine.workflow("instrumented").create("i1")
+        await drain(engine)
+    run = recorder.one("run instrumented")
+    for step, own in (("step query", "query"), ("step call", "call")):
+        attempt = recorder.one(step)
+        assert attempt.parent_id == run.span_id
+        assert recorder.one(own).parent_id == attempt.span_id
+
+
 async def test_a_create_continues_the_callers_span(
     make_engine: EngineFactory, clock: ManualClock
 ) -> None:
