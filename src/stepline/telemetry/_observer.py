@@ -114,7 +114,7 @@ class _Activation:
         self.owner = owner
         self.workflow = instance.workflow
         self.instance_id = instance.id
-        self._started = time.perf_counter()
+        self._started = 0.0 if owner.metrics is None else time.perf_counter()
         self._ended = False
         self._span: Span | None = None
         self._token: object = None
@@ -133,7 +133,8 @@ class _Activation:
                 kind="consumer",
             )
             self._token = tracing.attach(self._span)
-            ids = tracing.ids(self._span)
+            if owner.log_context:
+                ids = tracing.ids(self._span)
         if owner.log_context:
             trace_id, span_id = ids if ids is not None else (None, None)
             fields = _logs.LogFields(self.workflow, self.instance_id, None, None, trace_id, span_id)
@@ -255,18 +256,13 @@ class _Attempt:
     ) -> None:
         self._activation = activation
         self.name = name
-        self._started = time.perf_counter()
-        self._ended = False
         owner = activation.owner
+        self._started = 0.0 if owner.metrics is None else time.perf_counter()
+        self._ended = False
         tracing = owner.tracing
         span = None
         if tracing is not None:
-            attributes: dict[str, str | int] = {
-                "workflow.step.name": name,
-                "workflow.step.attempt": number,
-            }
-            span = tracing.start(f"step {name}", attributes)
-            self._token = tracing.attach(span)
+            span, self._token = tracing.step(name, number)
         self._span = span
         self._log = None
         if owner.log_context:
@@ -293,5 +289,5 @@ class _Attempt:
             _logs.leave(self._log)
         tracing = owner.tracing
         if tracing is not None and self._span is not None:
-            tracing.detach(self._token)
-            tracing.end(self._span, outcome, error, failed=outcome in ("retry", "failed"))
+            failed = outcome == "retry" or outcome == "failed"
+            tracing.step_ended(self._span, self._token, outcome, error, failed)
