@@ -106,6 +106,7 @@ class _Activation:
         "_token",
         "instance_id",
         "owner",
+        "recording",
         "workflow",
     )
 
@@ -119,6 +120,8 @@ class _Activation:
         self._span: Span | None = None
         self._token: object = None
         self._log: Any = None
+        self.recording = False
+        """Whether the activation's span records: its steps make spans only then."""
         tracing = owner.tracing
         ids = None
         if tracing is not None:
@@ -133,6 +136,7 @@ class _Activation:
                 kind="consumer",
             )
             self._token = tracing.attach(self._span)
+            self.recording = self._span.is_recording()
             if owner.log_context:
                 ids = tracing.ids(self._span)
         if owner.log_context:
@@ -247,7 +251,9 @@ def _claimed(metrics: Metrics, claim: Claim) -> None:
 class _Attempt:
     """One attempt's observation (:class:`~stepline._runtime.AttemptObservation`). On the path
     of every step: each attribute of a span costs the SDK microseconds, so a step's span carries
-    only its name and attempt (the activation's span, its parent, has the instance)."""
+    only its name and attempt (the activation's span, its parent, has the instance). An
+    activation whose span the sampler dropped makes none for its steps: children of a span not
+    sampled, OpenTelemetry's default sampler drops them too, after they cost the SDK a span."""
 
     __slots__ = ("_activation", "_ended", "_log", "_span", "_started", "_token", "name")
 
@@ -261,7 +267,7 @@ class _Attempt:
         self._ended = False
         tracing = owner.tracing
         span = None
-        if tracing is not None:
+        if tracing is not None and activation.recording:
             span, self._token = tracing.step(name, number)
         self._span = span
         self._log = None
@@ -272,7 +278,11 @@ class _Attempt:
     @property
     def traceparent(self) -> str | None:
         tracing = self._activation.owner.tracing
-        return None if self._span is None or tracing is None else tracing.traceparent(self._span)
+        if tracing is None:
+            return None
+        if self._span is None:  # not sampled: the span it runs in passes that on
+            return tracing.current_traceparent()
+        return tracing.traceparent(self._span)
 
     def ended(self, outcome: AttemptOutcome, error: BaseException | None) -> None:
         if self._ended:
