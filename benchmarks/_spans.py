@@ -1,7 +1,7 @@
-"""The OpenTelemetry SDK set up for the telemetry benchmark: every span sampled, queued by the
-SDK's batch processor and handed to an exporter that drops it, so that the figure is the cost
-of making the spans in the worker, not of a backend or a network; and what a span costs that
-SDK alone (:func:`span_cpu`), the floor of traces' cost per step."""
+"""The OpenTelemetry SDK set up for the telemetry benchmark: every span sampled (or a share of
+the traces), queued by the SDK's batch processor and handed to an exporter that drops it, so
+that the figure is the cost of making the spans in the worker, not of a backend or a network;
+and what a span costs that SDK alone (:func:`span_cpu`), the floor of traces' cost per step."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
 from stepline.telemetry._traces import Tracing
 
@@ -33,8 +33,11 @@ class Dropped(SpanExporter):
         return True
 
 
-def sdk_provider() -> Any:
-    provider = TracerProvider(sampler=ALWAYS_ON)
+def sdk_provider(ratio: float = 1.0) -> Any:
+    """Every span sampled, or (``ratio`` under 1) that share of the traces started here, their
+    spans' children following them (the SDK's ``parentbased_traceidratio``)."""
+    sampler = ALWAYS_ON if ratio >= 1 else ParentBased(TraceIdRatioBased(ratio))
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(Dropped()))
     return provider
 

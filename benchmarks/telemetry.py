@@ -1,11 +1,12 @@
 """Telemetry: what traces and metrics cost, as throughput beside the same run without them.
 
 The throughput benchmark's workload (instances x 10 trivial steps, created before the workers
-start, figure from the stored timestamps) with one worker process, four ways, side by side in
+start, figure from the stored timestamps) with one worker process, five ways, side by side in
 each repetition and in a rotating order (the machine's speed drifts over minutes): telemetry
 off (the engine has no observer), Prometheus metrics only (recorded at every step, not
 scraped), traces only (every span sampled, on the OpenTelemetry SDK with a batch processor and
-an exporter that drops the spans: ``benchmarks._spans``), and both. A second run with telemetry
+an exporter that drops the spans: ``benchmarks._spans``), both, and traces with 10% of the
+traces sampled (the SDK's ``parentbased_traceidratio``). A second run with telemetry
 off measures how far two identical runs differ: the noise any other figure is read against.
 
 Each figure is shown with the run without telemetry of the same repetition as its floor: the
@@ -33,6 +34,7 @@ MODES = (
     ("metrics", "metrics only"),
     ("traces", "traces, 100% sampled"),
     ("both", "metrics and traces"),
+    ("traces_10", "traces, 10% sampled"),
     ("off_again", "off, a second run"),
 )
 """(series key, label) of each run of a repetition; the worker's ``--telemetry`` is the key
@@ -79,7 +81,7 @@ async def _run_store(config: BenchConfig, store: str) -> Report:
     cpu_off = Floor(
         "worker CPU per step, off", median(series["cpu_off"]), "µs", tuple(series["cpu_off"])
     )
-    for key, label in MODES[1:4]:
+    for key, label in MODES[1:-1]:
         values = series[f"cpu_{key}"]
         report.figures.append(
             Figure(f"worker CPU per step, {label}", median(values), "µs", cpu_off, tuple(values))
