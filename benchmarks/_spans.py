@@ -42,28 +42,32 @@ def sdk_provider(ratio: float = 1.0) -> Any:
     return provider
 
 
-def span_cpu(n: int = 20_000) -> tuple[float, float]:
-    """CPU µs per span on :func:`sdk_provider`'s set-up, every thread counted (as the worker's
-    CPU is): a bare span (started and ended, no attribute, no parent), and a step attempt's
-    span as the engine makes it (two attributes, made the current span, its outcome set,
-    ended). A fresh provider each time; its batch processor's thread stopped afterwards."""
-    provider = sdk_provider()
-    tracer = provider.get_tracer("floor")
-    tracing = Tracing(provider)
-    try:
-        for index in range(1_000):  # warm up: the SDK's first spans, the queue's thread
-            tracer.start_span("bare").end()
-            span, token = tracing.step("s", index)
-            tracing.step_ended(span, token, "success", None, False)
-        started = time.process_time()
+def spans(provider: Any, kind: str, n: int) -> float:
+    """CPU seconds, every thread counted (as the worker's CPU is), of ``n`` spans on
+    ``provider``: ``bare`` ones (started and ended, no attribute, no parent), or ``step``
+    attempts' as the engine makes them (two attributes, made the current span, the outcome
+    set, ended)."""
+    started = time.process_time()
+    if kind == "bare":
+        tracer = provider.get_tracer("floor")
         for _ in range(n):
             tracer.start_span("bare").end()
-        bare = time.process_time() - started
-        started = time.process_time()
+    else:
+        tracing = Tracing(provider)
         for index in range(n):
             span, token = tracing.step(f"s{index % 10}", 1)
             tracing.step_ended(span, token, "success", None, False)
-        step = time.process_time() - started
+    return time.process_time() - started
+
+
+def span_cpu(n: int = 20_000) -> tuple[float, float]:
+    """CPU µs per span of :func:`spans`, bare and a step's, on :func:`sdk_provider`'s set-up
+    (a fresh provider, its batch processor's thread stopped afterwards)."""
+    provider = sdk_provider()
+    try:
+        for kind in ("bare", "step"):  # warm up: the SDK's first spans, the queue's thread
+            spans(provider, kind, 1_000)
+        bare, step = (spans(provider, kind, n) / n * 1e6 for kind in ("bare", "step"))
     finally:
         provider.shutdown()
-    return bare / n * 1e6, step / n * 1e6
+    return bare, step
