@@ -104,6 +104,7 @@ class _Activation:
         "_span",
         "_started",
         "_token",
+        "_unsampled",
         "instance_id",
         "owner",
         "recording",
@@ -122,6 +123,7 @@ class _Activation:
         self._log: Any = None
         self.recording = False
         """Whether the activation's span records: its steps make spans only then."""
+        self._unsampled: _Unsampled | None = None
         tracing = owner.tracing
         ids = None
         if tracing is not None:
@@ -146,8 +148,12 @@ class _Activation:
         metrics = owner.metrics
         if metrics is not None:
             _claimed(metrics, claim)
+        elif tracing is not None and not self.recording and not owner.log_context:
+            self._unsampled = _Unsampled(tracing)
 
-    def attempt(self, kind: StepKind, name: str, count: int, number: int) -> _Attempt:
+    def attempt(self, kind: StepKind, name: str, count: int, number: int) -> _Attempt | _Unsampled:
+        if self._unsampled is not None:
+            return self._unsampled
         return _Attempt(self, kind, name, count, number)
 
     def waited(
@@ -301,3 +307,20 @@ class _Attempt:
         if tracing is not None and self._span is not None:
             failed = outcome == "retry" or outcome == "failed"
             tracing.step_ended(self._span, self._token, outcome, error, failed)
+
+
+class _Unsampled:
+    """Every attempt of an activation the sampler dropped, when only traces are on: nothing to
+    record, and the trace passes on, not sampled, from the span the step runs in."""
+
+    __slots__ = ("_tracing",)
+
+    def __init__(self, tracing: Tracing) -> None:
+        self._tracing = tracing
+
+    @property
+    def traceparent(self) -> str | None:
+        return self._tracing.current_traceparent()
+
+    def ended(self, outcome: AttemptOutcome, error: BaseException | None) -> None:
+        pass
