@@ -36,7 +36,8 @@ class WorkerOptions:
     pgoptions: str | None = None
     """``PGOPTIONS`` for the worker (libpq session settings, e.g. ``-c synchronous_commit=off``)."""
     telemetry: str = "off"
-    """What the worker reports (``benchmarks._worker --telemetry``): off, metrics, traces, both."""
+    """What the worker reports (``benchmarks._worker --telemetry``): off, metrics, traces,
+    traces_10, both."""
     workflows: tuple[str, ...] = ()
     """The benchmark workflows it runs, by name (none: all of them)."""
 

@@ -22,7 +22,7 @@ from stepline.telemetry import Telemetry
 from ._spans import sdk_provider
 from ._workflows import WORKFLOWS
 
-TELEMETRY = ("off", "metrics", "traces", "both")
+TELEMETRY = ("off", "metrics", "traces", "traces_10", "both")
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -49,13 +49,14 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def telemetry(mode: str) -> Telemetry:
-    """Off; Prometheus metrics (recorded, not scraped); traces sampled at 100% on the SDK with
-    a batch processor whose exporter drops the spans (:mod:`benchmarks._spans`); or both."""
-    traces = mode in ("traces", "both")
+    """Off; Prometheus metrics (recorded, not scraped); traces sampled at 100% (or 10% of the
+    traces: ``traces_10``) on the SDK with a batch processor whose exporter drops the spans
+    (:mod:`benchmarks._spans`); or metrics and traces at 100%."""
+    traces = mode in ("traces", "traces_10", "both")
     return Telemetry(
         traces=traces,
         metrics=mode in ("metrics", "both"),
-        tracer_provider=sdk_provider() if traces else None,
+        tracer_provider=sdk_provider(0.1 if mode == "traces_10" else 1.0) if traces else None,
     )
 
 

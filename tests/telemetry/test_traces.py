@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
 
 from stepline import Engine, ManualClock, StepContext, Workflow, WorkflowEvent, WorkflowStep
 from stepline.http import create_app
@@ -65,7 +67,11 @@ def _refuse() -> None:
 
 
 def traced(recorder: Recorder) -> Telemetry:
-    return Telemetry(tracer_provider=recorder.provider)
+    return traced_by(recorder.provider)
+
+
+def traced_by(provider: TracerProvider) -> Telemetry:
+    return Telemetry(tracer_provider=provider)
 
 
 async def _run_traced(engine: Engine, clock: ManualClock) -> None:
@@ -140,6 +146,81 @@ async def test_a_failed_instance_records_its_error_and_its_rollbacks(
     rollback = recorder.one("rollback undone")
     assert (rollback.outcome, rollback.parent_id) == ("complete", run.span_id)
     assert recorder.one("step book:rollback").parent_id == rollback.span_id
+
+
+class Instrumented(Workflow):
+    """Steps that open spans of their own, as an instrumented library would."""
+
+    name = "instrumented"
+    tracer: Any = None
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        async def query() -> int:
+            with Instrumented.tracer.start_as_current_span("query"):
+                return 1
+
+        def call() -> int:  # a sync step: in a step thread
+            with Instrumented.tracer.start_as_current_span("call"):
+                return 2
+
+        return await step.do("query", query) + await step.do("call", call)
+
+
+async def test_a_steps_own_spans_are_children_of_its_attempts_span(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    recorder = Recorder()
+    Instrumented.tracer = recorder.provider.get_tracer("the application")
+    async with make_engine([Instrumented], clock=clock, telemetry=traced(recorder)) as engine:
+        await engine.workflow("instrumented").create("i1")
+        await drain(engine)
+    run = recorder.one("run instrumented")
+    for step, own in (("step query", "query"), ("step call", "call")):
+        attempt = recorder.one(step)
+        assert attempt.parent_id == run.span_id
+        assert recorder.one(own).parent_id == attempt.span_id
+
+
+class Asked(Sampler):
+    """OpenTelemetry's default sampler, dropping every trace, that counts what it was asked."""
+
+    def __init__(self) -> None:
+        self.inner = ParentBased(ALWAYS_OFF)
+        self.asked: list[str] = []
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, *args: Any) -> Any:
+        self.asked.append(name)
+        return self.inner.should_sample(parent_context, trace_id, name, *args)
+
+    def get_description(self) -> str:
+        return "Asked"
+
+
+def seen_in(ctx: StepContext) -> str:
+    return ctx.traceparent or ""
+
+
+class Sampled(Workflow):
+    name = "sampled"
+
+    async def run(self, event: WorkflowEvent, step: WorkflowStep) -> Any:
+        return [await step.do(f"s{n}", seen_in) for n in range(3)]
+
+
+async def test_an_activation_the_sampler_dropped_makes_no_span_for_its_steps(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    sampler = Asked()
+    provider = TracerProvider(sampler=sampler)
+    async with make_engine([Sampled], clock=clock, telemetry=traced_by(provider)) as engine:
+        instance = await engine.workflow("sampled").create("s1")
+        await drain(engine)
+        seen = (await instance.status()).output
+    assert sampler.asked == ["create sampled", "run sampled"]  # not a step's
+    # A step still passes the trace on, not sampled, as the span it runs in.
+    fields = [traceparent.split("-") for traceparent in seen]
+    assert len({trace_id for _, trace_id, _, _ in fields}) == 1
+    assert all(int(flags, 16) & 1 == 0 for *_, flags in fields)  # W3C's sampled flag
 
 
 async def test_a_create_continues_the_callers_span(

@@ -104,8 +104,10 @@ class _Activation:
         "_span",
         "_started",
         "_token",
+        "_unsampled",
         "instance_id",
         "owner",
+        "recording",
         "workflow",
     )
 
@@ -114,11 +116,14 @@ class _Activation:
         self.owner = owner
         self.workflow = instance.workflow
         self.instance_id = instance.id
-        self._started = time.perf_counter()
+        self._started = 0.0 if owner.metrics is None else time.perf_counter()
         self._ended = False
         self._span: Span | None = None
         self._token: object = None
         self._log: Any = None
+        self.recording = False
+        """Whether the activation's span records: its steps make spans only then."""
+        self._unsampled: _Unsampled | None = None
         tracing = owner.tracing
         ids = None
         if tracing is not None:
@@ -133,7 +138,9 @@ class _Activation:
                 kind="consumer",
             )
             self._token = tracing.attach(self._span)
-            ids = tracing.ids(self._span)
+            self.recording = self._span.is_recording()
+            if owner.log_context:
+                ids = tracing.ids(self._span)
         if owner.log_context:
             trace_id, span_id = ids if ids is not None else (None, None)
             fields = _logs.LogFields(self.workflow, self.instance_id, None, None, trace_id, span_id)
@@ -141,8 +148,12 @@ class _Activation:
         metrics = owner.metrics
         if metrics is not None:
             _claimed(metrics, claim)
+        elif tracing is not None and not self.recording and not owner.log_context:
+            self._unsampled = _Unsampled(tracing)
 
-    def attempt(self, kind: StepKind, name: str, count: int, number: int) -> _Attempt:
+    def attempt(self, kind: StepKind, name: str, count: int, number: int) -> _Attempt | _Unsampled:
+        if self._unsampled is not None:
+            return self._unsampled
         return _Attempt(self, kind, name, count, number)
 
     def waited(
@@ -246,7 +257,9 @@ def _claimed(metrics: Metrics, claim: Claim) -> None:
 class _Attempt:
     """One attempt's observation (:class:`~stepline._runtime.AttemptObservation`). On the path
     of every step: each attribute of a span costs the SDK microseconds, so a step's span carries
-    only its name and attempt (the activation's span, its parent, has the instance)."""
+    only its name and attempt (the activation's span, its parent, has the instance). An
+    activation whose span the sampler dropped makes none for its steps: children of a span not
+    sampled, OpenTelemetry's default sampler drops them too, after they cost the SDK a span."""
 
     __slots__ = ("_activation", "_ended", "_log", "_span", "_started", "_token", "name")
 
@@ -255,18 +268,13 @@ class _Attempt:
     ) -> None:
         self._activation = activation
         self.name = name
-        self._started = time.perf_counter()
-        self._ended = False
         owner = activation.owner
+        self._started = 0.0 if owner.metrics is None else time.perf_counter()
+        self._ended = False
         tracing = owner.tracing
         span = None
-        if tracing is not None:
-            attributes: dict[str, str | int] = {
-                "workflow.step.name": name,
-                "workflow.step.attempt": number,
-            }
-            span = tracing.start(f"step {name}", attributes)
-            self._token = tracing.attach(span)
+        if tracing is not None and activation.recording:
+            span, self._token = tracing.step(name, number)
         self._span = span
         self._log = None
         if owner.log_context:
@@ -276,7 +284,11 @@ class _Attempt:
     @property
     def traceparent(self) -> str | None:
         tracing = self._activation.owner.tracing
-        return None if self._span is None or tracing is None else tracing.traceparent(self._span)
+        if tracing is None:
+            return None
+        if self._span is None:  # not sampled: the span it runs in passes that on
+            return tracing.current_traceparent()
+        return tracing.traceparent(self._span)
 
     def ended(self, outcome: AttemptOutcome, error: BaseException | None) -> None:
         if self._ended:
@@ -293,5 +305,22 @@ class _Attempt:
             _logs.leave(self._log)
         tracing = owner.tracing
         if tracing is not None and self._span is not None:
-            tracing.detach(self._token)
-            tracing.end(self._span, outcome, error, failed=outcome in ("retry", "failed"))
+            failed = outcome == "retry" or outcome == "failed"
+            tracing.step_ended(self._span, self._token, outcome, error, failed)
+
+
+class _Unsampled:
+    """Every attempt of an activation the sampler dropped, when only traces are on: nothing to
+    record, and the trace passes on, not sampled, from the span the step runs in."""
+
+    __slots__ = ("_tracing",)
+
+    def __init__(self, tracing: Tracing) -> None:
+        self._tracing = tracing
+
+    @property
+    def traceparent(self) -> str | None:
+        return self._tracing.current_traceparent()
+
+    def ended(self, outcome: AttemptOutcome, error: BaseException | None) -> None:
+        pass

@@ -57,6 +57,7 @@ class Tracing:
         except metadata.PackageNotFoundError:
             version = None
         self._tracer = trace.get_tracer("stepline", version, tracer_provider=tracer_provider)
+        self._start_span = self._tracer.start_span
 
     def parent(self, traceparent: str | None) -> context.Context:
         """The context a span continuing ``traceparent`` starts in: an empty one (a new trace)
@@ -83,6 +84,28 @@ class Tracing:
             attributes=attributes,
             start_time=None if start is None else _ns(start),
         )
+
+    def step(self, name: str, attempt: int) -> tuple[Span, object]:
+        """A step attempt's span, started now as a child of the current span and made the current
+        one (the spans its callback starts are its children): the span and the token for
+        :meth:`step_ended`. On the path of every step: the SDK's calls, and nothing else."""
+        span = self._start_span(
+            f"step {name}",
+            attributes={"workflow.step.name": name, "workflow.step.attempt": attempt},
+        )
+        return span, context.attach(trace.set_span_in_context(span))
+
+    @staticmethod
+    def step_ended(
+        span: Span, token: object, outcome: str, error: BaseException | None, failed: bool
+    ) -> None:
+        """End a span of :meth:`step` (see :meth:`end`), no longer the current one."""
+        context.detach(token)  # type: ignore[arg-type]
+        if error is None and not failed:  # every attempt that succeeds
+            span.set_attribute("workflow.outcome", outcome)
+            span.end()
+        else:
+            Tracing.end(span, outcome, error, failed=failed)
 
     traceparent = staticmethod(traceparent_of)
     ids = staticmethod(ids_of)
