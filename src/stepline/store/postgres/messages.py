@@ -16,6 +16,7 @@ from typing import Any
 
 from ..._json import dumps, loads
 from ...errors import InstanceNotFoundError, LeaseLostError
+from .._rows import update_from_row
 from ..messages import QUERY_EXPIRY, MessageStore
 from ..signals import Signals
 from ..types import (
@@ -36,7 +37,7 @@ from .notes import Notes
 from .pools import Conn
 from .sql import render
 from .step_sql import ANSWERS_JOIN, ANSWERS_NOTE, STEP_UPSERT
-from .update_sends import UPDATE_COLUMNS, Taker, send, update_from_row
+from .update_sends import UPDATE_COLUMNS, Taker, send
 
 _CHANGED = (
     "pg_notify(%(channel)s::text, json_build_object('s', %(source)s::text, 'w', workflow,"

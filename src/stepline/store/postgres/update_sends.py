@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import functools
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..._json import loads
 from ...errors import IllegalStateError, InstanceNotFoundError, StoreError
 from ...records import FINISHED_STATUSES
+from .._rows import update_from_row
 from ..types import UPDATE_EVENT, Claim, Routing, UpdateRecord, new_lease_token
 from .claim import claim_with_history, routes_params
 from .claim_sql import HISTORY, LEASE_SET, ROUTED, fleet_wide
@@ -104,13 +103,6 @@ def _statements(schema: str) -> dict[str, str]:
         for name, text in _TEMPLATES.items()
     }
     return render(expanded, schema)
-
-
-def update_from_row(row: Sequence[Any], instance_status: str) -> UpdateRecord:
-    update_id, name, status, reply, error, created_at, ended_at = row
-    return UpdateRecord(
-        update_id, name, status, loads(reply), loads(error), created_at, ended_at, instance_status
-    )
 
 
 @dataclass(frozen=True)

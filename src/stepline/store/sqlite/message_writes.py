@@ -10,13 +10,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..._json import dumps, loads
 from ...errors import IllegalStateError, InstanceNotFoundError, LeaseLostError
 from ...limits import WorkflowLimits
 from ...records import FINISHED_STATUSES
-from .._rows import add_history_rows, claim_from_row
+from .._rows import add_history_rows, claim_from_row, update_from_row
 from ..messages import QUERY_EXPIRY
 from ..types import (
     UPDATE_EVENT,
@@ -115,20 +114,6 @@ DELETE_OF_INSTANCE = (
     "DELETE FROM stream_items WHERE instance_pk = ?",
 )
 """What an instance's deletion deletes besides its steps and events (``transactions``)."""
-
-
-def update_from_row(row: Sequence[Any], instance_status: str) -> UpdateRecord:
-    update_id, name, status, reply, error, created_at, ended_at = row
-    return UpdateRecord(
-        update_id,
-        name,
-        status,
-        loads(reply),
-        loads(error),
-        created_at,
-        ended_at,
-        instance_status,
-    )
 
 
 # -- on the connection ---------------------------------------------------------------------------

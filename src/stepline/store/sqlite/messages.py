@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..._json import dumps, loads
 from ...errors import InstanceNotFoundError
+from .._rows import update_from_row
 from ..messages import MessageStore
 from ..signals import Signals
 from ..types import (
@@ -88,7 +89,7 @@ class SqliteMessages(MessageStore):
         if not rows:
             raise InstanceNotFoundError(workflow, instance_id)
         status, *update = rows[0]
-        return None if update[0] is None else mw.update_from_row(update, status)
+        return None if update[0] is None else update_from_row(update, status)
 
     async def reject_update(
         self, lease: Lease, event: int, update_id: str, error: dict[str, str], now: float
