@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 
 import stepline
-from stepline import Engine, Workflow, WorkflowEvent, WorkflowStep
+from stepline import Engine, ManualClock, Workflow, WorkflowEvent, WorkflowStep
+from stepline.messages._updates import update_payload
 from stepline.store.base import Store
+
+from ..conftest import EngineFactory, drain
 
 pytestmark = pytest.mark.both_loops  # the engine on the CLI's loop too
 
@@ -36,8 +39,11 @@ class Tally(Workflow):
 
     @stepline.update
     async def add(self, step: WorkflowStep, n: int) -> int:
-        self.total += await step.do("add", lambda: n)
+        self.total += await step.do("add", lambda: ADDED.append(n) or n)
         return self.total
+
+
+ADDED: list[int] = []
 
 
 class LimitedTally(Tally):
@@ -112,3 +118,22 @@ async def test_a_cancelled_update_still_hands_its_instance_over(store_url: str) 
         # lease to expire: the update was never recorded, or it is answered now.
         with suppress(LookupError):
             assert await instance.update_result("u1", timeout=5) == 4
+
+
+async def test_an_update_claimed_for_a_worker_that_died_runs_once_its_lease_expires(
+    make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    ADDED.clear()
+    async with make_engine([Tally], clock=clock) as engine:
+        instance = await engine.workflow("tally").create()
+        await drain(engine)
+        payload = update_payload("u1", "add", [5], engine.settings.max_payload)
+        _, claim = await engine.store.messages.send_update_and_claim(
+            "tally", instance.id, "u1", "add", payload, owner="gone", lease_seconds=30.0
+        )
+        assert claim is not None  # its worker dies before it runs anything
+        assert await drain(engine) == 0  # leased: no claim takes it
+        clock.advance(31)
+        assert await drain(engine) == 1
+        assert await instance.update_result("u1", timeout=5) == 5
+        assert ADDED == [5]

@@ -1,6 +1,7 @@
-"""An update's send on PostgreSQL: one round trip, whether it claims the instance or not, and a
+"""An update's send on PostgreSQL: one round trip, whether it claims the instance or not; a
 send that claims reads the history after the lock it waited for (an event committed while it
-waited is in the history it hands over, as its event count says)."""
+waited is in the history it hands over, as its event count says), and retried after its reply
+was lost it finds the update and the lease it took."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from stepline.store.postgres import PostgresStore, split_url
 from stepline.store.types import UPDATE_EVENT
 
 from ..conftest import STORES
-from .test_postgres import fresh, schemas, url_for
+from .test_postgres import fresh, lose_one_reply, schemas, update_events, url_for
 from .test_postgres_flow import round_trips
 
 __all__ = ["schemas"]  # the fixture, used by name
@@ -36,6 +37,11 @@ async def store(schemas: list[str]) -> AsyncIterator[PostgresStore]:
     await opened.open()
     yield opened
     await opened.close()
+
+
+@pytest.fixture
+def schema_of(store: PostgresStore) -> str:
+    return split_url(store.url)[1]
 
 
 async def waiting(store: PostgresStore, instance_id: str) -> int:
@@ -87,3 +93,20 @@ async def test_an_event_committed_while_the_send_waited_is_in_its_claims_history
     assert claim is not None
     assert [event.type for event in claim.history.events] == ["go", UPDATE_EVENT]
     assert claim.event_seq == 2
+
+
+async def test_a_claiming_send_whose_reply_is_lost_returns_its_claim(
+    store: PostgresStore, schema_of: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await waiting(store, "a")
+    lost = lose_one_reply(store, monkeypatch, f'INSERT INTO "{schema_of}".updates')
+    record, claim = await store.messages.send_update_and_claim(
+        "w", "a", "u1", "decide", "[1]", owner="me", lease_seconds=LEASE
+    )
+    assert lost == [True], "the fault was not injected"
+    monkeypatch.undo()
+    assert (record.update_id, record.status) == ("u1", "pending")
+    assert claim is not None and claim.lease.owner == "me"
+    assert [event.type for event in claim.history.events] == [UPDATE_EVENT]
+    assert update_events(schema_of) == 1
+    assert (await store.claim("other", ["w"], 5, LEASE, store.now())).claims == []
