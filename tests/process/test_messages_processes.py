@@ -58,14 +58,20 @@ async def _all_waiting(client: Engine, workflow: str, count: int) -> bool:
     return len(page.instances) == count
 
 
+async def _parked_account(client: Engine, ledger: Path) -> Instance:
+    """Account ``a1``, once a worker has parked it."""
+    account = await client.workflow("account").create("a1", {"ledger": str(ledger)})
+    await _until(lambda: _all_waiting(client, "account", 1), "the account to park")
+    return account
+
+
 async def test_an_update_whose_worker_is_killed_gets_exactly_one_reply(
     store_url: str, pool: WorkerPool, ledger: Path
 ) -> None:
     first = pool.start()
     pool.wait_ready([first])
     async with Engine(store_url, worker=False) as client:
-        account = await client.workflow("account").create("a1", {"ledger": str(ledger)})
-        await _until(lambda: _all_waiting(client, "account", 1), "the account to park")
+        account = await _parked_account(client, ledger)
         reply = asyncio.create_task(
             account.update("deposit", 5, "t1", True, update_id="u1", timeout=120)
         )
@@ -121,11 +127,9 @@ def _sender(url: str) -> subprocess.Popen[str]:
 async def test_an_update_whose_sender_took_the_instance_and_was_killed_gets_one_reply(
     store_url: str, pool: WorkerPool, ledger: Path
 ) -> None:
-    first = pool.start()
-    pool.wait_ready([first])
+    pool.wait_ready([pool.start()])
     async with Engine(store_url, worker=False) as client:
-        account = await client.workflow("account").create("a1", {"ledger": str(ledger)})
-        await _until(lambda: _all_waiting(client, "account", 1), "the account to park")
+        account = await _parked_account(client, ledger)
         pool.stop_all()  # only the sender's worker is left to run the update
         sender = _sender(store_url)
         try:
