@@ -1,16 +1,20 @@
-"""A create that a worker in this process takes at once: the slots it holds for the instances
-(:class:`Reservation`), claimed as they are created (``Store.create_and_claim``) and handed
-over, or given back when the create fails."""
+"""A write that a worker in this process takes the instances of at once: the slots it holds for
+them (:class:`Reservation`), claimed by the write itself (a create: ``Store.create_and_claim``;
+an update's send: ``MessageStore.send_update_and_claim``) and handed over, or given back when
+the write fails."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from .records import DEFAULT_VERSION, InstanceRecord
 from .store.base import Claim, NewInstance, Store
+from .store.types import PatchesKnown
+
+T = TypeVar("T")
 
 
 class Reservation(Protocol):
@@ -28,6 +32,16 @@ class Reservation(Protocol):
     @property
     def slots(self) -> int: ...
 
+    @property
+    def versions(self) -> Mapping[str, Sequence[str]]:
+        """The versions of each workflow the worker runs (a claim's routing)."""
+        ...
+
+    @property
+    def patches(self) -> PatchesKnown:
+        """The patch ids its code has, by workflow and version (a claim's routing)."""
+        ...
+
     def take_created(self, claims: Sequence[Claim]) -> None: ...
 
     def release(self) -> None: ...
@@ -38,15 +52,28 @@ ReserveSlots = Callable[[str, int, str], Reservation | None]
 instances of ``workflow`` at a version about to be created
 (:meth:`stepline.worker.Worker.reserve`); None when it takes none."""
 
+ReserveForUpdate = Callable[[str], Reservation | None]
+"""Asks the worker running in this process, if one is, to hold a slot for the instance of
+``workflow`` an update is about to be sent to (:meth:`stepline.worker.Worker.reserve_update`);
+None when it takes none."""
 
-def _hand_over(
-    reservation: Reservation,
-    task: asyncio.Task[tuple[list[InstanceRecord], list[Claim]]],
-) -> None:
+
+def _hand_over(reservation: Reservation, task: asyncio.Task[tuple[Any, Sequence[Claim]]]) -> None:
     if task.cancelled() or task.exception() is not None:
         reservation.release()
     else:
         reservation.take_created(task.result()[1])
+
+
+async def handed_over(reservation: Reservation, write: Awaitable[tuple[T, Sequence[Claim]]]) -> T:
+    """What ``write`` returns, a write that claims for ``reservation``: the claims it made are
+    handed to the worker, or the slots given back if it failed."""
+    task = asyncio.ensure_future(write)
+    # The worker starts what the write claimed for it even if this caller is cancelled
+    # meanwhile: otherwise those instances would wait for their lease to expire.
+    task.add_done_callback(functools.partial(_hand_over, reservation))
+    result, _ = await asyncio.shield(task)
+    return result
 
 
 async def create_reserved(
@@ -68,19 +95,13 @@ async def create_reserved(
         return await store.create_instances(
             workflow, items, trigger=trigger, skip_existing=skip_existing
         )
-    task = asyncio.ensure_future(
-        store.create_and_claim(
-            workflow,
-            items,
-            trigger=trigger,
-            skip_existing=skip_existing,
-            owner=reservation.owner,
-            lease_seconds=reservation.lease_seconds,
-            limit=reservation.slots,
-        )
+    write = store.create_and_claim(
+        workflow,
+        items,
+        trigger=trigger,
+        skip_existing=skip_existing,
+        owner=reservation.owner,
+        lease_seconds=reservation.lease_seconds,
+        limit=reservation.slots,
     )
-    # The worker starts what the create claimed for it even if this caller is cancelled
-    # meanwhile: otherwise those instances would wait for their lease to expire.
-    task.add_done_callback(functools.partial(_hand_over, reservation))
-    created, _ = await asyncio.shield(task)
-    return created
+    return await handed_over(reservation, write)

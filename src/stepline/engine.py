@@ -150,7 +150,12 @@ class Engine(EngineReads):
             versions=self.registry.versions,
         )
         self._messaging = Messaging(
-            self.store, max_payload, self._registry, self.registry.versions, self.payloads
+            self.store,
+            max_payload,
+            self._registry,
+            self.registry.versions,
+            self.payloads,
+            self._local.reserve_update,
         )
 
     # -- registry --------------------------------------------------------------------------------

@@ -104,6 +104,12 @@ class LocalWorker:
         worker = self._worker
         return None if worker is None else worker.reserve(workflow, count, version)
 
+    def reserve_update(self, workflow: str) -> Reservation | None:
+        """A slot of the worker, if one exists and runs, for the instance of ``workflow`` an
+        update is about to be sent to."""
+        worker = self._worker
+        return None if worker is None else worker.reserve_update(workflow)
+
     async def start(self) -> None:
         """Start the scheduler and the worker in the background."""
         await self.scheduler.start()

@@ -1,6 +1,7 @@
 """Messages across real processes, on each store (docs/messaging.md): an update whose worker is
 SIGKILLed between recording it and replying still gets exactly one reply, its handler's steps
-recorded once (a ledger); a thousand concurrent updates to a hundred instances each get their
+recorded once (a ledger), and so does one whose sending process's worker took the instance in
+the send and was killed with it; a thousand concurrent updates to a hundred instances each get their
 own reply, none lost or run twice; queries on parked instances are answered from a replay by
 the workers (the client has no code), running no callback; a subscriber killed and reconnected
 with its last seq reads every item once, in order."""
@@ -57,14 +58,20 @@ async def _all_waiting(client: Engine, workflow: str, count: int) -> bool:
     return len(page.instances) == count
 
 
+async def _parked_account(client: Engine, ledger: Path) -> Instance:
+    """Account ``a1``, once a worker has parked it."""
+    account = await client.workflow("account").create("a1", {"ledger": str(ledger)})
+    await _until(lambda: _all_waiting(client, "account", 1), "the account to park")
+    return account
+
+
 async def test_an_update_whose_worker_is_killed_gets_exactly_one_reply(
     store_url: str, pool: WorkerPool, ledger: Path
 ) -> None:
     first = pool.start()
     pool.wait_ready([first])
     async with Engine(store_url, worker=False) as client:
-        account = await client.workflow("account").create("a1", {"ledger": str(ledger)})
-        await _until(lambda: _all_waiting(client, "account", 1), "the account to park")
+        account = await _parked_account(client, ledger)
         reply = asyncio.create_task(
             account.update("deposit", 5, "t1", True, update_id="u1", timeout=120)
         )
@@ -91,6 +98,60 @@ async def test_an_update_whose_worker_is_killed_gets_exactly_one_reply(
         assert update is not None and update.status == "complete"
         markers = [s for s in await account.steps() if s.kind == "update"]
         assert [(s.display_name, s.status) for s in markers] == [("@update:deposit-1", "complete")]
+    pool.stop_all()
+
+
+# A process with a worker of the workflow that sends an update: the send claims the instance
+# for that worker, which runs the handler until the test kills the process.
+_SENDER = """
+import asyncio, sys
+from stepline import Engine
+from tests.process._message_flows import Account
+
+async def main() -> None:
+    async with Engine(sys.argv[1], [Account], lease=2.0) as engine:
+        account = await engine.workflow("account").get("a1")
+        await account.update("deposit", 5, "t1", True, update_id="u1", timeout=120)
+
+asyncio.run(main())
+"""
+
+
+def _sender(url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _SENDER, url], cwd=ROOT, env=cli_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+async def test_an_update_whose_sender_took_the_instance_and_was_killed_gets_one_reply(
+    store_url: str, pool: WorkerPool, ledger: Path
+) -> None:
+    pool.wait_ready([pool.start()])
+    async with Engine(store_url, worker=False) as client:
+        account = await _parked_account(client, ledger)
+        pool.stop_all()  # only the sender's worker is left to run the update
+        sender = _sender(store_url)
+        try:
+
+            async def settling() -> bool:
+                return any(row[0] == "settle" for row in ledger_lines(ledger))
+
+            await _until(settling, "the handler's second step in the sender")
+        finally:
+            sender.kill()
+            _, err = sender.communicate(timeout=30)
+        rows = ledger_lines(ledger)
+        settled = [row for row in rows if row[0] == "settle"]
+        assert settled == [["settle", "t1", str(sender.pid)]], err
+        (ledger / "go").touch()
+        second = pool.start()
+        pool.wait_ready([second])
+        assert await account.update_result("u1", timeout=120) == {"tag": "t1", "balance": 5}
+        rows = ledger_lines(ledger)
+        assert [row for row in rows if row[0] == "record"] == [["record", "t1", str(sender.pid)]]
+        settles = [row[2] for row in rows if row[0] == "settle"]
+        assert settles == [str(sender.pid), str(second.pid)]  # the step that ran: again
     pool.stop_all()
 
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from .. import _json
+from .._reserving import Reservation, ReserveForUpdate, handed_over
 from .._runtime import ActivationSettings, check_update
 from ..durations import Duration
 from ..errors import UpdateRejectedError
@@ -14,7 +15,7 @@ from ..handlers import UpdateHandler, handlers_of
 from ..payloads import PayloadCodec, Slot, event_column
 from ..payloads.records import open_stream_items
 from ..records import FINISHED_STATUSES
-from ..store.base import Store, StreamItem, StreamRead, UpdateRecord
+from ..store.base import Claim, Store, StreamItem, StreamRead, UpdateRecord
 from ..store.types import UPDATE_EVENT
 from ..workflow import WorkflowDefinition
 from . import _queries, _streams, _updates
@@ -22,7 +23,9 @@ from . import _queries, _streams, _updates
 
 class Messaging:
     """Queries, updates and streams for the instances of one engine. ``code``: the workflows
-    whose code this process has (answered here; the others' queries go to a worker)."""
+    whose code this process has (answered here; the others' queries go to a worker);
+    ``reserve``: asks the worker in this process for a slot to run an update's instance, which
+    the send then claims for it if it can."""
 
     def __init__(
         self,
@@ -31,8 +34,10 @@ class Messaging:
         code: Mapping[str, WorkflowDefinition] | None = None,
         versions: Mapping[str, Mapping[str, WorkflowDefinition]] | None = None,
         payloads: PayloadCodec | None = None,
+        reserve: ReserveForUpdate | None = None,
     ) -> None:
         self._store = store
+        self._reserve = reserve
         self._max_payload = max_payload
         self._code: Mapping[str, WorkflowDefinition] = code if code is not None else {}
         self._versions = versions if versions is not None else {}
@@ -79,8 +84,28 @@ class Messaging:
                 await self._validate(definition, instance_id, chosen, name, args)
         slot = Slot(workflow, instance_id, event_column(UPDATE_EVENT))
         sealed = await self.payloads.seal(payload, slot)  # travels as the update's event
-        record = await self._store.messages.send_update(workflow, instance_id, chosen, name, sealed)
+        update = (chosen, name, sealed)
+        reservation = None if self._reserve is None else self._reserve(workflow)
+        if reservation is None:
+            record = await self._store.messages.send_update(workflow, instance_id, *update)
+        else:
+            sent = self._sent_and_claimed(workflow, instance_id, update, reservation)
+            record = await handed_over(reservation, sent)
         return await _updates.opened(self.payloads, workflow, instance_id, record)
+
+    async def _sent_and_claimed(
+        self,
+        workflow: str,
+        instance_id: str,
+        update: tuple[str, str, str],
+        taker: Reservation,
+    ) -> tuple[UpdateRecord, list[Claim]]:
+        """The update sent, and the instance claimed for ``taker`` if it can run at once."""
+        record, claim = await self._store.messages.send_update_and_claim(
+            workflow, instance_id, *update, owner=taker.owner, lease_seconds=taker.lease_seconds,
+            versions=taker.versions, patches=taker.patches,
+        )  # fmt: skip
+        return record, [] if claim is None else [claim]
 
     async def _code_of(self, workflow: str, instance_id: str) -> WorkflowDefinition | None:
         """The code this process has for the instance's version: the only one it has (no read),

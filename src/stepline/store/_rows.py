@@ -27,7 +27,7 @@ from ..records import (
     WorkerInfo,
     WorkflowInfo,
 )
-from .base import Claim, History, Lease
+from .base import Claim, History, Lease, UpdateRecord
 
 
 def columns(fields: Iterable[str]) -> str:
@@ -413,3 +413,12 @@ def claims_on_creation(created: Iterable[InstanceRecord], owner: str) -> list[Cl
         for record in created
         if record.lease_owner == owner
     ]
+
+
+def update_from_row(row: Sequence[Any], instance_status: str) -> UpdateRecord:
+    """An update of a row of its columns (``update_id, name, status, reply, error, created_at,
+    ended_at``; reply and error JSON text), with its instance's status."""
+    update_id, name, status, reply, error, created_at, ended_at = row
+    return UpdateRecord(
+        update_id, name, status, loads(reply), loads(error), created_at, ended_at, instance_status
+    )

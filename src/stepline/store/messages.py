@@ -14,11 +14,13 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .types import (
+    Claim,
     Lease,
     NewStreamItem,
+    PatchesKnown,
     QueryAnswer,
     QueryRequest,
     StreamItem,
@@ -48,6 +50,39 @@ class MessageStore(abc.ABC):
         returned as it stands (whatever its name and payload: a retry). Otherwise a finished
         instance raises ``IllegalStateError``; an unknown one ``InstanceNotFoundError``. Of
         concurrent sends of one update id, exactly one records it.
+        """
+
+    @abc.abstractmethod
+    async def send_update_and_claim(
+        self,
+        workflow: str,
+        instance_id: str,
+        update_id: str,
+        name: str,
+        payload: str,
+        *,
+        owner: str,
+        lease_seconds: float,
+        versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
+    ) -> tuple[UpdateRecord, Claim | None]:
+        """:meth:`send_update`, claiming the instance for ``owner`` in the same transaction when
+        it can run at once (a worker in the sending process runs the update's handler without
+        claiming it, as :meth:`Store.create_and_claim` hands over new instances). Everything is
+        durable on return; the answer and its errors are :meth:`send_update`'s.
+
+        Claimed only if the update is recorded by this call (not one recorded before) and the
+        instance is ``queued`` or ``waiting``, due once the update woke it (``ready_at <= now``),
+        without a live lease, a pending control action or a passed ``deadline_at``; its workflow
+        has no limit registered that applies across workers (``concurrency``, a rate,
+        ``key_concurrency``, named limits: a claim applies those); and it is routed to
+        ``versions`` and ``patches`` as :meth:`Store.claim` routes. Then it is claimed as
+        :meth:`Store.claim` would at ``now``: ``running``, a fresh lease token,
+        ``lease_expires = ready_at = now + lease_seconds``, ``started_at`` set if unset; the
+        :class:`Claim` has no control action, an ``event_seq`` that counts the update's event,
+        and the history, with that event among the unconsumed ones. No worker is told that it is
+        ready. Otherwise the instance is left as :meth:`send_update` leaves it and the claim is
+        None.
         """
 
     @abc.abstractmethod

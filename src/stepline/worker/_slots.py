@@ -4,10 +4,11 @@ their leases renewed) and those reserved for instances about to be created in it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .._runtime import Activation
 from ..store.base import Claim
+from ..store.types import PatchesKnown
 
 
 class Slot:
@@ -57,16 +58,19 @@ class Slots:
 
 
 class Reservation:
-    """Slots of a worker held for instances about to be created in its process
-    (:meth:`Worker.reserve <stepline.worker.Worker.reserve>`).
+    """Slots of a worker held for instances that a write in its process is about to claim for
+    it (:meth:`Worker.reserve <stepline.worker.Worker.reserve>`, :meth:`Worker.reserve_update
+    <stepline.worker.Worker.reserve_update>`).
 
-    The create claims up to ``slots`` of the new instances for ``owner`` with a lease of
-    ``lease_seconds`` (:meth:`~stepline.store.base.Store.create_and_claim`), then calls
+    The write claims up to ``slots`` instances for ``owner`` with a lease of ``lease_seconds``
+    (a create: :meth:`~stepline.store.base.Store.create_and_claim`; an update's send, routed to
+    ``versions`` and ``patches``:
+    :meth:`~stepline.store.messages.MessageStore.send_update_and_claim`), then calls
     :meth:`take_created` with the claims it made, or :meth:`release` if it failed. The slots
     count against the worker's concurrency until then.
     """
 
-    __slots__ = ("_held", "_start", "lease_seconds", "owner", "slots")
+    __slots__ = ("_held", "_start", "lease_seconds", "owner", "patches", "slots", "versions")
 
     def __init__(
         self,
@@ -75,21 +79,23 @@ class Reservation:
         owner: str,
         lease_seconds: float,
         slots: int,
+        routing: tuple[Mapping[str, Sequence[str]], PatchesKnown],
     ) -> None:
         self._held: Slots | None = held
         self._start = start
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.slots = slots
+        self.versions, self.patches = routing
 
     def take_created(self, claims: Sequence[Claim]) -> None:
-        """Start the instances the create claimed, at once, and give back the other slots."""
+        """Start the instances the write claimed, at once, and give back the other slots."""
         self._end()
         for claim in claims:
             self._start(claim)
 
     def release(self) -> None:
-        """The create failed: give the slots back."""
+        """The write failed: give the slots back."""
         self._end()
 
     def _end(self) -> None:

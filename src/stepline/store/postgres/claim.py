@@ -105,7 +105,7 @@ class Claimer:
             "token": new_lease_token(),
             "expires": now + lease_seconds,
             "lock_prefix": self._lock_prefix,
-            **_routes_params(served),
+            **routes_params(served),
         }
         limited = bool(capped) or self._limited.get(key, False)
         leased = await self._lease(params, limited, capped)
@@ -266,7 +266,7 @@ class Claimer:
             return None
         routed = routing(workflows, versions, patches)
         key = _key(workflows, routed)
-        served = _routes_params(routed)
+        served = routes_params(routed)
         if self._limited.get(key, False):
 
             async def read(conn: Conn) -> float | None:
@@ -309,7 +309,7 @@ class Claimer:
         return [found[pk] for pk in pks]
 
 
-def _routes_params(served: Routing | None) -> dict[str, Any]:
+def routes_params(served: Routing | None) -> dict[str, Any]:
     """The claim statements' parameters of ``{routed}`` for the routing ``served`` (None: every
     version and patch)."""
     found = served or Routing(None, None)
@@ -319,6 +319,15 @@ def _routes_params(served: Routing | None) -> dict[str, Any]:
         "patching": found.patches is not None,
         "patches": list(found.patches or ()),
     }
+
+
+def claim_with_history(row: Sequence[Any], owner: str) -> Claim:
+    """The claim of a row shaped as ``claim_sql``'s ``claimed_rows``: the leased instance's
+    columns, its lease token, control action and event count, its steps and events as JSON."""
+    steps, events = row[_EVENT_SEQ + 1 : _EVENT_SEQ + 3]
+    lease = Lease(row[0], row[_TOKEN], owner)
+    history = _history_from_json(steps, events)
+    return Claim(instance_from_row(row), lease, row[_CONTROL], row[_EVENT_SEQ], history)
 
 
 def _key(workflows: Sequence[str], served: Routing | None) -> tuple[str | None, ...]:

@@ -56,7 +56,7 @@ def fleet_wide(limits: str) -> str:
 # is false (every version), and whose recorded patches its code has, each prefixed by the
 # instance's route, unless ``patching`` is false (every patch): a filter on the rows an index
 # read finds, no read of its own (an instance without patches, nearly all, stops at NULL).
-_ROUTED = """(NOT %(routed)s::boolean OR workflow || chr(31) || version = ANY(%(routes)s::text[]))
+ROUTED = """(NOT %(routed)s::boolean OR workflow || chr(31) || version = ANY(%(routes)s::text[]))
     AND (patches IS NULL OR NOT %(patching)s::boolean OR NOT EXISTS (
         SELECT 1 FROM json_array_elements_text(patches::json) AS x(p)
         WHERE NOT workflow || chr(31) || version || chr(31) || x.p = ANY(%(patches)s::text[])))"""
@@ -76,7 +76,7 @@ _EARLIEST = """
 _NEXT_READY = _EARLIEST.replace("{since}", ">= {floor}")
 
 # What a claim writes to the instances it leases, and to those it pauses (a pause pending).
-_LEASE_SET = """
+LEASE_SET = """
     SET lease_owner = %(owner)s, lease_token = %(token)s, lease_nonce = %(nonce)s,
         lease_expires_at = %(expires)s, ready_at = %(expires)s, updated_at = %(now)s,
         parked_on = NULL, held_ready_at = NULL,
@@ -286,7 +286,7 @@ _CLAIMED = """
 """
 
 # A leased instance ``i``'s history: its steps and its unconsumed events, as JSON arrays.
-_HISTORY = """
+HISTORY = """
         (SELECT COALESCE(json_agg(json_build_array({scols}) ORDER BY seq), '[]')::text
             FROM {s}.steps WHERE instance_pk = i.pk),
         (SELECT COALESCE(json_agg(json_build_array(pk, type, payload, created_at)
@@ -331,7 +331,7 @@ _TEMPLATES = {
     "claimed_histories": "WITH RECURSIVE "
     + _LEVELS.replace("{bound}", "%(expires)s::float8")
     + " SELECT i.pk, i.event_seq, "
-    + _HISTORY
+    + HISTORY
     + _CLAIMED.replace("{cols}", "pk, event_seq"),
     # The rows of the instances a claim under limits leased (``limited``), as the plain
     # claim's ``RETURNING``, each followed by its history as ``claimed_histories`` reads it: a
@@ -339,7 +339,7 @@ _TEMPLATES = {
     "claimed_rows": "WITH RECURSIVE "
     + _LEVELS.replace("{bound}", "%(expires)s::float8")
     + " SELECT i.*, "
-    + _HISTORY
+    + HISTORY
     + _CLAIMED.replace("{cols}", "{icols}, lease_token, control, event_seq"),
     "claimed_by": """
         SELECT {icols}, lease_token, control, event_seq
@@ -358,8 +358,8 @@ def _expand(text: str) -> str:
     return (
         text.replace("{levels}", _LEVELS)
         .replace("{next_ready}", _NEXT_READY)
-        .replace("{routed}", _ROUTED)
-        .replace("{lease_set}", _LEASE_SET)
+        .replace("{routed}", ROUTED)
+        .replace("{lease_set}", LEASE_SET)
         .replace("{pause_set}", _PAUSE_SET)
         .replace("{fleet_wide}", fleet_wide("w.limits::jsonb"))
         .replace("{bound}", _FLOOR)

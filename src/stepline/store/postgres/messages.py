@@ -11,35 +11,34 @@ the schema's channel naming the instance, with ``e`` set: no worker needs to loo
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..._json import dumps, loads
-from ...errors import IllegalStateError, InstanceNotFoundError, LeaseLostError, StoreError
-from ...records import FINISHED_STATUSES
+from ...errors import InstanceNotFoundError, LeaseLostError
+from .._rows import update_from_row
 from ..messages import QUERY_EXPIRY, MessageStore
 from ..signals import Signals
 from ..types import (
-    UPDATE_EVENT,
+    Claim,
     Lease,
     NewStreamItem,
+    PatchesKnown,
     QueryAnswer,
     QueryRequest,
     StepWrite,
     StreamItem,
     StreamRead,
     UpdateRecord,
+    routing,
 )
 from .db import Database
 from .notes import Notes
 from .pools import Conn
 from .sql import render
 from .step_sql import ANSWERS_JOIN, ANSWERS_NOTE, STEP_UPSERT
+from .update_sends import UPDATE_COLUMNS, Taker, send
 
-_SEND_TRIES = 5
-"""Runs of ``send_update`` before giving up on a row it neither inserted nor sees (one more
-than the first only after a concurrent send of the same update id)."""
-_UPDATE_COLUMNS = "u.update_id, u.name, u.status, u.reply, u.error, u.created_at, u.ended_at"
 _CHANGED = (
     "pg_notify(%(channel)s::text, json_build_object('s', %(source)s::text, 'w', workflow,"
     " 'i', id, 'e', true)::text)"
@@ -95,46 +94,9 @@ _RECORDED = (
 """The step record itself (insert or replace, fenced), in each statement below."""
 
 _TEMPLATES = {
-    # One statement, autocommitted: one round trip. The instance's row is locked first (a
-    # concurrent finish is waited for, and its status read as committed); the update's row
-    # goes in before its event (ON CONFLICT: of two sends of one update id, one inserts), and
-    # the event takes the number the update's row was given. A concurrent send of the same id
-    # that committed while the lock was awaited is not in this statement's snapshot: nothing is
-    # inserted, nothing is returned as old, and the caller runs the statement again.
-    "send_update": """
-        WITH inst AS (
-            SELECT pk, status FROM {s}.instances WHERE workflow = %(workflow)s AND id = %(id)s
-            FOR UPDATE
-        ), old AS (
-            SELECT """
-    + _UPDATE_COLUMNS
-    + """ FROM {s}.updates u JOIN inst ON u.instance_pk = inst.pk
-            WHERE u.update_id = %(update_id)s
-        ), up AS (
-            INSERT INTO {s}.updates (instance_pk, update_id, name, event_pk, status, created_at)
-            SELECT pk, %(update_id)s, %(name)s,
-                nextval(pg_get_serial_sequence('{s}.events', 'pk')), 'pending', %(now)s
-            FROM inst
-            WHERE status NOT IN ('complete', 'errored', 'terminated')
-                AND NOT EXISTS (SELECT 1 FROM old)
-            ON CONFLICT (instance_pk, update_id) DO NOTHING
-            RETURNING instance_pk, event_pk
-        ), ev AS (
-            INSERT INTO {s}.events (pk, instance_pk, type, payload, created_at)
-            SELECT event_pk, instance_pk, %(type)s, %(payload)s, %(now)s FROM up
-            RETURNING pk, instance_pk
-        ), woke AS (
-            UPDATE {s}.instances SET event_seq = event_seq + 1,
-                ready_at = CASE WHEN status = 'waiting' THEN %(now)s ELSE ready_at END
-            WHERE pk IN (SELECT instance_pk FROM ev)
-        ), note AS (
-            SELECT pg_notify(%(channel)s, %(note)s) FROM ev
-        )
-        SELECT inst.status, (SELECT count(*) FROM note), old.* FROM inst LEFT JOIN old ON true
-    """,
     "get_update": """
         SELECT i.status, """
-    + _UPDATE_COLUMNS
+    + UPDATE_COLUMNS
     + """ FROM {s}.instances i
         LEFT JOIN {s}.updates u ON u.instance_pk = i.pk AND u.update_id = %s
         WHERE i.workflow = %s AND i.id = %s
@@ -273,13 +235,6 @@ def _statements(schema: str) -> dict[str, str]:
     return render(_TEMPLATES, schema)
 
 
-def _update(row: Sequence[Any], instance_status: str) -> UpdateRecord:
-    update_id, name, status, reply, error, created_at, ended_at = row
-    return UpdateRecord(
-        update_id, name, status, loads(reply), loads(error), created_at, ended_at, instance_status
-    )
-
-
 def _item_params(item: NewStreamItem | None, at: float) -> dict[str, Any]:
     if item is None:
         return {"stream": None, "origin": None, "value": None, "at": at, "keep": 0, "cutoff": None}
@@ -328,46 +283,40 @@ class PostgresMessages(MessageStore):
     async def send_update(
         self, workflow: str, instance_id: str, update_id: str, name: str, payload: str
     ) -> UpdateRecord:
-        now = self.now()
-        sql = _statements(self.schema)
-        params = {
-            "workflow": workflow,
-            "id": instance_id,
-            "update_id": update_id,
-            "name": name,
-            "type": UPDATE_EVENT,
-            "payload": payload,
-            "now": now,
-            "channel": self._notes.channel,
-            "note": self._notes.note(workflow, instance_id),
-        }
-
-        async def attempt(conn: Conn) -> list[Any]:
-            cur = await conn.execute(sql["send_update"], params)
-            return await cur.fetchall()
-
-        what = f"sending an update to {instance_id!r}"
-        # Safe to repeat: a retry after a lost reply finds the update it recorded.
-        for _ in range(_SEND_TRIES):
-            rows = await self._db.retrying(what, attempt)
-            if not rows:
-                raise InstanceNotFoundError(workflow, instance_id)
-            status, sent, *old = rows[0]
-            if old[0] is not None:
-                record = _update(old, status)
-                break
-            if sent:
-                record = UpdateRecord(update_id, name, "pending", None, None, now, None, status)
-                break
-            if status in FINISHED_STATUSES:
-                raise IllegalStateError(workflow, instance_id, status, "send an update to")
-            # A concurrent send of this update id committed after this statement's snapshot:
-            # the next run sees it.
-        else:
-            raise StoreError(f"PostgreSQL: {what}: the update neither recorded nor found")
-        if record.created_at == now and record.status == "pending":
-            self._signals.ready()
+        record, _ = await self._send(workflow, instance_id, (update_id, name, payload), None)
         return record
+
+    async def send_update_and_claim(
+        self,
+        workflow: str,
+        instance_id: str,
+        update_id: str,
+        name: str,
+        payload: str,
+        *,
+        owner: str,
+        lease_seconds: float,
+        versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
+    ) -> tuple[UpdateRecord, Claim | None]:
+        taker = Taker(owner, lease_seconds, routing([workflow], versions, patches))
+        return await self._send(workflow, instance_id, (update_id, name, payload), taker)
+
+    async def _send(
+        self,
+        workflow: str,
+        instance_id: str,
+        update: tuple[str, str, str],
+        taker: Taker | None,
+    ) -> tuple[UpdateRecord, Claim | None]:
+        now = self.now()
+        sent = await send(
+            self._db, self.schema, self._notes, workflow, instance_id, update, now, taker
+        )
+        record, claim = sent
+        if record.created_at == now and record.status == "pending" and claim is None:
+            self._signals.ready()
+        return sent
 
     async def get_update(
         self, workflow: str, instance_id: str, update_id: str
@@ -380,7 +329,7 @@ class PostgresMessages(MessageStore):
         if not rows:
             raise InstanceNotFoundError(workflow, instance_id)
         status, *update = rows[0]
-        return None if update[0] is None else _update(update, status)
+        return None if update[0] is None else update_from_row(update, status)
 
     async def reject_update(
         self, lease: Lease, event: int, update_id: str, error: dict[str, str], now: float

@@ -41,11 +41,16 @@ class Notes:
         self.source = secrets.token_hex(6)
         """Tags this store's notifications, so that it can skip its own."""
 
-    def note(self, workflow: str | None = None, instance_id: str | None = None) -> str:
-        """A payload: this store's id, and the instance that changed, if one."""
-        note = {"s": self.source}
+    def note(
+        self, workflow: str | None = None, instance_id: str | None = None, *, idle: bool = False
+    ) -> str:
+        """A payload: this store's id, and the instance that changed, if one; ``idle``: nothing
+        became runnable (``e``)."""
+        note: dict[str, object] = {"s": self.source}
         if workflow is not None and instance_id is not None:
             note |= {"w": workflow, "i": instance_id}
+        if idle:
+            note["e"] = True
         return dumps(note, what="notification")
 
     def read(self, payload: str) -> Wake | None:

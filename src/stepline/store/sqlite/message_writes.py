@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from ..._json import dumps, loads
 from ...errors import IllegalStateError, InstanceNotFoundError, LeaseLostError
+from ...limits import WorkflowLimits
 from ...records import FINISHED_STATUSES
+from .._rows import add_history_rows, claim_from_row, update_from_row
 from ..messages import QUERY_EXPIRY
 from ..types import (
     UPDATE_EVENT,
+    Claim,
     Lease,
     NewStreamItem,
     QueryAnswer,
     QueryRequest,
+    Routing,
     StepWrite,
     UpdateRecord,
 )
@@ -112,45 +116,70 @@ DELETE_OF_INSTANCE = (
 """What an instance's deletion deletes besides its steps and events (``transactions``)."""
 
 
-def update_from_row(row: Sequence[Any], instance_status: str) -> UpdateRecord:
-    update_id, name, status, reply, error, created_at, ended_at = row
-    return UpdateRecord(
-        update_id,
-        name,
-        status,
-        loads(reply),
-        loads(error),
-        created_at,
-        ended_at,
-        instance_status,
-    )
-
-
 # -- on the connection ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Taker:
+    """Who a send that claims leases the instance to (``send_update_and_claim``): the lease,
+    and the routing of its worker."""
+
+    owner: str
+    token: int
+    lease_seconds: float
+    routing: Routing | None
 
 
 def send_update(
     c: sqlite3.Connection,
     workflow: str,
     instance_id: str,
-    update_id: str,
-    name: str,
-    payload: str,
+    update: tuple[str, str, str],
     now: float,
-) -> UpdateRecord:
+    taker: Taker | None,
+) -> tuple[UpdateRecord, Claim | None]:
+    """Record ``update`` (its id, name and payload) at ``now``; with ``taker``, lease the
+    instance to it if it can run at once (``MessageStore.send_update_and_claim``)."""
+    update_id, name, payload = update
     found = c.execute(sql.LOOKUP, (workflow, instance_id)).fetchone()
     if found is None:
         raise InstanceNotFoundError(workflow, instance_id)
     pk, status, _owner = found
     row = c.execute(UPDATE_OF, (pk, update_id)).fetchone()
     if row is not None:
-        return update_from_row(row, status)
+        return update_from_row(row, status), None
     if status in FINISHED_STATUSES:
         raise IllegalStateError(workflow, instance_id, status, "send an update to")
     event = c.execute(sql.INSERT_EVENT, (pk, UPDATE_EVENT, payload, now)).lastrowid
     c.execute(INSERT_UPDATE, (pk, update_id, name, event, now))
     c.execute(sql.EVENT_SENT, (now, pk))
-    return UpdateRecord(update_id, name, "pending", None, None, now, None, status)
+    record = UpdateRecord(update_id, name, "pending", None, None, now, None, status)
+    if taker is None or _limited(c, workflow):
+        return record, None
+    return record, _lease_woken(c, pk, taker, now)
+
+
+def _limited(c: sqlite3.Connection, workflow: str) -> bool:
+    """Whether ``workflow`` has a limit registered that applies across workers."""
+    found = c.execute(sql.LIMITS_OF, (workflow,)).fetchone()
+    return found is not None and WorkflowLimits.from_json(loads(found[0])).fleet_wide
+
+
+def _lease_woken(c: sqlite3.Connection, pk: int, taker: Taker, now: float) -> Claim | None:
+    """The instance ``pk`` leased to ``taker`` with its history, if it can run at once."""
+    routing = taker.routing
+    statement = sql.lease_woken(None if routing is None else routing.shape)
+    params = (taker.owner, taker.token, now + taker.lease_seconds, now, pk)
+    row = c.execute(statement, params + (() if routing is None else routing.params)).fetchone()
+    if row is None:
+        return None
+    claim = claim_from_row(row, taker.owner)
+    add_history_rows(
+        {pk: claim.history},
+        c.execute(sql.history_steps(1), (pk,)).fetchall(),
+        c.execute(sql.pending_events(1), (pk,)).fetchall(),
+    )
+    return claim
 
 
 def write_message_step(c: sqlite3.Connection, pk: int, write: StepWrite) -> None:

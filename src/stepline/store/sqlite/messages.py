@@ -4,21 +4,26 @@ transactions are ``message_writes``'s)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..._json import dumps, loads
 from ...errors import InstanceNotFoundError
+from .._rows import update_from_row
 from ..messages import MessageStore
 from ..signals import Signals
 from ..types import (
+    Claim,
     Lease,
     NewStreamItem,
+    PatchesKnown,
     QueryAnswer,
     QueryRequest,
     StepWrite,
     StreamItem,
     StreamRead,
     UpdateRecord,
+    new_lease_token,
+    routing,
 )
 from . import message_writes as mw
 from . import transactions as tx
@@ -36,14 +41,46 @@ class SqliteMessages(MessageStore):
     async def send_update(
         self, workflow: str, instance_id: str, update_id: str, name: str, payload: str
     ) -> UpdateRecord:
+        record, _ = await self._send(workflow, instance_id, (update_id, name, payload), None)
+        return record
+
+    async def send_update_and_claim(
+        self,
+        workflow: str,
+        instance_id: str,
+        update_id: str,
+        name: str,
+        payload: str,
+        *,
+        owner: str,
+        lease_seconds: float,
+        versions: Mapping[str, Sequence[str]] | None = None,
+        patches: PatchesKnown | None = None,
+    ) -> tuple[UpdateRecord, Claim | None]:
+        taker = mw.Taker(
+            owner,
+            new_lease_token(),
+            lease_seconds,
+            routing([workflow], versions, patches),
+        )
+        return await self._send(workflow, instance_id, (update_id, name, payload), taker)
+
+    async def _send(
+        self,
+        workflow: str,
+        instance_id: str,
+        update: tuple[str, str, str],
+        taker: mw.Taker | None,
+    ) -> tuple[UpdateRecord, Claim | None]:
         now = self.now()
-        record: UpdateRecord = await self._db.write(
-            lambda c: mw.send_update(c, workflow, instance_id, update_id, name, payload, now),
+        sent: tuple[UpdateRecord, Claim | None] = await self._db.write(
+            lambda c: mw.send_update(c, workflow, instance_id, update, now, taker),
             durable=True,
         )
-        if record.status == "pending" and record.created_at == now:
+        record, claim = sent
+        if record.status == "pending" and record.created_at == now and claim is None:
             self._signals.ready()
-        return record
+        return sent
 
     async def get_update(
         self, workflow: str, instance_id: str, update_id: str
@@ -52,7 +89,7 @@ class SqliteMessages(MessageStore):
         if not rows:
             raise InstanceNotFoundError(workflow, instance_id)
         status, *update = rows[0]
-        return None if update[0] is None else mw.update_from_row(update, status)
+        return None if update[0] is None else update_from_row(update, status)
 
     async def reject_update(
         self, lease: Lease, event: int, update_id: str, error: dict[str, str], now: float

@@ -388,6 +388,22 @@ def take_leases(n: int) -> str:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def lease_woken(routing: RouteShape | None) -> str:
+    """Lease an instance an update has just woken if it can run at once, as a claim would
+    (``MessageStore.send_update_and_claim``); the row as ``_rows.claim_from_row`` reads it.
+    Parameters: owner, token, expiry (lease and ready_at), now, pk, the routing's."""
+    return (
+        "UPDATE instances SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3,"
+        " ready_at = ?3, updated_at = ?4, parked_on = NULL, held_ready_at = NULL,"
+        " status = 'running', started_at = COALESCE(started_at, ?4)"
+        " WHERE pk = ?5 AND status IN ('queued', 'waiting') AND ready_at <= ?4"
+        " AND (lease_owner IS NULL OR lease_expires_at <= ?4) AND control IS NULL"
+        f" AND (deadline_at IS NULL OR deadline_at > ?4){_routed(routing, 6)}"
+        f" RETURNING {columns(InstanceRow._fields)}, lease_token, control, event_seq"
+    )
+
+
 def history_steps(n: int) -> str:
     """The steps of ``n`` instances: ``instance_pk`` and the ``STEP_COLUMNS``."""
     return (
