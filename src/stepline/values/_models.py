@@ -24,8 +24,7 @@ import math
 import sys
 import typing
 import uuid
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from types import NoneType, UnionType
 from typing import Any
@@ -89,20 +88,13 @@ _OVERRIDDEN = (
 )  # fmt: skip
 """Methods a class may not define for its JSON to be trusted (the base model's are)."""
 
-_TRUSTED: weakref.WeakKeyDictionary[type, Check | None] = weakref.WeakKeyDictionary()
-
 
 def trusted(cls: type) -> Check | None:
     """For a model class whose JSON reads back equal, the check that an instance is one its
-    schema vouches for; None when the class keeps the full read-back check."""
-    try:
-        return _TRUSTED[cls]
-    except KeyError:
-        pass
+    schema vouches for; None when the class keeps the full read-back check. Built each call:
+    the caller keeps it per class."""
     found = _model_check(cls, {}) if _serializer_refuses() else _UNSAFE
-    check = None if found is _UNSAFE else found
-    _TRUSTED[cls] = check
-    return check
+    return None if found is _UNSAFE else found
 
 
 @dataclass(slots=True)
@@ -124,6 +116,7 @@ def _model_check(cls: type, building: dict[type, _Building]) -> Any:
         return _UNSAFE
     pending = building[cls] = _Building()
     field_map: dict[str, Any] = cls.__pydantic_fields__  # type: ignore[attr-defined]
+    floats: list[str] = []
     checks: list[tuple[str, Check]] = []
     for name, info in field_map.items():
         if not _field_is_plain(name, info):
@@ -131,26 +124,22 @@ def _model_check(cls: type, building: dict[type, _Building]) -> Any:
         check = _value_check(info.annotation, building)
         if check is _UNSAFE:
             return _UNSAFE
-        if check is not None:
+        if check is _float_exact:
+            floats.append(name)
+        elif check is not None:
             checks.append((name, check))
-    pending.check = _instance_check(cls, len(field_map), tuple(checks))
+    pending.check = _instance_check(cls, len(field_map), tuple(floats), tuple(checks))
     return pending.check
 
 
-def _instance_check(cls: type, size: int, checks: tuple[tuple[str, Check], ...]) -> Check:
+def _instance_check(
+    cls: type, size: int, floats: tuple[str, ...], checks: tuple[tuple[str, Check], ...]
+) -> Check:
     """Exactly ``cls`` (not a subclass or another model), every field set (``model_construct``
     may leave one out; nothing else writes an instance's ``__dict__`` once cached properties are
-    ruled out), and each field that needs it checked."""
-    if len(checks) == 1:
-        ((only, check),) = checks
-
-        def holds_one(value: Any) -> int:
-            if type(value) is not cls:
-                return -1
-            attrs = value.__dict__
-            return check(attrs[only]) if len(attrs) == size else -1
-
-        return holds_one
+    ruled out), and each field that needs it checked (float fields inline: the common case)."""
+    if not checks and len(floats) <= 1:  # the common shapes, without a loop
+        return _flat_check(cls, size, floats[0] if floats else None)
 
     def holds(value: Any) -> int:
         if type(value) is not cls:
@@ -158,6 +147,12 @@ def _instance_check(cls: type, size: int, checks: tuple[tuple[str, Check], ...])
         attrs = value.__dict__
         if len(attrs) != size:
             return -1
+        for name in floats:
+            number = attrs[name]
+            if (type(number) is not float or not -_INF < number < _INF) and _float_exact(
+                number
+            ) < 0:
+                return -1
         nulls = 0
         for name, check in checks:
             found = check(attrs[name])
@@ -167,6 +162,23 @@ def _instance_check(cls: type, size: int, checks: tuple[tuple[str, Check], ...])
         return nulls
 
     return holds
+
+
+def _flat_check(cls: type, size: int, number_field: str | None) -> Check:
+    """:func:`_instance_check` of a class with at most one float field and no other check."""
+    if number_field is None:
+        return lambda value: 0 if type(value) is cls and len(value.__dict__) == size else -1
+
+    def holds_flat(value: Any) -> int:
+        if type(value) is not cls:
+            return -1
+        attrs = value.__dict__
+        if len(attrs) != size:
+            return -1
+        number = attrs[number_field]
+        return 0 if type(number) is float and -_INF < number < _INF else _float_exact(number)
+
+    return holds_flat
 
 
 def _class_is_plain(cls: type) -> bool:
@@ -238,7 +250,7 @@ def _value_check(tp: Any, building: dict[type, _Building]) -> Any:
         inner = _value_check(args[1], building)
         if inner is None or inner is _UNSAFE:
             return inner
-        return lambda value: _each(inner, value.values()) if type(value) is dict else -1
+        return _each(inner, (dict,), values=True)
     elif origin in (typing.Union, UnionType) and len(args) == 2 and NoneType in args:
         inner = _value_check(args[0] if args[1] is NoneType else args[1], building)
         if inner is _UNSAFE:
@@ -250,12 +262,19 @@ def _value_check(tp: Any, building: dict[type, _Building]) -> Any:
         return _UNSAFE
     if inner is None or inner is _UNSAFE:
         return inner
-    return lambda value: _each(inner, value) if type(value) in kinds else -1
+    return _each(inner, kinds)
 
 
-def _each(check: Check, items: Iterable[Any]) -> int:
-    found = [*map(check, items)]
-    return -1 if -1 in found else sum(found)
+def _each(check: Check, kinds: tuple[type, ...], *, values: bool = False) -> Check:
+    """The check of a container of one of ``kinds``: ``check`` of each item (each value)."""
+
+    def each(container: Any) -> int:
+        if type(container) not in kinds:
+            return -1
+        found = [*map(check, container.values() if values else container)]
+        return -1 if -1 in found else sum(found)
+
+    return each
 
 
 def _none(value: Any) -> int:
