@@ -94,9 +94,7 @@ def _encode_model(value: Any, what: str) -> tuple[bytes, Any]:
     if check is not None and (nulls := check(value)) >= 0:
         try:
             # model_dump_json's own serializer, without its wrapper (and str to bytes again).
-            text = cls.__pydantic_serializer__.to_json(
-                value, by_alias=True, warnings="error"
-            )
+            text = cls.__pydantic_serializer__.to_json(value, by_alias=True, warnings="error")
         except Exception:  # a value of the wrong type: the full check below names it
             pass
         else:
