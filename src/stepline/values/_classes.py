@@ -95,9 +95,11 @@ def codec_named(name: str) -> Codec | None:
     return _BY_NAME.get(name)
 
 
-def seen(cls: type) -> str:
-    """Note that this process encodes values of ``cls``; return its path."""
-    path = class_path(cls)
+def seen(cls: type, path: str | None = None) -> str:
+    """Note that this process encodes values of ``cls`` (at ``path``, its :func:`class_path`
+    when the caller has it already); return its path."""
+    if path is None:
+        path = class_path(cls)
     if _SEEN.get(path) is not cls:
         _SEEN[path] = cls
     return path

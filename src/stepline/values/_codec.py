@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import weakref
 from typing import Any
 
@@ -10,8 +11,10 @@ import orjson
 
 from .._shown import shown
 from ..errors import InvalidPayloadError
-from . import _classes
+from . import _classes, _models
 from ._tree import (
+    INT_MAX,
+    INT_MIN,
     MAX_DEPTH,
     Path,
     Unstorable,
@@ -59,28 +62,64 @@ def encode_typed(value: Any, what: str) -> tuple[bytes, Any]:
     return data, back
 
 
-_MODEL_HEADS: weakref.WeakKeyDictionary[type, bytes] = weakref.WeakKeyDictionary()
-"""Per model class, the start of its tag (its path written once)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ModelClass:
+    """What encoding a model class needs, found once: its path, the start of its tag (the path
+    written once), and the check of an instance when its JSON is trusted (:mod:`._models`)."""
+
+    path: str
+    head: bytes
+    check: _models.Check | None
+
+
+_MODEL_CLASSES: weakref.WeakKeyDictionary[type, _ModelClass] = weakref.WeakKeyDictionary()
+
+
+def _model_class(cls: type) -> _ModelClass:
+    found = _MODEL_CLASSES.get(cls)
+    if found is None:
+        path = _classes.class_path(cls)
+        head = b'{"$t":"model","c":' + orjson.dumps(path) + b',"v":'
+        found = _MODEL_CLASSES[cls] = _ModelClass(path, head, _models.trusted(cls))
+    return found
 
 
 def _encode_model(value: Any, what: str) -> tuple[bytes, Any]:
-    """A pydantic model at the top: its own ``model_dump_json`` inside the tag."""
+    """A pydantic model at the top: its own JSON (``model_dump_json``) inside the tag; read back
+    and compared unless its class's JSON is trusted and the instance checks."""
+    cls = type(value)
+    known = _model_class(cls)
+    _classes.seen(cls, known.path)  # every time: a class redefined under one path is the newest
+    check = known.check
+    if check is not None and (nulls := check(value)) >= 0:
+        try:
+            # model_dump_json's own serializer, without its wrapper (and str to bytes again).
+            text = cls.__pydantic_serializer__.to_json(value, by_alias=True, warnings="error")
+        except Exception:  # a value of the wrong type: the full check below names it
+            pass
+        else:
+            # The serializer writes a None in any field as null without a warning: each null
+            # must be one the check counted where the class allows None.
+            if text.count(b"null") == nulls and not _maybe_wide(text):
+                return known.head + text + b"}", value
+    return read_back_model(value, what)
+
+
+def read_back_model(value: Any, what: str) -> tuple[bytes, Any]:
+    """A model's JSON, read back and compared with it: the model as a replay will see it, or
+    :class:`InvalidPayloadError` naming ``what`` and the type."""
     cls = type(value)
     name = _classes.class_name(cls)
     try:
-        text = value.model_dump_json(by_alias=True)
+        raw = value.model_dump_json(by_alias=True).encode()
     except Exception as exc:
         raise InvalidPayloadError(
             f"{what} is not JSON-serialisable: the value of type {name} failed to serialise: {exc}"
         ) from None
-    path = _classes.seen(cls)  # every time: a class redefined under one path is the newest
-    head = _MODEL_HEADS.get(cls)
-    if head is None:
-        head = b'{"$t":"model","c":' + orjson.dumps(path) + b',"v":'
-        _MODEL_HEADS[cls] = head
-    data = head + text.encode() + b"}"
     try:
-        back = cls.model_validate_json(text)
+        # What a read sees: orjson's parse, which turns an integer past 64 bits into a float.
+        read = orjson.dumps(orjson.loads(raw)) if _maybe_wide(raw) else raw
+        back = cls.model_validate_json(read)
     except Exception as exc:
         raise InvalidPayloadError(
             f"{what} is not JSON-serialisable: the value of type {name} does not validate "
@@ -88,7 +127,22 @@ def _encode_model(value: Any, what: str) -> tuple[bytes, Any]:
         ) from None
     if back != value:
         raise InvalidPayloadError(refusal(what, [], _unequal(value, back)))
-    return data, back
+    return _model_class(cls).head + raw + b"}", back
+
+
+def _maybe_wide(text: bytes) -> bool:
+    """Whether ``text`` may hold an integer outside orjson's range (-2**63 to 2**64-1), which it
+    reads as a float. First any 19 digits in a row (every digit made a zero, then a substring
+    search: far faster than a regular expression), then only then the integers themselves."""
+    if _RUN_19 not in text.translate(_DIGITS):
+        return False
+    return any(not INT_MIN <= int(found) <= INT_MAX for found in _INTEGER.findall(text))
+
+
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_RUN_19 = b"0" * 19
+_INTEGER = re.compile(rb"(?<![\d.])-?\d{19,}")
+"""An integer literal of 19 digits or more (not a fraction's digits; maybe inside a string)."""
 
 
 def decode_text(text: str | bytes) -> Any:
