@@ -162,9 +162,9 @@ async def test_tags_added_by_a_running_instance_are_fenced(store: Store, clock: 
 
 async def _run(store: Store, job_id: str, batch: int = 2) -> Any:
     for _ in range(100):
-        job = await store.operations.run_bulk_batch(job_id, batch)
-        if job.status != "running":
-            return job
+        ran = await store.operations.run_bulk_batch(job_id, batch)
+        if ran.job.status != "running":
+            return ran.job
     raise AssertionError("the job never ended")
 
 
@@ -363,7 +363,7 @@ async def test_cancel_and_lookups(store: Store):
     await store.operations.run_bulk_batch("x", 2)
     job = await store.operations.cancel_bulk("x")
     assert (job.status, job.done) == ("cancelled", 2)
-    assert (await store.operations.run_bulk_batch("x", 2)).done == 2
+    assert (await store.operations.run_bulk_batch("x", 2)).job.done == 2
     assert await store.operations.count(parse("status = 'terminated'")) == 2
     assert [j.id for j in await store.operations.bulk_jobs("cancelled", 10)] == ["x"]
     assert await store.operations.bulk_jobs("running", 10) == []
@@ -373,6 +373,26 @@ async def test_cancel_and_lookups(store: Store):
         await store.operations.cancel_bulk("nope")
     with pytest.raises(ValueError, match="exists already"):
         await store.operations.start_bulk(NewBulkJob("x", "pause", parse("id = 'a'")))
+
+
+async def test_a_delete_batch_names_the_instances_it_deleted(store: Store):
+    """So that their offloaded values go with their rows; other actions name none."""
+    for n in range(5):  # three finished: a bulk delete acts on finished instances only
+        await store.create_instances(
+            WF, [NewInstance(f"d{n}", None)], trigger="api", skip_existing=False
+        )
+        if n < 3:
+            claim = await claim_one(store, f"d{n}")
+            await store.finish(claim.lease, Finish("complete", output="1"), store.now())
+    await store.operations.start_bulk(NewBulkJob("del", "delete", parse("workflow = 'wf'")))
+    await store.operations.start_bulk(NewBulkJob("ter", "terminate", parse("id = 'd4'")))
+    deleted: list[tuple[str, str]] = []
+    for _ in range(10):
+        ran = await store.operations.run_bulk_batch("del", 2)
+        deleted.extend(ran.deleted)
+    assert sorted(deleted) == [(WF, "d0"), (WF, "d1"), (WF, "d2")]
+    assert (ran.job.status, ran.job.done, ran.job.skipped) == ("complete", 3, 2)
+    assert (await store.operations.run_bulk_batch("ter", 10)).deleted == ()
 
 
 async def test_finish_then_write_keeps_tags(store: Store):

@@ -135,6 +135,20 @@ async def test_blobs_go_with_their_instances_deleted_purged_or_expired(
         assert blob_files(root) == []
 
 
+async def test_a_bulk_delete_takes_its_instances_blobs_with_their_rows(
+    store_url: str, tmp_path: Path, clock: ManualClock
+) -> None:
+    root = tmp_path / "blobs"
+    async with engine(store_url, root, clock) as eng:
+        await finished(eng, clock, ["gone-1", "gone-2", "stays"])
+        job = await eng.bulk.start("delete", "id != 'stays'", workflow="big")
+        while await eng.worker.run_bulk_now():
+            pass
+        assert (await eng.bulk.wait(job.id)).done == 2
+        assert blobs_of(root, "gone-1") == [] and blobs_of(root, "gone-2") == []
+        assert blobs_of(root, "stays")  # no sweep ran: the batch deleted them
+
+
 class FailingDeletes(CountingStore):
     """A directory blob store whose deletes fail: a crash between the rows and the blobs."""
 

@@ -9,6 +9,7 @@ import asyncio
 import logging
 
 from ..errors import SteplineError, StoreError, outage_level
+from ..payloads import PayloadCodec
 from ..store.base import Store
 
 log = logging.getLogger("stepline.worker")
@@ -22,8 +23,17 @@ IDLE_POLL = 1.0
 class BulkRunner:
     """Runs the store's running bulk jobs to their end, batch after batch."""
 
-    def __init__(self, store: Store, *, batch: int = BATCH, idle_poll: float = IDLE_POLL) -> None:
+    def __init__(
+        self,
+        store: Store,
+        codec: PayloadCodec | None = None,
+        *,
+        batch: int = BATCH,
+        idle_poll: float = IDLE_POLL,
+    ) -> None:
+        """``codec``: the worker's, to delete what a ``delete`` batch's instances offloaded."""
         self.store = store
+        self.codec = codec
         self.batch = batch
         self.idle_poll = idle_poll
 
@@ -43,12 +53,15 @@ class BulkRunner:
         jobs = await self.store.operations.bulk_jobs("running", 20)
         for job in jobs:
             try:
-                done = await self.store.operations.run_bulk_batch(job.id, self.batch)
+                ran = await self.store.operations.run_bulk_batch(job.id, self.batch)
             except StoreError:
                 raise
             except SteplineError as exc:  # its filter no longer parses, say: try the others
                 log.error("bulk job %s: %s", job.id, exc)
                 continue
+            if ran.deleted and self.codec is not None:
+                await self.codec.forget(ran.deleted)  # logs a failure: the sweep has them then
+            done = ran.job
             if done.status != "running":
                 log.info(
                     "bulk job %s %s: %d done, %d skipped of %d",

@@ -103,6 +103,17 @@ BULK_COLUMNS = (
 _BULK_FIELDS = [f.name for f in fields(BulkJob)]
 
 
+@dataclass(frozen=True)
+class BulkBatch:
+    """What one batch of a bulk job did (:meth:`OperationsStore.run_bulk_batch`)."""
+
+    job: BulkJob
+    """The job after the batch."""
+    deleted: tuple[tuple[str, str], ...] = ()
+    """``(workflow, id)`` of the instances whose rows the batch deleted (a ``delete`` job): their
+    offloaded values go next, as after any delete."""
+
+
 def bulk_from_row(row: Sequence[Any]) -> BulkJob:
     """The job of a row read with ``BULK_COLUMNS``."""
     return BulkJob(**dict(zip(_BULK_FIELDS, row, strict=False)))
@@ -163,7 +174,7 @@ class OperationsStore(abc.ABC):
         use: ``ValueError``."""
 
     @abc.abstractmethod
-    async def run_bulk_batch(self, job_id: str, batch: int) -> BulkJob:
+    async def run_bulk_batch(self, job_id: str, batch: int) -> BulkBatch:
         """Act on the next ``batch`` instances of a running job, in pk order after its cursor,
         among those that still match its filter, and advance its cursor past them, in ONE
         transaction: a crash before it commits leaves nothing acted on and the cursor where it
@@ -174,8 +185,9 @@ class OperationsStore(abc.ABC):
         ``delete``, :meth:`RetentionStore.delete_instances` with ``finished_only``. An instance
         the action does not apply to (``IllegalStateError``, an unknown step, a dedup key taken)
         is skipped, counted and the reason kept in ``last_skip``. The job ends ``complete``
-        when no matching instance is left. A job that is not running is returned unchanged;
-        an unknown one raises :class:`BulkJobNotFoundError`."""
+        when no matching instance is left. Returns the job after the batch and, for ``delete``,
+        the instances it deleted. A job that is not running is returned unchanged; an unknown
+        one raises :class:`BulkJobNotFoundError`."""
 
     @abc.abstractmethod
     async def bulk_jobs(self, status: BulkStatus | None, limit: int) -> list[BulkJob]:
@@ -196,6 +208,7 @@ __all__ = [
     "BULK_COLUMNS",
     "SKIPPABLE",
     "BulkAction",
+    "BulkBatch",
     "BulkJob",
     "BulkJobNotFoundError",
     "BulkStatus",

@@ -91,7 +91,7 @@ class Worker:
             store, self.id, self.settings, self._workflows, self._slots, self._served, self._patches
         )
         self._retention = Retention(store, self.settings.retention, self.settings.payloads)
-        self._bulk = BulkRunner(store)
+        self._bulk = BulkRunner(store, self.settings.payloads)
         self._sweep = BlobSweep(store, self.settings.payloads, self.settings.sweep_grace)
         self._queries = QueryService(store, self.id, registry, self.settings, self.versions)
         self._stopping = asyncio.Event()
@@ -219,6 +219,10 @@ class Worker:
         """When an instance this worker would claim next needs a worker, as its claim loop
         looks (``Store.next_wakeup`` of its workflows, versions and patches)."""
         return await self.store.next_wakeup(list(self._workflows), self._served, self._patches)
+
+    async def run_bulk_now(self) -> bool:
+        """Run one batch of each running bulk job now; whether there was any."""
+        return await self._bulk.run_once()
 
     async def run_once(self) -> int:
         """Claim every instance runnable now and run each to its next suspension or end.

@@ -23,6 +23,7 @@ from .._rows import (
 from ..operations import (
     BULK_COLUMNS,
     SKIPPABLE,
+    BulkBatch,
     BulkJob,
     BulkJobNotFoundError,
     BulkStatus,
@@ -198,7 +199,7 @@ class PostgresOperations(OperationsStore):
 
         return await self._db.transaction("starting a bulk job", body)
 
-    async def run_bulk_batch(self, job_id: str, batch: int) -> BulkJob:
+    async def run_bulk_batch(self, job_id: str, batch: int) -> BulkBatch:
         now = self._now()
         acted: list[tuple[str, str]] = []
         s = self._q.s
@@ -264,7 +265,7 @@ class PostgresOperations(OperationsStore):
             self._signals.changed(workflow, instance_id)
         if acted:
             self._signals.ready()
-        return job
+        return BulkBatch(job, tuple(acted) if job.action == "delete" else ())
 
     async def _act(
         self, conn: Conn, job: BulkJob, workflow: str, instance_id: str, now: float

@@ -25,6 +25,7 @@ from .._rows import (
 from ..operations import (
     BULK_COLUMNS,
     SKIPPABLE,
+    BulkBatch,
     BulkJob,
     BulkJobNotFoundError,
     BulkStatus,
@@ -146,7 +147,7 @@ class SqliteOperations(OperationsStore):
         started: BulkJob = await self._db.write(lambda c: _start(c, job, now), durable=True)
         return started
 
-    async def run_bulk_batch(self, job_id: str, batch: int) -> BulkJob:
+    async def run_bulk_batch(self, job_id: str, batch: int) -> BulkBatch:
         now = self._now()
         result: tuple[BulkJob, list[tuple[str, str]]] = await self._db.write(
             lambda c: _run_batch(c, job_id, batch, now), durable=True
@@ -156,7 +157,7 @@ class SqliteOperations(OperationsStore):
             self._signals.changed(workflow, instance_id)
         if acted:
             self._signals.ready()
-        return job
+        return BulkBatch(job, tuple(acted) if job.action == "delete" else ())
 
     async def bulk_jobs(self, status: BulkStatus | None, limit: int) -> list[BulkJob]:
         where = "WHERE status = ?" if status is not None else ""
