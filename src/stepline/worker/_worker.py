@@ -30,6 +30,9 @@ from ._shares import FleetShares
 from ._shutdown import drain
 from ._slots import Reservation, Slot, Slots
 
+RECANCEL_SECONDS = 1.0
+"""How long a stopping worker waits for a cancelled side task before cancelling it again."""
+
 
 class Worker:
     """Runs activations of the registered workflows found in ``store``."""
@@ -352,6 +355,12 @@ async def _stop_superseded(old: Slot) -> None:
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    """Cancel ``tasks`` and wait for their end, cancelling again any that goes on: a side job's
+    loop can lose a cancellation inside a library's own wait (``asyncio.wait_for`` returning a
+    result that lands with it, on Python 3.11) and would otherwise run for ever."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=RECANCEL_SECONDS)
+    await asyncio.gather(*tasks, return_exceptions=True)  # retrieves their exceptions
